@@ -1,0 +1,45 @@
+# Two commands on a fresh machine: `make run` and `make test`. Everything else installs itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.stamp-install
+
+.PHONY: run test unit integration lint format bench system-deps clean
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+# Debian packages the tests drive (kcat). Installed only when missing.
+system-deps:
+	@command -v kcat >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+
+run: $(STAMP)
+	mkdir -p data
+	$(BIN)/strom broker --config config/server.properties
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+
+test: $(STAMP) system-deps lint
+	$(BIN)/pytest -q -p no:cacheprovider tests
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+integration: $(STAMP) system-deps
+	$(BIN)/pytest -q tests/integration
+
+bench: $(STAMP)
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+format: $(STAMP)
+	$(BIN)/ruff check --fix src tests bench
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,252 @@
+"""The broker under test as an object: start, wait until ready, stop, kill -9, CPU and RSS.
+
+A :class:`BrokerSpec` says how to launch one kind of broker (Strom, Tansu); a
+:class:`BrokerProcess` is one running instance with its own fresh data directory and port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import procstat
+
+READY_MARKER = "listening"  # both Strom and Tansu print a line containing it when ready
+
+
+class BrokerError(RuntimeError):
+    """The broker did not start, did not become ready in time, or died."""
+
+
+@dataclass(frozen=True)
+class BrokerSpec:
+    """How to launch one kind of broker.
+
+    ``command(port, data_dir)`` builds the argv. ``persistent`` says whether the broker keeps its
+    data across a restart (Tansu's memory storage does not).
+    """
+
+    label: str
+    command: Callable[[int, Path], list[str]]
+    persistent: bool
+    version: str = ""
+    notes: str = ""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def strom_spec(
+    exe: str, config: str | None = None, overrides: Sequence[str] = (), label: str = "Strom"
+) -> BrokerSpec:
+    def command(port: int, data_dir: Path) -> list[str]:
+        argv = [exe, "broker"]
+        if config:
+            argv += ["--config", config]
+        for item in (
+            f"listeners=PLAINTEXT://127.0.0.1:{port}",
+            f"log.dirs={data_dir / 'logs'}",
+            *overrides,
+        ):
+            argv += ["--override", item]
+        return argv
+
+    return BrokerSpec(label=label, command=command, persistent=True, notes="disk storage")
+
+
+def tansu_spec(binary: str, label: str = "Tansu", version: str = "") -> BrokerSpec:
+    def command(port: int, data_dir: Path) -> list[str]:
+        url = f"tcp://127.0.0.1:{port}"
+        return [
+            binary,
+            "broker",
+            "--listener-url",
+            url,
+            "--advertised-listener-url",
+            url,
+            "--storage-engine",
+            "memory://tansu/",
+        ]
+
+    return BrokerSpec(
+        label=label,
+        command=command,
+        persistent=False,
+        version=version,
+        notes="memory storage",
+        env={"RUST_LOG": "warn"},
+    )
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+class BrokerProcess:
+    """One broker instance: a process, a port and a fresh data directory that it owns."""
+
+    def __init__(self, spec: BrokerSpec, workdir: Path) -> None:
+        self.spec = spec
+        self.data_dir = Path(tempfile.mkdtemp(prefix=f"{spec.label.lower()}-", dir=workdir))
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self._log_path: Path | None = None
+        self._starts = 0
+        self.started_at = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "broker not started"
+        return self.proc.pid
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Launch the broker (same port and data directory on every restart)."""
+        if self.proc is not None and self.proc.poll() is None:
+            raise BrokerError("already running")
+        self._starts += 1
+        self._log_path = self.data_dir / f"broker-{self._starts}.log"
+        log = open(self._log_path, "wb")  # noqa: SIM115 - handed to the child
+        env = {**os.environ, **self.spec.env}
+        self.started_at = time.monotonic()
+        try:
+            self.proc = subprocess.Popen(
+                self.spec.command(self.port, self.data_dir),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+        except OSError as e:
+            raise BrokerError(f"cannot start {self.spec.label}: {e}") from e
+        finally:
+            log.close()
+
+    def wait_ready(self, timeout: float = 60.0, topic: tuple[str, int] | None = None) -> float:
+        """Block until the broker serves Metadata (listing ``topic`` with all its partitions,
+        if given); return seconds since :meth:`start`.
+
+        The TCP port is polled before a Kafka client is made, so the client's reconnect
+        back-off never inflates the measured start-up time.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            self._check_alive()
+            if self._marker_seen() and _port_open(self.port):
+                break
+            self._check_deadline(deadline, "to listen")
+            time.sleep(0.01)
+
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        while True:
+            self._check_alive()
+            try:
+                md = admin.list_topics(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+            except Exception:  # KafkaException while the broker is still coming up
+                md = None
+            if md is not None and md.brokers and topic_ready(md, topic):
+                return time.monotonic() - self.started_at
+            self._check_deadline(deadline, "to serve metadata" + (f" for {topic}" if topic else ""))
+            time.sleep(0.05)
+
+    def stop(self, timeout: float = 60.0) -> tuple[float, bool]:
+        """SIGTERM and wait. Returns (seconds, clean); falls back to SIGKILL after ``timeout``."""
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0, self.proc is None or self.proc.returncode == 0
+        t0 = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._kill_tree()
+            self.proc.wait(10)
+            return time.monotonic() - t0, False
+        return time.monotonic() - t0, rc in (0, -signal.SIGTERM)
+
+    def kill9(self) -> None:
+        """SIGKILL the broker (and any children it started), as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self._kill_tree()
+            self.proc.wait(10)
+
+    def close(self) -> None:
+        """Stop if still running and delete the data directory."""
+        try:
+            if self.proc is not None and self.proc.poll() is None:
+                self.stop(timeout=20)
+        finally:
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    # -- measurements ----------------------------------------------------------------------
+
+    def cpu_seconds(self) -> float:
+        return procstat.cpu_seconds(self.pid)
+
+    def peak_rss_bytes(self) -> int:
+        return procstat.peak_rss_bytes(self.pid)
+
+    def log_tail(self, lines: int = 15) -> str:
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        text = self._log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _kill_tree(self) -> None:
+        for p in reversed(procstat.descendants(self.pid)):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _marker_seen(self) -> bool:
+        assert self._log_path is not None
+        try:
+            return READY_MARKER in self._log_path.read_text(errors="replace").lower()
+        except FileNotFoundError:
+            return False
+
+    def _check_alive(self) -> None:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise BrokerError(
+                f"{self.spec.label} exited with {self.proc.returncode}: {self.log_tail()}"
+            )
+
+    def _check_deadline(self, deadline: float, what: str) -> None:
+        if time.monotonic() > deadline:
+            raise BrokerError(f"{self.spec.label} took too long {what}: {self.log_tail()}")
+
+
+def topic_ready(md: object, topic: tuple[str, int] | None) -> bool:
+    if topic is None:
+        return True
+    name, partitions = topic
+    t = md.topics.get(name)  # type: ignore[attr-defined]
+    if t is None or t.error is not None or len(t.partitions) != partitions:
+        return False
+    return all(p.leader >= 0 and p.error is None for p in t.partitions.values())

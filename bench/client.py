@@ -1,0 +1,393 @@
+"""The client side of every scenario, run in its own process (``python -m bench.client JSON``).
+
+Keeping the Kafka client out of the harness process means its CPU never mixes with the
+harness's, and each job starts from a clean librdkafka. The harness talks to a job over three
+lines: the job prints ``READY`` once connected, waits for ``GO`` on stdin (the harness samples
+the broker's CPU in between), and prints ``RESULT {json}`` when done.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
+
+from bench.config import CONSUMER, PRODUCER_LATENCY, PRODUCER_THROUGHPUT
+
+Job = dict[str, Any]
+
+
+def _ready() -> None:
+    sys.stdout.write("READY\n")
+    sys.stdout.flush()
+    line = sys.stdin.readline()
+    if line.strip() != "GO":
+        raise SystemExit(f"expected GO, got {line!r}")
+
+
+class _Errors:
+    """Counts failed deliveries (delivery reports arrive only for failures, see config)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first: str | None = None
+
+    def on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self.count += 1
+            self.first = self.first or str(err)
+
+
+def _producer(job: Job, base: dict[str, Any], errors: _Errors) -> Producer:
+    cfg = {"bootstrap.servers": job["bootstrap"], **base, **job.get("extra", {})}
+    if "acks" in job:
+        cfg["acks"] = job["acks"]
+    cfg["on_delivery"] = errors.on_delivery
+    return Producer(cfg)
+
+
+def _wait_metadata(client: Producer | Consumer, topic: str, timeout: float = 30.0) -> list[int]:
+    """Poll metadata until ``topic`` is known with leaders; return its partition ids."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            md = client.list_topics(topic, timeout=5)
+            t = md.topics.get(topic)
+            if t is not None and t.error is None and t.partitions:
+                if all(p.leader >= 0 for p in t.partitions.values()):
+                    return sorted(t.partitions)
+        except KafkaException:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic {topic} not ready in metadata after {timeout}s")
+        time.sleep(0.05)
+
+
+# -- jobs -------------------------------------------------------------------------------------
+
+
+def job_ceiling(job: Job) -> dict[str, Any]:
+    """produce() into librdkafka's local queue with no broker: the client's own ceiling."""
+    _ready()
+    out = {}
+    for size, count in job["sizes"]:
+        errors = _Errors()
+        p = _producer(
+            {"bootstrap": job["bootstrap"], "extra": {"log_level": 0}},
+            PRODUCER_THROUGHPUT,
+            errors,
+        )
+        value = os.urandom(size)
+        produce, topic = p.produce, job["topic"]
+        t0 = time.perf_counter()
+        for _ in range(count):
+            produce(topic, value)
+        elapsed = time.perf_counter() - t0
+        p.purge()
+        p.flush(5)
+        out[str(size)] = {"records": count, "seconds": elapsed}
+        del p
+    return out
+
+
+def job_produce(job: Job) -> dict[str, Any]:
+    """Produce ``count`` records of ``size`` bytes as fast as the client goes, then flush."""
+    errors = _Errors()
+    p = _producer(job, PRODUCER_THROUGHPUT, errors)
+    topic, count = job["topic"], job["count"]
+    _wait_metadata(p, topic)
+    value = os.urandom(job["size"])
+    _ready()
+    produce, poll = p.produce, p.poll
+    t0 = time.perf_counter()
+    for _ in range(count):
+        try:
+            produce(topic, value)
+        except BufferError:
+            while True:
+                poll(0.001)
+                try:
+                    produce(topic, value)
+                    break
+                except BufferError:
+                    continue
+    remaining = p.flush(job.get("flush_timeout", 120))
+    elapsed = time.perf_counter() - t0
+    return {
+        "records": count,
+        "seconds": elapsed,
+        "failed": errors.count + remaining,
+        "first_error": errors.first,
+    }
+
+
+def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeout: float) -> Job:
+    """Read every partition from the beginning until ``expected`` records arrived.
+
+    Correctness is checked without decoding records: the count must match, the consumer's
+    positions must add up to it (no duplicates or gaps) and so must the high watermarks the
+    broker reported in its Fetch responses (nothing extra in the log).
+    """
+    tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts]
+    t0 = time.perf_counter()
+    deadline = time.monotonic() + timeout
+    c.assign(tps)
+    count = errors = 0
+    first_error = None
+    consume = c.consume
+    while count < expected:
+        msgs = consume(num_messages=min(10_000, expected - count), timeout=0.2)
+        bad = [m for m in msgs if m.error() is not None]
+        if bad:
+            errors += len(bad)
+            first_error = first_error or str(bad[0].error())
+        count += len(msgs) - len(bad)
+        if time.monotonic() > deadline:
+            break
+    elapsed = time.perf_counter() - t0
+    positions = sum(max(tp.offset, 0) for tp in c.position(tps))
+    hwm = 0
+    for tp in tps:
+        _, high = c.get_watermark_offsets(tp, cached=True)
+        hwm += max(high, 0)
+    problem = None
+    if count != expected:
+        problem = f"consumed {count} of {expected} records"
+        if time.monotonic() > deadline:
+            problem += f" before the {timeout:.0f}s deadline"
+    elif positions != expected:
+        problem = f"positions add up to {positions}, expected {expected} (duplicates or gaps)"
+    elif hwm != expected:
+        problem = f"high watermarks add up to {hwm}, expected {expected}"
+    return {
+        "records": count,
+        "seconds": elapsed,
+        "errors": errors,
+        "first_error": first_error,
+        "problem": problem,
+    }
+
+
+def _consumer(job: Job) -> Consumer:
+    return Consumer(
+        {"bootstrap.servers": job["bootstrap"], "group.id": "strom-bench", **CONSUMER}
+    )
+
+
+def job_consume(job: Job) -> dict[str, Any]:
+    """Consume a topic from the beginning and check exactly ``expected`` records are there."""
+    c = _consumer(job)
+    try:
+        parts = _wait_metadata(c, job["topic"])
+        _ready()
+        return _consume_all(c, job["topic"], parts, job["expected"], job.get("timeout", 300))
+    finally:
+        c.close()
+
+
+def job_latency_consume(job: Job) -> dict[str, Any]:
+    """Receive the paced records and compute send→receive latency from their embedded clock.
+
+    CLOCK_MONOTONIC is shared by all processes on the machine, so the producer's stamp and the
+    consumer's reading compare directly.
+    """
+    c = _consumer(job)
+    topic, expected, skip = job["topic"], job["expected"], job["warmup_records"]
+    try:
+        parts = _wait_metadata(c, topic)
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        # One poll so the first fetches are in flight before the producer starts.
+        c.poll(0.2)
+        _ready()
+        latencies: list[int] = []
+        count = 0
+        deadline = time.monotonic() + job["timeout"]
+        poll, now, unpack = c.poll, time.monotonic_ns, struct.Struct(">qq").unpack_from
+        while count < expected and time.monotonic() < deadline:
+            m = poll(0.5)
+            if m is None:
+                continue
+            t = now()
+            if m.error() is not None:
+                continue
+            count += 1
+            seq, sent = unpack(m.value())
+            if seq >= skip:
+                latencies.append(t - sent)
+    finally:
+        c.close()
+    latencies.sort()
+    return {
+        "records": count,
+        "expected": expected,
+        "latencies_us": _percentiles([x / 1000 for x in latencies]),
+        "samples": len(latencies),
+    }
+
+
+def _percentiles(sorted_values: list[float]) -> dict[str, float]:
+    if not sorted_values:
+        return {}
+    n = len(sorted_values)
+
+    def pick(q: float) -> float:
+        return sorted_values[min(n - 1, max(0, int(round(q * n + 0.5)) - 1))]
+
+    return {"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999), "max": sorted_values[-1]}
+
+
+def job_latency_produce(job: Job) -> dict[str, Any]:
+    """Send records at a fixed rate, each carrying its sequence number and send time."""
+    errors = _Errors()
+    p = _producer(job, PRODUCER_LATENCY, errors)
+    topic, rate, total = job["topic"], job["rate"], job["count"]
+    _wait_metadata(p, topic)
+    pad = os.urandom(max(0, job["size"] - 16))
+    pack, now = struct.Struct(">qq").pack, time.monotonic_ns
+    interval = 1e9 / rate
+    _ready()
+    late = 0
+    start = now()
+    for seq in range(total):
+        due = start + int(seq * interval)
+        wait = due - now()
+        if wait > 0:
+            time.sleep(wait / 1e9)
+        elif wait < -1_000_000:
+            late += 1  # more than 1 ms behind schedule: the client itself lagged
+        p.produce(topic, pack(seq, now()) + pad)
+        p.poll(0)
+    remaining = p.flush(30)
+    return {
+        "records": total,
+        "seconds": (now() - start) / 1e9,
+        "failed": errors.count + remaining,
+        "first_error": errors.first,
+        "late": late,
+    }
+
+
+def job_many_partitions(job: Job) -> dict[str, Any]:
+    """Create a topic with many partitions, produce ``each`` records to every one, read all."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic, n, each = job["topic"], job["partitions"], job["each"]
+    admin = AdminClient({"bootstrap.servers": job["bootstrap"]})
+    errors = _Errors()
+    p = _producer(job, PRODUCER_THROUGHPUT, errors)
+    c = _consumer(job)
+    p.list_topics(timeout=10)
+    _ready()
+    t0 = time.perf_counter()
+    fut = admin.create_topics([NewTopic(topic, n, 1)], request_timeout=120)[topic]
+    fut.result(timeout=120)
+    parts = _wait_metadata(p, topic, timeout=120)
+    if len(parts) != n:
+        raise RuntimeError(f"topic has {len(parts)} partitions, asked for {n}")
+    t1 = time.perf_counter()
+    value = os.urandom(job["size"])
+    for part in parts:
+        for _ in range(each):
+            p.produce(topic, value, partition=part)
+    remaining = p.flush(120)
+    t2 = time.perf_counter()
+    consumed = _consume_all(c, topic, parts, n * each, job.get("timeout", 300))
+    t3 = time.perf_counter()
+    c.close()
+    failed = errors.count + remaining
+    problem = consumed["problem"] or (f"{failed} records not delivered" if failed else None)
+    return {
+        "create_s": t1 - t0,
+        "produce_s": t2 - t1,
+        "consume_s": t3 - t2,
+        "total_s": t3 - t0,
+        "records": consumed["records"],
+        "problem": problem,
+    }
+
+
+def job_churn(job: Job) -> dict[str, Any]:
+    """Many short-lived producers: connect, produce one record, flush, close."""
+    topic, n = job["topic"], job["connections"]
+    value = os.urandom(job["size"])
+    delivered = [0]
+    first_error: list[str] = []
+
+    def on_delivery(err: Any, _msg: Any) -> None:
+        if err is None:
+            delivered[0] += 1
+        elif not first_error:
+            first_error.append(str(err))
+
+    cfg = {
+        "bootstrap.servers": job["bootstrap"],
+        "acks": 1,
+        **PRODUCER_LATENCY,
+        "delivery.report.only.error": False,
+    }
+    _ready()
+    t0 = time.perf_counter()
+    for _ in range(n):
+        p = Producer(cfg)
+        p.produce(topic, value, on_delivery=on_delivery)
+        p.flush(30)
+        p.close()
+    elapsed = time.perf_counter() - t0
+    return {
+        "connections": n,
+        "seconds": elapsed,
+        "delivered": delivered[0],
+        "first_error": first_error[0] if first_error else None,
+    }
+
+
+def job_one_per_partition(job: Job) -> dict[str, Any]:
+    """One record into every partition of a (large) topic, so a restart has data to recover."""
+    errors = _Errors()
+    p = _producer(job, PRODUCER_THROUGHPUT, errors)
+    parts = _wait_metadata(p, job["topic"], timeout=120)
+    value = os.urandom(job["size"])
+    _ready()
+    t0 = time.perf_counter()
+    for part in parts:
+        p.produce(job["topic"], value, partition=part)
+    remaining = p.flush(120)
+    return {
+        "records": len(parts),
+        "seconds": time.perf_counter() - t0,
+        "failed": errors.count + remaining,
+        "first_error": errors.first,
+    }
+
+
+JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
+    "ceiling": job_ceiling,
+    "produce": job_produce,
+    "consume": job_consume,
+    "latency_produce": job_latency_produce,
+    "latency_consume": job_latency_consume,
+    "many_partitions": job_many_partitions,
+    "churn": job_churn,
+    "one_per_partition": job_one_per_partition,
+}
+
+
+def main() -> None:
+    job = json.loads(sys.argv[1])
+    try:
+        result = JOBS[job["job"]](job)
+    except Exception as e:
+        result = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(limit=3)}
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

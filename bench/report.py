@@ -1,0 +1,248 @@
+"""Pure report logic: medians, ranges, ratios, targets and the markdown table.
+
+No I/O and no Kafka here, so the arithmetic that decides "pass" has a unit test.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Outcome:
+    """One run of one scenario against one broker.
+
+    ``metrics`` holds the numbers measured; ``failed`` is set when the run must not count
+    (wrong record count, error, timeout); ``na`` maps a metric to why it cannot be measured on
+    this broker (e.g. restart of an in-memory broker).
+    """
+
+    metrics: dict[str, float] = field(default_factory=dict)
+    failed: str | None = None
+    na: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stat:
+    median: float
+    lo: float
+    hi: float
+    n: int
+
+
+def summarize(values: Sequence[float]) -> Stat | None:
+    """Median and min–max of the runs; None when there are none."""
+    if not values:
+        return None
+    return Stat(statistics.median(values), min(values), max(values), len(values))
+
+
+def ratio(subject: float | None, peer: float | None) -> float | None:
+    """subject / peer, or None if either is missing or the peer is zero."""
+    if subject is None or peer is None or peer == 0:
+        return None
+    return subject / peer
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal for the subject broker's median.
+
+    kinds: ``ratio_min``/``ratio_max`` compare subject/peer with ``value``; ``max``/``min``
+    compare the subject's median itself; ``ref_min`` compares subject / refs[ref] (the client's
+    ceiling) with ``value``.
+    """
+
+    kind: str
+    value: float
+    ref: str | None = None
+
+    def describe(self, peer: str, unit: str = "") -> str:
+        v = f"{self.value:g}"
+        if self.kind == "ratio_min":
+            return f"≥ {v}× {peer}"
+        if self.kind == "ratio_max":
+            return f"≤ {v}× {peer}"
+        if self.kind == "max":
+            return f"≤ {v} {unit}".rstrip()
+        if self.kind == "min":
+            return f"≥ {v} {unit}".rstrip()
+        if self.kind == "ref_min":
+            return f"≥ {v}× client ceiling"
+        raise ValueError(self.kind)
+
+    def check(
+        self, subject: float | None, peer: float | None, refs: Mapping[str, float]
+    ) -> bool | None:
+        """True/False, or None when a needed number is missing."""
+        if subject is None:
+            return None
+        if self.kind in ("ratio_min", "ratio_max"):
+            r = ratio(subject, peer)
+            if r is None:
+                return None
+            return r >= self.value if self.kind == "ratio_min" else r <= self.value
+        if self.kind == "max":
+            return subject <= self.value
+        if self.kind == "min":
+            return subject >= self.value
+        if self.kind == "ref_min":
+            ref = refs.get(self.ref or "")
+            if not ref:
+                return None
+            return subject / ref >= self.value
+        raise ValueError(self.kind)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the table: which number, how to print it, and its target if any."""
+
+    key: str
+    label: str
+    unit: str = ""
+    digits: int = 1
+    target: Target | None = None
+    # Key into refs of the client's ceiling for this row: the notes then say how close each
+    # broker came to it, so a client-bound result reads as such.
+    ceiling: str | None = None
+
+
+@dataclass(frozen=True)
+class ScenarioRows:
+    name: str
+    title: str
+    metrics: tuple[Metric, ...]
+
+
+@dataclass
+class Cell:
+    stat: Stat | None
+    text: str
+    note: str = ""
+
+
+def _fmt(x: float, digits: int) -> str:
+    if abs(x) >= 10_000:
+        return f"{x:,.0f}"
+    return f"{x:,.{digits}f}"
+
+
+def cell(outcomes: Sequence[Outcome], metric: Metric) -> Cell:
+    """Median (min–max) of ``metric`` over ``outcomes``, or FAILED / n/a with the reason."""
+    if not outcomes:
+        return Cell(None, "—", "not run")
+    failed = [o.failed for o in outcomes if o.failed]
+    if failed:
+        return Cell(None, f"FAILED ({len(failed)}/{len(outcomes)})", failed[0])
+    na = [o.na[metric.key] for o in outcomes if metric.key in o.na]
+    if na:
+        return Cell(None, "n/a", na[0])
+    stat = summarize([o.metrics[metric.key] for o in outcomes if metric.key in o.metrics])
+    if stat is None:
+        return Cell(None, "—", "not measured")
+    if stat.n == 1:
+        return Cell(stat, _fmt(stat.median, metric.digits))
+    lo, hi = _fmt(stat.lo, metric.digits), _fmt(stat.hi, metric.digits)
+    return Cell(stat, f"{_fmt(stat.median, metric.digits)} ({lo}–{hi})")
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    metric: str
+    subject: str
+    peer: str
+    ratio: str
+    target: str
+    verdict: str  # "pass", "FAIL", "?" or ""
+    notes: str
+
+
+def build_rows(
+    scenarios: Sequence[ScenarioRows],
+    runs: Mapping[str, Mapping[str, Sequence[Outcome]]],
+    subject: str,
+    peer: str,
+    refs: Mapping[str, float],
+) -> list[Row]:
+    """One :class:`Row` per scenario metric, in order, with ratio and verdict."""
+    rows = []
+    for sc in scenarios:
+        by_broker = runs.get(sc.name, {})
+        first = True
+        for m in sc.metrics:
+            s = cell(by_broker.get(subject, ()), m)
+            p = cell(by_broker.get(peer, ()), m)
+            sm = s.stat.median if s.stat else None
+            pm = p.stat.median if p.stat else None
+            r = ratio(sm, pm)
+            verdict, target = "", ""
+            if m.target is not None:
+                target = m.target.describe(peer, m.unit)
+                ok = m.target.check(sm, pm, refs)
+                verdict = "?" if ok is None else ("pass" if ok else "FAIL")
+                if s.text.startswith("FAILED"):
+                    verdict = "FAIL"
+            notes = []
+            for who, c in ((subject, s), (peer, p)):
+                if c.note and c.note not in ("not run",):
+                    notes.append(f"{who}: {c.note}")
+            if m.ceiling and refs.get(m.ceiling):
+                ceil = refs[m.ceiling]
+                parts = [
+                    f"{who} {c.stat.median / ceil:.0%}"
+                    for who, c in ((subject, s), (peer, p))
+                    if c.stat is not None
+                ]
+                if parts:
+                    notes.append("of client ceiling: " + ", ".join(parts))
+            rows.append(
+                Row(
+                    scenario=sc.title if first else "",
+                    metric=f"{m.label} ({m.unit})" if m.unit else m.label,
+                    subject=s.text,
+                    peer=p.text,
+                    ratio="—" if r is None else f"{r:.2f}×",
+                    target=target,
+                    verdict=verdict,
+                    notes="; ".join(notes),
+                )
+            )
+            first = False
+    return rows
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def markdown_table(rows: Sequence[Row], subject: str, peer: str) -> str:
+    head = [
+        "Scenario",
+        "Metric",
+        f"{subject} median (min–max)",
+        f"{peer} median (min–max)",
+        f"{subject}/{peer}",
+        "Target",
+        "Pass",
+        "Notes",
+    ]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        cells = [r.scenario, r.metric, r.subject, r.peer, r.ratio, r.target, r.verdict, r.notes]
+        lines.append("| " + " | ".join(_escape(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def verdict_summary(rows: Sequence[Row]) -> str:
+    judged = [r for r in rows if r.verdict]
+    passed = sum(r.verdict == "pass" for r in judged)
+    failed = [r for r in judged if r.verdict == "FAIL"]
+    unknown = sum(r.verdict == "?" for r in judged)
+    text = f"Targets met: {passed} of {len(judged)}"
+    if unknown:
+        text += f" ({unknown} could not be judged)"
+    return text + "." if not failed else text + f"; missed: {len(failed)}."

@@ -1,0 +1,19 @@
+"""All scenarios, in the order they run and appear in the report."""
+
+from __future__ import annotations
+
+from bench.scenarios import ceiling, churn, huge_broker, latency, many_partitions, throughput
+from bench.scenarios.base import Context, Scenario
+
+ALL: list[Scenario] = [
+    *ceiling.SCENARIOS,
+    *throughput.SCENARIOS,
+    *latency.SCENARIOS,
+    *many_partitions.SCENARIOS,
+    *churn.SCENARIOS,
+    *huge_broker.SCENARIOS,
+]
+
+BY_NAME = {s.name: s for s in ALL}
+
+__all__ = ["ALL", "BY_NAME", "Context", "Scenario"]

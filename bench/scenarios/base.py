@@ -1,0 +1,76 @@
+"""What every scenario shares: the context it runs in, a fresh broker, a measured client phase."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.brokers import BrokerError, BrokerProcess, BrokerSpec
+from bench.clientproc import ClientError, ClientJob
+from bench.config import Sizes
+from bench.report import Outcome, ScenarioRows
+
+MB = 1e6  # throughput is reported in decimal megabytes of record values per second
+
+
+@dataclass
+class Context:
+    sizes: Sizes
+    workdir: Path
+    log: Callable[[str], None]
+    ready_timeout: float = 60.0
+
+
+class Scenario:
+    """One scenario. Subclasses set ``name``/``title`` and implement :meth:`rows` and :meth:`body`."""
+
+    name = ""
+    title = ""
+    needs_broker = True
+
+    def rows(self, sizes: Sizes) -> ScenarioRows:
+        raise NotImplementedError
+
+    def run(self, spec: BrokerSpec, ctx: Context) -> Outcome:
+        """Start a broker with fresh storage, run :meth:`body`, record its peak RSS, stop it."""
+        out = Outcome()
+        broker = BrokerProcess(spec, ctx.workdir)
+        try:
+            broker.start()
+            broker.wait_ready(ctx.ready_timeout)
+            self.body(broker, ctx, out)
+            if broker.proc is not None and broker.proc.poll() is None:
+                rss = broker.peak_rss_bytes() / MB
+                out.metrics["rss_mb"] = max(rss, out.metrics.get("rss_mb", 0.0))
+            elif not out.failed:
+                out.failed = f"broker died: {broker.log_tail(5)}"
+        except (BrokerError, ClientError, TimeoutError) as e:
+            out.failed = str(e)
+        except Exception as e:  # a Kafka error surfacing in the harness (topic creation, ...)
+            out.failed = f"{type(e).__name__}: {e}"
+        finally:
+            broker.close()
+        return out
+
+    def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
+        raise NotImplementedError
+
+
+def measured(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> tuple[dict, float]:
+    """Run a client job, sampling the broker's CPU seconds right before GO and after RESULT."""
+    client = ClientJob({**job, "bootstrap": broker.bootstrap})
+    try:
+        client.ready(60)
+        cpu0 = broker.cpu_seconds()
+        client.go()
+        result = client.result(timeout)
+        return result, broker.cpu_seconds() - cpu0
+    finally:
+        client.kill()
+
+
+def io_timeout(records: int, size: int) -> float:
+    """A deadline for moving ``records`` x ``size`` bytes that only a stuck broker misses."""
+    return 60.0 + records * size / (2 * MB) + records / 20_000

@@ -1,0 +1,100 @@
+"""End-to-end latency at a fixed rate: a paced producer and a consumer in separate processes."""
+
+from __future__ import annotations
+
+from bench.admin import create_topic
+from bench.brokers import BrokerProcess
+from bench.clientproc import ClientJob
+from bench.config import FETCH_WAIT_MAX_MS, PARTITIONS, Sizes
+from bench.report import Metric, Outcome, ScenarioRows, Target
+from bench.scenarios.base import Context, Scenario
+
+RECORD_SIZE = 1024
+
+
+class Latency(Scenario):
+    name = "e2e-latency"
+
+    def title_for(self, sizes: Sizes) -> str:
+        return (
+            f"end-to-end latency, {sizes.latency_rate:,} records/s of 1 KiB for "
+            f"{sizes.latency_measure_s:g} s (linger.ms=0, fetch.wait.max.ms={FETCH_WAIT_MAX_MS})"
+        )
+
+    def rows(self, sizes: Sizes) -> ScenarioRows:
+        return ScenarioRows(
+            self.name,
+            self.title_for(sizes),
+            (
+                Metric("p50_ms", "p50", "ms", 2, Target("max", 2.0)),
+                Metric("p99_ms", "p99", "ms", 2, Target("max", 5.0)),
+                Metric("p999_ms", "p99.9", "ms", 2),
+                Metric("max_ms", "max", "ms", 2),
+                Metric("cpu_pct", "broker CPU", "% of a core", 0),
+                Metric("rss_mb", "broker peak RSS", "MB", 0, Target("max", 300)),
+            ),
+        )
+
+    def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
+        s = ctx.sizes
+        topic = "bench-latency"
+        create_topic(broker.bootstrap, topic, PARTITIONS)
+        warmup = int(s.latency_rate * s.latency_warmup_s)
+        total = warmup + int(s.latency_rate * s.latency_measure_s)
+        seconds = s.latency_warmup_s + s.latency_measure_s
+        common = {"bootstrap": broker.bootstrap, "topic": topic}
+        consumer = ClientJob(
+            {
+                **common,
+                "job": "latency_consume",
+                "expected": total,
+                "warmup_records": warmup,
+                "timeout": seconds + 30,
+            }
+        )
+        producer = None
+        try:
+            consumer.ready(60)
+            producer = ClientJob(
+                {
+                    **common,
+                    "job": "latency_produce",
+                    "rate": s.latency_rate,
+                    "count": total,
+                    "size": RECORD_SIZE,
+                    "acks": 1,
+                }
+            )
+            producer.ready(60)
+            consumer.go()
+            cpu0 = broker.cpu_seconds()
+            producer.go()
+            sent = producer.result(seconds + 60)
+            got = consumer.result(60)
+            cpu = broker.cpu_seconds() - cpu0
+        finally:
+            consumer.kill()
+            if producer is not None:
+                producer.kill()
+        if sent["failed"]:
+            out.failed = f"{sent['failed']} records not delivered ({sent['first_error']})"
+            return
+        if got["records"] != total:
+            out.failed = f"consumed {got['records']} of {total} records"
+            return
+        lat = got["latencies_us"]
+        out.metrics.update(
+            p50_ms=lat["p50"] / 1000,
+            p99_ms=lat["p99"] / 1000,
+            p999_ms=lat["p99.9"] / 1000,
+            max_ms=lat["max"] / 1000,
+            cpu_pct=100 * cpu / sent["seconds"],
+        )
+        late = f", producer >1 ms late {sent['late']} times" if sent["late"] else ""
+        ctx.log(
+            f"p50 {out.metrics['p50_ms']:.2f} ms, p99 {out.metrics['p99_ms']:.2f} ms, "
+            f"max {out.metrics['max_ms']:.1f} ms, broker {out.metrics['cpu_pct']:.0f}% CPU{late}"
+        )
+
+
+SCENARIOS = [Latency()]

@@ -1,0 +1,108 @@
+"""Produce N records as fast as the client goes, then consume them all back and count them."""
+
+from __future__ import annotations
+
+from bench.admin import create_topic
+from bench.brokers import BrokerProcess
+from bench.config import PARTITIONS, Sizes
+from bench.report import Metric, Outcome, ScenarioRows, Target
+from bench.scenarios.base import MB, Context, Scenario, io_timeout, measured
+
+KIB = 1024
+RSS_LIMIT_MB = 300
+
+
+def ceiling_keys(size: int) -> tuple[str, str]:
+    """Keys of the client-ceiling references (records/s, MB/s) for one record size."""
+    return f"ceiling_rps.{size}", f"ceiling_mbs.{size}"
+
+
+def size_label(size: int) -> str:
+    return f"{size // KIB} KiB" if size >= KIB else f"{size} B"
+
+
+class Throughput(Scenario):
+    def __init__(self, name: str, size: int, acks: int | str, count_field: str) -> None:
+        self.name = name
+        self.size = size
+        self.acks = acks
+        self.count_field = count_field
+
+    def count(self, sizes: Sizes) -> int:
+        return int(getattr(sizes, self.count_field))
+
+    @property
+    def title(self) -> str:  # type: ignore[override]
+        acks = "all" if self.acks in (-1, "all") else self.acks
+        return f"produce+consume {size_label(self.size)}, {PARTITIONS} partitions, acks={acks}"
+
+    def rows(self, sizes: Sizes) -> ScenarioRows:
+        big = self.size >= KIB
+        twice = Target("ratio_min", 2.0)
+        rps_ref, mbs_ref = ceiling_keys(self.size)
+        metrics = [
+            Metric(
+                "produce_mbs",
+                "produce",
+                "MB/s",
+                target=twice if big else None,
+                ceiling=mbs_ref,
+            ),
+        ]
+        if not big:
+            metrics.append(
+                Metric(
+                    "produce_rps",
+                    "produce",
+                    "records/s",
+                    digits=0,
+                    target=Target("ref_min", 0.9, rps_ref),
+                    ceiling=rps_ref,
+                )
+            )
+        metrics += [
+            Metric("produce_rpcpu", "produce", "records/broker-CPU-s", 0, twice),
+            Metric("consume_mbs", "consume", "MB/s", target=twice if big else None),
+            Metric("consume_rpcpu", "consume", "records/broker-CPU-s", 0, twice),
+            Metric("rss_mb", "broker peak RSS", "MB", 0, Target("max", RSS_LIMIT_MB)),
+        ]
+        return ScenarioRows(self.name, f"{self.title} ({self.count(sizes):,} records)", tuple(metrics))
+
+    def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
+        n, size, topic = self.count(ctx.sizes), self.size, f"bench-{self.name}"
+        create_topic(broker.bootstrap, topic, PARTITIONS)
+        timeout = io_timeout(n, size)
+        job = {"topic": topic, "size": size, "count": n, "acks": self.acks}
+        res, cpu = measured(broker, {"job": "produce", **job}, timeout)
+        if res["failed"]:
+            out.failed = f"{res['failed']} records not delivered ({res['first_error']})"
+            return
+        out.metrics["produce_s"] = res["seconds"]
+        out.metrics["produce_mbs"] = n * size / res["seconds"] / MB
+        out.metrics["produce_rps"] = n / res["seconds"]
+        out.metrics["produce_cpu_s"] = cpu
+        if cpu > 0:
+            out.metrics["produce_rpcpu"] = n / cpu
+        res, cpu = measured(broker, {"job": "consume", "topic": topic, "expected": n}, timeout)
+        if res["problem"] or res["errors"]:
+            out.failed = res["problem"] or f"{res['errors']} errors ({res['first_error']})"
+            return
+        out.metrics["consume_s"] = res["seconds"]
+        out.metrics["consume_mbs"] = n * size / res["seconds"] / MB
+        out.metrics["consume_rps"] = n / res["seconds"]
+        out.metrics["consume_cpu_s"] = cpu
+        if cpu > 0:
+            out.metrics["consume_rpcpu"] = n / cpu
+        ctx.log(
+            f"produce {out.metrics['produce_mbs']:.1f} MB/s ({out.metrics['produce_cpu_s']:.2f} "
+            f"CPU-s), consume {out.metrics['consume_mbs']:.1f} MB/s ({cpu:.2f} CPU-s)"
+        )
+
+
+SCENARIOS = [
+    Throughput("produce-100b", 100, 1, "records_100b"),
+    Throughput("produce-1k", KIB, 1, "records_1k"),
+    Throughput("produce-10k", 10 * KIB, 1, "records_10k"),
+    Throughput("produce-1k-acks-all", KIB, "all", "records_acks"),
+    Throughput("produce-1k-acks-0", KIB, 0, "records_acks"),
+]

@@ -1,0 +1,176 @@
+"""Starting and stopping a broker process: `strom broker` ends up here."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import os
+import resource
+import signal
+import socket
+import sys
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import strom
+from strom.broker.core import Broker
+from strom.broker.handlers import MODULES
+from strom.broker.partitions import PartitionManager
+from strom.broker.router import Router
+from strom.broker.server import BrokerServer
+from strom.cluster.controller import LocalController
+from strom.cluster.image import BrokerInfo
+from strom.cluster.metadata_log import MetadataLog
+from strom.config.broker import BrokerConfig
+from strom.config.defs import ConfigError
+from strom.storage.manager import LogManager
+
+log = logging.getLogger("strom.broker")
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message tells the operator why."""
+
+
+def setup_logging() -> None:
+    level = os.environ.get("STROM_LOG_LEVEL", "INFO").upper()
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s level=%(levelname)s logger=%(name)s msg=%(message)s",
+        stream=sys.stderr,
+    )
+
+
+def raise_fd_limit() -> None:
+    """Partitions need files; take the hard limit so the FD budget, not the OS, decides."""
+    with contextlib.suppress(ValueError, OSError):
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft < hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def cluster_id_for(log_dirs: list[Path], broker_id: int) -> str:
+    """Read or create meta.properties in every log dir; all must agree (as Kafka requires)."""
+    found: dict[str, str] = {}
+    for d in log_dirs:
+        d.mkdir(parents=True, exist_ok=True)
+        meta = d / "meta.properties"
+        if meta.exists():
+            props = dict(line.split("=", 1) for line in meta.read_text().splitlines()
+                         if "=" in line and not line.startswith("#"))
+            node = props.get("node.id", props.get("broker.id"))
+            if node is not None and int(node) != broker_id:
+                raise StartupError(
+                    f"{meta} belongs to broker {node}, but this broker is broker.id={broker_id}")
+            if "cluster.id" in props:
+                found[str(d)] = props["cluster.id"]
+    ids = set(found.values())
+    if len(ids) > 1:
+        raise StartupError(f"log dirs belong to different clusters: {found}")
+    cluster_id = ids.pop() if ids else base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
+    for d in log_dirs:
+        meta = d / "meta.properties"
+        if not meta.exists():
+            meta.write_text(f"#Written by Strom {strom.__version__}\nversion=1\n"
+                            f"cluster.id={cluster_id}\nnode.id={broker_id}\n")
+    return cluster_id
+
+
+def build_broker(config: BrokerConfig) -> tuple[Broker, list[BrokerServer]]:
+    broker_id = config.broker_id
+    log_dirs = config.log_dirs
+    cluster_id = cluster_id_for(log_dirs, broker_id)
+    logs = LogManager(log_dirs, max_open_files=config.get("max.open.files"))
+    started = time.monotonic()
+    logs.load()
+    metadata_log = MetadataLog(logs)
+    image = metadata_log.load(cluster_id)
+    listeners = config.listeners()
+    advertised = config.advertised_listeners()
+    _, adv_host, adv_port = advertised[0]
+    info = BrokerInfo(broker_id, adv_host or socket.gethostname(), adv_port,
+                      config.get("broker.rack"))
+    controller = LocalController(metadata_log, image, info)
+    partitions = PartitionManager(broker_id, config, image, logs)
+    partitions.refresh_dynamic_broker_configs()
+    partitions.sync_all()
+    controller.subscribe(partitions.on_changes)
+    broker = Broker(config, broker_id, cluster_id, info, image, controller, partitions, logs)
+    broker.router = Router(broker, MODULES)
+    servers = [
+        BrokerServer(broker.router, host or "0.0.0.0", port,
+                     max_request_bytes=config.get("socket.request.max.bytes"),
+                     send_buffer=config.get("socket.send.buffer.bytes"),
+                     receive_buffer=config.get("socket.receive.buffer.bytes"),
+                     backlog=config.get("socket.listen.backlog.size"))
+        for _, host, port in listeners
+    ]
+    log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
+             len(image.topics), time.monotonic() - started)
+    return broker, servers
+
+
+async def _periodic(interval_ms: int, fn, name: str) -> None:
+    interval = max(interval_ms, 10) / 1000
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            fn()
+        except Exception:
+            log.exception("background task %s failed", name)
+
+
+async def serve(config: BrokerConfig) -> None:
+    broker, servers = build_broker(config)
+    for server in servers:
+        await server.start()
+    if broker.info.port == 0 and servers:  # port 0: advertise the port the OS chose
+        broker.info.port = servers[0].port
+    listener = ", ".join(f"PLAINTEXT://{s.host}:{s.port}" for s in servers)
+    dirs = ", ".join(str(d) for d in config.log_dirs)
+    print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "
+          f"(advertised {broker.info.host}:{broker.info.port}), data in {dirs}, "
+          f"cluster id {broker.cluster_id}", flush=True)
+    logs = broker.logs
+    tasks = [
+        asyncio.create_task(_periodic(config.get("log.retention.check.interval.ms"),
+                                      lambda: logs.run_retention(broker.now_ms()), "retention")),
+        asyncio.create_task(_periodic(min(config.get("log.flush.scheduler.interval.ms"), 1000),
+                                      lambda: logs.flush_if_due(broker.now_ms()), "flush")),
+        asyncio.create_task(_periodic(config.get("log.flush.offset.checkpoint.interval.ms"),
+                                      logs.checkpoint, "checkpoint")),
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    for task in tasks:
+        task.cancel()
+    for server in servers:
+        await server.stop()
+    logs.shutdown()
+    log.info("shut down cleanly")
+
+
+def run_broker(config_path: Path | None, overrides: Mapping[str, str]) -> int:
+    setup_logging()
+    raise_fd_limit()
+    try:
+        config = BrokerConfig.load(config_path, overrides)
+        try:
+            import uvloop
+
+            runner = uvloop.run
+        except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
+            runner = asyncio.run
+        runner(serve(config))
+        return 0
+    except (ConfigError, StartupError, OSError) as exc:
+        print(f"strom broker: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,14 @@
+"""One module per API (or small family of APIs); the router collects the marked functions."""
+
+from strom.broker.handlers import (
+    api_versions,
+    cluster,
+    configs,
+    fetch,
+    metadata,
+    offsets,
+    produce,
+    topics,
+)
+
+MODULES = [api_versions, cluster, configs, fetch, metadata, offsets, produce, topics]

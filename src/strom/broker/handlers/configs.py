@@ -1,0 +1,257 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.router import handles
+from strom.config.broker import BROKER_CONFIGS
+from strom.config.defs import ConfigError, ConfigSource, ConfigType
+from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, KafkaError
+
+TOPIC = 2
+BROKER = 4
+BROKER_LOGGER = 8
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+def _entry(name: str, value: str | None, source: int, *, read_only: bool, sensitive: bool,
+           config_type: ConfigType, doc: str, synonyms: list[dict[str, Any]],
+           include_docs: bool) -> dict[str, Any]:
+    return {
+        "name": name,
+        "value": None if sensitive else value,
+        "read_only": read_only,
+        "config_source": source,
+        "is_default": source == ConfigSource.DEFAULT_CONFIG,
+        "is_sensitive": sensitive,
+        "synonyms": synonyms,
+        "config_type": int(config_type),
+        "documentation": doc if include_docs else None,
+    }
+
+
+def _broker_synonyms(broker: Any, names: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Every layer that sets one of these broker configs, strongest first, then the default."""
+    config = broker.config
+    out = []
+    for layer, source in ((config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                          (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                          (config.static, ConfigSource.STATIC_BROKER_CONFIG)):
+        for name in names:
+            if name in layer and layer[name] is not None:
+                out.append({"name": name, "value": BROKER_CONFIGS[name].render(layer[name]),
+                            "source": int(source)})
+    for name in names:
+        default = BROKER_CONFIGS[name].default
+        if default is not None:
+            out.append({"name": name, "value": BROKER_CONFIGS[name].render(default),
+                        "source": int(ConfigSource.DEFAULT_CONFIG)})
+            break
+    return out
+
+
+def describe_topic(broker: Any, topic_name: str, keys: list[str] | None, synonyms: bool,
+                   docs: bool) -> list[dict[str, Any]]:
+    topic = broker.image.topics.get(topic_name)
+    if topic is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         f"Topic '{topic_name}' does not exist.")
+    out = []
+    for name in TOPIC_CONFIGS.names():
+        if keys is not None and name not in keys:
+            continue
+        d = TOPIC_CONFIGS[name]
+        resolved = broker.partitions.resolve(topic, name)
+        syn: list[dict[str, Any]] = []
+        if synonyms:
+            if name in topic.configs:
+                syn.append({"name": name, "value": topic.configs[name],
+                            "source": int(ConfigSource.DYNAMIC_TOPIC_CONFIG)})
+            syn += _broker_synonyms(broker, BROKER_SYNONYMS.get(name, ()))
+        out.append(_entry(name, d.render(resolved.value), int(resolved.source), read_only=False,
+                          sensitive=d.sensitive, config_type=d.type, doc=d.doc, synonyms=syn,
+                          include_docs=docs))
+    return out
+
+
+def describe_broker(broker: Any, resource_name: str, keys: list[str] | None, synonyms: bool,
+                    docs: bool) -> list[dict[str, Any]]:
+    default_only = resource_name == ""
+    if not default_only and resource_name != str(broker.broker_id):
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Unexpected broker id, expected {broker.broker_id} or empty string, "
+                         f"but received {resource_name}")
+    config = broker.config
+    out = []
+    for name in BROKER_CONFIGS.names():
+        if keys is not None and name not in keys:
+            continue
+        d = BROKER_CONFIGS[name]
+        if default_only:
+            if name not in config.dynamic_default:
+                continue
+            value, source = config.dynamic_default[name], ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG
+        else:
+            value, source = config.source_of(name)
+        syn = _broker_synonyms(broker, (name,)) if synonyms else []
+        out.append(_entry(name, d.render(value), int(source), read_only=d.read_only,
+                          sensitive=d.sensitive, config_type=d.type, doc=d.doc, synonyms=syn,
+                          include_docs=docs))
+    return out
+
+
+@handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
+def describe_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    synonyms = bool(getattr(request, "include_synonyms", False))
+    docs = bool(getattr(request, "include_documentation", False))
+    results = []
+    for r in request.resources:
+        keys = list(r.configuration_keys) if r.configuration_keys is not None else None
+        result: dict[str, Any] = {"error_code": 0, "error_message": None,
+                                  "resource_type": r.resource_type,
+                                  "resource_name": r.resource_name, "configs": []}
+        try:
+            if r.resource_type == TOPIC:
+                result["configs"] = describe_topic(broker, r.resource_name, keys, synonyms, docs)
+            elif r.resource_type == BROKER:
+                result["configs"] = describe_broker(broker, r.resource_name, keys, synonyms, docs)
+            elif r.resource_type == BROKER_LOGGER:
+                result["configs"] = []
+            else:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Unsupported resource type {r.resource_type}")
+        except KafkaError as exc:
+            result.update(error_code=int(exc.code), error_message=str(exc))
+        results.append(result)
+    return {"throttle_time": 0, "results": results}
+
+
+# -- altering ------------------------------------------------------------------------------
+
+
+def _current_overrides(broker: Any, resource_type: int, name: str) -> dict[str, str]:
+    if resource_type == TOPIC:
+        topic = broker.image.topics.get(name)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"Topic '{name}' does not exist.")
+        return dict(topic.configs)
+    if resource_type == BROKER:
+        if name not in ("", str(broker.broker_id)):
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"Unexpected broker id, expected {broker.broker_id} or empty string, "
+                             f"but received {name}")
+        return dict(broker.image.broker_configs.get(name, {}))
+    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource_type}")
+
+
+def _validate(resource_type: int, wanted: dict[str, str]) -> None:
+    try:
+        if resource_type == TOPIC:
+            validate_topic_configs(wanted)
+            return
+        for key, value in wanted.items():
+            if key not in BROKER_CONFIGS:
+                raise ConfigError(f"Unknown broker config name: {key}")
+            if BROKER_CONFIGS[key].read_only:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Cannot update these configs dynamically: {{{key}}}")
+            BROKER_CONFIGS.parse(key, value)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+
+
+def _apply(broker: Any, resource_type: int, name: str, current: dict[str, str],
+           wanted: dict[str, str], validate_only: bool) -> None:
+    _validate(resource_type, wanted)
+    if validate_only:
+        return
+    changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
+    changes.update({k: None for k in current if k not in wanted})
+    resource = "topic" if resource_type == TOPIC else "broker"
+    broker.controller.alter_configs(resource, name, changes)
+
+
+@handles(ApiKey.ALTER_CONFIGS, 0, 2)
+def alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    responses = []
+    for r in request.resources:
+        response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+                    "resource_name": r.resource_name}
+        try:
+            current = _current_overrides(broker, r.resource_type, r.resource_name)
+            wanted = {c.name: c.value for c in r.configs if c.value is not None}
+            _apply(broker, r.resource_type, r.resource_name, current, wanted, request.validate_only)
+        except KafkaError as exc:
+            response.update(error_code=int(exc.code), error_message=str(exc))
+        responses.append(response)
+    return {"throttle_time": 0, "responses": responses}
+
+
+def _list_type(resource_type: int, key: str) -> bool:
+    registry = TOPIC_CONFIGS if resource_type == TOPIC else BROKER_CONFIGS
+    return key in registry and registry[key].type == ConfigType.LIST
+
+
+@handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
+def incremental_alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    responses = []
+    for r in request.resources:
+        response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
+                    "resource_name": r.resource_name}
+        try:
+            current = _current_overrides(broker, r.resource_type, r.resource_name)
+            wanted = dict(current)
+            seen: set[str] = set()
+            for c in r.configs:
+                if c.name in seen:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     f"Error due to duplicate config keys: {c.name}")
+                seen.add(c.name)
+                op = c.config_operation
+                if op == SET:
+                    if c.value is None:
+                        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                         f"Null value not supported for: {c.name}")
+                    wanted[c.name] = c.value
+                elif op == DELETE:
+                    wanted.pop(c.name, None)
+                elif op in (APPEND, SUBTRACT):
+                    if not _list_type(r.resource_type, c.name):
+                        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                         f"Config value append/subtract is not allowed for "
+                                         f"config key: {c.name}")
+                    items = (_split(wanted[c.name]) if c.name in wanted
+                             else _default_list(broker, r, c.name))
+                    new = [x.strip() for x in (c.value or "").split(",") if x.strip()]
+                    if op == APPEND:
+                        items += [x for x in new if x not in items]
+                    else:
+                        items = [x for x in items if x not in new]
+                    wanted[c.name] = ",".join(items)
+                else:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op}")
+            _apply(broker, r.resource_type, r.resource_name, current, wanted,
+                   request.validate_only)
+        except KafkaError as exc:
+            response.update(error_code=int(exc.code), error_message=str(exc))
+        responses.append(response)
+    return {"throttle_time": 0, "responses": responses}
+
+
+def _default_list(broker: Any, resource: Any, key: str) -> list[str]:
+    if resource.resource_type == TOPIC:
+        value = broker.config.topic_default(key).value
+    else:
+        value = broker.config.get(key)
+    return _split(value) if isinstance(value, str) else list(value or [])
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+

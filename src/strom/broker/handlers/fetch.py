@@ -1,0 +1,130 @@
+"""Fetch: index lookups produce file slices that the server sends with sendfile.
+
+Long polling: when less than `min_bytes` is available, the request waits on its partitions'
+waiters (woken by appends) until the data arrives or `max_wait_ms` passes; no polling loop.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from strom.broker.router import handles
+from strom.broker.server import Parts
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+from strom.protocol.fetch import (
+    FetchPartitionResponse,
+    FetchTopicResponse,
+    decode_fetch_request,
+    encode_fetch_response,
+)
+from strom.storage.errors import StorageError
+
+READ_COMMITTED = 1
+
+
+def check_leader_epoch(current: int, leader_epoch: int) -> int:
+    """Kafka's fencing: an older epoch is fenced, a newer one is not known yet."""
+    if current == -1 or current == leader_epoch:
+        return ErrorCode.NONE
+    return ErrorCode.FENCED_LEADER_EPOCH if current < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+@handles(ApiKey.FETCH, 4, 17, raw=True)
+async def fetch(broker: Any, ctx: Any, body: memoryview) -> Parts:
+    version = ctx.api_version
+    request = decode_fetch_request(body, version)
+    if request.session_id != 0:  # we never grant sessions, so an incremental fetch is unknown
+        parts, size = encode_fetch_response(version, [], error_code=ErrorCode.FETCH_SESSION_ID_NOT_FOUND,
+                                            session_id=0)
+        return Parts(parts, size)
+    max_bytes = min(request.max_bytes if request.max_bytes > 0 else 0x7FFFFFFF,
+                    broker.config.get("fetch.max.bytes"))
+    deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
+    keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
+    while True:
+        topics, total, errors = _read_all(broker, request, version, max_bytes)
+        remaining = deadline - time.monotonic()
+        if total >= request.min_bytes or errors or remaining <= 0 or not keys:
+            parts, size = encode_fetch_response(version, topics, session_id=0)
+            return Parts(parts, size)
+        _release(topics)
+        names = [(_topic_name(broker, t), p.partition) for t in request.topics for p in t.partitions]
+        await broker.partitions.waiters.wait_any(names, remaining)
+
+
+def _topic_name(broker: Any, t: Any) -> str | None:
+    if t.topic is not None:
+        return t.topic
+    topic = broker.image.topics_by_id.get(t.topic_id)
+    return topic.name if topic else None
+
+
+def _release(topics: list[FetchTopicResponse]) -> None:
+    for t in topics:
+        for p in t.partitions:
+            release = getattr(p.records, "release", None)
+            if release is not None:
+                release()
+
+
+def _read_all(broker: Any, request: Any, version: int,
+              max_bytes: int) -> tuple[list[FetchTopicResponse], int, bool]:
+    image = broker.image
+    partitions = broker.partitions
+    total = 0
+    errors = False
+    topics_out = []
+    for t in request.topics:
+        if version >= 13:
+            topic = image.topics_by_id.get(t.topic_id)
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            topic = image.topics.get(t.topic)
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        out = FetchTopicResponse(t.topic, t.topic_id, [])
+        topics_out.append(out)
+        for p in t.partitions:
+            r = FetchPartitionResponse(p.partition)
+            out.partitions.append(r)
+            state = topic.partitions.get(p.partition) if topic is not None else None
+            log = partitions.get(topic.name, p.partition) if state is not None else None
+            if log is None:
+                r.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                errors = True
+                continue
+            r.error_code = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
+            if r.error_code:
+                errors = True
+                continue
+            hw = log.high_watermark
+            stable = log.last_stable_offset
+            r.high_watermark, r.last_stable_offset = hw, stable
+            r.log_start_offset = log.log_start_offset
+            if request.isolation_level == READ_COMMITTED:
+                r.aborted_transactions = []
+            if version >= 12 and p.last_fetched_epoch >= 0:
+                epoch, end = log.end_offset_for_epoch(p.last_fetched_epoch)
+                if epoch != p.last_fetched_epoch or end < p.fetch_offset:
+                    r.diverging_epoch = (epoch, end)
+                    errors = True
+                    continue
+            limit = hw if request.isolation_level != READ_COMMITTED else stable
+            if p.fetch_offset == limit and p.fetch_offset <= log.log_end_offset:
+                continue
+            budget = min(p.partition_max_bytes, max_bytes - total)
+            if budget <= 0 and total > 0:
+                continue
+            try:
+                result = log.read(p.fetch_offset, max(budget, 0), max_offset=limit,
+                                  min_one_batch=total == 0)
+            except StorageError as exc:
+                r.error_code = exc.error_code
+                errors = True
+                continue
+            if result.slice is not None and result.slice.length > 0:
+                r.records = result.slice
+                r.records_size = result.slice.length
+                total += result.slice.length
+    return topics_out, total, errors

@@ -1,0 +1,101 @@
+"""ListOffsets, OffsetForLeaderEpoch and DeleteRecords."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from strom.broker.handlers.fetch import check_leader_epoch
+from strom.broker.router import handles
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+from strom.storage.errors import StorageError
+
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD, LATEST_TIERED = (
+    -1, -2, -3, -4, -5, -6)
+READ_COMMITTED = 1
+
+
+def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
+                    fn: Callable[[Any, Any, Any, dict[str, Any]], None]) -> list[dict[str, Any]]:
+    """Resolve every (topic, partition) of a request to its log; fn fills the partition result."""
+    out = []
+    for t in topics:
+        name = getattr(t, name_attr)
+        topic = broker.image.topics.get(name)
+        results = []
+        for p in t.partitions:
+            index = getattr(p, index_attr)
+            result: dict[str, Any] = {index_attr: index, "error_code": 0}
+            state = topic.partitions.get(index) if topic is not None else None
+            log = broker.partitions.get(name, index) if state is not None else None
+            if log is None:
+                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    fn(p, state, log, result)
+                except StorageError as exc:
+                    result["error_code"] = exc.error_code
+            results.append(result)
+        out.append({name_attr: name, "partitions": results})
+    return out
+
+
+@handles(ApiKey.LIST_OFFSETS, 1, 10)
+def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+
+    def lookup(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
+        result.update(timestamp=-1, offset=-1, leader_epoch=-1)
+        error = check_leader_epoch(getattr(p, "current_leader_epoch", -1), state.leader_epoch)
+        if error:
+            result["error_code"] = error
+            return
+        ts = p.timestamp
+        if ts == LATEST:
+            offset = log.last_stable_offset if committed else log.high_watermark
+            result.update(offset=offset, leader_epoch=state.leader_epoch)
+        elif ts in (EARLIEST, EARLIEST_LOCAL):
+            result.update(offset=log.log_start_offset, leader_epoch=state.leader_epoch)
+        elif ts == MAX_TIMESTAMP:
+            found = log.max_timestamp_offset()
+            if found is not None:
+                result.update(offset=found[0], timestamp=found[1], leader_epoch=state.leader_epoch)
+        elif ts < 0:
+            result["error_code"] = ErrorCode.UNSUPPORTED_VERSION
+        else:
+            found = log.offset_for_timestamp(ts)
+            if found is not None:
+                result.update(offset=found[0], timestamp=found[1], leader_epoch=state.leader_epoch)
+
+    return {"throttle_time": 0,
+            "topics": _each_partition(broker, request.topics, "name", "partition_index", lookup)}
+
+
+@handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
+def offset_for_leader_epoch(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    def lookup(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
+        result.update(leader_epoch=-1, end_offset=-1)
+        error = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
+        if error:
+            result["error_code"] = error
+            return
+        epoch, end = log.end_offset_for_epoch(p.leader_epoch)
+        result.update(leader_epoch=epoch, end_offset=end)
+
+    return {"throttle_time": 0,
+            "topics": _each_partition(broker, request.topics, "topic", "partition", lookup)}
+
+
+@handles(ApiKey.DELETE_RECORDS, 0, 2)
+def delete_records(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    def delete(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
+        result["low_watermark"] = -1
+        target = log.high_watermark if p.offset == -1 else p.offset
+        if target < 0 or target > log.high_watermark:
+            result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE
+            return
+        result["low_watermark"] = log.delete_records_before(target)
+
+    return {"throttle_time": 0,
+            "topics": _each_partition(broker, request.topics, "name", "partition_index", delete)}

@@ -1,0 +1,84 @@
+"""Produce: validate batch headers, assign offsets, one write per partition, wake fetchers.
+
+Record bytes are never decoded here; the log validates CRC and headers and patches the base
+offset in the request buffer before writing it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.router import handles
+from strom.broker.server import CloseConnection
+from strom.cluster.image import INTERNAL_TOPICS
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+from strom.protocol.produce import (
+    ProducePartitionResponse,
+    ProduceTopicResponse,
+    decode_produce_request,
+    encode_produce_response,
+)
+from strom.storage.errors import StorageError
+
+VALID_ACKS = (0, 1, -1)
+
+
+@handles(ApiKey.PRODUCE, 3, 11, raw=True)
+def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
+    version = ctx.api_version
+    request = decode_produce_request(body, version)
+    acks = request.acks
+    image = broker.image
+    partitions = broker.partitions
+    now_ms = broker.now_ms()
+    failed = False
+    topics_out = []
+    for t in request.topics:
+        topic = image.topics.get(t.name) if t.name is not None else (
+            image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
+        results = []
+        for p in t.partitions:
+            result = ProducePartitionResponse(p.index)
+            results.append(result)
+            if acks not in VALID_ACKS:
+                result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                continue
+            if topic is None:
+                result.error_code = (ErrorCode.UNKNOWN_TOPIC_ID if t.name is None
+                                     else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            if topic.name in INTERNAL_TOPICS:
+                result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
+                result.error_message = f"Cannot append to internal topic {topic.name}"
+                continue
+            state = topic.partitions.get(p.index)
+            log = partitions.get(topic.name, p.index) if state is not None else None
+            if log is None:
+                result.error_code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if state is None
+                                     else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                continue
+            if acks == -1 and len(state.isr) < log.config.min_insync_replicas:
+                result.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
+                continue
+            if p.records is None or len(p.records) == 0:
+                result.error_code = ErrorCode.INVALID_RECORD
+                result.error_message = "Produce request carries no record batch"
+                continue
+            try:
+                appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
+            except StorageError as exc:
+                result.error_code = exc.error_code
+                result.error_message = str(exc)
+                continue
+            result.base_offset = appended.first_offset
+            result.log_append_time_ms = appended.log_append_time
+            result.log_start_offset = appended.log_start_offset
+            partitions.waiters.notify((topic.name, p.index))
+        failed = failed or any(r.error_code for r in results)
+        topics_out.append(ProduceTopicResponse(t.name, t.topic_id, results))
+    if acks == 0:
+        if failed:  # Kafka closes the connection: the only way to tell an acks=0 producer
+            raise CloseConnection()
+        return None
+    return encode_produce_response(version, topics_out)

@@ -1,0 +1,124 @@
+"""CreateTopics, DeleteTopics and CreatePartitions."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from strom.broker.router import handles
+from strom.cluster.image import TopicState
+from strom.config.defs import ConfigError
+from strom.config.topic import TOPIC_CONFIGS, validate_topic_configs
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, KafkaError
+
+
+def create_topic(broker: Any, name: str, num_partitions: int, replication_factor: int,
+                 assignments: dict[int, list[int]] | None, configs: dict[str, str], *,
+                 validate_only: bool = False) -> TopicState:
+    """Shared by CreateTopics and auto-creation: defaults, config validation, then the controller."""
+    if num_partitions == -1 and not assignments:
+        num_partitions = broker.config.get("num.partitions")
+    if replication_factor == -1 and not assignments:
+        replication_factor = broker.config.get("default.replication.factor")
+    try:
+        validate_topic_configs(configs)
+    except ConfigError as exc:
+        raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    return broker.controller.create_topic(name, num_partitions, replication_factor, assignments,
+                                          configs, validate_only=validate_only)
+
+
+def describe_topic_configs(broker: Any, topic: TopicState) -> list[dict[str, Any]]:
+    out = []
+    for name in TOPIC_CONFIGS.names():
+        d = TOPIC_CONFIGS[name]
+        resolved = broker.partitions.resolve(topic, name)
+        out.append({"name": name, "value": d.render(resolved.value), "read_only": False,
+                    "config_source": int(resolved.source), "is_sensitive": d.sensitive})
+    return out
+
+
+@handles(ApiKey.CREATE_TOPICS, 2, 7)
+def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for t in request.topics:
+        result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None,
+                                  "num_partitions": -1, "replication_factor": -1}
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 f"Create topics request from client {ctx.client_id} contains "
+                                 f"multiple entries for the topic {t.name}")
+            assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
+            configs = {c.name: c.value for c in t.configs}
+            topic = create_topic(broker, t.name, t.num_partitions, t.replication_factor,
+                                 assignments, configs, validate_only=request.validate_only)
+            first = next(iter(topic.partitions.values()))
+            result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
+                          replication_factor=len(first.replicas),
+                          configs=describe_topic_configs(broker, topic))
+        except KafkaError as exc:
+            result.update(error_code=int(exc.code), error_message=str(exc))
+        results.append(result)
+    return {"throttle_time": 0, "topics": results}
+
+
+@handles(ApiKey.DELETE_TOPICS, 1, 6)
+def delete_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    image = broker.image
+    responses = []
+    entries = list(request.topics) if getattr(request, "topics", None) else [
+        _NameOnly(n) for n in getattr(request, "topic_names", [])]
+    for entry in entries:
+        name = getattr(entry, "name", None)
+        topic_id = getattr(entry, "topic_id", None)
+        response: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0,
+                                    "error_message": None}
+        if topic_id is not None and topic_id.int != 0:
+            topic = image.topics_by_id.get(topic_id)
+            missing = ErrorCode.UNKNOWN_TOPIC_ID
+        else:
+            topic = image.topics.get(name) if name else None
+            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        if not broker.config.get("delete.topic.enable"):
+            response.update(error_code=ErrorCode.TOPIC_DELETION_DISABLED,
+                            error_message="Topic deletion is disabled.")
+        elif topic is None:
+            response.update(error_code=missing,
+                            error_message="This server does not host this topic.")
+        else:
+            response.update(name=topic.name, topic_id=topic.topic_id)
+            broker.controller.delete_topic(topic)
+        responses.append(response)
+    return {"throttle_time": 0, "responses": responses}
+
+
+class _NameOnly:
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.topic_id = None
+
+
+@handles(ApiKey.CREATE_PARTITIONS, 0, 3)
+def create_partitions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    counts = Counter(t.name for t in request.topics)
+    results = []
+    for t in request.topics:
+        result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
+        try:
+            if counts[t.name] > 1:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate topic {t.name}")
+            topic = broker.image.topics.get(t.name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"The topic '{t.name}' does not exist.")
+            assignments = ([list(a.broker_ids) for a in t.assignments]
+                           if t.assignments is not None else None)
+            broker.controller.create_partitions(topic, t.count, assignments,
+                                                validate_only=request.validate_only)
+        except KafkaError as exc:
+            result.update(error_code=int(exc.code), error_message=str(exc))
+        results.append(result)
+    return {"throttle_time": 0, "results": results}

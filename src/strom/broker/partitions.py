@@ -1,0 +1,135 @@
+"""Local replicas: keeps the partition logs on this broker in step with the metadata image.
+
+Kafka's ReplicaManager in miniature: it creates a log for every partition this broker hosts,
+removes logs of deleted topics, pushes config changes into the logs, and wakes fetch waiters on
+every append. Handlers go through it, never to the LogManager directly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from strom.cluster.image import METADATA_TOPIC, MetadataImage, PartitionState, TopicState
+from strom.cluster.records import Change
+from strom.common.waiters import WaiterRegistry
+from strom.config.broker import BrokerConfig
+from strom.config.defs import ConfigSource
+from strom.config.topic import TOPIC_CONFIGS, ResolvedValue
+from strom.storage.config import LogConfig
+from strom.storage.log import PartitionLog
+from strom.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+_LOG_CONFIG_FIELDS = [f.name for f in dataclasses.fields(LogConfig)]
+
+
+class PartitionManager:
+    def __init__(self, broker_id: int, config: BrokerConfig, image: MetadataImage,
+                 logs: LogManager) -> None:
+        self.broker_id = broker_id
+        self.config = config
+        self.image = image
+        self.logs = logs
+        self.waiters = WaiterRegistry()
+        self._local: dict[tuple[str, int], PartitionLog] = {}
+
+    # -- configs --------------------------------------------------------------------------
+
+    def resolve(self, topic: TopicState, name: str) -> ResolvedValue:
+        """Effective value of a topic config: the topic's override, else the broker default."""
+        if name in topic.configs:
+            return ResolvedValue(TOPIC_CONFIGS.parse(name, topic.configs[name]),
+                                 ConfigSource.DYNAMIC_TOPIC_CONFIG, name)
+        return self.config.topic_default(name)
+
+    def log_config(self, topic: TopicState) -> LogConfig:
+        values: dict[str, Any] = {}
+        for field in _LOG_CONFIG_FIELDS:
+            name = field.replace("_", ".")
+            if name not in TOPIC_CONFIGS:
+                continue
+            value = self.resolve(topic, name).value
+            if isinstance(value, list):
+                value = ",".join(value)
+            values[field] = value
+        return LogConfig(**values)
+
+    # -- reconciliation -------------------------------------------------------------------
+
+    def sync_all(self) -> None:
+        """Bring local logs in line with the whole image (start-up)."""
+        wanted = set()
+        for topic in self.image.topics.values():
+            config = self.log_config(topic)
+            for p in topic.partitions.values():
+                if self.broker_id in p.replicas:
+                    wanted.add((topic.name, p.partition))
+                    self._ensure(topic, p, config)
+        for partition_log in list(self.logs.logs()):
+            key = (partition_log.topic, partition_log.partition)
+            if partition_log.topic == METADATA_TOPIC:
+                continue
+            topic = self.image.topics.get(partition_log.topic)
+            if key not in wanted or topic is None or topic.topic_id != partition_log.topic_id:
+                log.info("removing stray log %s-%d", *key)
+                self.logs.delete_partition(*key)
+                self._local.pop(key, None)
+
+    def on_changes(self, changes: list[Change]) -> None:
+        for change in changes:
+            topic = change.topic
+            if change.kind == "topic_deleted" and topic is not None:
+                for p in change.partitions:
+                    self._local.pop((topic.name, p), None)
+                    if self.logs.get(topic.name, p) is not None:
+                        self.logs.delete_partition(topic.name, p)
+                    self.waiters.notify((topic.name, p))
+            elif change.kind in ("partitions_created", "partition_changed") and topic is not None:
+                config = self.log_config(topic)
+                for p in change.partitions:
+                    state = topic.partitions[p]
+                    if self.broker_id in state.replicas:
+                        self._ensure(topic, state, config)
+            elif change.kind == "topic_configs" and topic is not None:
+                config = self.log_config(topic)
+                for p in topic.partitions:
+                    partition_log = self._local.get((topic.name, p))
+                    if partition_log is not None:
+                        partition_log.update_config(config)
+            elif change.kind == "broker_configs":
+                self.refresh_dynamic_broker_configs()
+
+    def refresh_dynamic_broker_configs(self) -> None:
+        from strom.config.broker import BROKER_CONFIGS
+
+        def parsed(layer: dict[str, str]) -> dict[str, Any]:
+            return {k: BROKER_CONFIGS.parse(k, v) for k, v in layer.items() if k in BROKER_CONFIGS}
+
+        self.config.dynamic_default = parsed(self.image.broker_configs.get("", {}))
+        self.config.dynamic_broker = parsed(self.image.broker_configs.get(str(self.broker_id), {}))
+        for topic in self.image.topics.values():
+            config = self.log_config(topic)
+            for p in topic.partitions:
+                partition_log = self._local.get((topic.name, p))
+                if partition_log is not None:
+                    partition_log.update_config(config)
+
+    def _ensure(self, topic: TopicState, state: PartitionState, config: LogConfig) -> None:
+        key = (topic.name, state.partition)
+        existing = self._local.get(key)
+        if existing is not None and existing.topic_id == topic.topic_id:
+            return
+        self._local[key] = self.logs.create(topic.name, state.partition, topic.topic_id, config)
+
+    # -- lookups --------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._local.get((topic, partition))
+
+    def leader_epoch(self, topic: str, partition: int) -> int:
+        t = self.image.topics.get(topic)
+        p = t.partitions.get(partition) if t else None
+        return p.leader_epoch if p else -1

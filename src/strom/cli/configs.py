@@ -1,0 +1,148 @@
+"""`strom configs ...`: describe and alter topic and broker configs (kafka-configs.sh)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from strom.cli.common import (
+    BootstrapOpt,
+    ClientOptions,
+    CliError,
+    CommandConfigOpt,
+    TimeoutOpt,
+    UsageError,
+    admin_kwargs,
+    handle_errors,
+    kafka_error_code,
+    kafka_error_text,
+    make_admin,
+    out,
+    parse_config_options,
+    result_of,
+)
+from strom.cli.topics import UNKNOWN_TOPIC_OR_PARTITION, alter_topic_configs
+
+app = typer.Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
+
+TopicOpt = Annotated[str | None, typer.Option("--topic", help="The topic whose configs to use.")]
+BrokerOpt = Annotated[int | None, typer.Option("--broker", help="The broker id whose configs to use.")]
+BrokerDefaultsOpt = Annotated[
+    bool, typer.Option("--broker-defaults", help="The cluster-wide dynamic broker defaults.")
+]
+
+# What "dynamic" means per entity: the sources `configs describe` shows without --all.
+_DYNAMIC_SOURCES = {
+    "topic": {"DYNAMIC_TOPIC_CONFIG"},
+    "broker": {"DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "DYNAMIC_BROKER_LOGGER_CONFIG"},
+    "broker-defaults": {"DYNAMIC_DEFAULT_BROKER_CONFIG"},
+}
+
+
+def _entity(topic: str | None, broker: int | None, broker_defaults: bool) -> tuple[str, str]:
+    chosen = [x for x in (topic is not None, broker is not None, broker_defaults) if x]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --topic, --broker or --broker-defaults")
+    if topic is not None:
+        if not topic:
+            raise UsageError("--topic needs a topic name")
+        return "topic", topic
+    if broker is not None:
+        return "broker", str(broker)
+    return "broker-defaults", ""
+
+
+def _source_name(source: Any) -> str:
+    from confluent_kafka.admin import ConfigSource
+
+    try:
+        return ConfigSource(source).name
+    except ValueError:
+        return str(source)
+
+
+@app.command("describe")
+@handle_errors
+def describe(
+    topic: TopicOpt = None,
+    broker: BrokerOpt = None,
+    broker_defaults: BrokerDefaultsOpt = False,
+    all_: Annotated[bool, typer.Option("--all", help="Show every config, not only the dynamic ones.")] = False,
+    bootstrap_server: BootstrapOpt = "localhost:9092",
+    command_config: CommandConfigOpt = None,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Describe the configs of a topic or a broker."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    kind, name = _entity(topic, broker, broker_defaults)
+    opts = ClientOptions(bootstrap_server, command_config, timeout)
+    admin, _ = make_admin(opts)
+    rtype = ResourceType.TOPIC if kind == "topic" else ResourceType.BROKER
+    futures = admin.describe_configs([ConfigResource(rtype, name)], **admin_kwargs(opts))
+    entries: dict[str, Any] = {}
+    for fut in futures.values():
+        try:
+            entries = result_of(fut, opts)
+        except Exception as e:
+            code = kafka_error_code(e)
+            if code == UNKNOWN_TOPIC_OR_PARTITION:
+                raise CliError(f"Topic '{name}' does not exist.") from None
+            if code is None:
+                raise
+            raise CliError(f"cannot describe configs of {kind} '{name}': {kafka_error_text(e)}") from None
+    shown = [
+        e for _, e in sorted(entries.items())
+        if all_ or _source_name(e.source) in _DYNAMIC_SOURCES[kind]
+    ]
+    label = {"topic": f"topic {name}", "broker": f"broker {name}",
+             "broker-defaults": "the default broker"}[kind]
+    out.print(f"{'All' if all_ else 'Dynamic'} configs for {label}:", markup=False)
+    if not shown:
+        out.print("  (none)", markup=False)
+        return
+    table = Table(box=None, show_edge=False, header_style="bold")
+    for col in ("Name", "Value", "Source", "Sensitive", "Read-only"):
+        table.add_column(col, overflow="fold")
+    for e in shown:
+        value = "[hidden]" if e.is_sensitive else ("null" if e.value is None else e.value)
+        table.add_row(e.name, value, _source_name(e.source), str(e.is_sensitive).lower(),
+                      str(e.is_read_only).lower())
+    out.print(table)
+
+
+@app.command("alter")
+@handle_errors
+def alter(
+    topic: TopicOpt = None,
+    broker: BrokerOpt = None,
+    broker_defaults: BrokerDefaultsOpt = False,
+    add_config: Annotated[
+        list[str] | None,
+        typer.Option("--add-config", help="k=v[,k2=v2] (Kafka syntax: lists in [a,b]); repeatable."),
+    ] = None,
+    delete_config: Annotated[
+        list[str] | None, typer.Option("--delete-config", help="k[,k2] to remove; repeatable.")
+    ] = None,
+    bootstrap_server: BootstrapOpt = "localhost:9092",
+    command_config: CommandConfigOpt = None,
+    timeout: TimeoutOpt = 30.0,
+) -> None:
+    """Set or remove configs of a topic or a broker (IncrementalAlterConfigs)."""
+    kind, name = _entity(topic, broker, broker_defaults)
+    sets = parse_config_options(add_config)
+    deletes = [k.strip() for item in delete_config or () for k in item.split(",") if k.strip()]
+    if not sets and not deletes:
+        raise UsageError("nothing to alter: give --add-config or --delete-config")
+    both = sorted(set(sets) & set(deletes))
+    if both:
+        raise UsageError(f"config {both[0]!r} is both added and deleted")
+    opts = ClientOptions(bootstrap_server, command_config, timeout)
+    admin, _ = make_admin(opts)
+    alter_topic_configs(admin, name, sets, list(dict.fromkeys(deletes)), opts,
+                        resource_type="topic" if kind == "topic" else "broker")
+    label = {"topic": f"topic '{name}'", "broker": f"broker {name}",
+             "broker-defaults": "the default broker"}[kind]
+    out.print(f"Completed updating configs for {label}.", markup=False)

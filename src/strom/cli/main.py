@@ -1,0 +1,56 @@
+"""The `strom` command line: one typer app with a sub-app per Kafka tool it stands in for."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from strom.cli import configs, consume, dump_log, produce, topics
+from strom.cli.common import UsageError, handle_errors, parse_kv_list
+
+app = typer.Typer(
+    name="strom",
+    help="Strom: a Kafka-compatible broker and its tools.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(topics.app, name="topics")
+app.add_typer(configs.app, name="configs")
+app.command("produce")(produce.produce)
+app.command("consume")(consume.consume)
+app.command("dump-log")(dump_log.dump_log)
+
+
+@app.command("broker")
+@handle_errors
+def broker(
+    config_file: Annotated[
+        Path | None,
+        typer.Argument(help="server.properties (same as --config).", show_default=False),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="Broker properties file (server.properties)."),
+    ] = None,
+    override: Annotated[
+        list[str] | None,
+        typer.Option("--override", help="A broker property key=value that wins over the file (repeatable)."),
+    ] = None,
+) -> None:
+    """Run a Strom broker in the foreground until SIGINT/SIGTERM."""
+    if config_file is not None and config is not None and config_file != config:
+        raise UsageError("give the properties file either as an argument or with --config, not both")
+    path = config if config is not None else config_file
+    if path is not None and not path.is_file():
+        raise UsageError(f"broker config file not found: {path}")
+    overrides = parse_kv_list(override, "override")
+    from strom.broker.app import run_broker  # lazy: client commands need no broker code
+
+    raise typer.Exit(run_broker(path, overrides))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,104 @@
+"""The cluster metadata image: topics, partitions, brokers and dynamic configs.
+
+Every broker answers Metadata, Fetch and Produce from this image. It is changed only by applying
+metadata records (see records.py), so a single node replaying its metadata log and, later, a
+broker following a replicated metadata source end up with the same image.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+ZERO_UUID = uuid.UUID(int=0)
+
+
+@dataclass
+class PartitionState:
+    partition: int
+    replicas: list[int]
+    isr: list[int]
+    leader: int
+    leader_epoch: int = 0
+    partition_epoch: int = 0
+    offline_replicas: list[int] = field(default_factory=list)
+
+
+@dataclass
+class TopicState:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, PartitionState] = field(default_factory=dict)
+    configs: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def internal(self) -> bool:
+        return self.name in INTERNAL_TOPICS
+
+
+@dataclass
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+METADATA_TOPIC = "__cluster_metadata"
+
+
+@dataclass
+class MetadataImage:
+    cluster_id: str
+    controller_id: int = -1
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    topics: dict[str, TopicState] = field(default_factory=dict)
+    topics_by_id: dict[uuid.UUID, TopicState] = field(default_factory=dict)
+    # dynamic broker configs: key "" is the cluster-wide default, str(broker_id) a single broker
+    broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    next_producer_id: int = 0
+    version: int = 0  # bumped on every applied record: cheap cache invalidation
+
+    def topic(self, name: str) -> TopicState | None:
+        return self.topics.get(name)
+
+    def to_snapshot(self) -> dict[str, Any]:
+        return {
+            "cluster_id": self.cluster_id,
+            "next_producer_id": self.next_producer_id,
+            "broker_configs": self.broker_configs,
+            "topics": [
+                {
+                    "name": t.name,
+                    "topic_id": str(t.topic_id),
+                    "configs": t.configs,
+                    "partitions": [
+                        {
+                            "partition": p.partition,
+                            "replicas": p.replicas,
+                            "isr": p.isr,
+                            "leader": p.leader,
+                            "leader_epoch": p.leader_epoch,
+                            "partition_epoch": p.partition_epoch,
+                        }
+                        for p in t.partitions.values()
+                    ],
+                }
+                for t in self.topics.values()
+            ],
+        }
+
+    @classmethod
+    def from_snapshot(cls, data: dict[str, Any]) -> MetadataImage:
+        image = cls(cluster_id=data["cluster_id"])
+        image.next_producer_id = data.get("next_producer_id", 0)
+        image.broker_configs = data.get("broker_configs", {})
+        for t in data["topics"]:
+            topic = TopicState(t["name"], uuid.UUID(t["topic_id"]), configs=dict(t["configs"]))
+            for p in t["partitions"]:
+                topic.partitions[p["partition"]] = PartitionState(**p)
+            image.topics[topic.name] = topic
+            image.topics_by_id[topic.topic_id] = topic
+        return image

@@ -1,0 +1,111 @@
+"""The embedded metadata log of a single broker: metadata records in `__cluster_metadata-0`.
+
+Records are appended as JSON record values in ordinary v2 batches (so `strom dump-log` reads the
+log), replayed on start after the newest snapshot. A snapshot (`<offset>.checkpoint`, the whole
+image as JSON) is written every `snapshot_every` records, and the log below it is released.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from strom.cluster.image import METADATA_TOPIC, MetadataImage
+from strom.cluster.records import Change, apply
+from strom.protocol.records import build_batch, decode_records, iter_batches
+from strom.storage.config import LogConfig
+from strom.storage.log import PartitionLog
+from strom.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+METADATA_TOPIC_ID = uuid.UUID(int=1)  # Kafka's fixed id for the metadata topic
+SNAPSHOT_SUFFIX = ".checkpoint"
+
+
+class MetadataLog:
+    """Durable, replayable store of metadata records for one node."""
+
+    def __init__(self, logs: LogManager, *, snapshot_every: int = 1000) -> None:
+        self._logs = logs
+        self._snapshot_every = snapshot_every
+        self._since_snapshot = 0
+        config = LogConfig(retention_ms=-1, retention_bytes=-1, segment_bytes=16 * 1024 * 1024)
+        existing = logs.get(METADATA_TOPIC, 0)
+        self._log: PartitionLog = existing or logs.create(METADATA_TOPIC, 0, METADATA_TOPIC_ID, config)
+
+    @property
+    def dir(self) -> Path:
+        return Path(self._log.dir)
+
+    def load(self, cluster_id: str) -> MetadataImage:
+        """Build the image: newest snapshot, then every record after it."""
+        image, offset = self._read_snapshot(cluster_id)
+        count = 0
+        for record in self._records_from(offset):
+            apply(image, record)
+            count += 1
+        self._since_snapshot = count
+        log.info("metadata loaded: %d topics, %d records replayed after offset %d",
+                 len(image.topics), count, offset)
+        return image
+
+    def append(self, image: MetadataImage, records: list[dict[str, Any]]) -> list[Change]:
+        """Persist records (one batch, fsynced: metadata is small and must survive) then apply them."""
+        payload = [(None, json.dumps(r, separators=(",", ":")).encode()) for r in records]
+        batch = build_batch(payload, timestamp=int(time.time() * 1000))
+        self._log.append(memoryview(bytearray(batch)), leader_epoch=0, now_ms=int(time.time() * 1000))
+        self._log.flush()
+        changes = [c for c in (apply(image, r) for r in records) if c is not None]
+        self._since_snapshot += len(records)
+        if self._since_snapshot >= self._snapshot_every:
+            self.snapshot(image)
+        return changes
+
+    def snapshot(self, image: MetadataImage) -> None:
+        offset = self._log.log_end_offset
+        path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(image.to_snapshot()))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        for old in self.dir.glob(f"*{SNAPSHOT_SUFFIX}"):
+            if old != path:
+                old.unlink(missing_ok=True)
+        self._log.delete_records_before(offset)
+        self._since_snapshot = 0
+
+    def _read_snapshot(self, cluster_id: str) -> tuple[MetadataImage, int]:
+        snapshots = sorted(self.dir.glob(f"*{SNAPSHOT_SUFFIX}"))
+        for path in reversed(snapshots):
+            try:
+                data = json.loads(path.read_text())
+                return MetadataImage.from_snapshot(data), int(path.name[:20])
+            except (ValueError, KeyError) as exc:
+                log.warning("ignoring unreadable metadata snapshot %s: %s", path, exc)
+        return MetadataImage(cluster_id=cluster_id), self._log.log_start_offset
+
+    def _records_from(self, offset: int) -> Iterator[dict[str, Any]]:
+        position = max(offset, self._log.log_start_offset)
+        while position < self._log.log_end_offset:
+            result = self._log.read(position, 1 << 20, max_offset=self._log.log_end_offset)
+            if result.slice is None:
+                break
+            data = memoryview(result.slice.read_bytes())
+            last = position
+            for pos, header in iter_batches(data):
+                batch = data[pos : pos + 12 + header.batch_length]
+                for rec in decode_records(bytes(batch)):
+                    if rec.offset >= position and rec.value is not None:
+                        yield json.loads(rec.value)
+                last = header.base_offset + header.last_offset_delta + 1
+            if last <= position:
+                break
+            position = last

@@ -1,0 +1,100 @@
+"""Metadata records: the only way the metadata image changes.
+
+Each record is a small JSON object with a "type". The single-node metadata log stores them as
+record values in Kafka batches; a replicated metadata source would carry the same records.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from strom.cluster.image import MetadataImage, PartitionState, TopicState
+
+
+@dataclass(frozen=True)
+class Change:
+    """What applying a record changed, for listeners that reconcile local state."""
+
+    kind: str  # topic_created | topic_deleted | partitions_created | topic_configs | broker_configs
+    topic: TopicState | None = None
+    partitions: tuple[int, ...] = ()
+
+
+def topic_record(name: str, topic_id: uuid.UUID) -> dict[str, Any]:
+    return {"type": "topic", "name": name, "topic_id": str(topic_id)}
+
+
+def partition_record(topic_id: uuid.UUID, p: PartitionState) -> dict[str, Any]:
+    return {
+        "type": "partition",
+        "topic_id": str(topic_id),
+        "partition": p.partition,
+        "replicas": p.replicas,
+        "isr": p.isr,
+        "leader": p.leader,
+        "leader_epoch": p.leader_epoch,
+        "partition_epoch": p.partition_epoch,
+    }
+
+
+def remove_topic_record(topic_id: uuid.UUID) -> dict[str, Any]:
+    return {"type": "remove_topic", "topic_id": str(topic_id)}
+
+
+def config_record(resource: str, name: str, key: str, value: str | None) -> dict[str, Any]:
+    """resource is 'topic' or 'broker'; name the topic name or broker id ('' = cluster default)."""
+    return {"type": "config", "resource": resource, "name": name, "key": key, "value": value}
+
+
+def producer_ids_record(next_producer_id: int) -> dict[str, Any]:
+    return {"type": "producer_ids", "next": next_producer_id}
+
+
+def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
+    """Apply one record to the image in place; unknown record types are ignored (forward compat)."""
+    kind = record.get("type")
+    image.version += 1
+    if kind == "topic":
+        topic = TopicState(record["name"], uuid.UUID(record["topic_id"]))
+        image.topics[topic.name] = topic
+        image.topics_by_id[topic.topic_id] = topic
+        return Change("topic_created", topic)
+    if kind == "partition":
+        topic = image.topics_by_id.get(uuid.UUID(record["topic_id"]))
+        if topic is None:
+            return None
+        fields = {k: record[k] for k in ("partition", "replicas", "isr", "leader", "leader_epoch",
+                                         "partition_epoch")}
+        is_new = record["partition"] not in topic.partitions
+        topic.partitions[record["partition"]] = PartitionState(**fields)
+        return Change("partitions_created" if is_new else "partition_changed", topic,
+                      (record["partition"],))
+    if kind == "remove_topic":
+        topic = image.topics_by_id.pop(uuid.UUID(record["topic_id"]), None)
+        if topic is None:
+            return None
+        if image.topics.get(topic.name) is topic:
+            del image.topics[topic.name]
+        return Change("topic_deleted", topic, tuple(topic.partitions))
+    if kind == "config":
+        if record["resource"] == "topic":
+            topic = image.topics.get(record["name"])
+            if topic is None:
+                return None
+            _set(topic.configs, record["key"], record["value"])
+            return Change("topic_configs", topic)
+        _set(image.broker_configs.setdefault(record["name"], {}), record["key"], record["value"])
+        return Change("broker_configs")
+    if kind == "producer_ids":
+        image.next_producer_id = max(image.next_producer_id, record["next"])
+        return None
+    return None
+
+
+def _set(d: dict[str, str], key: str, value: str | None) -> None:
+    if value is None:
+        d.pop(key, None)
+    else:
+        d[key] = value

@@ -1,0 +1,1 @@
+"""Configuration: Kafka's broker and topic config names, types, defaults and validation."""

@@ -1,0 +1,273 @@
+"""Broker configs: server.properties + --override flags, Kafka's names and defaults.
+
+Resolution order, as in Kafka: dynamic per-broker > dynamic cluster default > static
+(server.properties / overrides) > built-in default.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from strom.config.defs import (
+    INT_MAX,
+    LONG_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigRegistry,
+    ConfigSource,
+    ConfigType,
+    at_least,
+    between,
+    one_of,
+)
+from strom.config.topic import (
+    BROKER_SYNONYMS,
+    COMPRESSION_TYPES,
+    TOPIC_CONFIGS,
+    UNIT_FACTORS,
+    ResolvedValue,
+)
+
+log = logging.getLogger(__name__)
+T = ConfigType
+
+BROKER_CONFIGS = ConfigRegistry()
+BROKER_CONFIGS.add(
+    # identity and network
+    ConfigDef("broker.id", T.INT, 0, "this broker's id", at_least(0), read_only=True),
+    ConfigDef("broker.rack", T.STRING, None, "rack of this broker", read_only=True),
+    ConfigDef("listeners", T.LIST, ["PLAINTEXT://:9092"], "listener URIs", read_only=True),
+    ConfigDef("advertised.listeners", T.LIST, None, "listeners published to clients", read_only=True),
+    ConfigDef("listener.security.protocol.map", T.STRING,
+              "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+              "listener name to security protocol", read_only=True),
+    ConfigDef("socket.request.max.bytes", T.INT, 104857600, "largest request accepted", at_least(1),
+              read_only=True),
+    ConfigDef("socket.send.buffer.bytes", T.INT, 102400, "SO_SNDBUF (-1: OS default)", read_only=True),
+    ConfigDef("socket.receive.buffer.bytes", T.INT, 102400, "SO_RCVBUF (-1: OS default)", read_only=True),
+    ConfigDef("socket.listen.backlog.size", T.INT, 50, "accept backlog", at_least(1), read_only=True),
+    ConfigDef("connections.max.idle.ms", T.LONG, 600000, "idle connections are closed after this",
+              read_only=True),
+    ConfigDef("max.connections", T.INT, INT_MAX, "max connections", at_least(0)),
+    ConfigDef("num.network.threads", T.INT, 3, "accepted for compatibility; Strom uses one event loop",
+              at_least(1)),
+    ConfigDef("num.io.threads", T.INT, 8, "accepted for compatibility; Strom uses one event loop",
+              at_least(1)),
+    ConfigDef("queued.max.requests", T.INT, 500, "requests read ahead per connection", at_least(1),
+              read_only=True),
+    # logs
+    ConfigDef("log.dirs", T.LIST, None, "directories holding the partition logs", read_only=True),
+    ConfigDef("log.dir", T.STRING, "/tmp/kafka-logs", "log directory when log.dirs is unset",
+              read_only=True),
+    ConfigDef("num.partitions", T.INT, 1, "default partitions of auto-created topics", at_least(1)),
+    ConfigDef("default.replication.factor", T.INT, 1, "default replication factor", at_least(1)),
+    ConfigDef("auto.create.topics.enable", T.BOOLEAN, True, "create topics on metadata requests",
+              read_only=True),
+    ConfigDef("delete.topic.enable", T.BOOLEAN, True, "allow topic deletion", read_only=True),
+    ConfigDef("message.max.bytes", T.INT, 1048588, "largest record batch", at_least(0)),
+    ConfigDef("log.segment.bytes", T.INT, 1073741824, "segment size", at_least(14)),
+    ConfigDef("log.roll.ms", T.LONG, None, "segment roll time"),
+    ConfigDef("log.roll.hours", T.INT, 168, "segment roll time in hours", at_least(1)),
+    ConfigDef("log.roll.jitter.ms", T.LONG, None, "segment roll jitter"),
+    ConfigDef("log.roll.jitter.hours", T.INT, 0, "segment roll jitter in hours", at_least(0)),
+    ConfigDef("log.retention.ms", T.LONG, None, "retention time (-1: unlimited)"),
+    ConfigDef("log.retention.minutes", T.INT, None, "retention time in minutes"),
+    ConfigDef("log.retention.hours", T.INT, 168, "retention time in hours"),
+    ConfigDef("log.retention.bytes", T.LONG, -1, "retention size per partition"),
+    ConfigDef("log.retention.check.interval.ms", T.LONG, 300000, "how often retention runs",
+              at_least(1), read_only=True),
+    ConfigDef("log.index.interval.bytes", T.INT, 4096, "index interval", at_least(0)),
+    ConfigDef("log.index.size.max.bytes", T.INT, 10485760, "index size", at_least(4)),
+    ConfigDef("log.flush.interval.messages", T.LONG, LONG_MAX, "fsync every N messages", at_least(1)),
+    ConfigDef("log.flush.interval.ms", T.LONG, None, "fsync interval"),
+    ConfigDef("log.flush.scheduler.interval.ms", T.LONG, LONG_MAX, "how often flush is checked",
+              read_only=True),
+    ConfigDef("log.flush.offset.checkpoint.interval.ms", T.INT, 60000,
+              "how often recovery points are checkpointed", at_least(0), read_only=True),
+    ConfigDef("log.flush.start.offset.checkpoint.interval.ms", T.INT, 60000,
+              "how often log start offsets are checkpointed", at_least(0), read_only=True),
+    ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000, "delay before deleting files", at_least(0)),
+    ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "default cleanup policy",
+              one_of("compact", "delete")),
+    ConfigDef("log.message.timestamp.type", T.STRING, "CreateTime", "default timestamp type",
+              one_of("CreateTime", "LogAppendTime")),
+    ConfigDef("log.message.timestamp.before.max.ms", T.LONG, LONG_MAX, "timestamp lower bound",
+              at_least(0)),
+    ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3600000, "timestamp upper bound",
+              at_least(0)),
+    ConfigDef("log.preallocate", T.BOOLEAN, False, "preallocate segments"),
+    ConfigDef("log.cleaner.enable", T.BOOLEAN, True, "run the log cleaner", read_only=True),
+    ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000, "tombstone retention", at_least(0)),
+    ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "min compaction lag", at_least(0)),
+    ConfigDef("log.cleaner.max.compaction.lag.ms", T.LONG, LONG_MAX, "max compaction lag", at_least(1)),
+    ConfigDef("log.cleaner.min.cleanable.ratio", T.DOUBLE, 0.5, "dirty ratio", between(0, 1)),
+    ConfigDef("log.cleaner.dedupe.buffer.size", T.LONG, 134217728, "cleaner key map memory",
+              at_least(0)),
+    ConfigDef("log.cleaner.backoff.ms", T.LONG, 15000, "cleaner idle backoff", at_least(0)),
+    ConfigDef("compression.type", T.STRING, "producer", "final compression of topic data",
+              one_of(*COMPRESSION_TYPES)),
+    ConfigDef("compression.gzip.level", T.INT, -1, "gzip level", between(-1, 9)),
+    ConfigDef("compression.lz4.level", T.INT, 9, "lz4 level", between(1, 17)),
+    ConfigDef("compression.zstd.level", T.INT, 3, "zstd level", between(-131072, 22)),
+    ConfigDef("min.insync.replicas", T.INT, 1, "min ISR for acks=all", at_least(1)),
+    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "unclean leader election"),
+    ConfigDef("fetch.max.bytes", T.INT, 57671680, "broker cap on a fetch response", at_least(1024)),
+    ConfigDef("max.open.files", T.INT, 4096,
+              "Strom: segment files kept open at once (LRU); lower than the process fd limit",
+              at_least(16), read_only=True),
+    # groups and transactions (used by the coordinators)
+    ConfigDef("offsets.topic.num.partitions", T.INT, 50, "partitions of __consumer_offsets",
+              at_least(1), read_only=True),
+    ConfigDef("offsets.topic.replication.factor", T.SHORT, 1, "RF of __consumer_offsets", at_least(1),
+              read_only=True),
+    ConfigDef("offsets.topic.segment.bytes", T.INT, 104857600, "segment size of __consumer_offsets",
+              at_least(1), read_only=True),
+    ConfigDef("offsets.retention.minutes", T.INT, 10080, "offset retention for empty groups",
+              at_least(1), read_only=True),
+    ConfigDef("offsets.retention.check.interval.ms", T.LONG, 600000, "offset expiry check",
+              at_least(1), read_only=True),
+    ConfigDef("group.initial.rebalance.delay.ms", T.INT, 0, "delay of the first rebalance",
+              read_only=True),
+    ConfigDef("group.min.session.timeout.ms", T.INT, 6000, "min session timeout", read_only=True),
+    ConfigDef("group.max.session.timeout.ms", T.INT, 1800000, "max session timeout", read_only=True),
+    ConfigDef("group.max.size", T.INT, INT_MAX, "max members per group", at_least(1), read_only=True),
+    ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "partitions of __transaction_state",
+              at_least(1), read_only=True),
+    ConfigDef("transaction.state.log.replication.factor", T.SHORT, 1, "RF of __transaction_state",
+              at_least(1), read_only=True),
+    ConfigDef("transaction.state.log.min.isr", T.INT, 1, "min ISR of __transaction_state", at_least(1),
+              read_only=True),
+    ConfigDef("transaction.max.timeout.ms", T.INT, 900000, "max transaction timeout", at_least(1),
+              read_only=True),
+    ConfigDef("transactional.id.expiration.ms", T.INT, 604800000, "transactional id expiry",
+              at_least(1), read_only=True),
+    # cluster
+    ConfigDef("zookeeper.connect", T.STRING, None, "ZooKeeper connect string (clusters)",
+              read_only=True),
+    ConfigDef("zookeeper.session.timeout.ms", T.INT, 18000, "ZooKeeper session timeout",
+              read_only=True),
+    ConfigDef("replica.lag.time.max.ms", T.LONG, 30000, "ISR lag bound", read_only=True),
+    ConfigDef("controlled.shutdown.enable", T.BOOLEAN, True, "move leaders before stopping",
+              read_only=True),
+    ConfigDef("auto.leader.rebalance.enable", T.BOOLEAN, True, "preferred leader rebalancing",
+              read_only=True),
+)
+
+# Names Kafka knows that Strom accepts in server.properties without acting on them.
+_IGNORED_PREFIXES = ("log4j.", "ssl.", "sasl.", "metric.", "metrics.", "kafka.metrics.", "confluent.")
+
+
+@dataclass
+class BrokerConfig:
+    """Static broker config plus dynamic layers, resolved the way Kafka resolves them."""
+
+    static: dict[str, Any] = field(default_factory=dict)
+    dynamic_default: dict[str, Any] = field(default_factory=dict)
+    dynamic_broker: dict[str, Any] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        raw: dict[str, str] = {}
+        if path is not None:
+            raw.update(read_properties(path))
+        raw.update(overrides or {})
+        cfg = cls()
+        for name, value in raw.items():
+            if name in BROKER_CONFIGS:
+                cfg.static[name] = BROKER_CONFIGS.parse(name, value)
+            else:
+                cfg.unknown[name] = value
+                if not name.startswith(_IGNORED_PREFIXES):
+                    log.warning("config %s is not used by Strom", name)
+        return cfg
+
+    def source_of(self, name: str) -> tuple[Any, ConfigSource]:
+        for layer, source in (
+            (self.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+            (self.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+            (self.static, ConfigSource.STATIC_BROKER_CONFIG),
+        ):
+            if name in layer:
+                return layer[name], source
+        return BROKER_CONFIGS[name].default, ConfigSource.DEFAULT_CONFIG
+
+    def get(self, name: str) -> Any:
+        return self.source_of(name)[0]
+
+    def __getitem__(self, name: str) -> Any:
+        return self.get(name)
+
+    # -- derived values -------------------------------------------------------------------
+
+    @property
+    def broker_id(self) -> int:
+        return int(self.get("broker.id"))
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.get("log.dirs") or [self.get("log.dir")]
+        return [Path(d) for d in dirs]
+
+    def listeners(self) -> list[tuple[str, str, int]]:
+        """(name, host, port) for each listener; host '' means all interfaces."""
+        return [parse_listener(s) for s in self.get("listeners")]
+
+    def advertised_listeners(self) -> list[tuple[str, str, int]]:
+        adv = self.get("advertised.listeners")
+        return [parse_listener(s) for s in adv] if adv else self.listeners()
+
+    def topic_default(self, topic_config: str) -> ResolvedValue:
+        """The broker-level default of a topic config, and which broker config it came from.
+
+        An explicitly set synonym wins in synonym order (log.retention.ms before .minutes before
+        .hours); otherwise the first synonym with a built-in default supplies it.
+        """
+        synonyms = BROKER_SYNONYMS.get(topic_config, ())
+        for explicit in (True, False):
+            for synonym in synonyms:
+                value, source = self.source_of(synonym)
+                if value is None or (source != ConfigSource.DEFAULT_CONFIG) != explicit:
+                    continue
+                return ResolvedValue(value * UNIT_FACTORS.get(synonym, 1), source, synonym)
+        return ResolvedValue(TOPIC_CONFIGS[topic_config].default, ConfigSource.DEFAULT_CONFIG)
+
+    def topic_defaults(self) -> dict[str, Any]:
+        return {name: self.topic_default(name).value for name in TOPIC_CONFIGS.names()}
+
+
+def parse_listener(spec: str) -> tuple[str, str, int]:
+    """'PLAINTEXT://host:9092' -> ('PLAINTEXT', 'host', 9092)."""
+    try:
+        name, rest = spec.split("://", 1)
+        host, port = rest.rsplit(":", 1)
+        return name.upper(), host.strip("[]"), int(port)
+    except ValueError:
+        raise ConfigError(f"Invalid listener {spec!r}: expected NAME://host:port") from None
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Java .properties subset: key=value or key:value lines, # and ! comments, \\ continuations."""
+    out: dict[str, str] = {}
+    pending = ""
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        stripped = line.strip()
+        if not pending and (not stripped or stripped[0] in "#!"):
+            continue
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            pending += stripped[:-1]
+            continue
+        stripped, pending = pending + stripped, ""
+        for i, ch in enumerate(stripped):
+            if ch in "=:":
+                key, value = stripped[:i].strip(), stripped[i + 1 :].strip()
+                break
+        else:
+            key, value = stripped, ""
+        if key:
+            out[key] = value
+    return out

@@ -1,0 +1,122 @@
+"""Topic-level configs: Kafka's names, types, validators, and the broker configs they default from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from strom.config.defs import (
+    LONG_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigRegistry,
+    ConfigType,
+    at_least,
+    between,
+    one_of,
+)
+
+T = ConfigType
+
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
+TOPIC_CONFIGS = ConfigRegistry()
+TOPIC_CONFIGS.add(
+    ConfigDef("cleanup.policy", T.LIST, ["delete"], "delete and/or compact old segments",
+              one_of("compact", "delete")),
+    ConfigDef("compression.type", T.STRING, "producer", "final compression of the topic's data",
+              one_of(*COMPRESSION_TYPES)),
+    ConfigDef("compression.gzip.level", T.INT, -1, "gzip level when compression.type=gzip", between(-1, 9)),
+    ConfigDef("compression.lz4.level", T.INT, 9, "lz4 level when compression.type=lz4", between(1, 17)),
+    ConfigDef("compression.zstd.level", T.INT, 3, "zstd level when compression.type=zstd", between(-131072, 22)),
+    ConfigDef("delete.retention.ms", T.LONG, 86400000, "how long tombstones are kept on compacted topics",
+              at_least(0)),
+    ConfigDef("file.delete.delay.ms", T.LONG, 60000, "delay before a deleted segment's files are removed",
+              at_least(0)),
+    ConfigDef("flush.messages", T.LONG, LONG_MAX, "fsync after this many messages", at_least(1)),
+    ConfigDef("flush.ms", T.LONG, LONG_MAX, "fsync after this much time", at_least(0)),
+    ConfigDef("follower.replication.throttled.replicas", T.LIST, [], "throttled follower replicas"),
+    ConfigDef("leader.replication.throttled.replicas", T.LIST, [], "throttled leader replicas"),
+    ConfigDef("index.interval.bytes", T.INT, 4096, "bytes of log between offset index entries", at_least(0)),
+    ConfigDef("max.compaction.lag.ms", T.LONG, LONG_MAX, "max time a message stays uncompacted", at_least(1)),
+    ConfigDef("max.message.bytes", T.INT, 1048588, "largest record batch size allowed", at_least(0)),
+    ConfigDef("message.timestamp.after.max.ms", T.LONG, 3600000,
+              "max allowed amount a timestamp may be ahead of the broker's time", at_least(0)),
+    ConfigDef("message.timestamp.before.max.ms", T.LONG, LONG_MAX,
+              "max allowed amount a timestamp may be behind the broker's time", at_least(0)),
+    ConfigDef("message.timestamp.type", T.STRING, "CreateTime", "CreateTime or LogAppendTime",
+              one_of("CreateTime", "LogAppendTime")),
+    ConfigDef("min.cleanable.dirty.ratio", T.DOUBLE, 0.5, "dirty ratio that triggers compaction",
+              between(0, 1)),
+    ConfigDef("min.compaction.lag.ms", T.LONG, 0, "min time a message stays uncompacted", at_least(0)),
+    ConfigDef("min.insync.replicas", T.INT, 1, "replicas that must acknowledge acks=all writes", at_least(1)),
+    ConfigDef("preallocate", T.BOOLEAN, False, "preallocate segment files"),
+    ConfigDef("retention.bytes", T.LONG, -1, "max partition size before old segments go (-1: no limit)"),
+    ConfigDef("retention.ms", T.LONG, 604800000, "max age of a segment before it goes (-1: no limit)",
+              at_least(-1)),
+    ConfigDef("segment.bytes", T.INT, 1073741824, "segment file size", at_least(14)),
+    ConfigDef("segment.index.bytes", T.INT, 10485760, "offset index size per segment", at_least(4)),
+    ConfigDef("segment.jitter.ms", T.LONG, 0, "random jitter subtracted from segment.ms", at_least(0)),
+    ConfigDef("segment.ms", T.LONG, 604800000, "time after which a segment is rolled", at_least(1)),
+    ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "allow out-of-sync replicas to lead"),
+)
+
+# Topic config -> the broker configs it takes its default from, strongest first (Kafka's synonyms).
+BROKER_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "cleanup.policy": ("log.cleanup.policy",),
+    "compression.type": ("compression.type",),
+    "compression.gzip.level": ("compression.gzip.level",),
+    "compression.lz4.level": ("compression.lz4.level",),
+    "compression.zstd.level": ("compression.zstd.level",),
+    "delete.retention.ms": ("log.cleaner.delete.retention.ms",),
+    "file.delete.delay.ms": ("log.segment.delete.delay.ms",),
+    "flush.messages": ("log.flush.interval.messages",),
+    "flush.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+    "index.interval.bytes": ("log.index.interval.bytes",),
+    "max.compaction.lag.ms": ("log.cleaner.max.compaction.lag.ms",),
+    "max.message.bytes": ("message.max.bytes",),
+    "message.timestamp.after.max.ms": ("log.message.timestamp.after.max.ms",),
+    "message.timestamp.before.max.ms": ("log.message.timestamp.before.max.ms",),
+    "message.timestamp.type": ("log.message.timestamp.type",),
+    "min.cleanable.dirty.ratio": ("log.cleaner.min.cleanable.ratio",),
+    "min.compaction.lag.ms": ("log.cleaner.min.compaction.lag.ms",),
+    "min.insync.replicas": ("min.insync.replicas",),
+    "preallocate": ("log.preallocate",),
+    "retention.bytes": ("log.retention.bytes",),
+    "retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "segment.bytes": ("log.segment.bytes",),
+    "segment.index.bytes": ("log.index.size.max.bytes",),
+    "segment.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "segment.ms": ("log.roll.ms", "log.roll.hours"),
+    "unclean.leader.election.enable": ("unclean.leader.election.enable",),
+}
+
+# Broker configs given in coarser units than the topic config they back.
+UNIT_FACTORS: dict[str, int] = {
+    "log.retention.minutes": 60_000,
+    "log.retention.hours": 3_600_000,
+    "log.roll.hours": 3_600_000,
+    "log.roll.jitter.hours": 3_600_000,
+}
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
+    """Parse and validate topic overrides; unknown names and bad values raise ConfigError."""
+    parsed: dict[str, Any] = {}
+    for name, raw in configs.items():
+        if name not in TOPIC_CONFIGS:
+            raise ConfigError(f"Unknown topic config name: {name}")
+        if raw is None:
+            raise ConfigError(f"Null value not supported for topic configs: {name}")
+        parsed[name] = TOPIC_CONFIGS.parse(name, raw)
+    return parsed
+
+
+@dataclass(frozen=True)
+class ResolvedValue:
+    """A topic config's effective value and where it came from (for DescribeConfigs)."""
+
+    value: Any
+    source: int
+    synonym: str | None = None

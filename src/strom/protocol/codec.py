@@ -1,0 +1,620 @@
+"""Generic encoders/decoders for every Kafka request and response that kio has schemas for.
+
+Each struct version (`schema.StructSchema`) is compiled once into a pair of plain Python
+functions, generated as source text and ``exec``-ed (as ``dataclasses`` and ``namedtuple``
+do). Straight-line code avoids a Python call per field, which is what makes kio's closure
+based serializer slow: consecutive fixed-width fields become one precompiled
+``struct.Struct`` call, and only strings, arrays, nested structs and tagged fields take
+extra steps.
+
+Value model (decoded, and accepted when encoding):
+- decoded messages are `Struct` objects (attribute access, equality by value); every field of
+  the version is present, absent tagged fields take their default, unknown tags are skipped;
+- ints (error codes, durations and timestamps as plain milliseconds), bool, float, str/None,
+  bytes/None, `uuid.UUID` (zero UUID for null), records as zero-copy memoryview slices, lists;
+- encoders take a `Struct`, a dict/Mapping or any object with attributes (e.g. a kio entity);
+  missing fields get the schema default, unknown keys are ignored, tagged fields are written
+  only when their encoding differs from the default's. ``timedelta``/``datetime`` and enums are
+  converted on a slow path, so kio entities encode byte-for-byte like kio does.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import struct
+import types
+from collections.abc import Callable, Mapping
+from functools import partial
+
+from . import primitives as p
+from .errors import ProtocolError, UnsupportedVersion
+from .header import request_header_version, response_header_version
+from .schema import (
+    FIXED_KINDS,
+    FieldSchema,
+    Side,
+    StructSchema,
+    load_schema,
+    struct_schema,
+    supported_versions,
+)
+
+__all__ = [
+    "Codec",
+    "ProtocolError",
+    "Struct",
+    "UnsupportedVersion",
+    "entity_codec",
+    "request_codec",
+    "response_codec",
+    "supported_versions",
+]
+
+
+class Struct(types.SimpleNamespace):
+    """A decoded message or nested struct: attribute access, value equality, readable repr."""
+
+    def to_dict(self) -> dict:
+        """Deep copy as plain dicts and lists (for logging and tests)."""
+        return {k: _to_plain(v) for k, v in self.__dict__.items()}
+
+
+def _to_plain(v):
+    if isinstance(v, Struct):
+        return v.to_dict()
+    if isinstance(v, list):
+        return [_to_plain(x) for x in v]
+    return v
+
+
+# ---------------------------------------------------------------------------------------------
+# Run-time helpers referenced by the generated code.
+# ---------------------------------------------------------------------------------------------
+
+_MISSING = object()
+_MS = datetime.timedelta(milliseconds=1)
+_PACK_ERRORS = (struct.error, TypeError)
+
+
+def _getter(value) -> Callable[[str, object], object]:
+    """A ``get(name, default)`` for a Mapping or an attribute-bearing object."""
+    if isinstance(value, Mapping):
+        return value.get
+    if value is None:
+        raise ProtocolError("null struct where a non-nullable one is required")
+    return partial(getattr, value)
+
+
+def _norm_int(x):
+    """Slow path for ints given as timedelta / datetime / enum (e.g. from kio entities)."""
+    if isinstance(x, datetime.timedelta):
+        return x // _MS
+    if isinstance(x, datetime.datetime):
+        return round(x.timestamp() * 1000)
+    if isinstance(x, enum.Enum):
+        return x.value
+    return x
+
+
+def _norm_nullable_ms(x):
+    return -1 if x is None else _norm_int(x)
+
+
+def _norm_same(x):
+    return x
+
+
+def _normalize(norms, values) -> tuple:
+    return tuple(f(x) for f, x in zip(norms, values, strict=True))
+
+
+def _null_error(name: str) -> ProtocolError:
+    return ProtocolError(f"null value for non-nullable field {name!r}")
+
+
+def _fresh(value):
+    """A private copy of a mutable default (lists, structs) for a decoded message."""
+    if isinstance(value, list):
+        return [_fresh(v) for v in value]
+    if isinstance(value, dict):
+        return Struct(**{k: _fresh(v) for k, v in value.items()})
+    return value
+
+
+def _read_tags(mv: memoryview, pos: int, readers: dict) -> tuple[dict, int]:
+    """Tagged-field section: {tag: value} for known tags; unknown tags are skipped."""
+    n, pos = p._tag_count(mv, pos)
+    end_of_buf = len(mv)
+    values = {}
+    for _ in range(n):
+        tag, pos = p.read_uvarint(mv, pos)
+        size, pos = p.read_uvarint(mv, pos)
+        end = pos + size
+        if end > end_of_buf:
+            raise p.truncated("tagged field")
+        reader = readers.get(tag)
+        if reader is not None:
+            # Reading from a view that stops at `end` keeps a bad field inside its bytes.
+            values[tag] = reader(mv[:end], pos)[0]
+        pos = end
+    return values, pos
+
+
+def _records_into(ap, x, compact: bool, nullable: bool, name: str) -> None:
+    if x is None:
+        if not nullable:
+            raise _null_error(name)
+        ap(p.NULL_COMPACT if compact else p.NULL_BYTES)
+        return
+    if not isinstance(x, bytes | bytearray | memoryview):
+        raise ProtocolError(f"expected a bytes-like value for {name!r}, got {type(x).__name__}")
+    n = p.nbytes(x)
+    ap(p.write_compact_bytes_length(n) if compact else p.pack_int32(n))
+    if n:
+        ap(x)
+
+
+_BASE_NS = {
+    "_Struct": Struct,
+    "_MISSING": _MISSING,
+    "_PACK_ERRORS": _PACK_ERRORS,
+    "_getter": _getter,
+    "_normalize": _normalize,
+    "_null_error": _null_error,
+    "_fresh": _fresh,
+    "_read_tags": _read_tags,
+    "_records_into": _records_into,
+    "_dict": dict,
+    "_skip_tags": p.skip_tagged_fields,
+    "_write_tags": p.write_tagged_fields,
+    "_uuid": p.uuid_from_bytes,
+    "_uuid_bytes": p.uuid_bytes,
+    "_read_uuid": p.read_uuid,
+    "_read_fixed_array": p.read_fixed_array,
+    "_write_fixed_array": p.write_fixed_array,
+    "_read_array_length": p.read_array_length,
+    "_read_compact_array_length": p.read_compact_array_length,
+    "_write_array_length": p.write_array_length,
+    "_write_compact_array_length": p.write_compact_array_length,
+}
+
+# (kind, flexible, nullable) -> primitive reader / writer name
+_READERS = {
+    ("string", False, False): "read_string",
+    ("string", False, True): "read_nullable_string",
+    ("string", True, False): "read_compact_string",
+    ("string", True, True): "read_compact_nullable_string",
+    ("bytes", False, False): "read_bytes",
+    ("bytes", False, True): "read_nullable_bytes",
+    ("bytes", True, False): "read_compact_bytes",
+    ("bytes", True, True): "read_compact_nullable_bytes",
+    ("records", False, False): "read_bytes_view",
+    ("records", False, True): "read_nullable_bytes_view",
+    ("records", True, False): "read_compact_bytes_view",
+    ("records", True, True): "read_compact_nullable_bytes_view",
+}
+_WRITERS = {
+    ("string", False, False): "write_string",
+    ("string", False, True): "write_nullable_string",
+    ("string", True, False): "write_compact_string",
+    ("string", True, True): "write_compact_nullable_string",
+    ("bytes", False, False): "write_bytes",
+    ("bytes", False, True): "write_nullable_bytes",
+    ("bytes", True, False): "write_compact_bytes",
+    ("bytes", True, True): "write_compact_nullable_bytes",
+}
+for _name in (*_READERS.values(), *_WRITERS.values()):
+    _BASE_NS["_" + _name] = getattr(p, _name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Code generation.
+# ---------------------------------------------------------------------------------------------
+
+
+class _Source:
+    """Source text plus the namespace its constants live in."""
+
+    def __init__(self) -> None:
+        self.ns: dict = dict(_BASE_NS)
+        self.lines: list[str] = []
+        self._n = 0
+
+    def const(self, value, hint: str = "c") -> str:
+        self._n += 1
+        name = f"_{hint}{self._n}"
+        self.ns[name] = value
+        return name
+
+    def emit(self, indent: int, *lines: str) -> None:
+        self.lines.extend("    " * indent + line for line in lines)
+
+    def run(self) -> dict:
+        exec(compile("\n".join(self.lines), "<strom.protocol.codec>", "exec"), self.ns)
+        return self.ns
+
+
+def _norm_for(f: FieldSchema):
+    if f.kind in ("bool", "float64", "uuid"):
+        return _norm_same
+    if f.kafka_type == "datetime_i64" and f.nullable:
+        return _norm_nullable_ms
+    return _norm_int
+
+
+def _is_fixed(f: FieldSchema) -> bool:
+    return f.kind in FIXED_KINDS and not f.array
+
+
+def _struct_fmt(group: list[FieldSchema]) -> struct.Struct:
+    return struct.Struct(">" + "".join(FIXED_KINDS[f.kind][0] for f in group))
+
+
+class _Compiler:
+    """Compiles struct schemas to (decode, encode) functions, memoised per schema."""
+
+    def __init__(self) -> None:
+        self._done: dict[int, tuple[Callable, Callable]] = {}
+        self._keep: list[StructSchema] = []  # keeps ids in _done valid
+
+    def get(self, schema: StructSchema) -> tuple[Callable, Callable]:
+        pair = self._done.get(id(schema))
+        if pair is None:
+            pair = self._compile(schema)
+            self._done[id(schema)] = pair
+            self._keep.append(schema)
+        return pair
+
+    # -- decoding ------------------------------------------------------------------------------
+
+    def _dec_value(self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int):
+        """Lines reading one field value (array or not) from mv@pos into `var`."""
+        if f.array:
+            reader = "_read_compact_array_length" if flexible else "_read_array_length"
+            src.emit(ind, f"_n, pos = {reader}(mv, pos)", "if _n < 0:")
+            if f.nullable:
+                src.emit(ind + 1, f"{var} = None")
+            else:
+                src.emit(ind + 1, f"raise _null_error({f.name!r})")
+            src.emit(ind, "else:")
+            ind += 1
+            if f.kind in FIXED_KINDS and f.kind != "uuid":
+                code, size = FIXED_KINDS[f.kind]
+                src.emit(ind, f"{var}, pos = _read_fixed_array(mv, pos, _n, {code!r}, {size})")
+                return
+            if f.kind == "struct":
+                item = src.const(self.get(f.struct)[0], "dec")
+            elif f.kind == "uuid":
+                item = "_read_uuid"
+            else:
+                item = "_" + _READERS[(f.kind, flexible, False)]
+            src.emit(
+                ind,
+                f"{var} = []",
+                f"_ap = {var}.append",
+                "for _ in range(_n):",
+                f"    _x, pos = {item}(mv, pos)",
+                "    _ap(_x)",
+            )
+            return
+        if f.kind in FIXED_KINDS:
+            s = src.const(_struct_fmt([f]), "S")
+            src.emit(ind, f"({var},) = {s}.unpack_from(mv, pos)", f"pos += {src.ns[s].size}")
+            if f.kind == "uuid":
+                src.emit(ind, f"{var} = _uuid({var})")
+        elif f.kind == "struct":
+            dec = src.const(self.get(f.struct)[0], "dec")
+            if f.nullable:  # KIP-893: an int8 marker, negative for null
+                src.emit(
+                    ind,
+                    "if mv[pos] >= 128:",
+                    f"    {var} = None",
+                    "    pos += 1",
+                    "else:",
+                    f"    {var}, pos = {dec}(mv, pos + 1)",
+                )
+            else:
+                src.emit(ind, f"{var}, pos = {dec}(mv, pos)")
+        else:
+            reader = "_" + _READERS[(f.kind, flexible, f.nullable)]
+            src.emit(ind, f"{var}, pos = {reader}(mv, pos)")
+
+    def _decoder(self, schema: StructSchema) -> Callable:
+        src = _Source()
+        flexible = schema.flexible
+        tag_readers = {}
+        for j, f in enumerate(schema.tagged):
+            src.emit(0, f"def _tag_reader{j}(mv, pos):")
+            self._dec_value(src, f, "_v", flexible, 1)
+            src.emit(1, "return _v, pos")
+            tag_readers[f.tag] = f"_tag_reader{j}"
+
+        src.emit(0, "def decode(mv, pos):")
+        group: list[tuple[str, FieldSchema]] = []
+
+        def flush() -> None:
+            if not group:
+                return
+            s = src.const(_struct_fmt([f for _, f in group]), "S")
+            targets = ", ".join(v for v, _ in group)
+            src.emit(1, f"({targets},) = {s}.unpack_from(mv, pos)", f"pos += {src.ns[s].size}")
+            for v, f in group:
+                if f.kind == "uuid":
+                    src.emit(1, f"{v} = _uuid({v})")
+            group.clear()
+
+        names = []
+        for i, f in enumerate(schema.fields):
+            var = f"v{i}"
+            names.append((f.name, var))
+            if _is_fixed(f):
+                group.append((var, f))
+                continue
+            flush()
+            self._dec_value(src, f, var, flexible, 1)
+        flush()
+
+        if flexible:
+            if not schema.tagged:
+                src.emit(1, "if mv[pos] == 0:", "    pos += 1", "else:", "    pos = _skip_tags(mv, pos)")
+            else:
+                readers = src.const({}, "tr")
+                defaults = []
+                for j, f in enumerate(schema.tagged):
+                    d = src.const(f.default, "d")
+                    mutable = isinstance(f.default, list | dict)
+                    defaults.append(f"_fresh({d})" if mutable else d)
+                    names.append((f.name, f"t{j}"))
+                src.emit(1, "if mv[pos] == 0:", "    pos += 1")
+                for j, d in enumerate(defaults):
+                    src.emit(2, f"t{j} = {d}")
+                src.emit(1, "else:", f"    _tv, pos = _read_tags(mv, pos, {readers})")
+                for j, (f, d) in enumerate(zip(schema.tagged, defaults, strict=True)):
+                    src.emit(2, f"t{j} = _tv[{f.tag}] if {f.tag} in _tv else {d}")
+        args = ", ".join(f"{name}={var}" for name, var in names)
+        src.emit(1, f"return _Struct({args}), pos")
+        ns = src.run()
+        if schema.tagged:
+            ns[readers].update({tag: ns[fn] for tag, fn in tag_readers.items()})
+        return ns["decode"]
+
+    # -- encoding ------------------------------------------------------------------------------
+
+    def _enc_value(self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int):
+        """Lines appending the encoding of value `var` (array or not) via ``ap``."""
+        if f.array:
+            alen = "_write_compact_array_length" if flexible else "_write_array_length"
+            src.emit(ind, f"if {var} is None:")
+            if f.nullable:
+                null = p.NULL_COMPACT if flexible else p.NULL_BYTES
+                src.emit(ind + 1, f"ap({null!r})")
+            else:
+                src.emit(ind + 1, f"raise _null_error({f.name!r})")
+            src.emit(ind, "else:", f"    ap({alen}(len({var})))")
+            ind += 1
+            if f.kind in FIXED_KINDS and f.kind != "uuid":
+                code = FIXED_KINDS[f.kind][0]
+                src.emit(ind, f"if {var}:", f"    ap(_write_fixed_array({var}, {code!r}))")
+            elif f.kind == "struct":
+                enc = src.const(self.get(f.struct)[1], "enc")
+                src.emit(ind, f"for _e in {var}:", f"    {enc}(_e, out)")
+            else:
+                item = "_uuid_bytes" if f.kind == "uuid" else "_" + _WRITERS[(f.kind, flexible, False)]
+                src.emit(ind, f"for _e in {var}:", f"    ap({item}(_e))")
+            return
+        if f.kind in FIXED_KINDS:
+            s = src.const(_struct_fmt([f]), "S")
+            if f.kind == "uuid":
+                src.emit(ind, f"ap(_uuid_bytes({var}))")
+            else:
+                norm = src.const((_norm_for(f),), "n")
+                src.emit(
+                    ind,
+                    "try:",
+                    f"    ap({s}.pack({var}))",
+                    "except _PACK_ERRORS:",
+                    f"    ap({s}.pack(*_normalize({norm}, ({var},))))",
+                )
+        elif f.kind == "struct":
+            enc = src.const(self.get(f.struct)[1], "enc")
+            if f.nullable:
+                src.emit(
+                    ind,
+                    f"if {var} is None:",
+                    "    ap(b'\\xff')",
+                    "else:",
+                    "    ap(b'\\x01')",
+                    f"    {enc}({var}, out)",
+                )
+            else:
+                src.emit(ind, f"{enc}({var}, out)")
+        elif f.kind == "records":
+            src.emit(ind, f"_records_into(ap, {var}, {flexible}, {f.nullable}, {f.name!r})")
+        else:
+            src.emit(ind, f"ap(_{_WRITERS[(f.kind, flexible, f.nullable)]}({var}))")
+
+    def _encoder(self, schema: StructSchema) -> Callable:
+        src = _Source()
+        flexible = schema.flexible
+        for j, f in enumerate(schema.tagged):
+            src.emit(0, f"def _tag_writer{j}(x):", "    out = []", "    ap = out.append")
+            self._enc_value(src, f, "x", flexible, 1)
+            src.emit(1, "return b''.join(out)")
+
+        src.emit(
+            0,
+            "def encode(v, out):",
+            "    _t = type(v)",
+            "    if _t is _Struct:",
+            "        g = v.__dict__.get",
+            "    elif _t is _dict:",
+            "        g = v.get",
+            "    else:",
+            "        g = _getter(v)",
+            "    ap = out.append",
+        )
+        group: list[tuple[str, FieldSchema]] = []
+
+        def flush() -> None:
+            if not group:
+                return
+            s = src.const(_struct_fmt([f for _, f in group]), "S")
+            norms = src.const(tuple(_norm_for(f) for _, f in group), "n")
+            values = ", ".join(v for v, _ in group)
+            src.emit(
+                1,
+                "try:",
+                f"    ap({s}.pack({values}))",
+                "except _PACK_ERRORS:",
+                f"    ap({s}.pack(*_normalize({norms}, ({values},))))",
+            )
+            group.clear()
+
+        for i, f in enumerate(schema.fields):
+            var = f"v{i}"
+            default = src.const(f.default, "d")
+            if _is_fixed(f):
+                if f.kind == "uuid":
+                    src.emit(1, f"{var} = _uuid_bytes(g({f.name!r}, None))")
+                else:
+                    src.emit(1, f"{var} = g({f.name!r}, {default})")
+                group.append((var, f))
+                continue
+            flush()
+            src.emit(1, f"{var} = g({f.name!r}, {default})")
+            self._enc_value(src, f, var, flexible, 1)
+        flush()
+
+        tag_defaults = {}
+        if flexible and schema.tagged:
+            src.emit(1, "_tags = []")
+            for j, f in enumerate(schema.tagged):
+                tag_defaults[j] = src.const(None, "td")
+                src.emit(
+                    1,
+                    f"_x = g({f.name!r}, _MISSING)",
+                    "if _x is not _MISSING:",
+                    f"    _b = _tag_writer{j}(_x)",
+                    f"    if _b != {tag_defaults[j]}:",
+                    f"        _tags.append(({f.tag}, _b))",
+                )
+            src.emit(1, "ap(_write_tags(_tags))")
+        elif flexible:
+            src.emit(1, "ap(b'\\x00')")
+        ns = src.run()
+        for j, f in enumerate(schema.tagged):
+            # Kafka writes a tagged field only when it differs from the default; comparing
+            # encodings covers every type (structs, arrays, null vs empty) uniformly.
+            ns[tag_defaults[j]] = ns[f"_tag_writer{j}"](f.default)
+        return ns["encode"]
+
+    def _compile(self, schema: StructSchema) -> tuple[Callable, Callable]:
+        return self._decoder(schema), self._encoder(schema)
+
+
+_COMPILER = _Compiler()
+
+# Errors that generated code or primitives may raise on bad input / bad values.
+_DECODE_ERRORS = (IndexError, struct.error, ValueError, TypeError, OverflowError, RecursionError)
+_ENCODE_ERRORS = (
+    struct.error,
+    TypeError,
+    ValueError,
+    AttributeError,
+    OverflowError,
+    KeyError,
+    RecursionError,
+)
+
+
+class Codec:
+    """Encoder/decoder of one message version (request or response side)."""
+
+    __slots__ = (
+        "_decode",
+        "_encode",
+        "api_key",
+        "flexible",
+        "header_version",
+        "schema",
+        "side",
+        "version",
+    )
+
+    def __init__(self, schema: StructSchema, api_key: int, version: int, side: str,
+                 header_version: int) -> None:
+        self.schema = schema
+        self.api_key = api_key
+        self.version = version
+        self.side = side
+        self.flexible = schema.flexible
+        self.header_version = header_version
+        self._decode, self._encode = _COMPILER.get(schema)
+
+    def __repr__(self) -> str:
+        return f"<Codec {self.schema.name} v{self.version}>"
+
+    def decode(self, buf, pos: int = 0) -> tuple[Struct, int]:
+        """Decode one message starting at `pos`; returns (value, position after it)."""
+        mv = buf if type(buf) is memoryview else memoryview(buf)
+        if mv.format != "B" or mv.ndim != 1:
+            mv = mv.cast("B")
+        try:
+            return self._decode(mv, pos)
+        except ProtocolError:
+            raise
+        except _DECODE_ERRORS as e:
+            raise ProtocolError(f"malformed {self.schema.name} v{self.version}: {e!r}") from e
+
+    def encode(self, value) -> bytes:
+        out: list = []
+        self.encode_into(value, out)
+        return b"".join(out)
+
+    def encode_into(self, value, out: list) -> None:
+        """Append the encoding to `out` (pieces for ``b"".join`` / ``writelines``)."""
+        mark = len(out)
+        try:
+            self._encode(value, out)
+        except ProtocolError:
+            del out[mark:]
+            raise
+        except _ENCODE_ERRORS as e:
+            del out[mark:]
+            raise ProtocolError(f"cannot encode {self.schema.name} v{self.version}: {e!r}") from e
+
+
+_CODECS: dict[tuple[int, int, str], Codec] = {}
+
+
+def _codec(api_key: int, version: int, side: Side) -> Codec:
+    key = (api_key, version, side)
+    codec = _CODECS.get(key)
+    if codec is None:
+        schema = load_schema(api_key, version, side)
+        if side == "request":
+            header_version = request_header_version(api_key, version)
+        else:
+            header_version = response_header_version(api_key, version)
+        codec = _CODECS[key] = Codec(schema, api_key, version, side, header_version)
+    return codec
+
+
+def request_codec(api_key: int, version: int) -> Codec:
+    """Codec of a request body; raises `UnsupportedVersion` if no schema exists."""
+    codec = _CODECS.get((api_key, version, "request"))
+    return codec if codec is not None else _codec(api_key, version, "request")
+
+
+def response_codec(api_key: int, version: int) -> Codec:
+    """Codec of a response body; raises `UnsupportedVersion` if no schema exists."""
+    codec = _CODECS.get((api_key, version, "response"))
+    return codec if codec is not None else _codec(api_key, version, "response")
+
+
+def entity_codec(entity: type) -> Codec:
+    """Codec for any kio entity class, e.g. ConsumerProtocolAssignment data records."""
+    schema = struct_schema(entity)
+    version = int(getattr(entity, "__version__", 0))
+    return Codec(schema, int(getattr(entity, "__api_key__", -1)), version, "data", -1)

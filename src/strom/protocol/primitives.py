@@ -1,0 +1,567 @@
+"""Kafka wire primitives: fixed-width ints, varints, strings, bytes, arrays, UUIDs, tagged fields.
+
+Shared by the generated codecs (`codec.py`) and the hand-written hot-path codecs.
+
+Conventions (chosen for speed and zero-copy):
+- ``read_*(buf, pos) -> (value, new_pos)``; ``buf`` is any bytes-like object, ideally a
+  ``memoryview`` (the ``*_view`` readers then return slices without copying).
+- ``write_*(value) -> bytes``; callers collect the pieces in a list for ``b"".join`` or
+  ``writelines``.
+- Every reader raises `ProtocolError` (never ``IndexError``/``struct.error``) on truncated or
+  malformed input, and checks lengths against the bytes that remain *before* allocating, so
+  hostile lengths cannot make us allocate or loop absurdly.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from collections.abc import Iterable, Mapping
+
+from .errors import ProtocolError
+
+# ---------------------------------------------------------------------------------------------
+# Fixed-width integers. The Struct objects are public so hot paths can unpack several fields
+# with one call; the read_/write_ functions are the convenient, checked form.
+# ---------------------------------------------------------------------------------------------
+
+INT8 = struct.Struct(">b")
+INT16 = struct.Struct(">h")
+INT32 = struct.Struct(">i")
+INT64 = struct.Struct(">q")
+UINT8 = struct.Struct(">B")
+UINT16 = struct.Struct(">H")
+UINT32 = struct.Struct(">I")
+UINT64 = struct.Struct(">Q")
+FLOAT64 = struct.Struct(">d")
+BOOL = struct.Struct(">?")
+
+pack_int8 = INT8.pack
+pack_int16 = INT16.pack
+pack_int32 = INT32.pack
+pack_int64 = INT64.pack
+pack_uint16 = UINT16.pack
+pack_uint32 = UINT32.pack
+pack_float64 = FLOAT64.pack
+pack_bool = BOOL.pack
+
+_unpack_int16 = INT16.unpack_from
+_unpack_int32 = INT32.unpack_from
+
+ZERO_UUID = uuid.UUID(int=0)
+_ZERO_UUID_BYTES = bytes(16)
+
+EMPTY_TAGGED_FIELDS = b"\x00"
+NULL_COMPACT = b"\x00"  # null compact string / bytes / array
+NULL_STRING = b"\xff\xff"  # null legacy string (int16 -1)
+NULL_BYTES = b"\xff\xff\xff\xff"  # null legacy bytes / array (int32 -1)
+EMPTY_COMPACT = b"\x01"  # empty compact string / bytes / array
+_EMPTY_STRING = b"\x00\x00"
+_EMPTY_ARRAY = b"\x00\x00\x00\x00"
+
+
+def truncated(what: str = "data") -> ProtocolError:
+    """The error for input that ends too early (returned so callers can ``raise`` it)."""
+    return ProtocolError(f"truncated {what}")
+
+
+def _reader(s: struct.Struct, what: str):
+    unpack_from = s.unpack_from
+    size = s.size
+
+    def read(buf, pos: int) -> tuple:
+        try:
+            return unpack_from(buf, pos)[0], pos + size
+        except struct.error:
+            raise truncated(what) from None
+
+    read.__name__ = f"read_{what}"
+    read.__doc__ = f"Read a big-endian {what}; returns (value, new_pos)."
+    return read
+
+
+read_int8 = _reader(INT8, "int8")
+read_int16 = _reader(INT16, "int16")
+read_int32 = _reader(INT32, "int32")
+read_int64 = _reader(INT64, "int64")
+read_uint16 = _reader(UINT16, "uint16")
+read_uint32 = _reader(UINT32, "uint32")
+read_float64 = _reader(FLOAT64, "float64")
+read_bool = _reader(BOOL, "bool")
+
+write_int8 = pack_int8
+write_int16 = pack_int16
+write_int32 = pack_int32
+write_int64 = pack_int64
+write_uint16 = pack_uint16
+write_uint32 = pack_uint32
+write_float64 = pack_float64
+write_bool = pack_bool
+
+
+# ---------------------------------------------------------------------------------------------
+# Varints (protobuf style, as Kafka's ByteUtils): unsigned, and zig-zag signed.
+# ---------------------------------------------------------------------------------------------
+
+_SMALL_UVARINTS = tuple(bytes((i,)) for i in range(128))
+
+
+def _read_varbits(buf, pos: int, max_shift: int) -> tuple[int, int]:
+    try:
+        b = buf[pos]
+        if b < 0x80:
+            return b, pos + 1
+        result = b & 0x7F
+        shift = 7
+        pos += 1
+        while True:
+            b = buf[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if b < 0x80:
+                return result, pos
+            shift += 7
+            if shift > max_shift:
+                raise ProtocolError("varint is too long")
+    except IndexError:
+        raise truncated("varint") from None
+
+
+def read_uvarint(buf, pos: int) -> tuple[int, int]:
+    """Unsigned varint of at most 5 bytes (Kafka rejects longer ones)."""
+    try:
+        b = buf[pos]
+    except IndexError:
+        raise truncated("varint") from None
+    if b < 0x80:
+        return b, pos + 1
+    return _read_varbits(buf, pos, 28)
+
+
+def read_uvarlong(buf, pos: int) -> tuple[int, int]:
+    """Unsigned varlong of at most 10 bytes."""
+    return _read_varbits(buf, pos, 63)
+
+
+def read_varint(buf, pos: int) -> tuple[int, int]:
+    """Zig-zag signed varint (record fields)."""
+    v, pos = _read_varbits(buf, pos, 28)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def read_varlong(buf, pos: int) -> tuple[int, int]:
+    """Zig-zag signed varlong (record fields)."""
+    v, pos = _read_varbits(buf, pos, 63)
+    return (v >> 1) ^ -(v & 1), pos
+
+
+def write_uvarint(value: int) -> bytes:
+    """Unsigned varint (also used for unsigned varlongs)."""
+    if 0 <= value < 0x80:
+        return _SMALL_UVARINTS[value]
+    if value < 0:
+        raise ProtocolError(f"negative value {value} for an unsigned varint")
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+write_uvarlong = write_uvarint
+
+
+def write_varint(value: int) -> bytes:
+    """Zig-zag signed varint (32-bit range)."""
+    return write_uvarint(((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
+
+
+def write_varlong(value: int) -> bytes:
+    """Zig-zag signed varlong (64-bit range)."""
+    return write_uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
+
+
+# ---------------------------------------------------------------------------------------------
+# Strings. Legacy: int16 length, -1 = null. Compact: uvarint length+1, 0 = null.
+# Invalid UTF-8 is replaced (U+FFFD), as Kafka's String decoding does, rather than rejected.
+# ---------------------------------------------------------------------------------------------
+
+
+def _legacy_len(buf, pos: int, unpack, size: int, nullable: bool, what: str):
+    try:
+        n = unpack(buf, pos)[0]
+    except struct.error:
+        raise truncated(what) from None
+    pos += size
+    if n < 0:
+        if n == -1 and nullable:
+            return -1, pos
+        raise ProtocolError(f"invalid {what} length {n}")
+    if pos + n > len(buf):
+        raise truncated(what)
+    return n, pos
+
+
+def _compact_len(buf, pos: int, nullable: bool, what: str):
+    try:
+        n = buf[pos]
+    except IndexError:
+        raise truncated(what) from None
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _read_varbits(buf, pos, 28)
+    n -= 1
+    if n < 0:
+        if nullable:
+            return -1, pos
+        raise ProtocolError(f"null {what} where a non-nullable one is required")
+    if pos + n > len(buf):
+        raise truncated(what)
+    return n, pos
+
+
+def read_string(buf, pos: int) -> tuple[str, int]:
+    n, pos = _legacy_len(buf, pos, _unpack_int16, 2, False, "string")
+    end = pos + n
+    return str(buf[pos:end], "utf-8", "replace"), end
+
+
+def read_nullable_string(buf, pos: int) -> tuple[str | None, int]:
+    n, pos = _legacy_len(buf, pos, _unpack_int16, 2, True, "string")
+    if n < 0:
+        return None, pos
+    end = pos + n
+    return str(buf[pos:end], "utf-8", "replace"), end
+
+
+def read_compact_string(buf, pos: int) -> tuple[str, int]:
+    n, pos = _compact_len(buf, pos, False, "string")
+    end = pos + n
+    return str(buf[pos:end], "utf-8", "replace"), end
+
+
+def read_compact_nullable_string(buf, pos: int) -> tuple[str | None, int]:
+    n, pos = _compact_len(buf, pos, True, "string")
+    if n < 0:
+        return None, pos
+    end = pos + n
+    return str(buf[pos:end], "utf-8", "replace"), end
+
+
+def _utf8(value, what: str = "string") -> bytes:
+    if value.__class__ is str:
+        return value.encode()
+    if isinstance(value, str):
+        return str.encode(value)
+    if value is None:
+        raise ProtocolError(f"null {what} where a non-nullable one is required")
+    raise ProtocolError(f"expected str for {what}, got {type(value).__name__}")
+
+
+def write_string(value: str) -> bytes:
+    b = _utf8(value)
+    n = len(b)
+    if n > 0x7FFF:
+        raise ProtocolError(f"string of {n} bytes is too long for an int16 length")
+    return pack_int16(n) + b
+
+
+def write_nullable_string(value: str | None) -> bytes:
+    return NULL_STRING if value is None else write_string(value)
+
+
+def write_compact_string(value: str) -> bytes:
+    b = _utf8(value)
+    n = len(b) + 1
+    return (_SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)) + b
+
+
+def write_compact_nullable_string(value: str | None) -> bytes:
+    return NULL_COMPACT if value is None else write_compact_string(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Bytes. Legacy: int32 length, -1 = null. Compact: uvarint length+1, 0 = null.
+# read_*bytes copy into `bytes`; read_*bytes_view return zero-copy memoryview slices (records).
+# ---------------------------------------------------------------------------------------------
+
+
+def _view(buf, pos: int, end: int) -> memoryview:
+    if isinstance(buf, memoryview):
+        return buf[pos:end]
+    return memoryview(buf)[pos:end]
+
+
+def read_bytes(buf, pos: int) -> tuple[bytes, int]:
+    n, pos = _legacy_len(buf, pos, _unpack_int32, 4, False, "bytes")
+    end = pos + n
+    return bytes(buf[pos:end]), end
+
+
+def read_nullable_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _legacy_len(buf, pos, _unpack_int32, 4, True, "bytes")
+    if n < 0:
+        return None, pos
+    end = pos + n
+    return bytes(buf[pos:end]), end
+
+
+def read_compact_bytes(buf, pos: int) -> tuple[bytes, int]:
+    n, pos = _compact_len(buf, pos, False, "bytes")
+    end = pos + n
+    return bytes(buf[pos:end]), end
+
+
+def read_compact_nullable_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+    n, pos = _compact_len(buf, pos, True, "bytes")
+    if n < 0:
+        return None, pos
+    end = pos + n
+    return bytes(buf[pos:end]), end
+
+
+def read_bytes_view(buf, pos: int) -> tuple[memoryview, int]:
+    n, pos = _legacy_len(buf, pos, _unpack_int32, 4, False, "bytes")
+    end = pos + n
+    return _view(buf, pos, end), end
+
+
+def read_nullable_bytes_view(buf, pos: int) -> tuple[memoryview | None, int]:
+    n, pos = _legacy_len(buf, pos, _unpack_int32, 4, True, "bytes")
+    if n < 0:
+        return None, pos
+    end = pos + n
+    return _view(buf, pos, end), end
+
+
+def read_compact_bytes_view(buf, pos: int) -> tuple[memoryview, int]:
+    n, pos = _compact_len(buf, pos, False, "bytes")
+    end = pos + n
+    return _view(buf, pos, end), end
+
+
+def read_compact_nullable_bytes_view(buf, pos: int) -> tuple[memoryview | None, int]:
+    n, pos = _compact_len(buf, pos, True, "bytes")
+    if n < 0:
+        return None, pos
+    end = pos + n
+    return _view(buf, pos, end), end
+
+
+def nbytes(value) -> int:
+    """Length in bytes of a bytes-like object (a memoryview's len() counts items)."""
+    return value.nbytes if isinstance(value, memoryview) else len(value)
+
+
+def write_bytes_length(n: int | None) -> bytes:
+    """int32 length prefix for legacy (nullable) bytes; ``None`` means null."""
+    return NULL_BYTES if n is None else pack_int32(n)
+
+
+def write_compact_bytes_length(n: int | None) -> bytes:
+    """uvarint length+1 prefix for compact (nullable) bytes; ``None`` means null."""
+    if n is None:
+        return NULL_COMPACT
+    n += 1
+    return _SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
+
+
+def _bytes_value(value, what: str):
+    if isinstance(value, bytes | bytearray | memoryview):
+        return value
+    if value is None:
+        raise ProtocolError(f"null {what} where a non-nullable one is required")
+    raise ProtocolError(f"expected a bytes-like value for {what}, got {type(value).__name__}")
+
+
+def write_bytes(value: bytes) -> bytes:
+    value = _bytes_value(value, "bytes")
+    return pack_int32(nbytes(value)) + value
+
+
+def write_nullable_bytes(value: bytes | None) -> bytes:
+    return NULL_BYTES if value is None else write_bytes(value)
+
+
+def write_compact_bytes(value: bytes) -> bytes:
+    value = _bytes_value(value, "bytes")
+    return write_compact_bytes_length(nbytes(value)) + value
+
+
+def write_compact_nullable_bytes(value: bytes | None) -> bytes:
+    return NULL_COMPACT if value is None else write_compact_bytes(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Arrays: only the length prefix lives here; -1 from a reader means a null array.
+# As in Kafka, a length larger than the bytes that remain is rejected at once (every element
+# takes at least one byte), which bounds both allocation and loop count by the input size.
+# ---------------------------------------------------------------------------------------------
+
+
+def read_array_length(buf, pos: int) -> tuple[int, int]:
+    """int32 array length; returns -1 for null (the caller decides if null is allowed)."""
+    try:
+        n = _unpack_int32(buf, pos)[0]
+    except struct.error:
+        raise truncated("array length") from None
+    pos += 4
+    if n < 0:
+        if n == -1:
+            return -1, pos
+        raise ProtocolError(f"invalid array length {n}")
+    if n > len(buf) - pos:
+        raise ProtocolError(f"array of {n} elements exceeds the {len(buf) - pos} bytes left")
+    return n, pos
+
+
+def read_compact_array_length(buf, pos: int) -> tuple[int, int]:
+    """uvarint length+1 array length; returns -1 for null."""
+    try:
+        n = buf[pos]
+    except IndexError:
+        raise truncated("array length") from None
+    if n < 0x80:
+        pos += 1
+    else:
+        n, pos = _read_varbits(buf, pos, 28)
+    n -= 1
+    if n > len(buf) - pos:
+        raise ProtocolError(f"array of {n} elements exceeds the {len(buf) - pos} bytes left")
+    return n, pos
+
+
+def write_array_length(n: int | None) -> bytes:
+    return NULL_BYTES if n is None else pack_int32(n)
+
+
+def write_compact_array_length(n: int | None) -> bytes:
+    if n is None:
+        return NULL_COMPACT
+    n += 1
+    return _SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
+
+
+_ARRAY_STRUCTS: dict[tuple[str, int], struct.Struct] = {}
+
+
+def _array_struct(code: str, n: int) -> struct.Struct:
+    s = _ARRAY_STRUCTS.get((code, n))
+    if s is None:
+        s = struct.Struct(f">{n}{code}")
+        if n <= 64:  # keep the cache small; long arrays are rare
+            _ARRAY_STRUCTS[(code, n)] = s
+    return s
+
+
+def read_fixed_array(buf, pos: int, n: int, code: str, size: int) -> tuple[list, int]:
+    """``n`` fixed-width items of struct `code` (e.g. ``"i"``); the length was read already."""
+    if n <= 0:
+        return [], pos
+    try:
+        return list(_array_struct(code, n).unpack_from(buf, pos)), pos + n * size
+    except struct.error:
+        raise truncated("array") from None
+
+
+def write_fixed_array(values, code: str) -> bytes:
+    """Items of struct `code`, without the length prefix."""
+    n = len(values)
+    if not n:
+        return b""
+    return _array_struct(code, n).pack(*values)
+
+
+# ---------------------------------------------------------------------------------------------
+# UUID: 16 raw bytes; null is written as the zero UUID (as Kafka does).
+# ---------------------------------------------------------------------------------------------
+
+
+def uuid_from_bytes(raw: bytes) -> uuid.UUID:
+    return ZERO_UUID if raw == _ZERO_UUID_BYTES else uuid.UUID(bytes=bytes(raw))
+
+
+def read_uuid(buf, pos: int) -> tuple[uuid.UUID, int]:
+    end = pos + 16
+    if end > len(buf):
+        raise truncated("uuid")
+    return uuid_from_bytes(bytes(buf[pos:end])), end
+
+
+def uuid_bytes(value: uuid.UUID | None) -> bytes:
+    if value is None:
+        return _ZERO_UUID_BYTES
+    try:
+        return value.bytes
+    except AttributeError:
+        if isinstance(value, bytes | bytearray) and len(value) == 16:
+            return bytes(value)
+        raise ProtocolError(f"expected a UUID, got {type(value).__name__}") from None
+
+
+write_uuid = uuid_bytes
+
+
+# ---------------------------------------------------------------------------------------------
+# Tagged fields (KIP-482): uvarint count, then (uvarint tag, uvarint size, bytes) each.
+# ---------------------------------------------------------------------------------------------
+
+
+def _tag_count(buf, pos: int) -> tuple[int, int]:
+    n, pos = read_uvarint(buf, pos)
+    if n > (len(buf) - pos) // 2:  # a tag and a size take at least one byte each
+        raise ProtocolError(f"{n} tagged fields cannot fit in {len(buf) - pos} bytes")
+    return n, pos
+
+
+def skip_tagged_fields(buf, pos: int) -> int:
+    """Skip a tagged-field section (all tags unknown to the caller); returns the new pos."""
+    try:
+        if buf[pos] == 0:
+            return pos + 1
+    except IndexError:
+        raise truncated("tagged fields") from None
+    n, pos = _tag_count(buf, pos)
+    size_limit = len(buf)
+    for _ in range(n):
+        _, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        pos += size
+        if pos > size_limit:
+            raise truncated("tagged field")
+    return pos
+
+
+def read_tagged_fields(buf, pos: int) -> tuple[dict[int, memoryview], int]:
+    """Tagged-field section as {tag: raw value bytes (a view)}."""
+    try:
+        if buf[pos] == 0:
+            return {}, pos + 1
+    except IndexError:
+        raise truncated("tagged fields") from None
+    n, pos = _tag_count(buf, pos)
+    out: dict[int, memoryview] = {}
+    for _ in range(n):
+        tag, pos = read_uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
+        end = pos + size
+        if end > len(buf):
+            raise truncated("tagged field")
+        out[tag] = _view(buf, pos, end)
+        pos = end
+    return out, pos
+
+
+def write_tagged_fields(fields: Mapping[int, bytes] | Iterable[tuple[int, bytes]] | None) -> bytes:
+    """Tagged-field section from {tag: encoded value}, written in ascending tag order."""
+    if not fields:
+        return EMPTY_TAGGED_FIELDS
+    items = sorted(fields.items() if isinstance(fields, Mapping) else fields)
+    parts = [write_uvarint(len(items))]
+    for tag, value in items:
+        parts.append(write_uvarint(tag))
+        parts.append(write_uvarint(nbytes(value)))
+        parts.append(bytes(value))
+    return b"".join(parts)

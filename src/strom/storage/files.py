@@ -1,0 +1,157 @@
+"""Segment files behind a budget of open file descriptors.
+
+10,000 partitions mean tens of thousands of segment files; keeping one descriptor per file
+would exhaust the process limit. Every segment file opens lazily through a shared
+``FileBudget`` (an LRU); the least recently used unpinned file is closed when the budget is
+exceeded. A pinned file (e.g. during a ``sendfile``) is never closed under its user.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.storage.errors import KafkaStorageError
+
+_O_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
+
+
+class FileBudget:
+    """LRU of open ``SegmentFile`` descriptors, at most ``max_open`` unless all are pinned."""
+
+    def __init__(self, max_open: int = 1000) -> None:
+        if max_open < 1:
+            raise ValueError("max_open must be positive")
+        self.max_open = max_open
+        self._open: OrderedDict[SegmentFile, None] = OrderedDict()
+
+    @property
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def _opened(self, f: SegmentFile) -> None:
+        self._open[f] = None
+        if len(self._open) > self.max_open:
+            self._evict(keep=f)
+
+    def _evict(self, keep: SegmentFile | None = None) -> None:
+        excess = len(self._open) - self.max_open
+        if excess <= 0:
+            return
+        for f in list(self._open):
+            if f is not keep and f._pins == 0:
+                f._close_fd()
+                excess -= 1
+                if excess <= 0:
+                    return
+
+    def close_all(self) -> None:
+        for f in list(self._open):
+            f._close_fd()
+
+
+class SegmentFile:
+    """A file opened on demand within a ``FileBudget``; ``fileno()`` (re)opens it."""
+
+    __slots__ = ("__weakref__", "_budget", "_closed", "_fd", "_pins", "path")
+
+    def __init__(self, path: Path, budget: FileBudget, *, create: bool = False) -> None:
+        self.path = path
+        self._budget = budget
+        self._fd: int | None = None
+        self._pins = 0
+        self._closed = False
+        if create:
+            fd = os.open(path, _O_FLAGS | os.O_CREAT, 0o644)
+            self._fd = fd
+            budget._opened(self)
+
+    def fileno(self) -> int:
+        fd = self._fd
+        if fd is not None:
+            self._budget._open.move_to_end(self)
+            return fd
+        if self._closed:
+            raise KafkaStorageError(f"segment file {self.path} is closed")
+        try:
+            fd = os.open(self.path, _O_FLAGS)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot open {self.path}: {e}") from e
+        self._fd = fd
+        self._budget._opened(self)
+        return fd
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd is not None
+
+    def pin(self) -> None:
+        """Keep the descriptor open until the matching ``unpin`` (opens it if needed)."""
+        self._pins += 1
+        try:
+            self.fileno()
+        except BaseException:
+            self._pins -= 1
+            raise
+
+    def unpin(self) -> None:
+        self._pins -= 1
+        if self._pins <= 0:
+            self._pins = 0
+            if self._closed:
+                self._close_fd()
+            else:
+                self._budget._evict()
+
+    def close(self) -> None:
+        """Close now, or when the last pin is released; later ``fileno()`` calls fail."""
+        self._closed = True
+        if self._pins == 0:
+            self._close_fd()
+
+    def reopenable(self) -> None:
+        """Allow ``fileno()`` again after ``close`` (used when a log is reopened)."""
+        self._closed = False
+
+    def _close_fd(self) -> None:
+        fd = self._fd
+        if fd is not None:
+            self._fd = None
+            self._budget._open.pop(self, None)
+            os.close(fd)
+
+    def size(self) -> int:
+        return os.fstat(self.fileno()).st_size
+
+    def __repr__(self) -> str:
+        return f"SegmentFile({str(self.path)!r}, open={self._fd is not None}, pins={self._pins})"
+
+
+@dataclass(slots=True)
+class FileSlice:
+    """A byte range of a segment file, to send with ``os.sendfile``.
+
+    Pin ``file`` around the send so the budget does not close the descriptor under it.
+    """
+
+    file: SegmentFile
+    position: int
+    length: int
+
+    def read_bytes(self) -> bytes:
+        self.file.pin()
+        try:
+            fd = self.file.fileno()
+            parts = []
+            pos, end = self.position, self.position + self.length
+            while pos < end:
+                chunk = os.pread(fd, end - pos, pos)
+                if not chunk:
+                    raise KafkaStorageError(f"short read from {self.file.path}")
+                parts.append(chunk)
+                pos += len(chunk)
+            return b"".join(parts)
+        finally:
+            self.file.unpin()

@@ -1,0 +1,206 @@
+"""Run a real ``strom broker`` process for integration tests.
+
+The broker is started exactly as a user would start it (the ``strom`` console script of this venv),
+is judged ready only when it answers ApiVersions on its port, and is always stopped by its own PID.
+
+Setting ``STROM_IT_PEER_TANSU=/path/to/tansu`` runs the Tansu binary instead (memory storage, overrides
+ignored). That exists only to check the tests themselves against another Kafka-compatible broker.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from .wire import api_versions_ok
+
+HOST = "127.0.0.1"
+STROM_BIN = Path(sys.executable).with_name("strom")
+START_TIMEOUT = 30.0
+STOP_TIMEOUT = 15.0
+PEER_ENV = "STROM_IT_PEER_TANSU"
+
+# Every broker object that ever started a process in this session (logs for failure reports and a
+# last-resort kill at interpreter exit).
+ALL_BROKERS: list[BrokerProcess] = []
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def running_peer() -> str | None:
+    """Name of the stand-in broker when the suite is pointed at one, else None."""
+    return "tansu" if os.environ.get(PEER_ENV) else None
+
+
+class BrokerProcess:
+    """One broker process with a fixed port and data directory across restarts."""
+
+    def __init__(
+        self,
+        base_dir: Path | str | None = None,
+        *,
+        data_dir: Path | str | None = None,
+        port: int | None = None,
+        name: str = "broker",
+    ) -> None:
+        self.base_dir = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="strom-it-"))
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = Path(data_dir) if data_dir else self.base_dir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.base_dir / f"{name}.log"
+        self.name = name
+        self.port = port or free_port()
+        self.overrides: dict[str, str] = {}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def command(self) -> list[str]:
+        peer = os.environ.get(PEER_ENV)
+        if peer:
+            url = f"tcp://{HOST}:{self.port}"
+            return [peer, "broker", "--listener-url", url, "--advertised-listener-url", url,
+                    "--storage-engine", "memory://tansu/"]  # fmt: skip
+        cmd = [str(STROM_BIN), "broker"]
+        settings = {"listeners": f"PLAINTEXT://{HOST}:{self.port}", "log.dirs": str(self.data_dir)}
+        settings.update(self.overrides)
+        for key, value in settings.items():
+            cmd += ["--override", f"{key}={value}"]
+        return cmd
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self, overrides: dict[str, object] | None = None, timeout: float = START_TIMEOUT):
+        """Start the process (``overrides`` are Kafka config names) and wait until it serves."""
+        if self.running:
+            raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
+        if overrides is not None:
+            self.overrides = {k: str(v) for k, v in overrides.items()}
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"=== start #{self.starts}: {' '.join(self.command())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                cwd=self.base_dir,
+            )  # fmt: skip
+        if self not in ALL_BROKERS:
+            ALL_BROKERS.append(self)
+        self.wait_ready(timeout)
+        return self
+
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        """Poll ApiVersions until it succeeds; fail early if the process dies."""
+        deadline = time.monotonic() + timeout
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise BrokerStartError(
+                    f"{self.name} exited with {self.proc.returncode} before serving\n{self.log_tail()}"
+                )
+            if api_versions_ok(self.bootstrap, timeout=1.0):
+                return
+            if time.monotonic() > deadline:
+                self.kill()
+                raise BrokerStartError(
+                    f"{self.name} not serving on {self.bootstrap} after {timeout}s\n{self.log_tail()}"
+                )
+            time.sleep(0.05)  # poll interval, not synchronisation
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> int | None:
+        """SIGTERM, wait, then SIGKILL by PID. Returns the exit code (None if never started)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._append_log(f"=== no exit {timeout}s after SIGTERM: SIGKILL\n")
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(STOP_TIMEOUT)
+        return self.proc.returncode
+
+    def kill(self) -> int | None:
+        """SIGKILL by PID (a crash: nothing gets flushed or closed by the broker)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(STOP_TIMEOUT)
+        return self.proc.returncode
+
+    def restart(self, extra_overrides: dict[str, object] | None = None, *, kill: bool = False):
+        """Stop (or kill) if running, then start again on the same port and data directory."""
+        if self.running:
+            self.kill() if kill else self.stop()
+        overrides = dict(self.overrides)
+        overrides.update({k: str(v) for k, v in (extra_overrides or {}).items()})
+        return self.start(overrides)
+
+    # ------------------------------------------------------------------ logs
+
+    def _append_log(self, text: str) -> None:
+        with open(self.log_path, "a") as log:
+            log.write(text)
+
+    def log_size(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def log_text(self, since: int = 0, limit: int = 20_000) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                data = f.read()
+        except FileNotFoundError:
+            return ""
+        text = data.decode(errors="replace")
+        if len(text) > limit:
+            text = f"[... {len(text) - limit} chars cut ...]\n" + text[-limit:]
+        return text
+
+    def log_tail(self, limit: int = 6_000) -> str:
+        return f"--- {self.log_path} (tail) ---\n{self.log_text(limit=limit)}"
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self.running else "stopped"
+        return f"<BrokerProcess {self.name} {self.bootstrap} {state} data={self.data_dir}>"
+
+
+@atexit.register
+def _kill_leftovers() -> None:
+    for broker in ALL_BROKERS:
+        if broker.running:
+            broker.kill()

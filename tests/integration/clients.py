@@ -1,0 +1,369 @@
+"""Thin helpers over the real Kafka clients, bounded in time and strict about errors."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+
+@dataclass
+class Msg:
+    """A record as a test compares it: bytes in, the same bytes out."""
+
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] = field(default_factory=list)
+    timestamp: int | None = None
+    partition: int | None = None
+    offset: int | None = None
+
+    def content(self) -> tuple:
+        return (self.key, self.value, list(self.headers))
+
+
+def contents(msgs: Iterable[Msg]) -> list[tuple]:
+    return [m.content() for m in msgs]
+
+
+def sample_messages(tag: str = "", null_header: bool = True) -> list[Msg]:
+    """Keys, headers, null and empty keys/values, binary and UTF-8 payloads."""
+    t = tag.encode()
+    msgs = [
+        Msg(b"key-1" + t, b"value-1" + t, [("h1", b"one"), ("h2", b"two")]),
+        Msg(None, b"no key" + t),
+        Msg(b"null-value" + t, None),
+        Msg(b"empty-value" + t, b""),
+        Msg(b"", b"empty key" + t),
+        Msg(b"dup-headers" + t, b"v", [("h", b"a"), ("h", b"b"), ("h", b"")]),
+        Msg(b"null-header" + t, b"v", [("nothing", None)]),
+        Msg(bytes(range(256)), bytes(reversed(range(256))) * 4, [("bin", bytes(range(256)))]),
+        Msg("ключ".encode(), "значение ✓".encode() + t, [("ünï", "çødé".encode())]),
+        Msg(b"big" + t, b"0123456789abcdef" * 4096),
+    ]
+    if not null_header:  # kafka-python cannot send a null header value
+        msgs = [m for m in msgs if all(v is not None for _, v in m.headers)]
+    return msgs
+
+
+# --------------------------------------------------------------------------- admin
+
+
+def admin(bootstrap: str, **conf: object) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap, **conf})
+
+
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int = 1,
+    config: dict[str, str] | None = None,
+    timeout: float = 30.0,
+) -> None:
+    """Create a topic and wait until every partition has a leader in metadata."""
+    a = admin(bootstrap)  # keep the handle alive until the future resolves
+    futures = a.create_topics(
+        [NewTopic(name, num_partitions=partitions, replication_factor=1, config=config or {})],
+        operation_timeout=timeout,
+        request_timeout=timeout,
+    )
+    futures[name].result(timeout)
+    wait_for_topic(bootstrap, name, partitions, timeout)
+
+
+def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 30.0) -> None:
+    a = admin(bootstrap)
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        md = a.list_topics(name, timeout=5)
+        t = md.topics.get(name)
+        last = t
+        if (
+            t is not None
+            and t.error is None
+            and len(t.partitions) == partitions
+            and all(p.leader >= 0 and p.error is None for p in t.partitions.values())
+        ):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"topic {name} not ready with {partitions} partitions: {last}")
+
+
+def list_offset(bootstrap: str, topic: str, partition: int, spec: OffsetSpec, timeout: float = 20.0):
+    """ListOffsetsResultInfo (``.offset``, ``.timestamp``) for one partition."""
+    tp = TopicPartition(topic, partition)
+    a = admin(bootstrap)  # keep the handle alive until the future resolves
+    futures = a.list_offsets({tp: spec}, request_timeout=timeout)
+    return futures[tp].result(timeout)
+
+
+def earliest(bootstrap: str, topic: str, partition: int = 0) -> int:
+    return list_offset(bootstrap, topic, partition, OffsetSpec.earliest()).offset
+
+
+def latest(bootstrap: str, topic: str, partition: int = 0) -> int:
+    return list_offset(bootstrap, topic, partition, OffsetSpec.latest()).offset
+
+
+def topic_names(bootstrap: str) -> set[str]:
+    return set(admin(bootstrap).list_topics(timeout=10).topics)
+
+
+# --------------------------------------------------------------------------- confluent-kafka
+
+
+def producer(bootstrap: str, **conf: object) -> Producer:
+    base = {"bootstrap.servers": bootstrap, "linger.ms": 5, "message.timeout.ms": 30000}
+    base.update({k.replace("_", "."): v for k, v in conf.items()})
+    return Producer(base)
+
+
+def produce(
+    bootstrap: str,
+    topic: str,
+    msgs: Sequence[Msg],
+    *,
+    partition: int | None = None,
+    flush_each: bool = False,
+    timeout: float = 30.0,
+    **conf: object,
+) -> list[Msg]:
+    """Produce and return the delivered messages (partition/offset filled); raise on any error."""
+    p = producer(bootstrap, **conf)
+    delivered: list[Msg | None] = [None] * len(msgs)
+    errors: list[KafkaError] = []
+
+    def on_delivery(i: int):
+        def cb(err, msg):
+            if err is not None:
+                errors.append(err)
+                return
+            m = msgs[i]
+            ts = msg.timestamp()[1]
+            delivered[i] = Msg(m.key, m.value, m.headers, ts, msg.partition(), msg.offset())
+
+        return cb
+
+    for i, m in enumerate(msgs):
+        kwargs: dict = {"value": m.value, "key": m.key, "on_delivery": on_delivery(i)}
+        if m.headers:
+            kwargs["headers"] = list(m.headers)
+        if m.timestamp is not None:
+            kwargs["timestamp"] = m.timestamp
+        part = m.partition if m.partition is not None else partition
+        if part is not None:
+            kwargs["partition"] = part
+        p.produce(topic, **kwargs)
+        if flush_each:
+            p.flush(timeout)
+    left = p.flush(timeout)
+    if errors:
+        raise KafkaException(errors[0])
+    assert left == 0, f"{left} messages still queued after {timeout}s"
+    assert all(d is not None for d in delivered)
+    return delivered  # type: ignore[return-value]
+
+
+def produce_expect_error(
+    bootstrap: str, topic: str, msg: Msg, timeout: float = 30.0, **conf: object
+) -> KafkaError:
+    """Produce one message that must fail; return the delivery error."""
+    p = producer(bootstrap, **conf)
+    result: list = []
+    p.produce(topic, value=msg.value, key=msg.key, on_delivery=lambda err, m: result.append(err))
+    assert p.flush(timeout) == 0, "delivery report never came"
+    assert result and result[0] is not None, "produce unexpectedly succeeded"
+    return result[0]
+
+
+def consumer(bootstrap: str, **conf: object) -> Consumer:
+    base = {
+        "bootstrap.servers": bootstrap,
+        # librdkafka insists on a group id; assign() with explicit offsets never uses the group.
+        "group.id": f"strom-it-{uuid.uuid4().hex[:8]}",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "auto.offset.reset": "earliest",
+        "fetch.wait.max.ms": 100,
+    }
+    base.update({k.replace("_", "."): v for k, v in conf.items()})
+    return Consumer(base)
+
+
+def _to_msg(m) -> Msg:
+    return Msg(m.key(), m.value(), list(m.headers() or []), m.timestamp()[1], m.partition(), m.offset())
+
+
+def poll_messages(c: Consumer, count: int, timeout: float = 30.0) -> list[Msg]:
+    """Poll an assigned consumer until ``count`` messages arrived; fail on errors or the deadline."""
+    out: list[Msg] = []
+    deadline = time.monotonic() + timeout
+    while len(out) < count:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError(f"got {len(out)} of {count} messages in {timeout}s: {out[-3:]}")
+        for m in c.consume(num_messages=count - len(out), timeout=min(left, 0.5)):
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(m.error())
+            out.append(_to_msg(m))
+    return out
+
+
+def consume(
+    bootstrap: str,
+    topic: str,
+    count: int,
+    *,
+    partition: int = 0,
+    offset: int = 0,
+    timeout: float = 30.0,
+    **conf: object,
+) -> list[Msg]:
+    """Read exactly ``count`` messages of one partition from ``offset`` (assign, no group)."""
+    c = consumer(bootstrap, **conf)
+    try:
+        c.assign([TopicPartition(topic, partition, offset)])
+        return poll_messages(c, count, timeout)
+    finally:
+        c.close()
+
+
+def consume_all(bootstrap: str, topic: str, partition: int = 0, **kw) -> list[Msg]:
+    """Everything from the earliest offset up to the current log end."""
+    start, end = earliest(bootstrap, topic, partition), latest(bootstrap, topic, partition)
+    if end <= start:
+        return []
+    return consume(bootstrap, topic, end - start, partition=partition, offset=start, **kw)
+
+
+def assert_no_more(c: Consumer, wait: float = 1.0) -> None:
+    """Nothing else arrives within ``wait`` seconds (only for 'nothing extra' checks)."""
+    deadline = time.monotonic() + wait
+    while (left := deadline - time.monotonic()) > 0:
+        for m in c.consume(num_messages=100, timeout=left):
+            if m.error() and m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise AssertionError(f"unexpected extra message: {m.error() or _to_msg(m)}")
+
+
+# --------------------------------------------------------------------------- kafka-python
+
+
+def kp_produce(
+    bootstrap: str, topic: str, msgs: Sequence[Msg], *, partition: int = 0, **conf: object
+) -> list[Msg]:
+    """Produce with kafka-python (idempotent unless ``acks`` is given); return delivered messages."""
+    from kafka import KafkaProducer
+
+    p = KafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=30000, **conf)
+    try:
+        futures = [
+            p.send(topic, value=m.value, key=m.key, headers=list(m.headers), partition=partition,
+                   timestamp_ms=m.timestamp)
+            for m in msgs
+        ]  # fmt: skip
+        p.flush(timeout=30)
+        out = []
+        for m, f in zip(msgs, futures, strict=True):
+            md = f.get(timeout=30)
+            out.append(Msg(m.key, m.value, m.headers, md.timestamp, md.partition, md.offset))
+        return out
+    finally:
+        p.close(timeout=10)
+
+
+def kp_consume(
+    bootstrap: str, topic: str, count: int, *, partition: int = 0, offset: int = 0,
+    timeout: float = 30.0, **conf: object,
+) -> list[Msg]:  # fmt: skip
+    from kafka import KafkaConsumer
+    from kafka import TopicPartition as KTP
+
+    c = KafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+        auto_offset_reset="earliest", fetch_max_wait_ms=100, **conf,
+    )  # fmt: skip
+    try:
+        tp = KTP(topic, partition)
+        c.assign([tp])
+        c.seek(tp, offset)
+        out: list[Msg] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"kafka-python got {len(out)} of {count} in {timeout}s")
+            for recs in c.poll(timeout_ms=500, max_records=count - len(out)).values():
+                out += [
+                    Msg(r.key, r.value, list(r.headers), r.timestamp, r.partition, r.offset)
+                    for r in recs
+                ]
+        return out
+    finally:
+        c.close(autocommit=False)
+
+
+# --------------------------------------------------------------------------- aiokafka
+
+
+async def aio_produce(
+    bootstrap: str, topic: str, msgs: Sequence[Msg], *, partition: int = 0, **conf: object
+) -> list[Msg]:
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    p = AIOKafkaProducer(bootstrap_servers=bootstrap, request_timeout_ms=30000, **conf)
+    await p.start()
+    try:
+        futures = [
+            await p.send(topic, value=m.value, key=m.key, partition=partition,
+                         timestamp_ms=m.timestamp, headers=list(m.headers))
+            for m in msgs
+        ]  # fmt: skip
+        mds = await asyncio.wait_for(asyncio.gather(*futures), 30)
+        return [
+            Msg(m.key, m.value, m.headers, md.timestamp, md.partition, md.offset)
+            for m, md in zip(msgs, mds, strict=True)
+        ]
+    finally:
+        await p.stop()
+
+
+async def aio_consume(
+    bootstrap: str, topic: str, count: int, *, partition: int = 0, offset: int = 0,
+    timeout: float = 30.0, **conf: object,
+) -> list[Msg]:  # fmt: skip
+    from aiokafka import AIOKafkaConsumer
+    from aiokafka import TopicPartition as ATP
+
+    c = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False,
+        auto_offset_reset="earliest", fetch_max_wait_ms=100, **conf,
+    )  # fmt: skip
+    await c.start()
+    try:
+        tp = ATP(topic, partition)
+        c.assign([tp])
+        c.seek(tp, offset)
+        out: list[Msg] = []
+        deadline = time.monotonic() + timeout
+        while len(out) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"aiokafka got {len(out)} of {count} in {timeout}s")
+            batches = await c.getmany(tp, timeout_ms=500, max_records=count - len(out))
+            for recs in batches.values():
+                out += [
+                    Msg(r.key, r.value, [tuple(h) for h in r.headers], r.timestamp,
+                        r.partition, r.offset)
+                    for r in recs
+                ]  # fmt: skip
+        return out
+    finally:
+        await c.stop()
