@@ -6,6 +6,7 @@ A :class:`BrokerSpec` says how to launch one kind of broker (Strom, Tansu); a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -218,10 +219,8 @@ class BrokerProcess:
 
     def _kill_tree(self) -> None:
         for p in reversed(procstat.descendants(self.pid)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(p, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
 
     def _marker_seen(self) -> bool:
         assert self._log_path is not None

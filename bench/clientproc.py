@@ -24,7 +24,7 @@ class ClientJob:
 
     def __init__(self, job: dict[str, Any]) -> None:
         self.job = job
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the job
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench.client", json.dumps(job)],

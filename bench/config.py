@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 # The consumer's long-poll wait. The same value serves the throughput consumers and the latency
 # consumer, so a broker that answers a waiting Fetch as soon as data arrives shows it in the
 # latency numbers, and one that holds every Fetch for the full wait shows that too.
-FETCH_WAIT_MAX_MS = 100
+FETCH_WAIT_MAX_MS = 500
 
 # The producer tuned for throughput, identical for both brokers (the "unmodified client").
 PRODUCER_THROUGHPUT = {

@@ -114,7 +114,11 @@ def case_produce_encode() -> tuple[float, float]:
     def ours() -> bytes:
         return encode_produce_response(
             9,
-            [ProduceTopicResponse("bench-topic", None, [ProducePartitionResponse(0, 0, 12345, -1, 0)])],
+            [
+                ProduceTopicResponse(
+                    "bench-topic", None, [ProducePartitionResponse(0, 0, 12345, -1, 0)]
+                )
+            ],
         )
 
     assert kio_build() == ours()
@@ -301,9 +305,23 @@ def main() -> None:
     k, o = case_fetch_parse()
     rows.append(("parse Fetch v12 request (10 partitions)", k, o, ""))
     k, o, c = case_fetch_encode()
-    rows.append(("build+encode Fetch v12 response, 10 x 100 KiB", k, o, f"opaque slices; {c:.1f} if records are bytes (copied)"))
+    rows.append(
+        (
+            "build+encode Fetch v12 response, 10 x 100 KiB",
+            k,
+            o,
+            f"opaque slices; {c:.1f} if records are bytes (copied)",
+        )
+    )
     k, o, c = case_metadata_encode()
-    rows.append(("build+encode Metadata v12, 100 topics x 10 partitions", k, o, f"{c:.1f} from cached topic bytes"))
+    rows.append(
+        (
+            "build+encode Metadata v12, 100 topics x 10 partitions",
+            k,
+            o,
+            f"{c:.1f} from cached topic bytes",
+        )
+    )
     print("| case | kio 0.6.5 (us) | strom (us) | speed-up | note |")
     print("|---|---:|---:|---:|---|")
     for name, kio_us, ours_us, note in rows:

@@ -33,7 +33,7 @@ class Stat:
 
 
 def summarize(values: Sequence[float]) -> Stat | None:
-    """Median and min–max of the runs; None when there are none."""
+    """Median and min-max of the runs; None when there are none."""
     if not values:
         return None
     return Stat(statistics.median(values), min(values), max(values), len(values))
@@ -62,15 +62,15 @@ class Target:
     def describe(self, peer: str, unit: str = "") -> str:
         v = f"{self.value:g}"
         if self.kind == "ratio_min":
-            return f"≥ {v}× {peer}"
+            return f">= {v}x {peer}"
         if self.kind == "ratio_max":
-            return f"≤ {v}× {peer}"
+            return f"<= {v}x {peer}"
         if self.kind == "max":
-            return f"≤ {v} {unit}".rstrip()
+            return f"<= {v} {unit}".rstrip()
         if self.kind == "min":
-            return f"≥ {v} {unit}".rstrip()
+            return f">= {v} {unit}".rstrip()
         if self.kind == "ref_min":
-            return f"≥ {v}× client ceiling"
+            return f">= {v}x client ceiling"
         raise ValueError(self.kind)
 
     def check(
@@ -131,9 +131,9 @@ def _fmt(x: float, digits: int) -> str:
 
 
 def cell(outcomes: Sequence[Outcome], metric: Metric) -> Cell:
-    """Median (min–max) of ``metric`` over ``outcomes``, or FAILED / n/a with the reason."""
+    """Median (min-max) of ``metric`` over ``outcomes``, or FAILED / n/a with the reason."""
     if not outcomes:
-        return Cell(None, "—", "not run")
+        return Cell(None, "-", "not run")
     failed = [o.failed for o in outcomes if o.failed]
     if failed:
         return Cell(None, f"FAILED ({len(failed)}/{len(outcomes)})", failed[0])
@@ -142,11 +142,11 @@ def cell(outcomes: Sequence[Outcome], metric: Metric) -> Cell:
         return Cell(None, "n/a", na[0])
     stat = summarize([o.metrics[metric.key] for o in outcomes if metric.key in o.metrics])
     if stat is None:
-        return Cell(None, "—", "not measured")
+        return Cell(None, "-", "not measured")
     if stat.n == 1:
         return Cell(stat, _fmt(stat.median, metric.digits))
     lo, hi = _fmt(stat.lo, metric.digits), _fmt(stat.hi, metric.digits)
-    return Cell(stat, f"{_fmt(stat.median, metric.digits)} ({lo}–{hi})")
+    return Cell(stat, f"{_fmt(stat.median, metric.digits)} ({lo}-{hi})")
 
 
 @dataclass(frozen=True)
@@ -187,9 +187,10 @@ def build_rows(
                 if s.text.startswith("FAILED"):
                     verdict = "FAIL"
             notes = []
-            for who, c in ((subject, s), (peer, p)):
-                if c.note and c.note not in ("not run",):
-                    notes.append(f"{who}: {c.note}")
+            if s.note and s.note == p.note:
+                notes.append(f"both: {s.note}")
+            else:
+                notes += [f"{who}: {c.note}" for who, c in ((subject, s), (peer, p)) if c.note]
             if m.ceiling and refs.get(m.ceiling):
                 ceil = refs[m.ceiling]
                 parts = [
@@ -205,7 +206,7 @@ def build_rows(
                     metric=f"{m.label} ({m.unit})" if m.unit else m.label,
                     subject=s.text,
                     peer=p.text,
-                    ratio="—" if r is None else f"{r:.2f}×",
+                    ratio="-" if r is None else f"{r:.2f}x",
                     target=target,
                     verdict=verdict,
                     notes="; ".join(notes),
@@ -223,8 +224,8 @@ def markdown_table(rows: Sequence[Row], subject: str, peer: str) -> str:
     head = [
         "Scenario",
         "Metric",
-        f"{subject} median (min–max)",
-        f"{peer} median (min–max)",
+        f"{subject} median (min-max)",
+        f"{peer} median (min-max)",
         f"{subject}/{peer}",
         "Target",
         "Pass",

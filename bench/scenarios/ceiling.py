@@ -47,8 +47,12 @@ class Ceiling(Scenario):
             out.metrics[rps_key] = r["records"] / r["seconds"]
             out.metrics[mbs_key] = r["records"] * size / r["seconds"] / MB
         ctx.log(
-            ", ".join(f"{size_label(s)}: {out.metrics[ceiling_keys(s)[0]]:,.0f} rec/s"
-                      for s, _ in _counts(ctx.sizes))
+            ", ".join(
+                f"{size_label(s)}: {out.metrics[ceiling_keys(s)[0]]:,.0f} rec/s"
+                for s, _ in _counts(ctx.sizes)
+            )
         )
         return out
+
+
 SCENARIOS = [Ceiling()]

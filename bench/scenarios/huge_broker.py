@@ -39,15 +39,20 @@ class HugeBroker(Scenario):
     def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
         n, topic = ctx.sizes.huge_partitions, "bench-huge"
         out.metrics["create_s"] = create_topic(broker.bootstrap, topic, n, timeout=START_TIMEOUT)
-        res, _ = measured(broker, {"job": "one_per_partition", "topic": topic,
-                                   "size": RECORD_SIZE, "acks": 1}, START_TIMEOUT)
+        res, _ = measured(
+            broker,
+            {"job": "one_per_partition", "topic": topic, "size": RECORD_SIZE, "acks": 1},
+            START_TIMEOUT,
+        )
         if res["failed"] or res["records"] != n:
             out.failed = f"filled {res['records'] - res['failed']} of {n} partitions"
             return
         out.metrics["fill_s"] = res["seconds"]
         out.metrics["rss_mb"] = broker.peak_rss_bytes() / MB
-        ctx.log(f"created {n:,} partitions in {out.metrics['create_s']:.2f} s, "
-                f"RSS {out.metrics['rss_mb']:.0f} MB")
+        ctx.log(
+            f"created {n:,} partitions in {out.metrics['create_s']:.2f} s, "
+            f"RSS {out.metrics['rss_mb']:.0f} MB"
+        )
         if not broker.spec.persistent:
             for key in ("stop_s", "start_clean_s", "start_kill9_s"):
                 out.na[key] = NOT_PERSISTENT
@@ -63,14 +68,17 @@ class HugeBroker(Scenario):
                 broker.kill9()
             broker.start()
             out.metrics[key] = broker.wait_ready(START_TIMEOUT, topic=(topic, n))
-            check, _ = measured(broker, {"job": "consume", "topic": topic, "expected": n},
-                                START_TIMEOUT)
+            check, _ = measured(
+                broker, {"job": "consume", "topic": topic, "expected": n}, START_TIMEOUT
+            )
             if check["problem"]:
                 out.failed = f"after {'kill -9' if crash else 'clean shutdown'}: {check['problem']}"
                 return
             out.metrics["rss_mb"] = max(out.metrics["rss_mb"], broker.peak_rss_bytes() / MB)
-            ctx.log(f"start-up after {'kill -9' if crash else 'clean shutdown'}: "
-                    f"{out.metrics[key]:.2f} s (data verified)")
+            ctx.log(
+                f"start-up after {'kill -9' if crash else 'clean shutdown'}: "
+                f"{out.metrics[key]:.2f} s (data verified)"
+            )
 
 
 SCENARIOS = [HugeBroker()]

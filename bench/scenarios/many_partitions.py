@@ -16,7 +16,7 @@ class ManyPartitions(Scenario):
     def rows(self, sizes: Sizes) -> ScenarioRows:
         title = (
             f"{sizes.many_partitions:,}-partition topic: create, produce "
-            f"{sizes.many_partitions_records_each} × 100 B each, consume all"
+            f"{sizes.many_partitions_records_each} x 100 B each, consume all"
         )
         return ScenarioRows(
             self.name,

@@ -66,7 +66,9 @@ class Throughput(Scenario):
             Metric("consume_rpcpu", "consume", "records/broker-CPU-s", 0, twice),
             Metric("rss_mb", "broker peak RSS", "MB", 0, Target("max", RSS_LIMIT_MB)),
         ]
-        return ScenarioRows(self.name, f"{self.title} ({self.count(sizes):,} records)", tuple(metrics))
+        return ScenarioRows(
+            self.name, f"{self.title} ({self.count(sizes):,} records)", tuple(metrics)
+        )
 
     def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
         n, size, topic = self.count(ctx.sizes), self.size, f"bench-{self.name}"

@@ -110,6 +110,14 @@ def latest(bootstrap: str, topic: str, partition: int = 0) -> int:
     return list_offset(bootstrap, topic, partition, OffsetSpec.latest()).offset
 
 
+def topic_id(bootstrap: str, topic: str, timeout: float = 30.0) -> str:
+    from confluent_kafka import TopicCollection
+
+    a = admin(bootstrap)
+    desc = a.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result(timeout)
+    return str(desc.topic_id)
+
+
 def topic_names(bootstrap: str) -> set[str]:
     return set(admin(bootstrap).list_topics(timeout=10).topics)
 
@@ -330,6 +338,8 @@ async def aio_produce(
         mds = await asyncio.wait_for(asyncio.gather(*futures), 30)
         return [
             Msg(m.key, m.value, m.headers, md.timestamp, md.partition, md.offset)
+            if md is not None  # acks=0 learns nothing
+            else Msg(m.key, m.value, m.headers)
             for m, md in zip(msgs, mds, strict=True)
         ]
     finally:
@@ -367,3 +377,59 @@ async def aio_consume(
         return out
     finally:
         await c.stop()
+
+
+# --------------------------------------------------------------------------- isolation
+
+
+def held_consumer_child(pipe, bootstrap: str, topic: str, first: int, then: int) -> None:
+    """Child-process body: read ``first`` records, report, wait for 'go', read ``then`` more.
+
+    Runs in its own process so that a client crash (librdkafka has segfaulted on odd broker answers
+    to a deleted topic) fails one test instead of the whole run.
+    """
+    c = consumer(bootstrap, **{"topic.metadata.refresh.interval.ms": 500})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        pipe.send([m.value for m in poll_messages(c, first)])
+        assert pipe.recv() == "go"
+        try:
+            got = poll_messages(c, then, timeout=45)
+            assert_no_more(c, 0.5)
+            pipe.send([m.value for m in got])
+        except Exception as e:  # report, don't hang the parent
+            pipe.send(f"error: {e!r}")
+    finally:
+        c.close()
+
+
+class HeldConsumer:
+    """Parent side of :func:`held_consumer_child`."""
+
+    def __init__(self, bootstrap: str, topic: str, first: int, then: int) -> None:
+        import multiprocessing
+
+        ctx = multiprocessing.get_context("spawn")
+        self.pipe, child = ctx.Pipe()
+        self.proc = ctx.Process(
+            target=held_consumer_child, args=(child, bootstrap, topic, first, then), daemon=True
+        )
+        self.proc.start()
+
+    def receive(self, timeout: float = 60.0):
+        if not self.pipe.poll(timeout):
+            raise AssertionError(f"held consumer silent for {timeout}s (exit code {self.proc.exitcode})")
+        try:
+            return self.pipe.recv()
+        except EOFError:
+            self.proc.join(10)
+            raise AssertionError(f"held consumer died (exit code {self.proc.exitcode})") from None
+
+    def go(self) -> None:
+        self.pipe.send("go")
+
+    def close(self) -> None:
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(10)

@@ -361,7 +361,7 @@ def fetch_v4_body(
     partition: int,
     offset: int,
     *,
-    max_wait_ms: int = 0,
+    max_wait_ms: int = 500,
     min_bytes: int = 1,
     max_bytes: int = 50 * 1024 * 1024,
     partition_max_bytes: int = 10 * 1024 * 1024,

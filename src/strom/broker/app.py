@@ -106,7 +106,8 @@ def build_broker(config: BrokerConfig) -> tuple[Broker, list[BrokerServer]]:
                      max_request_bytes=config.get("socket.request.max.bytes"),
                      send_buffer=config.get("socket.send.buffer.bytes"),
                      receive_buffer=config.get("socket.receive.buffer.bytes"),
-                     backlog=config.get("socket.listen.backlog.size"))
+                     backlog=config.get("socket.listen.backlog.size"),
+                     max_idle_ms=config.get("connections.max.idle.ms"))
         for _, host, port in listeners
     ]
     log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),

@@ -105,7 +105,7 @@ class Router:
             if api_key == ApiKey.API_VERSIONS:
                 return self._unsupported_api_versions()
             raise ProtocolError(f"unsupported version {version} of api key {api_key}")
-        header, pos = decode_request_header(memoryview(frame),
+        header, pos = decode_request_header(memoryview(frame), 0,
                                             self._header_version(api_key, version, False))
         ctx = self._context_type(api_key, version, correlation_id, header.client_id, conn.peer,
                                  conn.cid)

@@ -52,12 +52,16 @@ class Parts:
 
 class BrokerServer:
     def __init__(self, router: Router, host: str, port: int, *, max_request_bytes: int,
-                 send_buffer: int = -1, receive_buffer: int = -1, backlog: int = 50) -> None:
+                 send_buffer: int = -1, receive_buffer: int = -1, backlog: int = 50,
+                 max_idle_ms: int = 600_000) -> None:
         self.router = router
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
         self.send_buffer, self.receive_buffer = send_buffer, receive_buffer
         self.backlog = backlog
+        self.max_idle = max_idle_ms / 1000
+        self._reaper: asyncio.Task[None] | None = None
+        self._live: dict[int, Connection] = {}
         self._sock: socket.socket | None = None
         self._accept_task: asyncio.Task[None] | None = None
         self._connections: dict[int, asyncio.Task[None]] = {}
@@ -72,11 +76,15 @@ class BrokerServer:
         sock.setblocking(False)
         self._sock = sock
         self.port = sock.getsockname()[1]
-        self._accept_task = asyncio.get_running_loop().create_task(self._accept_loop())
+        loop = asyncio.get_running_loop()
+        self._accept_task = loop.create_task(self._accept_loop())
+        if self.max_idle > 0:
+            self._reaper = loop.create_task(self._reap_idle())
 
     async def stop(self) -> None:
-        if self._accept_task is not None:
-            self._accept_task.cancel()
+        for task in (self._accept_task, self._reaper):
+            if task is not None:
+                task.cancel()
         if self._sock is not None:
             self._sock.close()
         for task in list(self._connections.values()):
@@ -105,7 +113,28 @@ class BrokerServer:
             connection = Connection(self, conn, f"{addr[0]}:{addr[1]}", cid)
             task = loop.create_task(connection.run())
             self._connections[cid] = task
-            task.add_done_callback(lambda _t, cid=cid: self._connections.pop(cid, None))
+            self._live[cid] = connection
+            task.add_done_callback(self._forget(cid))
+
+    def _forget(self, cid: int):  # noqa: ANN202
+        def done(_task: asyncio.Task[None]) -> None:
+            self._connections.pop(cid, None)
+            self._live.pop(cid, None)
+
+        return done
+
+    async def _reap_idle(self) -> None:
+        """Close connections idle longer than connections.max.idle.ms, as Kafka does."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(min(self.max_idle / 4, 30))
+            now = loop.time()
+            for cid, conn in list(self._live.items()):
+                if not conn.busy and now - conn.last_active > self.max_idle:
+                    log.info("closing idle connection %s", conn.peer)
+                    task = self._connections.get(cid)
+                    if task is not None:
+                        task.cancel()
 
 
 class Connection:
@@ -119,6 +148,8 @@ class Connection:
         self._buf = bytearray(_READ_CHUNK)
         self._start = 0
         self._end = 0
+        self.last_active = self.loop.time()
+        self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
 
     async def run(self) -> None:
         try:
@@ -126,7 +157,10 @@ class Connection:
                 frame = await self._read_frame()
                 if frame is None:
                     return
+                self.busy = True
                 await self._handle(frame)
+                self.busy = False
+                self.last_active = self.loop.time()
         except (ConnectionError, CloseConnection, asyncio.IncompleteReadError):
             pass
         except ProtocolError as exc:

@@ -396,7 +396,7 @@ class ErrorTracker:
 
     def fatal(self) -> Any | None:
         for e in self.errors:
-            if e.fatal() or e.code() in _FATAL_CLIENT_ERRORS():
+            if e.fatal() or e.code() in _fatal_client_errors():
                 return e
         return None
 
@@ -414,7 +414,7 @@ class ErrorTracker:
 
 
 @functools.cache
-def _FATAL_CLIENT_ERRORS() -> frozenset[int]:  # noqa: N802 - reads as a constant
+def _fatal_client_errors() -> frozenset[int]:
     from confluent_kafka import KafkaError
 
     return frozenset({KafkaError._AUTHENTICATION, KafkaError._SSL, KafkaError.SASL_AUTHENTICATION_FAILED})

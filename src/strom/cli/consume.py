@@ -7,12 +7,12 @@ group the consumer subscribes and commits like Kafka's console consumer does.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -206,7 +206,14 @@ def consume(
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Print records from a topic, one per line."""
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import (
+        OFFSET_BEGINNING,
+        OFFSET_END,
+        Consumer,
+        KafkaError,
+        KafkaException,
+        TopicPartition,
+    )
 
     if output_format not in FORMATS:
         raise UsageError(f"invalid --format {output_format!r}: choose text or json")
@@ -305,10 +312,8 @@ def consume(
     except KeyboardInterrupt:
         interrupted = True
     finally:
-        try:
+        with contextlib.suppress(KafkaException, RuntimeError):
             consumer.close()
-        except (KafkaException, RuntimeError):
-            pass
     err.print(f"Processed a total of {count} messages", markup=False)
     if interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)

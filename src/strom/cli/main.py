@@ -8,7 +8,27 @@ from typing import Annotated
 import typer
 
 from strom.cli import configs, consume, dump_log, produce, topics
-from strom.cli.common import UsageError, handle_errors, parse_kv_list
+from strom.cli.common import UsageError, error_line, handle_errors, parse_kv_list
+
+
+def _one_line_usage_error(exc: Exception) -> None:
+    """Usage errors as one `Error: ...` line with a help hint, instead of typer's boxed panel."""
+    if type(exc).__name__ == "NoArgsIsHelpError":
+        return _rich_format_error(exc)
+    message = " ".join(exc.format_message().split())
+    ctx = getattr(exc, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    error_line(f"{message}{hint}")
+    return None
+
+
+try:  # typer formats click usage errors through this hook when rich is installed
+    from typer import rich_utils as _rich_utils
+
+    _rich_format_error = _rich_utils.rich_format_error
+    _rich_utils.rich_format_error = _one_line_usage_error
+except (ImportError, AttributeError):  # pragma: no cover - other typer versions keep their format
+    pass
 
 app = typer.Typer(
     name="strom",

@@ -18,7 +18,7 @@ from typing import Any
 
 from strom.cluster.image import METADATA_TOPIC, MetadataImage
 from strom.cluster.records import Change, apply
-from strom.protocol.records import build_batch, decode_records, iter_batches
+from strom.protocol.records import Record, build_batch, decode_records, iter_batches
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 from strom.storage.manager import LogManager
@@ -58,9 +58,12 @@ class MetadataLog:
 
     def append(self, image: MetadataImage, records: list[dict[str, Any]]) -> list[Change]:
         """Persist records (one batch, fsynced: metadata is small and must survive) then apply them."""
-        payload = [(None, json.dumps(r, separators=(",", ":")).encode()) for r in records]
-        batch = build_batch(payload, timestamp=int(time.time() * 1000))
-        self._log.append(memoryview(bytearray(batch)), leader_epoch=0, now_ms=int(time.time() * 1000))
+        now_ms = int(time.time() * 1000)
+        batch = build_batch(
+            Record(i, now_ms, None, json.dumps(r, separators=(",", ":")).encode())
+            for i, r in enumerate(records)
+        )
+        self._log.append(memoryview(bytearray(batch)), leader_epoch=0, now_ms=now_ms)
         self._log.flush()
         changes = [c for c in (apply(image, r) for r in records) if c is not None]
         self._since_snapshot += len(records)

@@ -24,6 +24,7 @@ import datetime
 import enum
 import struct
 import types
+import uuid
 from collections.abc import Callable, Mapping
 from functools import partial
 
@@ -141,6 +142,14 @@ def _read_tags(mv: memoryview, pos: int, readers: dict) -> tuple[dict, int]:
     return values, pos
 
 
+def _bad_length(n: int) -> ProtocolError:
+    return ProtocolError(f"invalid length {n}")
+
+
+def _too_many(n: int, left: int) -> ProtocolError:
+    return ProtocolError(f"array of {n} elements exceeds the {left} bytes left")
+
+
 def _records_into(ap, x, compact: bool, nullable: bool, name: str) -> None:
     if x is None:
         if not nullable:
@@ -166,6 +175,19 @@ _BASE_NS = {
     "_read_tags": _read_tags,
     "_records_into": _records_into,
     "_dict": dict,
+    "_str": str,
+    "_UUID": uuid.UUID,
+    "_I16": p.INT16,
+    "_I32": p.INT32,
+    "_SMALL_UVARINTS": p._SMALL_UVARINTS,
+    "_bad_length": _bad_length,
+    "_too_many": _too_many,
+    "_truncated": p.truncated,
+    "_utf8": p._utf8,
+    "_read_uvarint": p.read_uvarint,
+    "_write_uvarint": p.write_uvarint,
+    "_write_compact_fixed_array": p.write_compact_fixed_array,
+    "_write_legacy_fixed_array": p.write_legacy_fixed_array,
     "_skip_tags": p.skip_tagged_fields,
     "_write_tags": p.write_tagged_fields,
     "_uuid": p.uuid_from_bytes,
@@ -256,32 +278,64 @@ class _Compiler:
 
     def __init__(self) -> None:
         self._done: dict[int, tuple[Callable, Callable]] = {}
-        self._keep: list[StructSchema] = []  # keeps ids in _done valid
+        self._keep: list[StructSchema] = []  # keeps the ids used as keys alive
 
     def get(self, schema: StructSchema) -> tuple[Callable, Callable]:
         pair = self._done.get(id(schema))
         if pair is None:
-            pair = self._compile(schema)
+            pair = self._decoder(schema), self._encoder(schema)
             self._done[id(schema)] = pair
             self._keep.append(schema)
         return pair
 
     # -- decoding ------------------------------------------------------------------------------
 
+    @staticmethod
+    def _dec_length(src: _Source, ind: int, prefix: str) -> None:
+        """Lines reading a length into ``_n`` (-1 = null, other negatives rejected).
+
+        `prefix` is "compact" (uvarint length+1), "i16" (legacy strings) or "i32".
+        """
+        if prefix == "compact":
+            src.emit(
+                ind,
+                "_n = mv[pos]",
+                "if _n < 128:",
+                "    pos += 1",
+                "else:",
+                "    _n, pos = _read_uvarint(mv, pos)",
+                "_n -= 1",
+            )
+        else:
+            s, size = ("_I16", 2) if prefix == "i16" else ("_I32", 4)
+            src.emit(
+                ind,
+                f"(_n,) = {s}.unpack_from(mv, pos)",
+                f"pos += {size}",
+                "if _n < -1:",
+                "    raise _bad_length(_n)",
+            )
+
     def _dec_value(self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int):
         """Lines reading one field value (array or not) from mv@pos into `var`."""
         if f.array:
-            reader = "_read_compact_array_length" if flexible else "_read_array_length"
-            src.emit(ind, f"_n, pos = {reader}(mv, pos)", "if _n < 0:")
+            self._dec_length(src, ind, "compact" if flexible else "i32")
+            src.emit(ind, "if _n < 0:")
             if f.nullable:
                 src.emit(ind + 1, f"{var} = None")
             else:
                 src.emit(ind + 1, f"raise _null_error({f.name!r})")
-            src.emit(ind, "else:")
-            ind += 1
             if f.kind in FIXED_KINDS and f.kind != "uuid":
                 code, size = FIXED_KINDS[f.kind]
-                src.emit(ind, f"{var}, pos = _read_fixed_array(mv, pos, _n, {code!r}, {size})")
+                table = src.const(p.fixed_array_structs(code), "A")
+                src.emit(
+                    ind,
+                    f"elif _n <= {p.SMALL_ARRAY}:",
+                    f"    {var} = list({table}[_n].unpack_from(mv, pos))",
+                    f"    pos += {size} * _n",
+                    "else:",
+                    f"    {var}, pos = _read_fixed_array(mv, pos, _n, {code!r}, {size})",
+                )
                 return
             if f.kind == "struct":
                 item = src.const(self.get(f.struct)[0], "dec")
@@ -291,11 +345,14 @@ class _Compiler:
                 item = "_" + _READERS[(f.kind, flexible, False)]
             src.emit(
                 ind,
-                f"{var} = []",
-                f"_ap = {var}.append",
-                "for _ in range(_n):",
-                f"    _x, pos = {item}(mv, pos)",
-                "    _ap(_x)",
+                "elif _n > len(mv) - pos:",
+                "    raise _too_many(_n, len(mv) - pos)",
+                "else:",
+                f"    {var} = []",
+                f"    _ap = {var}.append",
+                "    for _ in range(_n):",
+                f"        _x, pos = {item}(mv, pos)",
+                "        _ap(_x)",
             )
             return
         if f.kind in FIXED_KINDS:
@@ -316,6 +373,22 @@ class _Compiler:
                 )
             else:
                 src.emit(ind, f"{var}, pos = {dec}(mv, pos)")
+        elif f.kind == "string":  # inlined: strings are the most common variable-size field
+            self._dec_length(src, ind, "compact" if flexible else "i16")
+            src.emit(ind, "if _n < 0:")
+            if f.nullable:
+                src.emit(ind + 1, f"{var} = None")
+            else:
+                src.emit(ind + 1, f"raise _null_error({f.name!r})")
+            src.emit(
+                ind,
+                "else:",
+                "    _e = pos + _n",
+                "    if _e > len(mv):",
+                "        raise _truncated('string')",
+                f"    {var} = _str(mv[pos:_e], 'utf-8', 'replace')",
+                "    pos = _e",
+            )
         else:
             reader = "_" + _READERS[(f.kind, flexible, f.nullable)]
             src.emit(ind, f"{var}, pos = {reader}(mv, pos)")
@@ -334,15 +407,12 @@ class _Compiler:
         group: list[tuple[str, FieldSchema]] = []
 
         def flush() -> None:
-            if not group:
-                return
-            s = src.const(_struct_fmt([f for _, f in group]), "S")
-            targets = ", ".join(v for v, _ in group)
-            src.emit(1, f"({targets},) = {s}.unpack_from(mv, pos)", f"pos += {src.ns[s].size}")
-            for v, f in group:
-                if f.kind == "uuid":
-                    src.emit(1, f"{v} = _uuid({v})")
-            group.clear()
+            if group:
+                s = src.const(_struct_fmt([f for _, f in group]), "S")
+                targets = ", ".join(v for v, _ in group)
+                src.emit(1, f"({targets},) = {s}.unpack_from(mv, pos)", f"pos += {src.ns[s].size}")
+                src.emit(1, *(f"{v} = _uuid({v})" for v, f in group if f.kind == "uuid"))
+                group.clear()
 
         names = []
         for i, f in enumerate(schema.fields):
@@ -350,32 +420,30 @@ class _Compiler:
             names.append((f.name, var))
             if _is_fixed(f):
                 group.append((var, f))
-                continue
-            flush()
-            self._dec_value(src, f, var, flexible, 1)
+            else:
+                flush()
+                self._dec_value(src, f, var, flexible, 1)
         flush()
 
-        if flexible:
-            if not schema.tagged:
-                src.emit(1, "if mv[pos] == 0:", "    pos += 1", "else:", "    pos = _skip_tags(mv, pos)")
-            else:
-                readers = src.const({}, "tr")
-                defaults = []
-                for j, f in enumerate(schema.tagged):
-                    d = src.const(f.default, "d")
-                    mutable = isinstance(f.default, list | dict)
-                    defaults.append(f"_fresh({d})" if mutable else d)
-                    names.append((f.name, f"t{j}"))
-                src.emit(1, "if mv[pos] == 0:", "    pos += 1")
-                for j, d in enumerate(defaults):
-                    src.emit(2, f"t{j} = {d}")
-                src.emit(1, "else:", f"    _tv, pos = _read_tags(mv, pos, {readers})")
-                for j, (f, d) in enumerate(zip(schema.tagged, defaults, strict=True)):
-                    src.emit(2, f"t{j} = _tv[{f.tag}] if {f.tag} in _tv else {d}")
+        readers = None
+        if flexible and not schema.tagged:
+            src.emit(1, "if mv[pos] == 0:", "    pos += 1", "else:", "    pos = _skip_tags(mv, pos)")
+        elif flexible:
+            readers = src.const({}, "tr")
+            defaults = []
+            for j, f in enumerate(schema.tagged):
+                d = src.const(f.default, "d")
+                defaults.append(f"_fresh({d})" if isinstance(f.default, list | dict) else d)
+                names.append((f.name, f"t{j}"))
+            src.emit(1, "if mv[pos] == 0:", "    pos += 1")
+            src.emit(2, *(f"t{j} = {d}" for j, d in enumerate(defaults)))
+            src.emit(1, "else:", f"    _tv, pos = _read_tags(mv, pos, {readers})")
+            for j, (f, d) in enumerate(zip(schema.tagged, defaults, strict=True)):
+                src.emit(2, f"t{j} = _tv[{f.tag}] if {f.tag} in _tv else {d}")
         args = ", ".join(f"{name}={var}" for name, var in names)
         src.emit(1, f"return _Struct({args}), pos")
         ns = src.run()
-        if schema.tagged:
+        if readers is not None:
             ns[readers].update({tag: ns[fn] for tag, fn in tag_readers.items()})
         return ns["decode"]
 
@@ -384,38 +452,49 @@ class _Compiler:
     def _enc_value(self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int):
         """Lines appending the encoding of value `var` (array or not) via ``ap``."""
         if f.array:
-            alen = "_write_compact_array_length" if flexible else "_write_array_length"
             src.emit(ind, f"if {var} is None:")
             if f.nullable:
                 null = p.NULL_COMPACT if flexible else p.NULL_BYTES
                 src.emit(ind + 1, f"ap({null!r})")
             else:
                 src.emit(ind + 1, f"raise _null_error({f.name!r})")
-            src.emit(ind, "else:", f"    ap({alen}(len({var})))")
+            src.emit(ind, "else:")
             ind += 1
             if f.kind in FIXED_KINDS and f.kind != "uuid":
+                # Length prefix and items in one pack call for short arrays.
                 code = FIXED_KINDS[f.kind][0]
-                src.emit(ind, f"if {var}:", f"    ap(_write_fixed_array({var}, {code!r}))")
-            elif f.kind == "struct":
+                table = src.const(p.fixed_array_structs(code, "B" if flexible else "i"), "A")
+                slow = "_write_compact_fixed_array" if flexible else "_write_legacy_fixed_array"
+                src.emit(
+                    ind,
+                    f"_n = len({var})",
+                    f"if _n <= {p.SMALL_ARRAY}:",
+                    f"    ap({table}[_n].pack(_n{' + 1' if flexible else ''}, *{var}))",
+                    "else:",
+                    f"    ap({slow}({var}, {code!r}))",
+                )
+                return
+            alen = "_write_compact_array_length" if flexible else "_write_array_length"
+            src.emit(ind, f"ap({alen}(len({var})))")
+            if f.kind == "struct":
                 enc = src.const(self.get(f.struct)[1], "enc")
                 src.emit(ind, f"for _e in {var}:", f"    {enc}(_e, out)")
             else:
                 item = "_uuid_bytes" if f.kind == "uuid" else "_" + _WRITERS[(f.kind, flexible, False)]
                 src.emit(ind, f"for _e in {var}:", f"    ap({item}(_e))")
             return
-        if f.kind in FIXED_KINDS:
+        if f.kind == "uuid":
+            src.emit(ind, f"ap(_uuid_bytes({var}))")
+        elif f.kind in FIXED_KINDS:
             s = src.const(_struct_fmt([f]), "S")
-            if f.kind == "uuid":
-                src.emit(ind, f"ap(_uuid_bytes({var}))")
-            else:
-                norm = src.const((_norm_for(f),), "n")
-                src.emit(
-                    ind,
-                    "try:",
-                    f"    ap({s}.pack({var}))",
-                    "except _PACK_ERRORS:",
-                    f"    ap({s}.pack(*_normalize({norm}, ({var},))))",
-                )
+            norm = src.const((_norm_for(f),), "n")
+            src.emit(
+                ind,
+                "try:",
+                f"    ap({s}.pack({var}))",
+                "except _PACK_ERRORS:",
+                f"    ap({s}.pack(*_normalize({norm}, ({var},))))",
+            )
         elif f.kind == "struct":
             enc = src.const(self.get(f.struct)[1], "enc")
             if f.nullable:
@@ -431,6 +510,17 @@ class _Compiler:
                 src.emit(ind, f"{enc}({var}, out)")
         elif f.kind == "records":
             src.emit(ind, f"_records_into(ap, {var}, {flexible}, {f.nullable}, {f.name!r})")
+        elif f.kind == "string" and flexible:  # inlined fast path for the common case
+            if f.nullable:
+                src.emit(ind, f"if {var} is None:", "    ap(b'\\x00')", "else:")
+                ind += 1
+            src.emit(
+                ind,
+                f"_b = {var}.encode() if {var}.__class__ is _str else _utf8({var}, {f.name!r})",
+                "_n = len(_b) + 1",
+                "ap(_SMALL_UVARINTS[_n] if _n < 128 else _write_uvarint(_n))",
+                "ap(_b)",
+            )
         else:
             src.emit(ind, f"ap(_{_WRITERS[(f.kind, flexible, f.nullable)]}({var}))")
 
@@ -457,40 +547,43 @@ class _Compiler:
         group: list[tuple[str, FieldSchema]] = []
 
         def flush() -> None:
-            if not group:
-                return
-            s = src.const(_struct_fmt([f for _, f in group]), "S")
-            norms = src.const(tuple(_norm_for(f) for _, f in group), "n")
-            values = ", ".join(v for v, _ in group)
-            src.emit(
-                1,
-                "try:",
-                f"    ap({s}.pack({values}))",
-                "except _PACK_ERRORS:",
-                f"    ap({s}.pack(*_normalize({norms}, ({values},))))",
-            )
-            group.clear()
+            if group:
+                s = src.const(_struct_fmt([f for _, f in group]), "S")
+                norms = src.const(tuple(_norm_for(f) for _, f in group), "n")
+                values = ", ".join(v for v, _ in group)
+                src.emit(
+                    1,
+                    "try:",
+                    f"    ap({s}.pack({values}))",
+                    "except _PACK_ERRORS:",
+                    f"    ap({s}.pack(*_normalize({norms}, ({values},))))",
+                )
+                group.clear()
 
         for i, f in enumerate(schema.fields):
             var = f"v{i}"
             default = src.const(f.default, "d")
-            if _is_fixed(f):
-                if f.kind == "uuid":
-                    src.emit(1, f"{var} = _uuid_bytes(g({f.name!r}, None))")
-                else:
-                    src.emit(1, f"{var} = g({f.name!r}, {default})")
+            if not _is_fixed(f):
+                flush()
+                src.emit(1, f"{var} = g({f.name!r}, {default})")
+                self._enc_value(src, f, var, flexible, 1)
+            elif f.kind == "uuid":
+                src.emit(
+                    1,
+                    f"{var} = g({f.name!r}, None)",
+                    f"{var} = {var}.bytes if {var}.__class__ is _UUID else _uuid_bytes({var})",
+                )
                 group.append((var, f))
-                continue
-            flush()
-            src.emit(1, f"{var} = g({f.name!r}, {default})")
-            self._enc_value(src, f, var, flexible, 1)
+            else:
+                src.emit(1, f"{var} = g({f.name!r}, {default})")
+                group.append((var, f))
         flush()
 
-        tag_defaults = {}
+        tag_defaults = []
         if flexible and schema.tagged:
             src.emit(1, "_tags = []")
             for j, f in enumerate(schema.tagged):
-                tag_defaults[j] = src.const(None, "td")
+                tag_defaults.append(src.const(None, "td"))
                 src.emit(
                     1,
                     f"_x = g({f.name!r}, _MISSING)",
@@ -504,13 +597,10 @@ class _Compiler:
             src.emit(1, "ap(b'\\x00')")
         ns = src.run()
         for j, f in enumerate(schema.tagged):
-            # Kafka writes a tagged field only when it differs from the default; comparing
-            # encodings covers every type (structs, arrays, null vs empty) uniformly.
+            # Kafka writes a tagged field only when it differs from its default; comparing
+            # encodings treats every type (structs, arrays, null vs empty) the same way.
             ns[tag_defaults[j]] = ns[f"_tag_writer{j}"](f.default)
         return ns["encode"]
-
-    def _compile(self, schema: StructSchema) -> tuple[Callable, Callable]:
-        return self._decoder(schema), self._encoder(schema)
 
 
 _COMPILER = _Compiler()

@@ -25,15 +25,15 @@ import uuid
 from codecs import utf_8_decode
 from dataclasses import dataclass, field
 
-from strom.protocol.produce import (
+from strom.protocol.primitives import (
     ProtocolError,
-    _as_byte_view,
-    _compact_string,
-    _legacy_string,
-    _read_uvarint,
-    _skip_tagged_fields,
-    _uvarint,
+    skip_tagged_fields,
+    write_compact_nullable_string,
+    write_compact_string,
+    write_string,
 )
+from strom.protocol.primitives import read_uvarint as _read_uvarint
+from strom.protocol.primitives import write_uvarint as _uvarint
 
 __all__ = [
     "MAX_VERSION",
@@ -147,7 +147,16 @@ def _batch_struct(unit: str, count: int) -> struct.Struct:
         if count <= 256 and len(_batch_structs) < 1024:
             _batch_structs[key] = compiled
     return compiled
+
+
 _ZERO_UUID = bytes(16)
+
+
+def _byte_view(body: memoryview | bytes | bytearray) -> memoryview:
+    view = body if isinstance(body, memoryview) else memoryview(body)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
 
 
 def _check_version(version: int, what: str) -> None:
@@ -169,16 +178,15 @@ def decode_fetch_request(body: memoryview, version: int) -> FetchRequest:
     ``replica_state``; unknown tags are skipped. Raises :class:`ProtocolError`
     on malformed input.
     """
-    _check_version(version, "Fetch request")
-    buf = _as_byte_view(body)
+    if not MIN_VERSION <= version <= MAX_VERSION:
+        raise ProtocolError(f"unsupported Fetch request version {version}")
+    buf = body if body.__class__ is memoryview and body.format == "B" else _byte_view(body)
     try:
         if version >= _FIRST_FLEXIBLE:
             return _decode_flexible(buf, version)
         return _decode_legacy(buf, version)
     except (struct.error, IndexError) as exc:
         raise ProtocolError(f"truncated Fetch v{version} request: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"invalid UTF-8 in Fetch v{version} request: {exc}") from None
 
 
 def _legacy_str(buf: memoryview, pos: int, end: int) -> tuple[str, int]:
@@ -186,7 +194,7 @@ def _legacy_str(buf: memoryview, pos: int, end: int) -> tuple[str, int]:
     pos += 2
     if n >= 0x8000 or n > end - pos:
         raise ProtocolError(f"invalid string length {n}")
-    return utf_8_decode(buf[pos : pos + n], None, True)[0], pos + n
+    return utf_8_decode(buf[pos : pos + n], "replace", True)[0], pos + n
 
 
 def _compact_str(buf: memoryview, pos: int, end: int) -> tuple[str | None, int]:
@@ -196,7 +204,7 @@ def _compact_str(buf: memoryview, pos: int, end: int) -> tuple[str | None, int]:
     n -= 1
     if n > end - pos:
         raise ProtocolError(f"invalid string length {n}")
-    return utf_8_decode(buf[pos : pos + n], None, True)[0], pos + n
+    return utf_8_decode(buf[pos : pos + n], "replace", True)[0], pos + n
 
 
 def _decode_legacy(buf: memoryview, version: int) -> FetchRequest:
@@ -288,6 +296,8 @@ def _partition_tags(buf: memoryview, pos: int, end: int, part: FetchPartition, v
 
 
 def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
+    # Hot path: single-byte varints and empty tag buffers are read inline
+    # (a Python call costs as much as the field itself).
     end = len(buf)
     if version >= _FIRST_REPLICA_STATE:
         max_wait, min_bytes, max_bytes, isolation, session_id, session_epoch = (
@@ -301,8 +311,11 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
         )
         pos = 25
     by_id = version >= _FIRST_TOPIC_ID
-    unpack = _PART_V12.unpack_from
-    count, pos = _read_uvarint(buf, pos)
+    count = buf[pos]
+    if count < 0x80:
+        pos += 1
+    else:
+        count, pos = _read_uvarint(buf, pos)
     count -= 1
     if count < 0 or count > end - pos:
         raise ProtocolError(f"invalid topic count {count}")
@@ -313,18 +326,29 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
             topic_id = _read_uuid(buf, pos)
             pos += 16
         else:
-            name, pos = _compact_str(buf, pos, end)
-            if name is None:
-                raise ProtocolError("null topic name")
+            n = buf[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = _read_uvarint(buf, pos)
+            n -= 1
+            if n < 0 or n > end - pos:
+                raise ProtocolError(f"invalid topic name length {n}")
+            name = utf_8_decode(buf[pos : pos + n], "replace", True)[0]
+            pos += n
             topic_id = None
-        pcount, pos = _read_uvarint(buf, pos)
+        pcount = buf[pos]
+        if pcount < 0x80:
+            pos += 1
+        else:
+            pcount, pos = _read_uvarint(buf, pos)
         pcount -= 1
         if pcount < 0 or pcount * 33 > end - pos:
             raise ProtocolError(f"invalid partition count {pcount}")
-        batch = _batch_struct("iiqiqiB", pcount)
+        batch = _batch_structs.get(("iiqiqiB", pcount)) or _batch_struct("iiqiqiB", pcount)
         vals = batch.unpack_from(buf, pos) if batch.size <= end - pos else None
-        if vals is not None and not any(vals[6::7]):
-            # Fast path: no partition carries tagged fields, one unpack for all.
+        if vals is not None and vals[6::7].count(0) == pcount:
+            # No partition carries tagged fields: one unpack for all of them.
             partitions = list(
                 map(
                     FetchPartition,
@@ -338,6 +362,7 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
             )
             pos += batch.size
         else:
+            unpack = _PART_V12.unpack_from
             partitions = []
             for _ in range(pcount):
                 part = FetchPartition(*unpack(buf, pos))
@@ -350,51 +375,60 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
         if buf[pos] == 0:
             pos += 1
         else:
-            pos = _skip_tagged_fields(buf, pos, end)
+            pos = skip_tagged_fields(buf, pos)
         topics.append(FetchTopic(name, topic_id, partitions))
-    count, pos = _read_uvarint(buf, pos)
-    count -= 1
-    if count < 0 or count > end - pos:
-        raise ProtocolError(f"invalid forgotten topic count {count}")
     forgotten = []
-    for _ in range(count):
-        if by_id:
-            name = None
-            topic_id = _read_uuid(buf, pos)
-            pos += 16
-        else:
-            name, pos = _compact_str(buf, pos, end)
-            if name is None:
-                raise ProtocolError("null forgotten topic name")
-            topic_id = None
-        pcount, pos = _read_uvarint(buf, pos)
-        pcount -= 1
-        if pcount < 0 or pcount * 4 > end - pos:
-            raise ProtocolError(f"invalid forgotten partition count {pcount}")
-        forgotten.append((name, topic_id, list(struct.unpack_from(f">{pcount}i", buf, pos))))
-        pos += 4 * pcount
-        pos = _skip_tagged_fields(buf, pos, end)
-    rack_id, pos = _compact_str(buf, pos, end)
-    if rack_id is None:
-        raise ProtocolError("null rack_id")
+    if buf[pos] == 1:  # the usual empty array
+        pos += 1
+    else:
+        count, pos = _read_uvarint(buf, pos)
+        count -= 1
+        if count < 0 or count > end - pos:
+            raise ProtocolError(f"invalid forgotten topic count {count}")
+        for _ in range(count):
+            if by_id:
+                name = None
+                topic_id = _read_uuid(buf, pos)
+                pos += 16
+            else:
+                name, pos = _compact_str(buf, pos, end)
+                if name is None:
+                    raise ProtocolError("null forgotten topic name")
+                topic_id = None
+            pcount, pos = _read_uvarint(buf, pos)
+            pcount -= 1
+            if pcount < 0 or pcount * 4 > end - pos:
+                raise ProtocolError(f"invalid forgotten partition count {pcount}")
+            forgotten.append((name, topic_id, list(struct.unpack_from(f">{pcount}i", buf, pos))))
+            pos += 4 * pcount
+            pos = skip_tagged_fields(buf, pos)
+    if buf[pos] == 1:  # the usual empty rack
+        rack_id = ""
+        pos += 1
+    else:
+        rack_id, pos = _compact_str(buf, pos, end)
+        if rack_id is None:
+            raise ProtocolError("null rack_id")
     cluster_id = None
     replica_epoch = -1
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        if size > end - pos:
-            raise ProtocolError(f"tagged field of {size} bytes overruns the body")
-        if tag == 0:
-            cluster_id, stop = _compact_str(buf, pos, pos + size)
-            if stop > pos + size:
-                raise ProtocolError("cluster_id overruns its tagged field")
-        elif tag == 1 and version >= _FIRST_REPLICA_STATE:
-            if size < 13:
-                raise ProtocolError("replica_state tagged field too short")
-            replica_id, replica_epoch = _IQ(buf, pos)
-            _skip_tagged_fields(buf, pos + 12, pos + size)
-        pos += size
+    if buf[pos] != 0:
+        count, pos = _read_uvarint(buf, pos)
+        for _ in range(count):
+            tag, pos = _read_uvarint(buf, pos)
+            size, pos = _read_uvarint(buf, pos)
+            if size > end - pos:
+                raise ProtocolError(f"tagged field of {size} bytes overruns the body")
+            if tag == 0:
+                cluster_id, stop = _compact_str(buf, pos, pos + size)
+                if stop > pos + size:
+                    raise ProtocolError("cluster_id overruns its tagged field")
+            elif tag == 1 and version >= _FIRST_REPLICA_STATE:
+                if size < 13:
+                    raise ProtocolError("replica_state tagged field too short")
+                replica_id, replica_epoch = _IQ(buf, pos)
+                if skip_tagged_fields(buf, pos + 12) > pos + size:
+                    raise ProtocolError("replica_state overruns its tagged field")
+            pos += size
     return FetchRequest(
         replica_id,
         max_wait,
@@ -426,7 +460,7 @@ _P_TXN = struct.Struct(">qq").pack
 _P_TXN_TAGGED = struct.Struct(">qqB").pack
 _P_DIVERGING = struct.Struct(">BBiqB").pack  # tag 0, size 13, epoch, end_offset, no tags
 _P_LEADER = struct.Struct(">BBiiB").pack  # tag 1, size 9, leader_id, leader_epoch, no tags
-_P_SNAPSHOT = struct.Struct(">BBqiB").pack  # tag 2, size 13, end_offset, epoch, no tags
+_P_SNAPSHOT = struct.Struct(">BBiqB").pack  # tag 2, size 13, end_offset, epoch, no tags
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
@@ -483,9 +517,9 @@ def _encode(
         elif topic.topic is None:
             raise ValueError(f"Fetch response v{version} needs topic names")
         elif flexible:
-            append(_compact_string(topic.topic))
+            append(write_compact_string(topic.topic))
         else:
-            append(_legacy_string(topic.topic))
+            append(write_string(topic.topic))
         partitions = topic.partitions
         append(_uvarint(len(partitions) + 1) if flexible else _P_I32(len(partitions)))
         for p in partitions:
@@ -605,9 +639,9 @@ def _encode(
             endpoints = [_uvarint(len(node_endpoints) + 1)]
             for node_id, host, port, rack in node_endpoints:
                 endpoints.append(_P_I32(node_id))
-                endpoints.append(_compact_string(host))
+                endpoints.append(write_compact_string(host))
                 endpoints.append(_P_I32(port))
-                endpoints.append(_compact_string(rack))
+                endpoints.append(write_compact_nullable_string(rack))
                 endpoints.append(b"\x00")
             payload = b"".join(endpoints)
             append(b"\x01\x00")  # one tagged field, tag 0

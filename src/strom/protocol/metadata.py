@@ -26,15 +26,16 @@ import struct
 import uuid
 from dataclasses import dataclass, field
 
-from strom.protocol.produce import (
+from strom.protocol.primitives import (
     ProtocolError,
-    _as_byte_view,
-    _compact_string,
-    _legacy_string,
-    _read_uvarint,
-    _skip_tagged_fields,
-    _uvarint,
+    skip_tagged_fields,
+    write_compact_nullable_string,
+    write_compact_string,
+    write_nullable_string,
+    write_string,
 )
+from strom.protocol.primitives import read_uvarint as _read_uvarint
+from strom.protocol.primitives import write_uvarint as _uvarint
 
 __all__ = [
     "MAX_VERSION",
@@ -97,6 +98,13 @@ class MetadataTopic:
     topic_authorized_operations: int = _NO_AUTHORIZED_OPERATIONS
 
 
+def _byte_view(body: memoryview | bytes | bytearray) -> memoryview:
+    view = body if isinstance(body, memoryview) else memoryview(body)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
 def _check_version(version: int, what: str) -> None:
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ProtocolError(f"unsupported {what} version {version}")
@@ -115,13 +123,11 @@ def decode_metadata_request(body: memoryview, version: int) -> MetadataRequest:
     input.
     """
     _check_version(version, "Metadata request")
-    buf = _as_byte_view(body)
+    buf = _byte_view(body)
     try:
         return _decode(buf, version)
     except (struct.error, IndexError) as exc:
         raise ProtocolError(f"truncated Metadata v{version} request: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"invalid UTF-8 in Metadata v{version} request: {exc}") from None
 
 
 def _decode(buf: memoryview, version: int) -> MetadataRequest:
@@ -167,10 +173,10 @@ def _decode(buf: memoryview, version: int) -> MetadataRequest:
             else:
                 if n > end - pos:
                     raise ProtocolError(f"topic name of {n} bytes overruns the body")
-                name = str(buf[pos : pos + n], "utf-8")
+                name = str(buf[pos : pos + n], "utf-8", "replace")
                 pos += n
             if flexible:
-                pos = _skip_tagged_fields(buf, pos, end)
+                pos = skip_tagged_fields(buf, pos)
             topics.append((name, topic_id))
         if version == 0 and not topics:
             topics = None
@@ -187,7 +193,7 @@ def _decode(buf: memoryview, version: int) -> MetadataRequest:
         include_topic = buf[pos] != 0
         pos += 1
     if flexible:
-        _skip_tagged_fields(buf, pos, end)
+        skip_tagged_fields(buf, pos)
     return MetadataRequest(topics, allow_auto, include_cluster, include_topic)
 
 
@@ -198,7 +204,7 @@ _P_I16 = struct.Struct(">h").pack
 _partition_packers: dict[tuple[int, int, int, int], object] = {}
 
 
-def _partition_packer(kind: int, r: int, i: int, o: int):  # noqa: ANN202 - bound Struct.pack
+def _partition_packer(kind: int, r: int, i: int, o: int):
     """Struct.pack for one partition layout; cached, layouts repeat across a cluster."""
     key = (kind, r, i, o)
     packer = _partition_packers.get(key)
@@ -243,7 +249,7 @@ def _encode_topic(version: int, topic: MetadataTopic) -> bytes:
     name = topic.name
     if name is None and version < 12:
         raise ValueError(f"Metadata response v{version} needs topic names")
-    append(_compact_string(name) if flexible else _legacy_string(name))
+    append(write_compact_nullable_string(name) if flexible else write_nullable_string(name))
     if version >= _FIRST_TOPIC_ID:
         append(_ZERO_UUID if topic.topic_id is None else topic.topic_id.bytes)
     if version >= 1:
@@ -283,7 +289,11 @@ def _encode_topic(version: int, topic: MetadataTopic) -> bytes:
                     )
                 )
             else:  # huge replica lists: generic path
-                append(struct.pack(">hiii", p.error_code, p.partition_index, p.leader_id, p.leader_epoch))
+                append(
+                    struct.pack(
+                        ">hiii", p.error_code, p.partition_index, p.leader_id, p.leader_epoch
+                    )
+                )
                 append(_int_array(replicas, True))
                 append(_int_array(isr, True))
                 append(_int_array(offline, True))
@@ -335,10 +345,14 @@ def encode_metadata_brokers(version: int, brokers: list[MetadataBroker]) -> byte
     try:
         for b in brokers:
             append(_P_I32(b.node_id))
-            append(_compact_string(b.host) if flexible else _legacy_string(b.host))
+            append(write_compact_string(b.host) if flexible else write_string(b.host))
             append(_P_I32(b.port))
             if version >= 1:
-                append(_compact_string(b.rack) if flexible else _legacy_string(b.rack))
+                append(
+                    write_compact_nullable_string(b.rack)
+                    if flexible
+                    else write_nullable_string(b.rack)
+                )
             if flexible:
                 append(b"\x00")
     except struct.error as exc:
@@ -371,7 +385,11 @@ def encode_metadata_response_from_parts(
             append(_P_I32(throttle_time_ms))
         append(brokers_bytes)
         if version >= 2:
-            append(_compact_string(cluster_id) if flexible else _legacy_string(cluster_id))
+            append(
+                write_compact_nullable_string(cluster_id)
+                if flexible
+                else write_nullable_string(cluster_id)
+            )
         if version >= 1:
             append(_P_I32(controller_id))
         append(_uvarint(len(topic_parts) + 1) if flexible else _P_I32(len(topic_parts)))

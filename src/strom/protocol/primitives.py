@@ -444,34 +444,54 @@ def write_compact_array_length(n: int | None) -> bytes:
     return _SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
 
 
-_ARRAY_STRUCTS: dict[tuple[str, int], struct.Struct] = {}
+SMALL_ARRAY = 64
+_ARRAY_TABLES: dict[tuple[str, str], tuple[struct.Struct, ...]] = {}
 
 
-def _array_struct(code: str, n: int) -> struct.Struct:
-    s = _ARRAY_STRUCTS.get((code, n))
-    if s is None:
-        s = struct.Struct(f">{n}{code}")
-        if n <= 64:  # keep the cache small; long arrays are rare
-            _ARRAY_STRUCTS[(code, n)] = s
-    return s
+def fixed_array_structs(code: str, prefix: str = "") -> tuple[struct.Struct, ...]:
+    """``Struct(f">{prefix}{n}{code}")`` for n = 0..SMALL_ARRAY, built once per (code, prefix).
+
+    Lets hot paths (un)pack a short array of fixed-width items, optionally together with its
+    length prefix (``"B"``: compact length+1 below 128, ``"i"``: legacy int32), in one call.
+    """
+    table = _ARRAY_TABLES.get((code, prefix))
+    if table is None:
+        table = tuple(struct.Struct(f">{prefix}{n}{code}") for n in range(SMALL_ARRAY + 1))
+        _ARRAY_TABLES[(code, prefix)] = table
+    return table
 
 
 def read_fixed_array(buf, pos: int, n: int, code: str, size: int) -> tuple[list, int]:
     """``n`` fixed-width items of struct `code` (e.g. ``"i"``); the length was read already."""
     if n <= 0:
         return [], pos
-    try:
-        return list(_array_struct(code, n).unpack_from(buf, pos)), pos + n * size
-    except struct.error:
-        raise truncated("array") from None
+    if n > (len(buf) - pos) // size:
+        raise truncated("array")
+    s = fixed_array_structs(code)[n] if n <= SMALL_ARRAY else struct.Struct(f">{n}{code}")
+    return list(s.unpack_from(buf, pos)), pos + n * size
 
 
 def write_fixed_array(values, code: str) -> bytes:
     """Items of struct `code`, without the length prefix."""
     n = len(values)
-    if not n:
-        return b""
-    return _array_struct(code, n).pack(*values)
+    s = fixed_array_structs(code)[n] if n <= SMALL_ARRAY else struct.Struct(f">{n}{code}")
+    return s.pack(*values)
+
+
+def write_compact_fixed_array(values, code: str) -> bytes:
+    """Compact length prefix plus items (non-null)."""
+    n = len(values)
+    if n <= SMALL_ARRAY:
+        return fixed_array_structs(code, "B")[n].pack(n + 1, *values)
+    return write_compact_array_length(n) + write_fixed_array(values, code)
+
+
+def write_legacy_fixed_array(values, code: str) -> bytes:
+    """int32 length prefix plus items (non-null)."""
+    n = len(values)
+    if n <= SMALL_ARRAY:
+        return fixed_array_structs(code, "i")[n].pack(n, *values)
+    return pack_int32(n) + write_fixed_array(values, code)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,12 +23,16 @@ import uuid
 from codecs import utf_8_decode
 from dataclasses import dataclass, field
 
-
-class ProtocolError(ValueError):
-    """Malformed Kafka wire data (truncated, absurd length, bad UTF-8...).
-
-    Local stand-in until ``strom.protocol.primitives`` provides the shared one.
-    """
+from strom.protocol.primitives import (
+    ProtocolError,
+    skip_tagged_fields,
+    write_compact_nullable_string,
+    write_compact_string,
+    write_nullable_string,
+    write_string,
+)
+from strom.protocol.primitives import read_uvarint as _read_uvarint
+from strom.protocol.primitives import write_uvarint as _uvarint
 
 __all__ = [
     "MAX_VERSION",
@@ -99,39 +103,9 @@ _HI = struct.Struct(">hi").unpack_from
 _ZERO_UUID = bytes(16)
 
 
-def _read_uvarint(buf: memoryview, pos: int) -> tuple[int, int]:
-    """Unsigned varint (at most 5 bytes, as Kafka's ByteUtils.readUnsignedVarint)."""
-    b = buf[pos]
-    if b < 0x80:
-        return b, pos + 1
-    result = b & 0x7F
-    shift = 7
-    pos += 1
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-        if shift > 28:
-            raise ProtocolError("unsigned varint is longer than 5 bytes")
-
-
-def _skip_tagged_fields(buf: memoryview, pos: int, end: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
-    for _ in range(count):
-        _tag, pos = _read_uvarint(buf, pos)
-        size, pos = _read_uvarint(buf, pos)
-        if size > end - pos:
-            raise ProtocolError(f"tagged field of {size} bytes overruns the body")
-        pos += size
-    return pos
-
-
-def _as_byte_view(body: memoryview | bytes | bytearray) -> memoryview:
+def _byte_view(body: memoryview | bytes | bytearray) -> memoryview:
     view = body if isinstance(body, memoryview) else memoryview(body)
-    if view.ndim != 1 or view.itemsize != 1:
+    if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     return view
 
@@ -148,16 +122,15 @@ def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
     :class:`ProtocolError` on truncated or inconsistent input; trailing bytes
     after the last field are ignored, as Kafka does.
     """
-    _check_version(version, "Produce request")
-    buf = _as_byte_view(body)
+    if not MIN_VERSION <= version <= MAX_VERSION:
+        raise ProtocolError(f"unsupported Produce request version {version}")
+    buf = body if body.__class__ is memoryview and body.format == "B" else _byte_view(body)
     try:
         if version >= _FIRST_FLEXIBLE:
             return _decode_flexible(buf, version)
         return _decode_legacy(buf)
     except (struct.error, IndexError) as exc:
         raise ProtocolError(f"truncated Produce v{version} request: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise ProtocolError(f"invalid UTF-8 in Produce v{version} request: {exc}") from None
 
 
 def _decode_legacy(buf: memoryview) -> ProduceRequest:
@@ -169,7 +142,7 @@ def _decode_legacy(buf: memoryview) -> ProduceRequest:
     else:
         if n > end - pos:
             raise ProtocolError("transactional_id overruns the body")
-        transactional_id = utf_8_decode(buf[pos : pos + n], None, True)[0]
+        transactional_id = utf_8_decode(buf[pos : pos + n], "replace", True)[0]
         pos += n
     acks, timeout_ms = _HI(buf, pos)
     pos += 6
@@ -183,7 +156,7 @@ def _decode_legacy(buf: memoryview) -> ProduceRequest:
         pos += 2
         if n < 0 or n > end - pos:
             raise ProtocolError(f"invalid topic name length {n}")
-        name = utf_8_decode(buf[pos : pos + n], None, True)[0]
+        name = utf_8_decode(buf[pos : pos + n], "replace", True)[0]
         pos += n
         (partition_count,) = _I32(buf, pos)
         pos += 4
@@ -208,18 +181,26 @@ def _decode_legacy(buf: memoryview) -> ProduceRequest:
 
 def _decode_flexible(buf: memoryview, version: int) -> ProduceRequest:
     end = len(buf)
-    n, pos = _read_uvarint(buf, 0)
+    n = buf[0]
+    if n < 0x80:
+        pos = 1
+    else:
+        n, pos = _read_uvarint(buf, 0)
     if n == 0:
         transactional_id = None
     else:
         n -= 1
         if n > end - pos:
             raise ProtocolError("transactional_id overruns the body")
-        transactional_id = utf_8_decode(buf[pos : pos + n], None, True)[0]
+        transactional_id = utf_8_decode(buf[pos : pos + n], "replace", True)[0]
         pos += n
     acks, timeout_ms = _HI(buf, pos)
     pos += 6
-    topic_count, pos = _read_uvarint(buf, pos)
+    topic_count = buf[pos]
+    if topic_count < 0x80:
+        pos += 1
+    else:
+        topic_count, pos = _read_uvarint(buf, pos)
     topic_count -= 1
     if topic_count < 0 or topic_count > end - pos:
         raise ProtocolError(f"invalid topic count {topic_count}")
@@ -235,14 +216,22 @@ def _decode_flexible(buf: memoryview, version: int) -> ProduceRequest:
             topic_id = None if raw == _ZERO_UUID else uuid.UUID(bytes=raw)
             pos += 16
         else:
-            n, pos = _read_uvarint(buf, pos)
+            n = buf[pos]
+            if n < 0x80:
+                pos += 1
+            else:
+                n, pos = _read_uvarint(buf, pos)
             n -= 1
             if n < 0 or n > end - pos:
                 raise ProtocolError(f"invalid topic name length {n}")
-            name = utf_8_decode(buf[pos : pos + n], None, True)[0]
+            name = utf_8_decode(buf[pos : pos + n], "replace", True)[0]
             topic_id = None
             pos += n
-        partition_count, pos = _read_uvarint(buf, pos)
+        partition_count = buf[pos]
+        if partition_count < 0x80:
+            pos += 1
+        else:
+            partition_count, pos = _read_uvarint(buf, pos)
         partition_count -= 1
         if partition_count < 0 or partition_count > end - pos:
             raise ProtocolError(f"invalid partition count {partition_count}")
@@ -261,32 +250,18 @@ def _decode_flexible(buf: memoryview, version: int) -> ProduceRequest:
             if buf[pos] == 0:
                 pos += 1
             else:
-                pos = _skip_tagged_fields(buf, pos, end)
+                pos = skip_tagged_fields(buf, pos)
             partitions.append(ProducePartitionData(index, records))
         if buf[pos] == 0:
             pos += 1
         else:
-            pos = _skip_tagged_fields(buf, pos, end)
+            pos = skip_tagged_fields(buf, pos)
         topics.append(ProduceTopicData(name, topic_id, partitions))
-    _skip_tagged_fields(buf, pos, end)
+    skip_tagged_fields(buf, pos)
     return ProduceRequest(transactional_id, acks, timeout_ms, topics)
 
 
 # --------------------------------------------------------------------------- encoding
-
-_UVARINT_1 = tuple(bytes((i,)) for i in range(0x80))
-
-
-def _uvarint(value: int) -> bytes:
-    if value < 0x80:
-        return _UVARINT_1[value]
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
 
 _P_I16 = struct.Struct(">h").pack
 _P_I32 = struct.Struct(">i").pack
@@ -301,28 +276,14 @@ _P_LEADER_TAG = struct.Struct(">BBiiB").pack  # tag 0, size 9, leader_id, epoch,
 _P_NODE_MID = struct.Struct(">i").pack
 
 
-def _legacy_string(value: str | None) -> bytes:
-    if value is None:
-        return b"\xff\xff"
-    raw = value.encode()
-    if len(raw) > 0x7FFF:
-        raise ValueError("string longer than 32767 bytes")
-    return _P_I16(len(raw)) + raw
-
-
-def _compact_string(value: str | None) -> bytes:
-    if value is None:
-        return b"\x00"
-    raw = value.encode()
-    return _uvarint(len(raw) + 1) + raw
-
-
 def _topic_key(topic: ProduceTopicResponse, version: int) -> bytes:
     if version >= _FIRST_TOPIC_ID:
         return _ZERO_UUID if topic.topic_id is None else topic.topic_id.bytes
     if topic.name is None:
         raise ValueError(f"Produce response v{version} needs topic names")
-    return _compact_string(topic.name) if version >= _FIRST_FLEXIBLE else _legacy_string(topic.name)
+    return (
+        write_compact_string(topic.name) if version >= _FIRST_FLEXIBLE else write_string(topic.name)
+    )
 
 
 def encode_produce_response(
@@ -345,7 +306,9 @@ def encode_produce_response(
         raise ValueError(f"value out of range for Produce response v{version}: {exc}") from None
 
 
-def _encode_legacy(version: int, topics: list[ProduceTopicResponse], throttle_time_ms: int) -> bytes:
+def _encode_legacy(
+    version: int, topics: list[ProduceTopicResponse], throttle_time_ms: int
+) -> bytes:
     out = [_P_I32(len(topics))]
     append = out.append
     for topic in topics:
@@ -357,7 +320,11 @@ def _encode_legacy(version: int, topics: list[ProduceTopicResponse], throttle_ti
             elif version < 8:
                 append(
                     _P_PART_V5(
-                        p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset
+                        p.index,
+                        p.error_code,
+                        p.base_offset,
+                        p.log_append_time_ms,
+                        p.log_start_offset,
                     )
                 )
             elif not p.record_errors and p.error_message is None:
@@ -375,14 +342,18 @@ def _encode_legacy(version: int, topics: list[ProduceTopicResponse], throttle_ti
             else:
                 append(
                     _P_PART_V5(
-                        p.index, p.error_code, p.base_offset, p.log_append_time_ms, p.log_start_offset
+                        p.index,
+                        p.error_code,
+                        p.base_offset,
+                        p.log_append_time_ms,
+                        p.log_start_offset,
                     )
                 )
                 append(_P_I32(len(p.record_errors)))
                 for batch_index, message in p.record_errors:
                     append(_P_I32(batch_index))
-                    append(_legacy_string(message))
-                append(_legacy_string(p.error_message))
+                    append(write_nullable_string(message))
+                append(write_nullable_string(p.error_message))
     append(_P_I32(throttle_time_ms))
     return b"".join(out)
 
@@ -425,9 +396,9 @@ def _encode_flexible(
             append(_uvarint(len(p.record_errors) + 1))
             for batch_index, message in p.record_errors:
                 append(_P_I32(batch_index))
-                append(_compact_string(message))
+                append(write_compact_nullable_string(message))
                 append(b"\x00")
-            append(_compact_string(p.error_message))
+            append(write_compact_nullable_string(p.error_message))
             if leader is None:
                 append(b"\x00")
             else:
@@ -439,9 +410,9 @@ def _encode_flexible(
         endpoints = [_uvarint(len(node_endpoints) + 1)]
         for node_id, host, port, rack in node_endpoints:
             endpoints.append(_P_I32(node_id))
-            endpoints.append(_compact_string(host))
+            endpoints.append(write_compact_string(host))
             endpoints.append(_P_I32(port))
-            endpoints.append(_compact_string(rack))
+            endpoints.append(write_compact_nullable_string(rack))
             endpoints.append(b"\x00")
         payload = b"".join(endpoints)
         append(b"\x01\x00")  # one tagged field, tag 0

@@ -55,7 +55,7 @@ class FileBudget:
 class SegmentFile:
     """A file opened on demand within a ``FileBudget``; ``fileno()`` (re)opens it."""
 
-    __slots__ = ("__weakref__", "_budget", "_closed", "_fd", "_pins", "path")
+    __slots__ = ("_budget", "_closed", "_fd", "_pins", "path")
 
     def __init__(self, path: Path, budget: FileBudget, *, create: bool = False) -> None:
         self.path = path

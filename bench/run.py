@@ -1,0 +1,183 @@
+"""``python -m bench``: run Strom and Tansu side by side and print the markdown report.
+
+Options: --rounds N, --scenarios a,b,c, --quick, --subject strom|tansu (tansu stands in for
+Strom to check the harness itself), --list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shutil
+import sys
+from pathlib import Path
+
+from bench import config, report
+from bench.brokers import BrokerSpec, strom_spec, tansu_spec
+from bench.peer import ensure_tansu
+from bench.runner import CLIENT, Results, run
+from bench.scenarios import ALL, BY_NAME, Scenario
+from bench.scenarios.ceiling import Ceiling
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def _log(msg: str) -> None:
+    stamp = dt.datetime.now().strftime("%H:%M:%S")
+    print(f"{stamp} {msg}", file=sys.stderr, flush=True)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, help="rounds of A/B runs (default 3, --quick 1)")
+    ap.add_argument("--scenarios", help="comma-separated scenario names (see --list)")
+    ap.add_argument("--quick", action="store_true", help="small sizes, 1 round: a ~2 min smoke run")
+    ap.add_argument(
+        "--subject",
+        choices=("strom", "tansu"),
+        default="strom",
+        help="broker in the first slot; 'tansu' runs Tansu against itself to check the harness",
+    )
+    ap.add_argument("--strom-bin", help="Strom executable (default: .venv/bin/strom)")
+    ap.add_argument("--strom-config", help="passed to Strom as --config FILE")
+    ap.add_argument(
+        "--strom-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra --override for Strom (repeatable)",
+    )
+    ap.add_argument("--out-dir", type=Path, default=RESULTS, help="where the report is saved")
+    ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
+    return ap.parse_args(argv)
+
+
+def _select(names: str | None) -> list[Scenario]:
+    if not names:
+        return list(ALL)
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in wanted if n not in BY_NAME]
+    if unknown:
+        raise SystemExit(f"unknown scenario(s): {', '.join(unknown)}; try --list")
+    chosen = [s for s in ALL if s.name in wanted]
+    # The produce targets at 100 B are judged against the client's ceiling: measure it too.
+    if any(s.name.startswith("produce-") for s in chosen) and not any(
+        isinstance(s, Ceiling) for s in chosen
+    ):
+        chosen.insert(0, BY_NAME["client-ceiling"])
+    return chosen
+
+
+def _strom_exe(given: str | None) -> str:
+    if given:
+        return given
+    local = REPO / ".venv" / "bin" / "strom"
+    return str(local) if local.exists() else (shutil.which("strom") or str(local))
+
+
+def _brokers(args: argparse.Namespace) -> tuple[BrokerSpec, BrokerSpec]:
+    binary, version = ensure_tansu(log=_log)
+    peer = tansu_spec(str(binary), version=version)
+    if args.subject == "tansu":
+        subject = tansu_spec(str(binary), label="Tansu-as-subject", version=version)
+    else:
+        subject = strom_spec(_strom_exe(args.strom_bin), args.strom_config, args.strom_override)
+    return subject, peer
+
+
+def compose(
+    scenarios: list[Scenario],
+    results: Results,
+    subject: BrokerSpec,
+    peer: BrokerSpec,
+    sizes: config.Sizes,
+    rounds: int,
+    started: dt.datetime,
+    load: tuple[str, str],
+) -> str:
+    """The whole markdown document: context, client ceiling, main table, verdict."""
+    ceiling_runs = results.runs.get("client-ceiling", {}).get(CLIENT, [])
+    refs: dict[str, float] = {}
+    out = [
+        f"# {subject.label} vs. {peer.label} - {started:%Y-%m-%d %H:%M}",
+        "",
+        f"- Brokers: **{subject.label}** ({subject.notes}; `"
+        + " ".join(subject.command(0, Path("DATA"))).replace("127.0.0.1:0", "127.0.0.1:PORT")
+        + f"`) vs. **{peer.label}** {peer.version} ({peer.notes}).",
+        f"- Rounds: {rounds}, alternating {subject.label} / {peer.label} per scenario, "
+        "fresh broker and storage for every run. Cells: median (min-max).",
+        f"- Client: confluent-kafka {_ck_version()}; producer {config.PRODUCER_THROUGHPUT['linger.ms']} ms "
+        "linger, 1 MiB batches (latency run: linger 0); consumer fetch.wait.max.ms="
+        f"{config.FETCH_WAIT_MAX_MS}; every client runs in its own process.",
+        f"- Machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
+        f"{platform.python_version()}, load average {load[0]} at start, {load[1]} at end; "
+        f"run took {results.seconds / 60:.1f} min.",
+        "- MB = 10^6 bytes of record values. Broker CPU = utime+stime of the broker's process "
+        "tree; RSS = peak VmHWM.",
+        "",
+    ]
+    if ceiling_runs:
+        ceiling = BY_NAME["client-ceiling"].rows(sizes)
+        for m in ceiling.metrics:
+            c = report.cell(ceiling_runs, m)
+            if c.stat is not None:
+                refs[m.key] = c.stat.median
+        out += ["## Client ceiling (produce() into the local queue, no broker)", ""]
+        out += ["| Records | records/s | MB/s |", "|---|---|---|"]
+        ms = ceiling.metrics
+        for rps, mbs in zip(ms[::2], ms[1::2], strict=True):
+            out.append(
+                f"| {rps.label} | {report.cell(ceiling_runs, rps).text} | "
+                f"{report.cell(ceiling_runs, mbs).text} |"
+            )
+        out.append("")
+    table_scenarios = [s.rows(sizes) for s in scenarios if s.needs_broker]
+    rows = report.build_rows(table_scenarios, results.runs, subject.label, peer.label, refs)
+    out += [f"## {subject.label} vs. {peer.label}", ""]
+    out += [report.markdown_table(rows, subject.label, peer.label), ""]
+    out += [report.verdict_summary(rows), ""]
+    return "\n".join(out)
+
+
+def _ck_version() -> str:
+    try:
+        import confluent_kafka
+
+        return f"{confluent_kafka.__version__} (librdkafka {confluent_kafka.libversion()[0]})"
+    except ImportError:
+        return "?"
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.list:
+        for s in ALL:
+            print(s.name)
+        return 0
+    sizes = config.QUICK if args.quick else config.FULL
+    rounds = args.rounds or sizes.rounds
+    scenarios = _select(args.scenarios)
+    subject, peer = _brokers(args)
+    started = dt.datetime.now()
+    load_start = _loadavg()
+    _log(f"{len(scenarios)} scenarios x {rounds} round(s): {subject.label} vs. {peer.label}")
+    results = run(scenarios, subject, peer, sizes, rounds, _log)
+    text = compose(
+        scenarios, results, subject, peer, sizes, rounds, started, (load_start, _loadavg())
+    )
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    path = args.out_dir / f"{started:%Y%m%d-%H%M%S}{'-quick' if args.quick else ''}.md"
+    path.write_text(text)
+    print(text)
+    _log(f"report saved to {path}")
+    return 0

@@ -1,0 +1,104 @@
+"""Leader-epoch cache: which offset each leader epoch started at (``leader-epoch-checkpoint``).
+
+Followers and consumers use it through OffsetForLeaderEpoch to find where their log diverges
+from the leader's. Semantics follow Kafka's LeaderEpochFileCache.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from pathlib import Path
+
+from strom.storage.checkpoints import read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
+
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+
+
+class LeaderEpochCache:
+    """Entries (epoch, start offset), both strictly increasing; persisted on every change."""
+
+    __slots__ = ("_epochs", "_offsets", "path")
+
+    def __init__(self, path: Path | None, entries: list[tuple[int, int]] | None = None) -> None:
+        self.path = path
+        self._epochs: list[int] = []
+        self._offsets: list[int] = []
+        loaded = entries if entries is not None else (
+            read_leader_epoch_checkpoint(path) if path is not None else [])  # fmt: skip
+        for e, o in loaded:
+            self._assign(e, o)
+
+    def entries(self) -> list[tuple[int, int]]:
+        return list(zip(self._epochs, self._offsets, strict=True))
+
+    @property
+    def latest_epoch(self) -> int:
+        return self._epochs[-1] if self._epochs else UNDEFINED_EPOCH
+
+    def _assign(self, epoch: int, start_offset: int) -> bool:
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
+        if self._epochs and epoch == self._epochs[-1] and start_offset >= self._offsets[-1]:
+            return False
+        # drop entries that would break monotonicity (a new leader rewrote the tail)
+        while self._epochs and (self._epochs[-1] >= epoch or self._offsets[-1] >= start_offset):
+            self._epochs.pop()
+            self._offsets.pop()
+        self._epochs.append(epoch)
+        self._offsets.append(start_offset)
+        return True
+
+    def assign(self, epoch: int, start_offset: int) -> None:
+        if self._assign(epoch, start_offset):
+            self.write()
+
+    def write(self) -> None:
+        if self.path is not None:
+            write_leader_epoch_checkpoint(self.path, self.entries())
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) answering OffsetForLeaderEpoch for ``requested_epoch``."""
+        if requested_epoch == UNDEFINED_EPOCH:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if self._epochs and self._epochs[-1] == requested_epoch:
+            return requested_epoch, log_end_offset
+        hi = bisect_right(self._epochs, requested_epoch)  # first entry with epoch > requested
+        if hi >= len(self._epochs):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if hi == 0:
+            return requested_epoch, self._offsets[0]
+        return self._epochs[hi - 1], self._offsets[hi]
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """Epoch of the leader that wrote ``offset`` (-1 when unknown)."""
+        i = bisect_right(self._offsets, offset) - 1
+        return self._epochs[i] if i >= 0 else UNDEFINED_EPOCH
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """Remove entries starting at or after ``end_offset``."""
+        n = bisect_left(self._offsets, end_offset)
+        if n < len(self._offsets):
+            del self._epochs[n:]
+            del self._offsets[n:]
+            self.write()
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """Drop entries wholly below ``start_offset``; the one covering it starts there now."""
+        n = bisect_right(self._offsets, start_offset)
+        if n == 0:
+            return
+        last_epoch = self._epochs[n - 1]
+        if n == 1 and self._offsets[0] == start_offset:
+            return
+        del self._epochs[:n]
+        del self._offsets[:n]
+        self._epochs.insert(0, last_epoch)
+        self._offsets.insert(0, start_offset)
+        self.write()
+
+    def clear(self) -> None:
+        if self._epochs:
+            self._epochs.clear()
+            self._offsets.clear()
+            self.write()

@@ -1,0 +1,580 @@
+"""PartitionLog: one partition's segments, offsets, leader epochs, retention and recovery.
+
+Single-threaded by design (call it from the event loop); ``flush`` calls ``fsync`` and may
+block, so callers that care run it in an executor while no append is in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+import uuid
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.protocol.records import (
+    LOG_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    CorruptRecordError,
+    decode_records,
+)
+from strom.storage.checkpoints import (
+    LEADER_EPOCH_CHECKPOINT,
+    PARTITION_METADATA,
+    ZERO_UUID,
+    read_partition_metadata,
+    write_partition_metadata,
+)
+from strom.storage.config import LogConfig
+from strom.storage.epochs import LeaderEpochCache
+from strom.storage.errors import KafkaStorageError, OffsetOutOfRangeError
+from strom.storage.files import FileBudget, FileSlice
+from strom.storage.recovery import open_segments
+from strom.storage.segment import LogSegment
+from strom.storage.validator import ORIGIN_CLIENT, validate_append
+
+
+@dataclass(slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    max_timestamp: int
+    log_start_offset: int
+    record_count: int
+
+
+@dataclass(slots=True)
+class ReadResult:
+    slice: FileSlice | None
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class PartitionLog:
+    """The log of one partition in directory ``dir`` (``<topic>-<partition>``).
+
+    Opening an existing directory loads it: ``clean_shutdown`` skips recovery; otherwise the
+    segments from ``recovery_point`` on are re-validated.
+    """
+
+    def __init__(
+        self,
+        dir: Path,
+        topic: str,
+        partition: int,
+        topic_id: uuid.UUID | None = None,
+        config: LogConfig | None = None,
+        *,
+        budget: FileBudget | None = None,
+        clock: Callable[[], float] = time.time,
+        clean_shutdown: bool = False,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        high_watermark: int | None = None,
+    ) -> None:
+        self.dir = Path(dir)
+        self.topic = topic
+        self.partition = partition
+        self.config = config or LogConfig()
+        self._budget = budget or FileBudget()
+        self._clock = clock
+        self._closed = False
+        self.hw_follows_leo = True  # one broker: everything appended is committed
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot create {self.dir}: {e}") from e
+        meta_path = self.dir / PARTITION_METADATA
+        stored = read_partition_metadata(meta_path)
+        if topic_id is None or topic_id == ZERO_UUID:
+            topic_id = stored or ZERO_UUID
+        elif stored != topic_id:
+            if stored is not None and stored != ZERO_UUID:
+                raise KafkaStorageError(
+                    f"{self.dir} belongs to topic id {stored}, not {topic_id}")  # fmt: skip
+            write_partition_metadata(meta_path, topic_id)
+        self.topic_id: uuid.UUID = topic_id
+
+        self.epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+        now_ms = self._now_ms()
+        self.recovered_segments = 0  # how many segments the load had to re-read
+        segs = open_segments(
+            self.dir, self.config, self._budget, self.epochs, clean=clean_shutdown,
+            recovery_point=recovery_point, log_start_offset=log_start_offset, now_ms=now_ms,
+            on_recover=self._count_recovery,
+        )  # fmt: skip
+        self._segments: list[LogSegment] = segs
+        self._bases: list[int] = [s.base_offset for s in segs]
+        self._active = segs[-1]
+        self.log_end_offset: int = self._active.next_offset
+        leo = self.log_end_offset
+        self.log_start_offset: int = min(max(log_start_offset, segs[0].base_offset), leo)
+        self.epochs.truncate_from_end(leo)
+        self.epochs.truncate_from_start(self.log_start_offset)
+        self.recovery_point: int = leo if clean_shutdown else min(recovery_point, leo)
+        hw = leo if high_watermark is None else min(max(high_watermark, self.log_start_offset), leo)
+        self.high_watermark: int = hw
+        self._unflushed_messages = 0
+        self._last_flush_ms = now_ms
+        self._rolled_unflushed: list[LogSegment] = []
+        self._pending_deletes: list[tuple[int, list[Path]]] = []
+
+    def _count_recovery(self, _seg: LogSegment) -> None:
+        self.recovered_segments += 1
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def __repr__(self) -> str:
+        return (f"PartitionLog({self.topic}-{self.partition}, start={self.log_start_offset}, "
+                f"end={self.log_end_offset}, hw={self.high_watermark})")  # fmt: skip
+
+    # --- simple views --------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark  # transactions later
+
+    @property
+    def latest_epoch(self) -> int:
+        return self.epochs.latest_epoch
+
+    @property
+    def segments(self) -> tuple[LogSegment, ...]:
+        return tuple(self._segments)
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._active
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """Leader epoch that wrote ``offset`` (-1 if unknown), for ListOffsets responses."""
+        return self.epochs.epoch_for_offset(offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, end offset of that epoch)."""
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        self._active.index_interval = config.index_interval_bytes
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
+
+    # --- append --------------------------------------------------------------------------------
+
+    def append(
+        self, records, *, leader_epoch: int, now_ms: int, origin: str = ORIGIN_CLIENT
+    ) -> AppendResult:
+        """Validate, assign offsets and write ``records`` (whole v2 batches) in one write.
+
+        A writable ``records`` buffer is patched in place; nothing is written when any batch
+        is invalid. ``origin`` is ``client`` (producers), ``coordinator`` (internal writes,
+        control batches allowed) or ``replication`` (offsets and epochs kept as sent).
+        """
+        if self._closed:
+            self._check_open()
+        v = validate_append(
+            records, next_offset=self.log_end_offset, leader_epoch=leader_epoch,
+            now_ms=now_ms, config=self.config, origin=origin,
+        )  # fmt: skip
+        seg = self._active
+        size = len(v.data)
+        if seg._size:  # non-empty: maybe roll first
+            cfg = self.config
+            if (
+                seg._size > cfg.segment_bytes - size
+                or self._time_to_roll(seg, now_ms, v.max_timestamp)
+                or seg.indexes_full()
+                or not seg.can_hold_offset(v.last_offset)
+            ):
+                seg = self._roll(v.first_offset)
+        elif v.first_offset != seg.base_offset and seg.base_offset == self.log_end_offset:
+            seg = self._replace_empty_active(v.first_offset)  # replicated data after a gap
+        seg.append(v.data, v.metas)
+        latest = self.epochs.latest_epoch
+        for e, o in v.epochs:
+            if e > latest:
+                self.epochs.assign(e, o)
+                latest = e
+        leo = self.log_end_offset = v.last_offset + 1
+        if self.hw_follows_leo:
+            self.high_watermark = leo
+        self._unflushed_messages += v.record_count
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(
+            v.first_offset, v.last_offset, v.log_append_time, v.max_timestamp,
+            self.log_start_offset, v.record_count,
+        )  # fmt: skip
+
+    def _time_to_roll(self, seg: LogSegment, now_ms: int, max_ts: int) -> bool:
+        limit = self.config.segment_ms - seg.roll_jitter_ms
+        rts = seg.rolling_timestamp()
+        waited = max_ts - rts if rts is not None and rts >= 0 else now_ms - seg.created_ms
+        return waited > limit
+
+    def roll(self) -> LogSegment:
+        """Start a new segment at the log end offset (no-op when the active one is empty)."""
+        self._check_open()
+        return self._roll(self.log_end_offset)
+
+    def _roll(self, base: int) -> LogSegment:
+        old = self._active
+        if old.size == 0:
+            return old
+        old.seal()
+        self._rolled_unflushed.append(old)
+        return self._add_segment(base)
+
+    def _add_segment(self, base: int) -> LogSegment:
+        cfg = self.config
+        seg = LogSegment(
+            self.dir, base, self._budget, segment_index_bytes=cfg.segment_index_bytes,
+            index_interval_bytes=cfg.index_interval_bytes,
+            segment_jitter_ms=cfg.segment_jitter_ms, create=True, now_ms=self._now_ms(),
+        )  # fmt: skip
+        self._segments.append(seg)
+        self._bases.append(base)
+        self._active = seg
+        return seg
+
+    def _replace_empty_active(self, base: int) -> LogSegment:
+        old = self._segments.pop()
+        self._bases.pop()
+        old.close()
+        for p in (old.log_path, old.index_path, old.timeindex_path):
+            p.unlink(missing_ok=True)
+        if not self._segments:
+            self.log_start_offset = base
+        return self._add_segment(base)
+
+    # --- read ----------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_batch: bool = True,
+    ) -> ReadResult:
+        """Whole batches from the segment holding ``offset``, up to ``max_bytes`` (at least one
+        batch when ``min_one_batch``), never past ``max_offset`` (default: high watermark)."""
+        if self._closed:
+            self._check_open()
+        lso, leo, hw = self.log_start_offset, self.log_end_offset, self.high_watermark
+        if offset < lso or offset > leo:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside [{lso}, {leo}] of {self.topic}-{self.partition}"
+            )
+        limit = hw if max_offset is None else min(max_offset, leo)
+        if offset >= limit:
+            return ReadResult(None, hw, lso, leo)
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, offset) - 1)
+        while i < len(segs):
+            seg = segs[i]
+            if seg.base_offset >= limit:
+                break
+            found = seg.translate(offset)
+            if found is None:
+                i += 1
+                continue
+            pos, h = found
+            if h.base_offset >= limit:
+                break
+            if limit >= leo or (i + 1 < len(segs) and limit >= segs[i + 1].base_offset):
+                max_pos = seg.size
+            else:
+                end = seg.translate(limit, pos)
+                max_pos = end[0] if end is not None else seg.size
+            first_end = pos + LOG_OVERHEAD + h.length
+            cap = min(max_pos, pos + max(max_bytes, 0))
+            end_pos = seg.batch_end_within(pos, cap) if cap >= first_end else pos
+            if end_pos == pos:
+                if not min_one_batch or first_end > max_pos:
+                    break
+                end_pos = first_end
+            return ReadResult(FileSlice(seg.file, pos, end_pos - pos), hw, lso, leo)
+        return ReadResult(None, hw, lso, leo)
+
+    # --- timestamps ----------------------------------------------------------------------------
+
+    def _read_batch(self, seg: LogSegment, pos: int, size: int) -> bytes:
+        return FileSlice(seg.file, pos, size).read_bytes()
+
+    def offset_for_timestamp(
+        self, ts: int, *, max_offset: int | None = None
+    ) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= ``ts`` (ListOffsets).
+
+        Uses the time index to find the batch, then decodes that one batch for the exact
+        record as Kafka does. None when no such record is below ``max_offset`` (default HW).
+        """
+        limit = self.high_watermark if max_offset is None else max_offset
+        lso = self.log_start_offset
+        for seg in self._segments:
+            if seg.max_timestamp < ts:
+                continue
+            _t, t_off = seg.time_index.lookup(ts)
+            start = max(t_off, lso, seg.base_offset)
+            pos = seg.offset_index.lookup(start)[1]
+            for p, h in seg.iter_headers(pos):
+                if h.base_offset >= limit:
+                    return None
+                if h.max_timestamp < ts or h.base_offset + h.last_offset_delta < lso:
+                    continue
+                found = self._record_at_or_after(seg, p, h, ts, lso)
+                if found is not None:
+                    return found if found[0] < limit else None
+        return None
+
+    def _record_at_or_after(self, seg, pos, h, ts: int, min_offset: int) -> tuple[int, int] | None:
+        if h.attributes & TIMESTAMP_TYPE_MASK:
+            return max(h.base_offset, min_offset), h.max_timestamp
+        try:
+            recs = decode_records(self._read_batch(seg, pos, h.size))
+        except CorruptRecordError as e:
+            raise KafkaStorageError(f"corrupt batch in {seg.log_path} at {pos}: {e}") from e
+        for r in recs:
+            if r.timestamp >= ts and r.offset >= min_offset:
+                return r.offset, r.timestamp
+        return None
+
+    def max_timestamp_offset(self, *, max_offset: int | None = None) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""
+        best, best_ts = None, -1
+        for seg in self._segments:
+            if seg.max_timestamp > best_ts:
+                best, best_ts = seg, seg.max_timestamp
+        if best is None:
+            return None
+        found = best.translate(best.offset_of_max_timestamp)
+        if found is None:
+            return None
+        pos, h = found
+        result = self._record_at_or_after(best, pos, h, best_ts, self.log_start_offset)
+        limit = self.high_watermark if max_offset is None else max_offset
+        if result is None or result[0] >= limit:
+            return None
+        return result
+
+    # --- deletion, truncation, retention -------------------------------------------------------
+
+    def _schedule_delete(self, segs: list[LogSegment]) -> None:
+        now = self._now_ms()
+        due = now + self.config.file_delete_delay_ms
+        for seg in segs:
+            if seg in self._rolled_unflushed:
+                self._rolled_unflushed.remove(seg)
+            paths = seg.rename_for_deletion()
+            if self.config.file_delete_delay_ms <= 0:
+                self._unlink(paths)
+            else:
+                self._pending_deletes.append((due, paths))
+
+    @staticmethod
+    def _unlink(paths: list[Path]) -> None:
+        for p in paths:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(p)
+
+    def purge_deleted(self, now_ms: int | None = None) -> None:
+        """Remove ``*.deleted`` files whose delay (file.delete.delay.ms) has passed."""
+        if not self._pending_deletes:
+            return
+        now = self._now_ms() if now_ms is None else now_ms
+        keep = []
+        for due, paths in self._pending_deletes:
+            if due <= now:
+                self._unlink(paths)
+            else:
+                keep.append((due, paths))
+        self._pending_deletes = keep
+
+    def _delete_prefix(self, count: int) -> int:
+        """Delete the ``count`` oldest segments (rolling first if that is all of them)."""
+        if count <= 0:
+            return 0
+        if count >= len(self._segments):
+            self._roll(self.log_end_offset)
+            count = min(count, len(self._segments) - 1)
+        doomed = self._segments[:count]
+        del self._segments[:count]
+        del self._bases[:count]
+        freed = sum(s.size for s in doomed)
+        self._schedule_delete(doomed)
+        first = self._segments[0].base_offset
+        if first > self.log_start_offset:
+            self.log_start_offset = first
+            self.epochs.truncate_from_start(first)
+        return freed
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: raise the log start offset to ``offset`` (-1: the HW); returns it."""
+        self._check_open()
+        if offset == -1:
+            offset = self.high_watermark
+        if offset < 0 or offset > self.high_watermark:
+            raise OffsetOutOfRangeError(
+                f"cannot delete records before {offset}: high watermark is {self.high_watermark}"
+            )
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self.epochs.truncate_from_start(offset)
+            self._delete_prefix(self._count_below_start())
+        return self.log_start_offset
+
+    def _count_below_start(self) -> int:
+        """Segments wholly below the log start offset (the next segment starts at or before it)."""
+        bases = self._bases
+        n = 0
+        while n + 1 < len(bases) and bases[n + 1] <= self.log_start_offset:
+            n += 1
+        return n
+
+    def _deletable(self, predicate: Callable[[LogSegment], bool]) -> int:
+        """How many oldest segments satisfy ``predicate`` without passing the HW."""
+        segs = self._segments
+        hw = self.high_watermark
+        n = 0
+        for i, seg in enumerate(segs):
+            last = i + 1 == len(segs)
+            upper = self.log_end_offset if last else segs[i + 1].base_offset
+            if hw < upper or (last and seg.size == 0) or not predicate(seg):
+                break
+            n += 1
+        return n
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete segments past retention.ms / retention.bytes / the log start offset.
+
+        A segment's age is measured from its largest timestamp; an expired active segment is
+        rolled and then deleted. Never deletes data at or above the high watermark. Returns
+        the bytes deleted.
+        """
+        self._check_open()
+        self.purge_deleted(now_ms)
+        cfg = self.config
+        freed = 0
+        if cfg.delete:
+            if cfg.retention_ms >= 0:
+                rms = cfg.retention_ms
+                freed += self._delete_prefix(
+                    self._deletable(lambda s: now_ms - s.largest_timestamp() > rms)
+                )
+            if cfg.retention_bytes >= 0:
+                diff = self.size_bytes() - cfg.retention_bytes
+                if diff > 0:
+
+                    def fits(s: LogSegment) -> bool:
+                        nonlocal diff
+                        if diff - s.size >= 0:
+                            diff -= s.size
+                            return True
+                        return False
+
+                    freed += self._delete_prefix(self._deletable(fits))
+        freed += self._delete_prefix(self._count_below_start())
+        return freed
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the log so that ``offset`` is the new log end (replication: follower truncation)."""
+        self._check_open()
+        if offset >= self.log_end_offset:
+            return
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        if offset < self._segments[0].base_offset or offset < self.log_start_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
+        doomed = [s for s in self._segments if s.base_offset > offset]
+        if doomed:
+            keep = len(self._segments) - len(doomed)
+            del self._segments[keep:]
+            del self._bases[keep:]
+            self._schedule_delete(doomed)
+        seg = self._segments[-1]
+        self._active = seg
+        seg.truncate_to(offset)
+        seg.index_interval = self.config.index_interval_bytes
+        if seg in self._rolled_unflushed:
+            self._rolled_unflushed.remove(seg)
+        leo = self.log_end_offset = seg.next_offset
+        self.high_watermark = min(self.high_watermark, leo)
+        self.recovery_point = min(self.recovery_point, leo)
+        self.epochs.truncate_from_end(leo)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every segment and restart the log empty at ``offset``."""
+        self._check_open()
+        doomed = list(self._segments)
+        self._segments.clear()
+        self._bases.clear()
+        self._rolled_unflushed.clear()
+        self._schedule_delete(doomed)
+        self._add_segment(offset)
+        self.log_end_offset = self.log_start_offset = self.high_watermark = offset
+        self.recovery_point = offset
+        self.epochs.clear()
+
+    # --- flush and close -----------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync everything written so far; the recovery point moves to the log end."""
+        self._check_open()
+        for seg in self._rolled_unflushed:
+            seg.flush()
+        self._rolled_unflushed.clear()
+        self._active.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = self._now_ms()
+
+    def flush_rolled(self) -> None:
+        """fsync segments rolled since the last flush (Kafka flushes them after a roll)."""
+        if self._rolled_unflushed and not self._closed:
+            for seg in self._rolled_unflushed:
+                seg.flush()
+            self._rolled_unflushed.clear()
+            self.recovery_point = max(self.recovery_point, self._active.base_offset)
+
+    def flush_if_due(self, now_ms: int) -> None:
+        if self._closed:
+            return
+        if self._unflushed_messages and now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush()
+        else:
+            self.flush_rolled()
+        self.purge_deleted(now_ms)
+
+    def close(self) -> None:
+        """Write indexes (with the active segment's final time-index entry) and close files."""
+        if self._closed:
+            return
+        try:
+            for seg in self._rolled_unflushed:
+                seg.persist_indexes()
+            self._active.seal()
+        finally:
+            self._closed = True
+            for seg in self._segments:
+                seg.close()
+            for _due, paths in self._pending_deletes:
+                self._unlink(paths)
+            self._pending_deletes.clear()

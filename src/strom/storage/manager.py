@@ -1,0 +1,195 @@
+"""LogManager: all partition logs of the broker across its log directories.
+
+Per log dir it keeps Kafka's checkpoint files (recovery points, log start offsets, high
+watermarks) and a clean-shutdown marker; ``load`` uses the marker to decide whether logs must be
+recovered. Partition directories are ``<topic>-<partition>``; a deleted partition is first
+renamed to ``<topic>-<partition>.<uuidhex>-delete`` so a crash mid-delete never resurrects it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from strom.storage.checkpoints import (
+    LOG_START_OFFSET_CHECKPOINT,
+    PARTITION_METADATA,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    read_offset_checkpoint,
+    read_partition_metadata,
+    write_offset_checkpoint,
+    write_partition_metadata,
+)
+from strom.storage.config import LogConfig
+from strom.storage.errors import KafkaStorageError
+from strom.storage.files import FileBudget
+from strom.storage.log import PartitionLog
+
+CLEAN_SHUTDOWN_MARKER = ".strom_cleanshutdown"
+DELETE_DIR_SUFFIX = "-delete"
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """``<topic>-<partition>`` -> (topic, partition); None for anything else."""
+    topic, sep, part = name.rpartition("-")
+    if not sep or not topic or not part.isdigit() or "." in part:
+        return None
+    return topic, int(part)
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        *,
+        max_open_files: int = 1000,
+        clock: Callable[[], float] = time.time,
+        config_for: Callable[[str], LogConfig] | None = None,
+    ) -> None:
+        """``config_for(topic)`` gives the config used when loading existing logs."""
+        if not log_dirs:
+            raise ValueError("at least one log dir is required")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.budget = FileBudget(max_open_files)
+        self._clock = clock
+        self._config_for = config_for or (lambda _topic: LogConfig())
+        self._logs: dict[tuple[str, int], PartitionLog] = {}
+        self._dir_of: dict[tuple[str, int], Path] = {}
+        self.loaded_clean: dict[Path, bool] = {}
+
+    # --- loading -------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Open every partition in every log dir, recovering those of uncleanly shut dirs."""
+        for d in self.log_dirs:
+            try:
+                d.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create log dir {d}: {e}") from e
+            marker = d / CLEAN_SHUTDOWN_MARKER
+            clean = marker.exists()
+            self.loaded_clean[d] = clean
+            rps = read_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT)
+            lsos = read_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT)
+            hws = read_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT)
+            with os.scandir(d) as it:
+                entries = [e for e in it if e.is_dir()]
+            for entry in entries:
+                name = entry.name
+                if name.endswith(DELETE_DIR_SUFFIX):
+                    shutil.rmtree(entry.path, ignore_errors=True)  # an interrupted delete
+                    continue
+                tp = parse_partition_dir(name)
+                if tp is None:
+                    continue
+                if tp in self._logs:
+                    raise KafkaStorageError(
+                        f"partition {tp[0]}-{tp[1]} is in both {self._dir_of[tp]} and {d}"
+                    )
+                log = PartitionLog(
+                    Path(entry.path), tp[0], tp[1], None, self._config_for(tp[0]),
+                    budget=self.budget, clock=self._clock, clean_shutdown=clean,
+                    recovery_point=rps.get(tp, 0), log_start_offset=lsos.get(tp, 0),
+                    high_watermark=hws.get(tp),
+                )  # fmt: skip
+                self._logs[tp] = log
+                self._dir_of[tp] = d
+            if clean:
+                marker.unlink(missing_ok=True)
+        self.checkpoint()
+
+    # --- partitions ----------------------------------------------------------------------------
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get((topic, partition))
+
+    def logs(self) -> Iterable[PartitionLog]:
+        return list(self._logs.values())
+
+    def _pick_dir(self) -> Path:
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] = counts.get(d, 0) + 1
+        return min(self.log_dirs, key=lambda d: counts[d])
+
+    def create(
+        self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig
+    ) -> PartitionLog:
+        """Return the partition's log, creating it; a log of another topic id is replaced."""
+        tp = (topic, partition)
+        log = self._logs.get(tp)
+        if log is not None:
+            if log.topic_id == topic_id or log.topic_id.int == 0:
+                if log.topic_id != topic_id:
+                    log.topic_id = topic_id
+                    write_partition_metadata(log.dir / PARTITION_METADATA, topic_id)
+                log.update_config(config)
+                return log
+            self.delete_partition(topic, partition)
+        d = self._pick_dir()
+        path = d / f"{topic}-{partition}"
+        if path.exists():  # not loaded: keep it only if it is the same incarnation
+            stored = read_partition_metadata(path / PARTITION_METADATA)
+            if stored != topic_id:
+                self._remove_dir(path)
+        log = PartitionLog(path, topic, partition, topic_id, config, budget=self.budget,
+                           clock=self._clock, clean_shutdown=False)  # fmt: skip
+        self._logs[tp] = log
+        self._dir_of[tp] = d
+        return log
+
+    def _remove_dir(self, path: Path) -> None:
+        doomed = path.with_name(f"{path.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+        try:
+            os.rename(path, doomed)
+            shutil.rmtree(doomed)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot delete {path}: {e}") from e
+
+    def delete_partition(self, topic: str, partition: int) -> None:
+        tp = (topic, partition)
+        log = self._logs.pop(tp, None)
+        self._dir_of.pop(tp, None)
+        if log is None:
+            return
+        log.close()
+        self._remove_dir(log.dir)
+
+    # --- periodic work -------------------------------------------------------------------------
+
+    def run_retention(self, now_ms: int) -> int:
+        return sum(log.apply_retention(now_ms) for log in list(self._logs.values()))
+
+    def flush_if_due(self, now_ms: int) -> None:
+        for log in list(self._logs.values()):
+            log.flush_if_due(now_ms)
+
+    def checkpoint(self) -> None:
+        """Write the three offset checkpoint files of every log dir."""
+        for d in self.log_dirs:
+            rps, lsos, hws = {}, {}, {}
+            for tp, log in self._logs.items():
+                if self._dir_of.get(tp) != d:
+                    continue
+                rps[tp] = log.recovery_point
+                lsos[tp] = log.log_start_offset
+                hws[tp] = log.high_watermark
+            write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, rps)
+            write_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, lsos)
+            write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, hws)
+
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints, then the clean-shutdown markers."""
+        for log in self._logs.values():
+            if not log.closed:
+                log.flush()
+                log.close()
+        self.checkpoint()
+        for d in self.log_dirs:
+            (d / CLEAN_SHUTDOWN_MARKER).write_text("")
+        self.budget.close_all()

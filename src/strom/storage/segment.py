@@ -1,0 +1,478 @@
+"""One log segment: ``<base>.log`` plus its ``.index`` and ``.timeindex``.
+
+Closed segments are cheap until used: size, indexes and max timestamp load on first access, so
+a broker with many partitions starts without reading them. Reads never decode records; they
+bisect the offset index and walk batch headers with ``os.pread`` from the nearest entry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from crc32c import crc32c
+
+from strom.protocol.records import (
+    ATTRIBUTES_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_V2,
+    MIN_BATCH_LENGTH,
+    RECORD_BATCH_OVERHEAD,
+    BatchHeader,
+    read_header,
+)
+from strom.storage.errors import KafkaStorageError
+from strom.storage.files import FileBudget, SegmentFile
+from strom.storage.index import (
+    INT32_MAX,
+    OFFSET_ENTRY_SIZE,
+    TIME_ENTRY_SIZE,
+    IndexCorruptError,
+    OffsetIndex,
+    TimeIndex,
+)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+DELETED_SUFFIX = ".deleted"
+_SCAN_CHUNK = 16384
+
+
+def segment_name(base_offset: int) -> str:
+    """Kafka's file name stem: the base offset zero-padded to 20 digits."""
+    return f"{base_offset:020d}"
+
+
+class CorruptSegmentError(Exception):
+    """Bytes in a segment file that do not frame as valid batches."""
+
+
+class LogSegment:
+    """A segment file and its indexes. ``next_offset`` is one past its last batch's offset."""
+
+    __slots__ = (
+        "_max_ts",
+        "_max_ts_offset",
+        "_next_offset",
+        "_oi",
+        "_rolling_ts",
+        "_size",
+        "_ti",
+        "base_offset",
+        "bytes_since_index",
+        "created_ms",
+        "dir",
+        "file",
+        "index_interval",
+        "index_path",
+        "log_path",
+        "max_index_entries",
+        "roll_jitter_ms",
+        "timeindex_path",
+    )
+
+    def __init__(
+        self,
+        dir: Path,
+        base_offset: int,
+        budget: FileBudget,
+        *,
+        segment_index_bytes: int,
+        index_interval_bytes: int = 4096,
+        segment_jitter_ms: int = 0,
+        create: bool = False,
+        now_ms: int = 0,
+    ) -> None:
+        self.dir = dir
+        self.base_offset = base_offset
+        stem = segment_name(base_offset)
+        self.log_path = dir / (stem + LOG_SUFFIX)
+        self.index_path = dir / (stem + INDEX_SUFFIX)
+        self.timeindex_path = dir / (stem + TIME_INDEX_SUFFIX)
+        self.max_index_entries = max(1, segment_index_bytes // OFFSET_ENTRY_SIZE)
+        self.index_interval = index_interval_bytes
+        self.roll_jitter_ms = random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0
+        self.created_ms = now_ms
+        self.bytes_since_index = 0
+        self._oi: OffsetIndex | None = None
+        self._ti: TimeIndex | None = None
+        self._max_ts: int | None = None  # None: not loaded yet
+        self._max_ts_offset = base_offset
+        self._rolling_ts: int | None = None
+        self._next_offset: int | None = None
+        if create:
+            try:
+                self.file = SegmentFile(self.log_path, budget, create=True)
+                os.ftruncate(self.file.fileno(), 0)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot create segment {self.log_path}: {e}") from e
+            for p in (self.index_path, self.timeindex_path):
+                p.unlink(missing_ok=True)
+            self._size: int | None = 0
+            self._oi = OffsetIndex(self.index_path, base_offset, self.max_index_entries)
+            self._ti = self._new_time_index()
+            self._max_ts = -1
+            self._next_offset = base_offset
+        else:
+            self.file = SegmentFile(self.log_path, budget)
+            self._size = None
+
+    def _new_time_index(self) -> TimeIndex:
+        entries = max(1, self.max_index_entries * OFFSET_ENTRY_SIZE // TIME_ENTRY_SIZE)
+        return TimeIndex(self.timeindex_path, self.base_offset, entries)
+
+    def __repr__(self) -> str:
+        return f"LogSegment(base={self.base_offset}, size={self._size})"
+
+    # --- lazily loaded state -------------------------------------------------------------------
+
+    @property
+    def size(self) -> int:
+        s = self._size
+        if s is None:
+            try:
+                s = self._size = os.stat(self.file.path).st_size
+            except OSError as e:
+                raise KafkaStorageError(f"cannot stat {self.file.path}: {e}") from e
+        return s
+
+    @property
+    def offset_index(self) -> OffsetIndex:
+        oi = self._oi
+        if oi is None:
+            try:
+                oi = OffsetIndex.load(self.index_path, self.base_offset, self.max_index_entries,
+                                      self.size)  # fmt: skip
+            except IndexCorruptError:
+                self.rebuild_indexes()
+                oi = self._oi
+            else:
+                self._oi = oi
+        return oi  # type: ignore[return-value]
+
+    @property
+    def time_index(self) -> TimeIndex:
+        ti = self._ti
+        if ti is None:
+            try:
+                ti = TimeIndex.load(self.timeindex_path, self.base_offset,
+                                    self._new_time_index().max_entries)  # fmt: skip
+            except IndexCorruptError:
+                self.rebuild_indexes()
+                ti = self._ti
+            else:
+                self._ti = ti
+        return ti  # type: ignore[return-value]
+
+    def _load_max_ts(self) -> None:
+        self._max_ts, self._max_ts_offset = self.time_index.last_entry()
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest batch max timestamp in the segment (-1 when none)."""
+        if self._max_ts is None:
+            self._load_max_ts()
+        return self._max_ts  # type: ignore[return-value]
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        """Last offset of the batch that first reached ``max_timestamp``."""
+        if self._max_ts is None:
+            self._load_max_ts()
+        return self._max_ts_offset
+
+    def largest_timestamp(self) -> int:
+        """Age reference for retention: max timestamp, or the file mtime when there is none."""
+        ts = self.max_timestamp
+        if ts >= 0:
+            return ts
+        try:
+            return int(os.stat(self.file.path).st_mtime * 1000)
+        except OSError:
+            return 0
+
+    @property
+    def next_offset(self) -> int:
+        nxt = self._next_offset
+        if nxt is None:
+            nxt = self._next_offset = self._read_next_offset()
+        return nxt
+
+    def _read_next_offset(self) -> int:
+        last = None
+        for _pos, h in self.iter_headers(self.offset_index.last_position):
+            last = h
+        return self.base_offset if last is None else last.base_offset + last.last_offset_delta + 1
+
+    def rolling_timestamp(self) -> int | None:
+        """Max timestamp of the first batch (Kafka bases time rolling on it)."""
+        if self._rolling_ts is None and self.size >= RECORD_BATCH_OVERHEAD:
+            for _pos, h in self.iter_headers(0):
+                self._rolling_ts = h.max_timestamp
+                break
+        return self._rolling_ts
+
+    def activate(self) -> None:
+        """Prepare a loaded segment to take appends (after a clean shutdown).
+
+        Walks the headers after the last index entry to find the next offset; raises
+        ``CorruptSegmentError`` when they do not end exactly at the end of the file.
+        """
+        size = self.size
+        start = self.offset_index.last_position
+        end, last = start, None
+        for pos, h in self.iter_headers(start):
+            last, end = h, pos + LOG_OVERHEAD + h.length
+        if end != size:
+            raise CorruptSegmentError(f"{self.log_path} does not end on a batch boundary")
+        if last is not None:
+            self._next_offset = last.base_offset + last.last_offset_delta + 1
+        elif start == 0:
+            self._next_offset = self.base_offset
+        _ = self.next_offset, self.max_timestamp
+        self.bytes_since_index = size - start
+
+    # --- reading -------------------------------------------------------------------------------
+
+    def iter_headers(self, start: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
+        """Batch headers from file position ``start`` up to ``end`` (default: segment size)."""
+        end = self.size if end is None else end
+        pos = start
+        buf = b""
+        buf_start = pos
+        while pos + RECORD_BATCH_OVERHEAD <= end:
+            off = pos - buf_start
+            if off + RECORD_BATCH_OVERHEAD > len(buf):
+                try:
+                    buf = os.pread(self.file.fileno(), min(_SCAN_CHUNK, end - pos), pos)
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot read {self.log_path}: {e}") from e
+                buf_start, off = pos, 0
+                if len(buf) < RECORD_BATCH_OVERHEAD:
+                    return
+            h = read_header(buf, off)
+            if h.length < MIN_BATCH_LENGTH:
+                raise CorruptSegmentError(f"bad batch length at {pos} in {self.log_path}")
+            yield pos, h
+            pos += LOG_OVERHEAD + h.length
+
+    def translate(self, offset: int, start_pos: int = 0) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is >= ``offset``."""
+        pos = max(self.offset_index.lookup(offset)[1], start_pos)
+        for p, h in self.iter_headers(pos):
+            if h.base_offset + h.last_offset_delta >= offset:
+                return p, h
+        return None
+
+    def batch_end_within(self, start: int, cap: int) -> int:
+        """Largest batch boundary in [start, cap], walking headers from the nearest index entry."""
+        pos = max(start, self.offset_index.floor_position(cap))
+        for p, h in self.iter_headers(pos):
+            nxt = p + LOG_OVERHEAD + h.length
+            if nxt > cap:
+                break
+            pos = nxt
+        return pos
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def append(self, data, metas: list[tuple[int, int, int, int]]) -> None:
+        """Write ``data`` (whole batches) in one call and index it.
+
+        ``metas`` holds (position in data, size, last offset, max timestamp) per batch.
+        """
+        pos0 = self.size
+        fd = self.file.fileno()
+        view = memoryview(data)
+        n = len(view)
+        written = 0
+        try:
+            while written < n:
+                written += os.pwrite(fd, view[written:], pos0 + written)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, pos0)
+            raise KafkaStorageError(f"write to {self.log_path} failed: {e}") from e
+        self._size = pos0 + n
+        if pos0 == 0:
+            self._rolling_ts = metas[0][3] if len(metas) == 1 else max(m[3] for m in metas)
+        max_ts = self.max_timestamp
+        max_off = self._max_ts_offset
+        bsi = self.bytes_since_index
+        index_interval = self.index_interval
+        oi = self.offset_index
+        ti = self.time_index
+        for rel, size, last_off, ts in metas:
+            if ts > max_ts:
+                max_ts, max_off = ts, last_off
+            if bsi > index_interval:
+                if len(oi.offsets) < oi.max_entries:
+                    oi.append(last_off, pos0 + rel)
+                ti.maybe_append(max_ts, max_off)
+                bsi = 0
+            bsi += size
+        self.bytes_since_index = bsi
+        self._max_ts, self._max_ts_offset = max_ts, max_off
+        self._next_offset = metas[-1][2] + 1
+
+    def can_hold_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= INT32_MAX
+
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def seal(self) -> None:
+        """The segment stops being active: record its max timestamp and write its indexes."""
+        ti = self.time_index
+        ti.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
+        self.persist_indexes()
+
+    def persist_indexes(self) -> None:
+        try:
+            if self._oi is not None:
+                self._oi.persist()
+            if self._ti is not None:
+                self._ti.persist()
+        except OSError as e:
+            raise KafkaStorageError(f"cannot write indexes of {self.log_path}: {e}") from e
+
+    def flush(self) -> None:
+        """Write indexes and fsync the log file."""
+        self.persist_indexes()
+        try:
+            os.fsync(self.file.fileno())
+        except OSError as e:
+            raise KafkaStorageError(f"fsync of {self.log_path} failed: {e}") from e
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove the batch containing ``offset`` and everything after it; returns bytes cut."""
+        found = self.translate(offset)
+        if found is None:
+            return 0
+        pos, h = found
+        old = self.size
+        try:
+            os.ftruncate(self.file.fileno(), pos)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot truncate {self.log_path}: {e}") from e
+        self._size = pos
+        self._next_offset = h.base_offset
+        oi = self.offset_index
+        oi.truncate_to_position(pos)
+        ti = self.time_index
+        ti.truncate_to(h.base_offset)
+        # max timestamp: the time index covers everything before the last offset-index entry
+        max_ts, max_off = ti.last_entry()
+        for _p, bh in self.iter_headers(oi.last_position):
+            if bh.max_timestamp > max_ts:
+                max_ts, max_off = bh.max_timestamp, bh.base_offset + bh.last_offset_delta
+        self._max_ts, self._max_ts_offset = max_ts, max_off
+        self.bytes_since_index = pos - oi.last_position
+        if pos == 0:
+            self._rolling_ts = None
+        self.persist_indexes()
+        return old - pos
+
+    # --- recovery ------------------------------------------------------------------------------
+
+    def recover(self, latest_epoch: int = -1) -> tuple[int, list[tuple[int, int]]]:
+        """Re-read the whole segment, CRC-check every batch and rebuild both indexes.
+
+        Cuts the file at the first invalid or incomplete batch. Returns (bytes truncated,
+        new leader-epoch entries seen in batch headers).
+        """
+        size = self.size
+        index_interval = self.index_interval
+        oi = OffsetIndex(self.index_path, self.base_offset, self.max_index_entries)
+        ti = self._new_time_index()
+        epochs: list[tuple[int, int]] = []
+        valid = 0
+        last_index_pos = 0
+        max_ts, max_off = -1, self.base_offset
+        next_offset = self.base_offset
+        rolling_ts = None
+        if size > 0:
+            fd = self.file.fileno()
+            with mmap.mmap(fd, size, prot=mmap.PROT_READ) as mm:
+                mv = memoryview(mm)
+                try:
+                    while valid + RECORD_BATCH_OVERHEAD <= size:
+                        h = read_header(mv, valid)
+                        bsize = LOG_OVERHEAD + h.length
+                        last = h.base_offset + h.last_offset_delta
+                        if (
+                            h.length < MIN_BATCH_LENGTH
+                            or valid + bsize > size
+                            or h.magic != MAGIC_V2
+                            or h.base_offset < next_offset
+                            or h.last_offset_delta < 0
+                            or last - self.base_offset > INT32_MAX
+                            or crc32c(mv[valid + ATTRIBUTES_OFFSET : valid + bsize]) != h.crc
+                        ):
+                            break
+                        if rolling_ts is None:
+                            rolling_ts = h.max_timestamp
+                        if h.max_timestamp > max_ts:
+                            max_ts, max_off = h.max_timestamp, last
+                        if valid - last_index_pos > index_interval:
+                            if not oi.is_full:
+                                oi.append(last, valid)
+                            ti.maybe_append(max_ts, max_off)
+                            last_index_pos = valid
+                        epoch = h.partition_leader_epoch
+                        if epoch >= 0 and epoch > latest_epoch:
+                            epochs.append((epoch, h.base_offset))
+                            latest_epoch = epoch
+                        next_offset = last + 1
+                        valid += bsize
+                finally:
+                    mv.release()
+        truncated = size - valid
+        if truncated:
+            try:
+                os.ftruncate(self.file.fileno(), valid)
+            except OSError as e:
+                raise KafkaStorageError(f"cannot truncate {self.log_path}: {e}") from e
+        self._size = valid
+        self._oi, self._ti = oi, ti
+        self._max_ts, self._max_ts_offset = max_ts, max_off
+        self._next_offset = next_offset
+        self._rolling_ts = rolling_ts
+        self.bytes_since_index = valid - last_index_pos
+        # rewrite both index files from scratch
+        for p in (self.index_path, self.timeindex_path):
+            p.unlink(missing_ok=True)
+        ti.maybe_append(max_ts, max_off, skip_full_check=True)
+        self.persist_indexes()
+        return truncated, epochs
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild missing or corrupt index files of a segment whose data is trusted."""
+        self.recover()
+
+    # --- deletion ------------------------------------------------------------------------------
+
+    def rename_for_deletion(self) -> list[Path]:
+        """Rename files to ``*.deleted`` (Kafka's async delete); returns the new paths."""
+        out = []
+        for p in (self.log_path, self.index_path, self.timeindex_path):
+            target = p.with_name(p.name + DELETED_SUFFIX)
+            try:
+                os.replace(p, target)
+            except FileNotFoundError:
+                continue
+            except OSError as e:
+                raise KafkaStorageError(f"cannot rename {p}: {e}") from e
+            if p == self.log_path:
+                self.file.path = target
+            out.append(target)
+        self.file.close()
+        return out
+
+    def close(self) -> None:
+        self.file.close()

@@ -1,0 +1,89 @@
+"""The benchmark report's pure logic: medians, ratios, targets and the table they make."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+# bench/ lives at the repository root, outside the installed package.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+from bench.report import (
+    Metric,
+    Outcome,
+    ScenarioRows,
+    Target,
+    build_rows,
+    cell,
+    markdown_table,
+    ratio,
+    summarize,
+    verdict_summary,
+)
+
+
+def test_summarize_gives_median_and_range() -> None:
+    s = summarize([3.0, 1.0, 2.0, 10.0])
+    assert s is not None
+    assert (s.median, s.lo, s.hi, s.n) == (2.5, 1.0, 10.0, 4)
+    assert summarize([]) is None
+
+
+def test_ratio_handles_missing_and_zero() -> None:
+    assert ratio(6.0, 3.0) == 2.0
+    assert ratio(None, 3.0) is None
+    assert ratio(1.0, 0.0) is None
+
+
+def test_targets() -> None:
+    refs = {"ceil": 1000.0}
+    assert Target("ratio_min", 2.0).check(200.0, 100.0, refs) is True
+    assert Target("ratio_min", 2.0).check(199.0, 100.0, refs) is False
+    assert Target("ratio_max", 0.5).check(5.0, 10.0, refs) is True
+    assert Target("ratio_max", 0.5).check(6.0, 10.0, refs) is False
+    assert Target("max", 300.0).check(300.0, None, refs) is True
+    assert Target("ref_min", 0.9, "ceil").check(899.0, None, refs) is False
+    assert Target("ref_min", 0.9, "missing").check(899.0, None, refs) is None
+    assert Target("ratio_min", 2.0).check(1.0, None, refs) is None
+    assert Target("ratio_min", 2.0).describe("Tansu") == ">= 2x Tansu"
+
+
+def test_cell_marks_failures_and_na() -> None:
+    m = Metric("mbs", "produce", "MB/s")
+    ok = [Outcome({"mbs": 10.0}), Outcome({"mbs": 30.0}), Outcome({"mbs": 20.0})]
+    assert cell(ok, m).text == "20.0 (10.0-30.0)"
+    bad = [*ok[:2], Outcome(failed="consumed 9 of 10 records")]
+    c = cell(bad, m)
+    assert c.text == "FAILED (1/3)" and c.stat is None and "9 of 10" in c.note
+    assert cell([Outcome(na={"mbs": "in memory"})], m).text == "n/a"
+
+
+def test_rows_ratio_verdict_and_table() -> None:
+    sc = ScenarioRows(
+        "p",
+        "produce 1 KiB",
+        (
+            Metric("mbs", "produce", "MB/s", target=Target("ratio_min", 2.0), ceiling="c"),
+            Metric("rss", "RSS", "MB", 0, Target("max", 300.0)),
+        ),
+    )
+    runs = {
+        "p": {
+            "S": [Outcome({"mbs": 250.0, "rss": 90.0}), Outcome({"mbs": 210.0, "rss": 80.0})],
+            "T": [Outcome({"mbs": 100.0, "rss": 400.0}), Outcome({"mbs": 120.0, "rss": 410.0})],
+        }
+    }
+    rows = build_rows([sc], runs, "S", "T", {"c": 500.0})
+    assert [r.ratio for r in rows] == ["2.09x", "0.21x"]
+    assert [r.verdict for r in rows] == ["pass", "pass"]
+    assert "S 46%" in rows[0].notes and "T 22%" in rows[0].notes
+    assert rows[0].scenario == "produce 1 KiB" and rows[1].scenario == ""
+
+    runs["p"]["S"].append(Outcome(failed="broker died | badly"))
+    rows = build_rows([sc], runs, "S", "T", {})
+    assert rows[0].verdict == "FAIL" and rows[0].subject == "FAILED (1/3)"
+    table = markdown_table(rows, "S", "T")
+    lines = table.splitlines()
+    assert len(lines) == 2 + len(rows)
+    assert all(line.count(" | ") == 7 for line in lines[2:])  # the "|" in the note is escaped
+    assert verdict_summary(rows) == "Targets met: 0 of 2; missed: 2."
