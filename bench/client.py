@@ -23,6 +23,8 @@ from bench.config import CONSUMER, PRODUCER_LATENCY, PRODUCER_THROUGHPUT
 
 Job = dict[str, Any]
 CHUNK_BYTES = 64 * 1024 * 1024
+# A consumer that sees no new record for this long gives up and reports the shortfall.
+IDLE_TIMEOUT = 15.0
 
 
 def _ready() -> None:
@@ -133,7 +135,7 @@ def job_produce(job: Job) -> dict[str, Any]:
                     break
                 except BufferError:
                     continue
-    remaining = p.flush(job.get("flush_timeout", 120))
+    remaining = p.flush(job.get("timeout", 120))
     elapsed = time.perf_counter() - t0
     return {
         "records": count,
@@ -157,6 +159,8 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
     count = errors = 0
     first_error = None
     consume = c.consume
+    stalled = False
+    last_progress = time.monotonic()
     while count < expected:
         msgs = consume(num_messages=min(10_000, expected - count), timeout=0.2)
         bad = [m for m in msgs if m.error() is not None]
@@ -164,7 +168,13 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
             errors += len(bad)
             first_error = first_error or str(bad[0].error())
         count += len(msgs) - len(bad)
-        if time.monotonic() > deadline:
+        now = time.monotonic()
+        if len(msgs) > len(bad):
+            last_progress = now
+        elif now - last_progress > IDLE_TIMEOUT:
+            stalled = True
+            break
+        if now > deadline:
             break
     elapsed = time.perf_counter() - t0
     positions = sum(max(tp.offset, 0) for tp in c.position(tps))
@@ -175,8 +185,10 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
     problem = None
     if count != expected:
         problem = f"consumed {count} of {expected} records"
-        if time.monotonic() > deadline:
-            problem += f" before the {timeout:.0f}s deadline"
+        if stalled:
+            problem += f" (nothing more arrived for {IDLE_TIMEOUT:.0f} s)"
+        elif time.monotonic() > deadline:
+            problem += f" before the {timeout:.0f} s deadline"
     elif positions != expected:
         problem = f"positions add up to {positions}, expected {expected} (duplicates or gaps)"
     elif hwm != expected:

@@ -59,13 +59,17 @@ class Scenario:
 
 
 def measured(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> tuple[dict, float]:
-    """Run a client job, sampling the broker's CPU seconds right before GO and after RESULT."""
-    client = ClientJob({**job, "bootstrap": broker.bootstrap})
+    """Run a client job, sampling the broker's CPU seconds right before GO and after RESULT.
+
+    The job gets ``timeout`` as its own deadline; the harness waits a little longer, so a slow
+    broker yields the job's own account of what went wrong rather than a bare timeout.
+    """
+    client = ClientJob({"timeout": timeout, **job, "bootstrap": broker.bootstrap})
     try:
         client.ready(60)
         cpu0 = broker.cpu_seconds()
         client.go()
-        result = client.result(timeout)
+        result = client.result(timeout + 60)
         return result, broker.cpu_seconds() - cpu0
     finally:
         client.kill()

@@ -116,7 +116,7 @@ class BrokerServer:
             self._live[cid] = connection
             task.add_done_callback(self._forget(cid))
 
-    def _forget(self, cid: int):  # noqa: ANN202
+    def _forget(self, cid: int):
         def done(_task: asyncio.Task[None]) -> None:
             self._connections.pop(cid, None)
             self._live.pop(cid, None)

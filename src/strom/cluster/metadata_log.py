@@ -104,7 +104,7 @@ class MetadataLog:
             data = memoryview(result.slice.read_bytes())
             last = position
             for pos, header in iter_batches(data):
-                batch = data[pos : pos + 12 + header.batch_length]
+                batch = data[pos : pos + header.size]
                 for rec in decode_records(bytes(batch)):
                     if rec.offset >= position and rec.value is not None:
                         yield json.loads(rec.value)

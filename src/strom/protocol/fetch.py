@@ -460,7 +460,7 @@ _P_TXN = struct.Struct(">qq").pack
 _P_TXN_TAGGED = struct.Struct(">qqB").pack
 _P_DIVERGING = struct.Struct(">BBiqB").pack  # tag 0, size 13, epoch, end_offset, no tags
 _P_LEADER = struct.Struct(">BBiiB").pack  # tag 1, size 9, leader_id, leader_epoch, no tags
-_P_SNAPSHOT = struct.Struct(">BBiqB").pack  # tag 2, size 13, end_offset, epoch, no tags
+_P_SNAPSHOT = struct.Struct(">BBqiB").pack  # tag 2, size 13, end_offset, epoch, no tags
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 

@@ -394,7 +394,7 @@ def encode_metadata_response_from_parts(
             append(_P_I32(controller_id))
         append(_uvarint(len(topic_parts) + 1) if flexible else _P_I32(len(topic_parts)))
         out.extend(topic_parts)
-        if 8 <= version <= 10:
+        if 8 <= version <= 11:
             append(_P_I32(cluster_authorized_operations))
         if version >= 13:
             append(_P_I16(error_code))

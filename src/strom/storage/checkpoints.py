@@ -21,13 +21,16 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 ZERO_UUID = uuid.UUID(int=0)
 
+# Process-wide switch: tests turn fsync off; a broker never should.
+FSYNC_ENABLED = True
+
 
 def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-            if fsync:
+            if fsync and FSYNC_ENABLED:
                 f.flush()
                 os.fsync(f.fileno())
         os.replace(tmp, path)

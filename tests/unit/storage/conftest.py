@@ -6,6 +6,7 @@ import uuid
 import pytest
 
 from strom.protocol import records as R
+from strom.storage import checkpoints
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 
@@ -65,3 +66,12 @@ def h():
         make_batch=make_batch, open_log=open_log, scan_segment=scan_segment,
         batches_in=batches_in, Appended=Appended, TOPIC_ID=TOPIC_ID,
     )  # fmt: skip
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_checkpoint_fsync():
+    """Checkpoint durability is not under test here; fsync makes the suite slow on shared disks."""
+    old = checkpoints.FSYNC_ENABLED
+    checkpoints.FSYNC_ENABLED = False
+    yield
+    checkpoints.FSYNC_ENABLED = old

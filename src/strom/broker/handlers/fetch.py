@@ -86,7 +86,7 @@ def _read_all(broker: Any, request: Any, version: int,
         out = FetchTopicResponse(t.topic, t.topic_id, [])
         topics_out.append(out)
         for p in t.partitions:
-            r = FetchPartitionResponse(p.partition)
+            r = FetchPartitionResponse(p.partition, records=b"")  # Kafka sends empty, never null
             out.partitions.append(r)
             state = topic.partitions.get(p.partition) if topic is not None else None
             log = partitions.get(topic.name, p.partition) if state is not None else None
