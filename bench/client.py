@@ -123,7 +123,7 @@ def job_produce(job: Job) -> dict[str, Any]:
     value = os.urandom(job["size"])
     _ready()
     produce, poll = p.produce, p.poll
-    t0 = time.perf_counter()
+    cpu0, t0 = time.process_time(), time.perf_counter()
     for _ in range(count):
         try:
             produce(topic, value)
@@ -140,6 +140,7 @@ def job_produce(job: Job) -> dict[str, Any]:
     return {
         "records": count,
         "seconds": elapsed,
+        "client_cpu_s": time.process_time() - cpu0,
         "failed": errors.count + remaining,
         "first_error": errors.first,
     }
@@ -153,7 +154,7 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
     broker reported in its Fetch responses (nothing extra in the log).
     """
     tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts]
-    t0 = time.perf_counter()
+    cpu0, t0 = time.process_time(), time.perf_counter()
     deadline = time.monotonic() + timeout
     c.assign(tps)
     count = errors = 0
@@ -177,6 +178,7 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
         if now > deadline:
             break
     elapsed = time.perf_counter() - t0
+    client_cpu = time.process_time() - cpu0
     positions = sum(max(tp.offset, 0) for tp in c.position(tps))
     hwm = 0
     for tp in tps:
@@ -196,6 +198,7 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
     return {
         "records": count,
         "seconds": elapsed,
+        "client_cpu_s": client_cpu,
         "errors": errors,
         "first_error": first_error,
         "problem": problem,

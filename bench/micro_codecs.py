@@ -218,42 +218,43 @@ def case_fetch_encode() -> tuple[float, float, float]:
     return _usec(kio_build), _usec(lambda: ours(opaque)), _usec(lambda: ours(copied))
 
 
-def case_metadata_encode() -> tuple[float, float, float]:
+def case_metadata_encode() -> tuple[float, float, float, float, float]:
     topic_ids = [uuid.UUID(int=t + 1) for t in range(100)]
 
-    def kio_build() -> bytes:
-        return _serialize(
-            kmeta_resp.MetadataResponse(
-                throttle_time=datetime.timedelta(0),
-                brokers=tuple(
-                    kmeta_resp.MetadataResponseBroker(node_id=b, host=f"broker-{b}", port=9092)
-                    for b in range(3)
-                ),
-                cluster_id="bench-cluster",
-                controller_id=0,
-                topics=tuple(
-                    kmeta_resp.MetadataResponseTopic(
-                        error_code=ErrorCode.none,
-                        name=f"topic-{t}",
-                        topic_id=topic_ids[t],
-                        is_internal=False,
-                        partitions=tuple(
-                            kmeta_resp.MetadataResponsePartition(
-                                error_code=ErrorCode.none,
-                                partition_index=p,
-                                leader_id=p % 3,
-                                leader_epoch=0,
-                                replica_nodes=(p % 3, (p + 1) % 3, (p + 2) % 3),
-                                isr_nodes=(p % 3, (p + 1) % 3, (p + 2) % 3),
-                                offline_replicas=(),
-                            )
-                            for p in range(10)
-                        ),
-                    )
-                    for t in range(100)
-                ),
-            )
+    def kio_entity() -> kmeta_resp.MetadataResponse:
+        return kmeta_resp.MetadataResponse(
+            throttle_time=datetime.timedelta(0),
+            brokers=tuple(
+                kmeta_resp.MetadataResponseBroker(node_id=b, host=f"broker-{b}", port=9092)
+                for b in range(3)
+            ),
+            cluster_id="bench-cluster",
+            controller_id=0,
+            topics=tuple(
+                kmeta_resp.MetadataResponseTopic(
+                    error_code=ErrorCode.none,
+                    name=f"topic-{t}",
+                    topic_id=topic_ids[t],
+                    is_internal=False,
+                    partitions=tuple(
+                        kmeta_resp.MetadataResponsePartition(
+                            error_code=ErrorCode.none,
+                            partition_index=p,
+                            leader_id=p % 3,
+                            leader_epoch=0,
+                            replica_nodes=(p % 3, (p + 1) % 3, (p + 2) % 3),
+                            isr_nodes=(p % 3, (p + 1) % 3, (p + 2) % 3),
+                            offline_replicas=(),
+                        )
+                        for p in range(10)
+                    ),
+                )
+                for t in range(100)
+            ),
         )
+
+    def kio_build() -> bytes:
+        return _serialize(kio_entity())
 
     def build_topics() -> list[MetadataTopic]:
         return [
@@ -291,8 +292,23 @@ def case_metadata_encode() -> tuple[float, float, float]:
             12, cached_brokers, "bench-cluster", 0, cached_topics
         )
 
-    assert kio_build() == ours() == ours_cached()
-    return _usec(kio_build, min_time=0.5), _usec(ours), _usec(ours_cached)
+    entity = kio_entity()
+    topics = build_topics()
+
+    def kio_encode_only() -> bytes:
+        return _serialize(entity)
+
+    def ours_encode_only() -> bytes:
+        return encode_metadata_response(12, brokers, "bench-cluster", 0, topics)
+
+    assert kio_build() == ours() == ours_cached() == kio_encode_only() == ours_encode_only()
+    return (
+        _usec(kio_build, min_time=0.5),
+        _usec(ours),
+        _usec(kio_encode_only, min_time=0.5),
+        _usec(ours_encode_only),
+        _usec(ours_cached),
+    )
 
 
 def main() -> None:
@@ -313,7 +329,7 @@ def main() -> None:
             f"opaque slices; {c:.1f} if records are bytes (copied)",
         )
     )
-    k, o, c = case_metadata_encode()
+    k, o, ke, oe, c = case_metadata_encode()
     rows.append(
         (
             "build+encode Metadata v12, 100 topics x 10 partitions",
@@ -322,6 +338,7 @@ def main() -> None:
             f"{c:.1f} from cached topic bytes",
         )
     )
+    rows.append(("encode only (objects prebuilt), same Metadata", ke, oe, ""))
     print("| case | kio 0.6.5 (us) | strom (us) | speed-up | note |")
     print("|---|---:|---:|---:|---|")
     for name, kio_us, ours_us, note in rows:

@@ -108,6 +108,9 @@ class Metric:
     # Key into refs of the client's ceiling for this row: the notes then say how close each
     # broker came to it, so a client-bound result reads as such.
     ceiling: str | None = None
+    # Key of the metric holding the client process's CPU use (% of a core) during this phase:
+    # the notes show it, since a client near 100% is the bottleneck.
+    client_cpu: str | None = None
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,17 @@ def build_rows(
                 ]
                 if parts:
                     notes.append("of client ceiling: " + ", ".join(parts))
+            if m.client_cpu:
+                busy = [
+                    f"{who} {c.stat.median:.0f}%"
+                    for who, c in (
+                        (subject, cell(by_broker.get(subject, ()), _pct(m.client_cpu))),
+                        (peer, cell(by_broker.get(peer, ()), _pct(m.client_cpu))),
+                    )
+                    if c.stat is not None
+                ]
+                if busy:
+                    notes.append("client CPU (% of a core): " + ", ".join(busy))
             rows.append(
                 Row(
                     scenario=sc.title if first else "",
@@ -214,6 +228,10 @@ def build_rows(
             )
             first = False
     return rows
+
+
+def _pct(key: str) -> Metric:
+    return Metric(key, key, "%", 0)
 
 
 def _escape(text: str) -> str:

@@ -7,6 +7,7 @@ Strom to check the harness itself), --list.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import os
 import platform
@@ -50,6 +51,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="extra --override for Strom (repeatable)",
     )
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=N",
+        help="override one size from bench/config.py, e.g. --set huge_partitions=2000",
+    )
     ap.add_argument("--out-dir", type=Path, default=RESULTS, help="where the report is saved")
     ap.add_argument("--list", action="store_true", help="list the scenarios and exit")
     return ap.parse_args(argv)
@@ -69,6 +77,17 @@ def _select(names: str | None) -> list[Scenario]:
     ):
         chosen.insert(0, BY_NAME["client-ceiling"])
     return chosen
+
+
+def _override(sizes: config.Sizes, items: list[str]) -> config.Sizes:
+    changes: dict[str, float] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        current = getattr(sizes, key, None)
+        if current is None or not value:
+            raise SystemExit(f"--set {item}: expected FIELD=N with FIELD one of {sizes.describe()}")
+        changes[key] = type(current)(value)
+    return dataclasses.replace(sizes, **changes)
 
 
 def _strom_exe(given: str | None) -> str:
@@ -164,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in ALL:
             print(s.name)
         return 0
-    sizes = config.QUICK if args.quick else config.FULL
+    sizes = _override(config.QUICK if args.quick else config.FULL, args.set)
     rounds = args.rounds or sizes.rounds
     scenarios = _select(args.scenarios)
     subject, peer = _brokers(args)

@@ -51,6 +51,10 @@ class Scenario:
         except Exception as e:  # a Kafka error surfacing in the harness (topic creation, ...)
             out.failed = f"{type(e).__name__}: {e}"
         finally:
+            if out.failed:
+                tail = broker.log_tail(8)
+                if tail:
+                    ctx.log("broker log tail:\n    " + tail.replace("\n", "\n    "))
             broker.close()
         return out
 

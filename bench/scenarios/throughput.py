@@ -47,6 +47,7 @@ class Throughput(Scenario):
                 "MB/s",
                 target=twice if big else None,
                 ceiling=mbs_ref,
+                client_cpu="produce_client_pct",
             ),
         ]
         if not big:
@@ -62,7 +63,13 @@ class Throughput(Scenario):
             )
         metrics += [
             Metric("produce_rpcpu", "produce", "records/broker-CPU-s", 0, twice),
-            Metric("consume_mbs", "consume", "MB/s", target=twice if big else None),
+            Metric(
+                "consume_mbs",
+                "consume",
+                "MB/s",
+                target=twice if big else None,
+                client_cpu="consume_client_pct",
+            ),
             Metric("consume_rpcpu", "consume", "records/broker-CPU-s", 0, twice),
             Metric("rss_mb", "broker peak RSS", "MB", 0, Target("max", RSS_LIMIT_MB)),
         ]
@@ -83,6 +90,7 @@ class Throughput(Scenario):
         out.metrics["produce_mbs"] = n * size / res["seconds"] / MB
         out.metrics["produce_rps"] = n / res["seconds"]
         out.metrics["produce_cpu_s"] = cpu
+        out.metrics["produce_client_pct"] = 100 * res["client_cpu_s"] / res["seconds"]
         if cpu > 0:
             out.metrics["produce_rpcpu"] = n / cpu
         res, cpu = measured(broker, {"job": "consume", "topic": topic, "expected": n}, timeout)
@@ -93,6 +101,7 @@ class Throughput(Scenario):
         out.metrics["consume_mbs"] = n * size / res["seconds"] / MB
         out.metrics["consume_rps"] = n / res["seconds"]
         out.metrics["consume_cpu_s"] = cpu
+        out.metrics["consume_client_pct"] = 100 * res["client_cpu_s"] / res["seconds"]
         if cpu > 0:
             out.metrics["consume_rpcpu"] = n / cpu
         ctx.log(

@@ -94,7 +94,9 @@ def wait_for_topic(bootstrap: str, name: str, partitions: int, timeout: float = 
     raise AssertionError(f"topic {name} not ready with {partitions} partitions: {last}")
 
 
-def list_offset(bootstrap: str, topic: str, partition: int, spec: OffsetSpec, timeout: float = 20.0):
+def list_offset(
+    bootstrap: str, topic: str, partition: int, spec: OffsetSpec, timeout: float = 20.0
+):
     """ListOffsetsResultInfo (``.offset``, ``.timestamp``) for one partition."""
     tp = TopicPartition(topic, partition)
     a = admin(bootstrap)  # keep the handle alive until the future resolves
@@ -114,7 +116,9 @@ def topic_id(bootstrap: str, topic: str, timeout: float = 30.0) -> str:
     from confluent_kafka import TopicCollection
 
     a = admin(bootstrap)
-    desc = a.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result(timeout)
+    desc = a.describe_topics(TopicCollection([topic]), request_timeout=timeout)[topic].result(
+        timeout
+    )
     return str(desc.topic_id)
 
 
@@ -177,6 +181,19 @@ def produce(
     return delivered  # type: ignore[return-value]
 
 
+def produce_with(p: Producer, topic: str, value: bytes, partition: int = 0, timeout: float = 10.0):
+    """Produce one message with an existing producer and wait for its successful delivery."""
+    result: list = []
+    p.produce(
+        topic, value=value, partition=partition, on_delivery=lambda e, m: result.append((e, m))
+    )
+    assert p.flush(timeout) == 0 and result, "no delivery report"
+    err, msg = result[0]
+    if err is not None:
+        raise KafkaException(err)
+    return msg
+
+
 def produce_expect_error(
     bootstrap: str, topic: str, msg: Msg, timeout: float = 30.0, **conf: object
 ) -> KafkaError:
@@ -204,7 +221,9 @@ def consumer(bootstrap: str, **conf: object) -> Consumer:
 
 
 def _to_msg(m) -> Msg:
-    return Msg(m.key(), m.value(), list(m.headers() or []), m.timestamp()[1], m.partition(), m.offset())
+    return Msg(
+        m.key(), m.value(), list(m.headers() or []), m.timestamp()[1], m.partition(), m.offset()
+    )
 
 
 def poll_messages(c: Consumer, count: int, timeout: float = 30.0) -> list[Msg]:
@@ -418,7 +437,9 @@ class HeldConsumer:
 
     def receive(self, timeout: float = 60.0):
         if not self.pipe.poll(timeout):
-            raise AssertionError(f"held consumer silent for {timeout}s (exit code {self.proc.exitcode})")
+            raise AssertionError(
+                f"held consumer silent for {timeout}s (exit code {self.proc.exitcode})"
+            )
         try:
             return self.pipe.recv()
         except EOFError:

@@ -38,7 +38,9 @@ def metadata_until_ready(conn: Conn, topic: str, allow: bool, timeout: float = 2
     while True:
         _, topics = conn.metadata([topic], allow_auto_create=allow)
         t = topics[topic]
-        ready = t.error == NONE and t.partitions and all(e == NONE for e, _ in t.partitions.values())
+        ready = (
+            t.error == NONE and t.partitions and all(e == NONE for e, _ in t.partitions.values())
+        )
         if ready or time.monotonic() > deadline:
             return t
         assert t.error in (NONE, LEADER_NOT_AVAILABLE), t

@@ -106,8 +106,9 @@ def test_topic_lifecycle(strom_broker, unique_topic, peer):
     assert one_error_line(again) == f"Error: Topic '{topic}' already exists."
     strom(bs, "topics", "create", topic, "--if-not-exists")
 
-    strom(bs, "topics", "alter", topic, "--partitions", "5")
-    kc.wait_for_topic(bs, topic, 5)
+    if peer is None:  # Tansu has no CreatePartitions
+        strom(bs, "topics", "alter", topic, "--partitions", "5")
+        kc.wait_for_topic(bs, topic, 5)
     shrink = strom(bs, "topics", "alter", topic, "--partitions", "2", check=False)
     assert shrink.returncode == 1 and "can only grow" in one_error_line(shrink)
 

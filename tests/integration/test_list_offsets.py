@@ -31,7 +31,9 @@ def produce_with_timestamps(bootstrap: str, topic: str, stamps: list[int], layou
     with Conn(bootstrap) as conn:
         batches = parse_batches(conn.fetch(topic, 0, 0).records)
     expected = len(stamps) if flush_each else 1
-    assert len(batches) == expected, f"precondition: wanted {expected} batches, broker holds {len(batches)}"
+    assert len(batches) == expected, (
+        f"precondition: wanted {expected} batches, broker holds {len(batches)}"
+    )
 
 
 def test_earliest_and_latest(strom_broker, unique_topic):

@@ -20,12 +20,18 @@ from .wire import NONE, Conn, Record, build_batch, parse_batches
 
 pytestmark = pytest.mark.timeout(150)
 
-TOPIC_CONFIG = {"retention.ms": "86400000", "max.message.bytes": "200000", "cleanup.policy": "delete"}
+TOPIC_CONFIG = {
+    "retention.ms": "86400000",
+    "max.message.bytes": "200000",
+    "cleanup.policy": "delete",
+}
 
 
 def partition_dir(broker: BrokerProcess, topic: str, partition: int = 0) -> Path:
     d = broker.data_dir / f"{topic}-{partition}"
-    assert d.is_dir(), f"no {d.name} in {broker.data_dir}: {sorted(p.name for p in broker.data_dir.iterdir())}"
+    assert d.is_dir(), (
+        f"no {d.name} in {broker.data_dir}: {sorted(p.name for p in broker.data_dir.iterdir())}"
+    )
     return d
 
 
@@ -54,7 +60,9 @@ def snapshot(bs: str, topic: str, partitions: int) -> dict:
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     configs = a.describe_configs([res], request_timeout=30)[res].result(30)
     overrides = {
-        k: e.value for k, e in configs.items() if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        k: e.value
+        for k, e in configs.items()
+        if e.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     }
     parts = {}
     for p in range(partitions):
@@ -79,11 +87,15 @@ def fill(bs: str, unique_topic) -> dict[str, int]:
 
     kc.produce(bs, a, kc.sample_messages("p0"), partition=0, **{"compression.type": "zstd"})
     kc.kp_produce(bs, a, kc.sample_messages("p1", null_header=False), partition=1)  # idempotent
-    asyncio.run(kc.aio_produce(bs, a, kc.sample_messages("p2"), partition=2, compression_type="gzip"))
+    asyncio.run(
+        kc.aio_produce(bs, a, kc.sample_messages("p2"), partition=2, compression_type="gzip")
+    )
 
     kc.create_topic(bs, b)
     for i in range(20):  # many small batches
-        kc.produce(bs, b, [Msg(f"k{i}".encode(), f"v{i}-{j}".encode()) for j in range(25)], partition=0)
+        kc.produce(
+            bs, b, [Msg(f"k{i}".encode(), f"v{i}-{j}".encode()) for j in range(25)], partition=0
+        )
     return {a: 3, b: 1}
 
 
@@ -112,7 +124,9 @@ def test_restart_keeps_records_and_configs(make_broker, unique_topic, how):
             assert got[0].offset == end
     a = next(iter(topics))
     kc.kp_produce(bs, a, [Msg(b"kp", b"after")], partition=1)
-    assert [m.value for m in kc.consume(bs, a, 2, partition=1, offset=before[a]["partitions"][1][1])] == [
+    assert [
+        m.value for m in kc.consume(bs, a, 2, partition=1, offset=before[a]["partitions"][1][1])
+    ] == [
         b"restart",
         b"after",
     ]
@@ -134,7 +148,9 @@ def test_log_start_offset_survives_clean_restart(make_broker, unique_topic):
     assert broker.stop() == 0
     broker.restart()
     assert (kc.earliest(bs, topic), kc.latest(bs, topic)) == (6, 10)
-    assert [m.value for m in kc.consume(bs, topic, 4, offset=6)] == [f"v{i}".encode() for i in range(6, 10)]
+    assert [m.value for m in kc.consume(bs, topic, 4, offset=6)] == [
+        f"v{i}".encode() for i in range(6, 10)
+    ]
 
 
 def write_batches(bs: str, topic: str, batches: int, per_batch: int) -> list[bytes]:
@@ -197,7 +213,7 @@ def test_corrupt_last_batch_is_dropped(make_broker, unique_topic):
     seg = active_segment(broker, topic)
     spans = batch_spans(seg)
     assert len(spans) == 10, f"precondition: 10 batches in {seg}, found {len(spans)}"
-    start, end = spans[-1]
+    _, end = spans[-1]
     data = bytearray(seg.read_bytes())
     data[end - 3] ^= 0xFF  # inside the last record: only the CRC can tell
     seg.write_bytes(bytes(data))

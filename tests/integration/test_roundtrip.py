@@ -65,7 +65,9 @@ def test_confluent_ordering_per_partition(strom_broker, unique_topic):
     topic = unique_topic()
     kc.create_topic(strom_broker.bootstrap, topic, partitions=3)
     n = 1500
-    sent = [Msg(f"k{i % 3}".encode(), f"{i % 3}:{i // 3}".encode(), partition=i % 3) for i in range(n)]
+    sent = [
+        Msg(f"k{i % 3}".encode(), f"{i % 3}:{i // 3}".encode(), partition=i % 3) for i in range(n)
+    ]
     kc.produce(strom_broker.bootstrap, topic, sent, **{"compression.type": "lz4"})
     for p in range(3):
         got = kc.consume(strom_broker.bootstrap, topic, n // 3, partition=p)
@@ -127,7 +129,8 @@ def test_kafka_python_ordering_keyed(strom_broker, unique_topic):
     p = KafkaProducer(bootstrap_servers=strom_broker.bootstrap, linger_ms=5)
     try:
         futures = [
-            (i, p.send(topic, key=f"key-{i % 7}".encode(), value=str(i).encode())) for i in range(700)
+            (i, p.send(topic, key=f"key-{i % 7}".encode(), value=str(i).encode()))
+            for i in range(700)
         ]
         p.flush(timeout=30)
         by_partition: dict[int, list[tuple[int, int]]] = {}

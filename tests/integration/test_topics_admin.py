@@ -149,7 +149,9 @@ def test_create_partitions(strom_broker, unique_topic):
     kc.create_topic(bs, topic, partitions=1)
     a = kc.admin(bs)
 
-    fut = a.create_partitions([NewPartitions(topic, 3)], validate_only=True, request_timeout=T)[topic]
+    fut = a.create_partitions([NewPartitions(topic, 3)], validate_only=True, request_timeout=T)[
+        topic
+    ]
     fut.result(T)
     kc.wait_for_topic(bs, topic, 1)
 
@@ -242,17 +244,23 @@ def test_incremental_alter_configs(strom_broker, unique_topic):
         res = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=list(entries))
         return a.incremental_alter_configs([res], request_timeout=T)[res]
 
-    alter(ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)).result(T)
+    alter(
+        ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)
+    ).result(T)
     cfg = topic_configs(bs, topic)
     assert cfg["max.message.bytes"].value == "2000"
     assert cfg["retention.ms"].value == "3600000"  # untouched, unlike legacy AlterConfigs
 
     # The new limit is in force at once.
-    err = kc.produce_expect_error(bs, topic, Msg(None, b"x" * 5000), **{"message.max.bytes": 10_000_000})
+    err = kc.produce_expect_error(
+        bs, topic, Msg(None, b"x" * 5000), **{"message.max.bytes": 10_000_000}
+    )
     assert err.code() == KafkaError.MSG_SIZE_TOO_LARGE
     kc.produce(bs, topic, [Msg(None, b"x" * 1000)], partition=0)
 
-    alter(ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)).result(T)
+    alter(ConfigEntry("retention.ms", None, incremental_operation=AlterConfigOpType.DELETE)).result(
+        T
+    )
     cfg = topic_configs(bs, topic)
     assert cfg["retention.ms"].is_default and cfg["retention.ms"].value == "604800000"
 
@@ -304,7 +312,9 @@ def test_delete_records(strom_broker, unique_topic):
 
     # Deleting up to the high watermark (-1) empties the partition.
     everything = TopicPartition(topic, 0, -1)
-    assert a.delete_records([everything], request_timeout=T)[everything].result(T).low_watermark == 10
+    assert (
+        a.delete_records([everything], request_timeout=T)[everything].result(T).low_watermark == 10
+    )
     assert (kc.earliest(bs, topic), kc.latest(bs, topic)) == (10, 10)
     beyond = TopicPartition(topic, 0, 50)
     fut = a.delete_records([beyond], request_timeout=T)[beyond]

@@ -206,7 +206,8 @@ def build_batch(
     stamps = [r.timestamp if r.timestamp is not None else now for r in recs]
     base_ts = stamps[0]
     payload = b"".join(
-        _encode_record(r, i, ts - base_ts) for i, (r, ts) in enumerate(zip(recs, stamps, strict=True))
+        _encode_record(r, i, ts - base_ts)
+        for i, (r, ts) in enumerate(zip(recs, stamps, strict=True))
     )
     after_crc = (
         struct.pack(
@@ -337,11 +338,15 @@ def records_of(data: bytes | None) -> list[Record]:
 # --------------------------------------------------------------------------- requests
 
 
-def request_header_v1(api_key: int, version: int, correlation_id: int, client_id: str | None) -> bytes:
+def request_header_v1(
+    api_key: int, version: int, correlation_id: int, client_id: str | None
+) -> bytes:
     return i16(api_key) + i16(version) + i32(correlation_id) + string(client_id)
 
 
-def request_header_v2(api_key: int, version: int, correlation_id: int, client_id: str | None) -> bytes:
+def request_header_v2(
+    api_key: int, version: int, correlation_id: int, client_id: str | None
+) -> bytes:
     return request_header_v1(api_key, version, correlation_id, client_id) + b"\x00"
 
 
@@ -382,7 +387,9 @@ def list_offsets_v1_body(topic: str, partition: int, timestamp: int) -> bytes:
 
 
 def metadata_v4_body(topics: list[str] | None, allow_auto_create: bool) -> bytes:
-    return array(None if topics is None else [string(t) for t in topics]) + i8(int(allow_auto_create))
+    return array(None if topics is None else [string(t) for t in topics]) + i8(
+        int(allow_auto_create)
+    )
 
 
 # --------------------------------------------------------------------------- responses
@@ -500,7 +507,9 @@ class Conn:
 
     def send(self, api_key: int, version: int, body: bytes, *, flexible: bool = False) -> int:
         corr = next(self._ids)
-        hdr = (request_header_v2 if flexible else request_header_v1)(api_key, version, corr, "strom-it")
+        hdr = (request_header_v2 if flexible else request_header_v1)(
+            api_key, version, corr, "strom-it"
+        )
         self.sock.sendall(frame(hdr + body))
         return corr
 
@@ -574,7 +583,9 @@ class Conn:
     def metadata(
         self, topics: list[str] | None, allow_auto_create: bool = False
     ) -> tuple[list[tuple[int, str, int]], dict[str, MetadataTopic]]:
-        return parse_metadata_v4(self.request(METADATA, 4, metadata_v4_body(topics, allow_auto_create)))
+        return parse_metadata_v4(
+            self.request(METADATA, 4, metadata_v4_body(topics, allow_auto_create))
+        )
 
 
 def api_versions_ok(bootstrap: str, timeout: float = 2.0) -> bool:

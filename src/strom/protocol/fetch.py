@@ -126,7 +126,6 @@ class FetchTopicResponse:
 
 _I32 = struct.Struct(">i").unpack_from
 _I64 = struct.Struct(">q").unpack_from
-_II = struct.Struct(">ii").unpack_from
 _IQ = struct.Struct(">iq").unpack_from
 _HEAD_V4 = struct.Struct(">iiiib")  # replica_id, max_wait, min_bytes, max_bytes, isolation
 _HEAD_V7 = struct.Struct(">iiiibii")  # + session_id, session_epoch

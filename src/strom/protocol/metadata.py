@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strom.protocol.primitives import (
@@ -201,10 +202,10 @@ def _decode(buf: memoryview, version: int) -> MetadataRequest:
 
 _P_I32 = struct.Struct(">i").pack
 _P_I16 = struct.Struct(">h").pack
-_partition_packers: dict[tuple[int, int, int, int], object] = {}
+_partition_packers: dict[tuple[int, int, int, int], Callable[..., bytes]] = {}
 
 
-def _partition_packer(kind: int, r: int, i: int, o: int):
+def _partition_packer(kind: int, r: int, i: int, o: int) -> Callable[..., bytes]:
     """Struct.pack for one partition layout; cached, layouts repeat across a cluster."""
     key = (kind, r, i, o)
     packer = _partition_packers.get(key)
@@ -264,6 +265,7 @@ def _encode_topic(version: int, topic: MetadataTopic) -> bytes:
         kind = 5
     else:
         kind = 0
+    packers = _partition_packers
     for p in partitions:
         replicas = p.replica_nodes
         isr = p.isr_nodes
@@ -272,9 +274,12 @@ def _encode_topic(version: int, topic: MetadataTopic) -> bytes:
         if kind == 9:
             offline = p.offline_replicas
             o = len(offline)
-            if r < 127 and i < 127 and o < 127:
+            pack = packers.get((9, r, i, o))
+            if pack is None and r < 127 and i < 127 and o < 127:
+                pack = _partition_packer(9, r, i, o)
+            if pack is not None:
                 append(
-                    _partition_packer(9, r, i, o)(
+                    pack(
                         p.error_code,
                         p.partition_index,
                         p.leader_id,
@@ -394,7 +399,7 @@ def encode_metadata_response_from_parts(
             append(_P_I32(controller_id))
         append(_uvarint(len(topic_parts) + 1) if flexible else _P_I32(len(topic_parts)))
         out.extend(topic_parts)
-        if 8 <= version <= 11:
+        if 8 <= version <= 10:
             append(_P_I32(cluster_authorized_operations))
         if version >= 13:
             append(_P_I16(error_code))

@@ -263,7 +263,6 @@ def _decode_flexible(buf: memoryview, version: int) -> ProduceRequest:
 
 # --------------------------------------------------------------------------- encoding
 
-_P_I16 = struct.Struct(">h").pack
 _P_I32 = struct.Struct(">i").pack
 # Partition prefixes: index, error_code, base_offset, log_append_time_ms[, log_start_offset].
 _P_PART_V3 = struct.Struct(">ihqq").pack
@@ -273,7 +272,6 @@ _P_PART_V8_PLAIN = struct.Struct(">ihqqqih").pack
 # v9+ partition without record errors, message nor tags: + empty array + null + no tags.
 _P_PART_V9_PLAIN = struct.Struct(">ihqqqBBB").pack
 _P_LEADER_TAG = struct.Struct(">BBiiB").pack  # tag 0, size 9, leader_id, epoch, no tags
-_P_NODE_MID = struct.Struct(">i").pack
 
 
 def _topic_key(topic: ProduceTopicResponse, version: int) -> bytes:

@@ -40,12 +40,14 @@ class FileBudget:
         excess = len(self._open) - self.max_open
         if excess <= 0:
             return
-        for f in list(self._open):
+        victims = []
+        for f in self._open:  # oldest first; stop as soon as enough are found
             if f is not keep and f._pins == 0:
-                f._close_fd()
-                excess -= 1
-                if excess <= 0:
-                    return
+                victims.append(f)
+                if len(victims) >= excess:
+                    break
+        for f in victims:
+            f._close_fd()
 
     def close_all(self) -> None:
         for f in list(self._open):
@@ -57,7 +59,7 @@ class SegmentFile:
 
     __slots__ = ("_budget", "_closed", "_fd", "_pins", "path")
 
-    def __init__(self, path: Path, budget: FileBudget, *, create: bool = False) -> None:
+    def __init__(self, path: str | Path, budget: FileBudget, *, create: bool = False) -> None:
         self.path = path
         self._budget = budget
         self._fd: int | None = None

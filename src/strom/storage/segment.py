@@ -69,11 +69,9 @@ class LogSegment:
         "dir",
         "file",
         "index_interval",
-        "index_path",
-        "log_path",
+        "_stem",
         "max_index_entries",
         "roll_jitter_ms",
-        "timeindex_path",
     )
 
     def __init__(
@@ -90,10 +88,7 @@ class LogSegment:
     ) -> None:
         self.dir = dir
         self.base_offset = base_offset
-        stem = segment_name(base_offset)
-        self.log_path = dir / (stem + LOG_SUFFIX)
-        self.index_path = dir / (stem + INDEX_SUFFIX)
-        self.timeindex_path = dir / (stem + TIME_INDEX_SUFFIX)
+        self._stem = os.path.join(dir, segment_name(base_offset))  # str: cheap for many segments
         self.max_index_entries = max(1, segment_index_bytes // OFFSET_ENTRY_SIZE)
         self.index_interval = index_interval_bytes
         self.roll_jitter_ms = random.randrange(segment_jitter_ms) if segment_jitter_ms > 0 else 0
@@ -107,7 +102,7 @@ class LogSegment:
         self._next_offset: int | None = None
         if create:
             try:
-                self.file = SegmentFile(self.log_path, budget, create=True)
+                self.file = SegmentFile(self._stem + LOG_SUFFIX, budget, create=True)
                 os.ftruncate(self.file.fileno(), 0)
             except OSError as e:
                 raise KafkaStorageError(f"cannot create segment {self.log_path}: {e}") from e
@@ -119,8 +114,20 @@ class LogSegment:
             self._max_ts = -1
             self._next_offset = base_offset
         else:
-            self.file = SegmentFile(self.log_path, budget)
+            self.file = SegmentFile(self._stem + LOG_SUFFIX, budget)
             self._size = None
+
+    @property
+    def log_path(self) -> Path:
+        return Path(self._stem + LOG_SUFFIX)
+
+    @property
+    def index_path(self) -> Path:
+        return Path(self._stem + INDEX_SUFFIX)
+
+    @property
+    def timeindex_path(self) -> Path:
+        return Path(self._stem + TIME_INDEX_SUFFIX)
 
     def _new_time_index(self) -> TimeIndex:
         entries = max(1, self.max_index_entries * OFFSET_ENTRY_SIZE // TIME_ENTRY_SIZE)
@@ -234,7 +241,7 @@ class LogSegment:
             self._next_offset = last.base_offset + last.last_offset_delta + 1
         elif start == 0:
             self._next_offset = self.base_offset
-        _ = self.next_offset, self.max_timestamp
+        _ = self.next_offset
         self.bytes_since_index = size - start
 
     # --- reading -------------------------------------------------------------------------------
@@ -468,7 +475,7 @@ class LogSegment:
                 continue
             except OSError as e:
                 raise KafkaStorageError(f"cannot rename {p}: {e}") from e
-            if p == self.log_path:
+            if p.suffix == LOG_SUFFIX:
                 self.file.path = target
             out.append(target)
         self.file.close()

@@ -27,7 +27,7 @@ from strom.protocol.fetch import (
 from strom.protocol.primitives import ProtocolError
 
 VERSIONS = range(4, 19)
-FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 int8 = st.integers(-128, 127)
 int32 = st.integers(-(2**31), 2**31 - 1)
@@ -386,8 +386,7 @@ def test_encode_response_matches_kio(
     parts, total = encode_fetch_response(version, _opaque(topics), node_endpoints=nodes, **kw)
     assert _materialize(parts) == expected and total == len(expected)
     assert not any(
-        isinstance(a, bytes) and isinstance(b, bytes)
-        for a, b in itertools.pairwise(parts)
+        isinstance(a, bytes) and isinstance(b, bytes) for a, b in itertools.pairwise(parts)
     )
     # kio reads our bytes back
     reader = entity_reader(type(_to_kio_response(version, [], 0, 0, 0, [])))

@@ -67,11 +67,17 @@ def test_response_header_version(api_key, version, expected):
 @pytest.mark.parametrize("client_id", [None, "", "client-ü", "x" * 300])
 def test_request_header_round_trips_and_matches_kio(client_id):
     v1 = encode_request_header(3, 8, 42, client_id)
-    assert v1 == kio_bytes(KioRequestHeaderV1(
-        request_api_key=3, request_api_version=8, correlation_id=42, client_id=client_id))
+    assert v1 == kio_bytes(
+        KioRequestHeaderV1(
+            request_api_key=3, request_api_version=8, correlation_id=42, client_id=client_id
+        )
+    )
     v2 = encode_request_header(3, 12, -7, client_id)
-    assert v2 == kio_bytes(KioRequestHeaderV2(
-        request_api_key=3, request_api_version=12, correlation_id=-7, client_id=client_id))
+    assert v2 == kio_bytes(
+        KioRequestHeaderV2(
+            request_api_key=3, request_api_version=12, correlation_id=-7, client_id=client_id
+        )
+    )
     # client_id is an int16-length string even in v2.
     assert v2[8:] == p.write_nullable_string(client_id) + b"\x00"
 

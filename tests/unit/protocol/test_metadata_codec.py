@@ -28,7 +28,7 @@ from strom.protocol.metadata import (
 from strom.protocol.primitives import ProtocolError
 
 VERSIONS = range(0, 14)
-FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 NO_OPS = -(2**31)
 
 int32 = st.integers(-(2**31), 2**31 - 1)

@@ -26,7 +26,7 @@ from strom.protocol.produce import (
 )
 
 VERSIONS = range(3, 14)
-FAST = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FAST = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 int16 = st.integers(-(2**15), 2**15 - 1)

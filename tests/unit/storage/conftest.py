@@ -1,6 +1,7 @@
 """Shared helpers for storage tests (exposed as a session fixture: hypothesis-friendly)."""
 
 import types
+from pathlib import Path
 import uuid
 
 import pytest
@@ -26,7 +27,7 @@ def open_log(path, config=None, **kw):
 
 def scan_segment(seg):
     """(position, header) of every batch in a segment, by reading the whole file."""
-    data = seg.log_path.read_bytes() if seg.file.path == seg.log_path else b""
+    data = seg.log_path.read_bytes() if Path(seg.file.path) == seg.log_path else b""
     return list(R.iter_batches(memoryview(data)))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -17,8 +18,11 @@ READ_COMMITTED = 1
 
 
 def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
-                    fn: Callable[[Any, Any, Any, dict[str, Any]], None]) -> list[dict[str, Any]]:
+                    fn: Callable[[Any, Any, Any, dict[str, Any]], None], *,
+                    reject_duplicates: bool = False) -> list[dict[str, Any]]:
     """Resolve every (topic, partition) of a request to its log; fn fills the partition result."""
+    seen: Counter[tuple[str, int]] = Counter(
+        (getattr(t, name_attr), getattr(p, index_attr)) for t in topics for p in t.partitions)
     out = []
     for t in topics:
         name = getattr(t, name_attr)
@@ -29,7 +33,9 @@ def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
             result: dict[str, Any] = {index_attr: index, "error_code": 0}
             state = topic.partitions.get(index) if topic is not None else None
             log = broker.partitions.get(name, index) if state is not None else None
-            if log is None:
+            if reject_duplicates and seen[(name, index)] > 1:
+                result["error_code"] = ErrorCode.INVALID_REQUEST  # as Kafka: duplicates are ambiguous
+            elif log is None:
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 try:
@@ -69,7 +75,8 @@ def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
                 result.update(offset=found[0], timestamp=found[1], leader_epoch=state.leader_epoch)
 
     return {"throttle_time": 0,
-            "topics": _each_partition(broker, request.topics, "name", "partition_index", lookup)}
+            "topics": _each_partition(broker, request.topics, "name", "partition_index", lookup,
+                                      reject_duplicates=True)}
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
