@@ -258,36 +258,35 @@ class Connection:
     async def _send_parts(self, header: bytes, reply: Parts) -> None:
         chunk = bytearray(_SIZE.pack(len(header) + reply.size))
         chunk += header
-        try:
-            for part in reply.parts:
-                if isinstance(part, (bytes, bytearray, memoryview)):
-                    chunk += part
-                    continue
-                if chunk:
-                    await self._sendall(bytes(chunk))
-                    chunk = bytearray()
-                await self._sendfile(part)
+        for part in reply.parts:
+            if isinstance(part, (bytes, bytearray, memoryview)):
+                chunk += part
+                continue
             if chunk:
-                await self._sendall(bytes(chunk))
-        finally:
-            for part in reply.parts:
-                release = getattr(part, "release", None)
-                if release is not None and not isinstance(part, memoryview):
-                    release()
+                await self._sendall(chunk)
+                chunk = bytearray()
+            await self._sendfile(part)
+        if chunk:
+            await self._sendall(chunk)
 
     async def _sendfile(self, part: Any) -> None:
-        in_fd = part.file.fileno()
-        offset, remaining = part.position, part.length
-        while remaining > 0:
-            try:
-                sent = os.sendfile(self.fd, in_fd, offset, remaining)
-            except BlockingIOError:
-                await self._writable()
-                continue
-            if sent == 0:  # the file shrank under us: the frame can't be completed
-                raise ConnectionError("segment file truncated during sendfile")
-            offset += sent
-            remaining -= sent
+        """Zero-copy send of a file slice; the file stays pinned (open) across the awaits."""
+        part.file.pin()
+        try:
+            in_fd = part.file.fileno()
+            offset, remaining = part.position, part.length
+            while remaining > 0:
+                try:
+                    sent = os.sendfile(self.fd, in_fd, offset, remaining)
+                except BlockingIOError:
+                    await self._writable()
+                    continue
+                if sent == 0:  # the file shrank under us: the frame can't be completed
+                    raise ConnectionError("segment file truncated during sendfile")
+                offset += sent
+                remaining -= sent
+        finally:
+            part.file.unpin()
 
     def _writable(self) -> asyncio.Future[None]:
         fut: asyncio.Future[None] = self.loop.create_future()

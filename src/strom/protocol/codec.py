@@ -146,7 +146,7 @@ def _fresh(value):
 
 def _read_tags(mv: memoryview, pos: int, readers: dict) -> tuple[dict, int]:
     """Tagged-field section: {tag: value} for known tags; unknown tags are skipped."""
-    n, pos = p._tag_count(mv, pos)
+    n, pos = p.read_tag_count(mv, pos)
     end_of_buf = len(mv)
     values = {}
     for _ in range(n):
@@ -201,11 +201,11 @@ _BASE_NS = {
     "_UUID": uuid.UUID,
     "_I16": p.INT16,
     "_I32": p.INT32,
-    "_SMALL_UVARINTS": p._SMALL_UVARINTS,
+    "_SMALL_UVARINTS": p.SMALL_UVARINTS,
     "_bad_length": _bad_length,
     "_too_many": _too_many,
     "_truncated": p.truncated,
-    "_utf8": p._utf8,
+    "_encode_utf8": p.encode_utf8,
     "_read_uvarint": p.read_uvarint,
     "_write_uvarint": p.write_uvarint,
     "_write_compact_fixed_array": p.write_compact_fixed_array,
@@ -542,7 +542,7 @@ class _Compiler:
                 ind += 1
             src.emit(
                 ind,
-                f"_b = {var}.encode() if {var}.__class__ is _str else _utf8({var}, {f.name!r})",
+                f"_b = {var}.encode() if {var}.__class__ is _str else _encode_utf8({var}, {f.name!r})",
                 "_n = len(_b) + 1",
                 "ap(_SMALL_UVARINTS[_n] if _n < 128 else _write_uvarint(_n))",
                 "ap(_b)",

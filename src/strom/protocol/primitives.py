@@ -56,8 +56,6 @@ NULL_COMPACT = b"\x00"  # null compact string / bytes / array
 NULL_STRING = b"\xff\xff"  # null legacy string (int16 -1)
 NULL_BYTES = b"\xff\xff\xff\xff"  # null legacy bytes / array (int32 -1)
 EMPTY_COMPACT = b"\x01"  # empty compact string / bytes / array
-_EMPTY_STRING = b"\x00\x00"
-_EMPTY_ARRAY = b"\x00\x00\x00\x00"
 
 
 def truncated(what: str = "data") -> ProtocolError:
@@ -103,7 +101,7 @@ write_bool = pack_bool
 # Varints (protobuf style, as Kafka's ByteUtils): unsigned, and zig-zag signed.
 # ---------------------------------------------------------------------------------------------
 
-_SMALL_UVARINTS = tuple(bytes((i,)) for i in range(128))
+SMALL_UVARINTS = tuple(bytes((i,)) for i in range(128))
 
 
 def _read_varbits(buf, pos: int, max_shift: int) -> tuple[int, int]:
@@ -158,7 +156,7 @@ def read_varlong(buf, pos: int) -> tuple[int, int]:
 def write_uvarint(value: int) -> bytes:
     """Unsigned varint (also used for unsigned varlongs)."""
     if 0 <= value < 0x80:
-        return _SMALL_UVARINTS[value]
+        return SMALL_UVARINTS[value]
     if value < 0:
         raise ProtocolError(f"negative value {value} for an unsigned varint")
     out = bytearray()
@@ -250,7 +248,7 @@ def read_compact_nullable_string(buf, pos: int) -> tuple[str | None, int]:
     return str(buf[pos:end], "utf-8", "replace"), end
 
 
-def _utf8(value, what: str = "string") -> bytes:
+def encode_utf8(value, what: str = "string") -> bytes:
     if value.__class__ is str:
         return value.encode()
     if isinstance(value, str):
@@ -261,7 +259,7 @@ def _utf8(value, what: str = "string") -> bytes:
 
 
 def write_string(value: str) -> bytes:
-    b = _utf8(value)
+    b = encode_utf8(value)
     n = len(b)
     if n > 0x7FFF:
         raise ProtocolError(f"string of {n} bytes is too long for an int16 length")
@@ -273,9 +271,9 @@ def write_nullable_string(value: str | None) -> bytes:
 
 
 def write_compact_string(value: str) -> bytes:
-    b = _utf8(value)
+    b = encode_utf8(value)
     n = len(b) + 1
-    return (_SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)) + b
+    return (SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)) + b
 
 
 def write_compact_nullable_string(value: str | None) -> bytes:
@@ -365,7 +363,7 @@ def write_compact_bytes_length(n: int | None) -> bytes:
     if n is None:
         return NULL_COMPACT
     n += 1
-    return _SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
+    return SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
 
 
 def _bytes_value(value, what: str):
@@ -441,7 +439,7 @@ def write_compact_array_length(n: int | None) -> bytes:
     if n is None:
         return NULL_COMPACT
     n += 1
-    return _SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
+    return SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
 
 
 SMALL_ARRAY = 64
@@ -529,7 +527,7 @@ write_uuid = uuid_bytes
 # ---------------------------------------------------------------------------------------------
 
 
-def _tag_count(buf, pos: int) -> tuple[int, int]:
+def read_tag_count(buf, pos: int) -> tuple[int, int]:
     n, pos = read_uvarint(buf, pos)
     if n > (len(buf) - pos) // 2:  # a tag and a size take at least one byte each
         raise ProtocolError(f"{n} tagged fields cannot fit in {len(buf) - pos} bytes")
@@ -543,7 +541,7 @@ def skip_tagged_fields(buf, pos: int) -> int:
             return pos + 1
     except IndexError:
         raise truncated("tagged fields") from None
-    n, pos = _tag_count(buf, pos)
+    n, pos = read_tag_count(buf, pos)
     size_limit = len(buf)
     for _ in range(n):
         _, pos = read_uvarint(buf, pos)
@@ -561,7 +559,7 @@ def read_tagged_fields(buf, pos: int) -> tuple[dict[int, memoryview], int]:
             return {}, pos + 1
     except IndexError:
         raise truncated("tagged fields") from None
-    n, pos = _tag_count(buf, pos)
+    n, pos = read_tag_count(buf, pos)
     out: dict[int, memoryview] = {}
     for _ in range(n):
         tag, pos = read_uvarint(buf, pos)

@@ -122,7 +122,7 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._rolled_unflushed: list[LogSegment] = []
-        self._pending_deletes: list[tuple[int, list[Path]]] = []
+        self._pending_deletes: list[tuple[int, list[Path], LogSegment]] = []
 
     def _count_recovery(self, _seg: LogSegment) -> None:
         self.recovered_segments += 1
@@ -377,19 +377,20 @@ class PartitionLog:
     # --- deletion, truncation, retention -------------------------------------------------------
 
     def _schedule_delete(self, segs: list[LogSegment]) -> None:
-        now = self._now_ms()
-        due = now + self.config.file_delete_delay_ms
+        due = self._now_ms() + self.config.file_delete_delay_ms
         for seg in segs:
             if seg in self._rolled_unflushed:
                 self._rolled_unflushed.remove(seg)
-            paths = seg.rename_for_deletion()
+            entry = (due, seg.rename_for_deletion(), seg)
             if self.config.file_delete_delay_ms <= 0:
-                self._unlink(paths)
+                self._remove_deleted(entry)
             else:
-                self._pending_deletes.append((due, paths))
+                self._pending_deletes.append(entry)
 
     @staticmethod
-    def _unlink(paths: list[Path]) -> None:
+    def _remove_deleted(entry: tuple[int, list[Path], LogSegment]) -> None:
+        _due, paths, seg = entry
+        seg.close()  # a pinned file stays open until its reader unpins it
         for p in paths:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(p)
@@ -400,11 +401,11 @@ class PartitionLog:
             return
         now = self._now_ms() if now_ms is None else now_ms
         keep = []
-        for due, paths in self._pending_deletes:
-            if due <= now:
-                self._unlink(paths)
+        for entry in self._pending_deletes:
+            if entry[0] <= now:
+                self._remove_deleted(entry)
             else:
-                keep.append((due, paths))
+                keep.append(entry)
         self._pending_deletes = keep
 
     def _delete_prefix(self, count: int) -> int:
@@ -575,6 +576,6 @@ class PartitionLog:
             self._closed = True
             for seg in self._segments:
                 seg.close()
-            for _due, paths in self._pending_deletes:
-                self._unlink(paths)
+            for entry in self._pending_deletes:
+                self._remove_deleted(entry)
             self._pending_deletes.clear()

@@ -465,7 +465,11 @@ class LogSegment:
     # --- deletion ------------------------------------------------------------------------------
 
     def rename_for_deletion(self) -> list[Path]:
-        """Rename files to ``*.deleted`` (Kafka's async delete); returns the new paths."""
+        """Rename files to ``*.deleted`` (Kafka's async delete); returns the new paths.
+
+        The log file stays readable through ``self.file`` (slices already handed out keep
+        working) until the caller closes it when the files are finally removed.
+        """
         out = []
         for p in (self.log_path, self.index_path, self.timeindex_path):
             target = p.with_name(p.name + DELETED_SUFFIX)
@@ -478,7 +482,6 @@ class LogSegment:
             if p.suffix == LOG_SUFFIX:
                 self.file.path = target
             out.append(target)
-        self.file.close()
         return out
 
     def close(self) -> None:

@@ -13,7 +13,7 @@ batch_specs = st.lists(st.tuples(st.integers(1, 3), st.integers(0, 100_000)), mi
 
 
 def _build(h, d, specs, **cfg):
-    config = LogConfig(segment_bytes=1200, file_delete_delay_ms=0, retention_ms=-1, **cfg)
+    config = LogConfig(**{"segment_bytes": 1200, "file_delete_delay_ms": 0, "retention_ms": -1, **cfg})
     log = h.open_log(Path(d) / "t-0", config)
     for n, ts in specs:
         log.append(bytearray(h.make_batch(n, 150, ts)), leader_epoch=0, now_ms=ts)
@@ -93,7 +93,7 @@ def test_active_segment_kept_unless_expired(h, tmp_path):
     log = h.open_log(tmp_path / "t-0", LogConfig(retention_ms=1000, file_delete_delay_ms=0))
     log.append(bytearray(h.make_batch(2, ts=10_000)), leader_epoch=0, now_ms=10_000)
     assert log.apply_retention(10_500) == 0 and len(log.segments) == 1
-    freed = log.apply_retention(11_001)
+    freed = log.apply_retention(11_002)  # max timestamp is 10_001
     assert freed > 0
     assert [(s.base_offset, s.size) for s in log.segments] == [(2, 0)]
     assert log.log_start_offset == log.log_end_offset == 2

@@ -49,7 +49,6 @@ async def fetch(broker: Any, ctx: Any, body: memoryview) -> Parts:
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             parts, size = encode_fetch_response(version, topics, session_id=0)
             return Parts(parts, size)
-        _release(topics)
         names = [(_topic_name(broker, t), p.partition) for t in request.topics for p in t.partitions]
         await broker.partitions.waiters.wait_any(names, remaining)
 
@@ -59,14 +58,6 @@ def _topic_name(broker: Any, t: Any) -> str | None:
         return t.topic
     topic = broker.image.topics_by_id.get(t.topic_id)
     return topic.name if topic else None
-
-
-def _release(topics: list[FetchTopicResponse]) -> None:
-    for t in topics:
-        for p in t.partitions:
-            release = getattr(p.records, "release", None)
-            if release is not None:
-                release()
 
 
 def _read_all(broker: Any, request: Any, version: int,

@@ -1,0 +1,147 @@
+"""LogManager: directories, incarnations, deletion, checkpoints and the clean-shutdown marker."""
+
+import os
+import uuid
+
+import pytest
+
+from strom.storage.checkpoints import read_offset_checkpoint, topic_id_to_str
+from strom.storage.config import LogConfig
+from strom.storage.errors import StorageError
+from strom.storage.manager import CLEAN_SHUTDOWN_MARKER, LogManager, parse_partition_dir
+
+
+def test_parse_partition_dir():
+    assert parse_partition_dir("my-topic-12") == ("my-topic", 12)
+    assert parse_partition_dir("a.b_c-0") == ("a.b_c", 0)
+    for bad in ("topic", "-3", "t-x", "t-1.abc-delete", "t-0-future"):
+        assert parse_partition_dir(bad) is None
+
+
+def test_create_spreads_dirs_and_is_idempotent(h, tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    m.load()
+    tid = uuid.uuid4()
+    logs = [m.create("t", p, tid, LogConfig()) for p in range(4)]
+    assert sorted(log.dir.parent.name for log in logs) == ["a", "a", "b", "b"]
+    log0 = logs[0]
+    log0.append(bytearray(h.make_batch(3)), leader_epoch=0, now_ms=0)
+    again = m.create("t", 0, tid, LogConfig(retention_ms=5))
+    assert again is log0 and again.config.retention_ms == 5 and again.log_end_offset == 3
+    meta = (log0.dir / "partition.metadata").read_text()
+    assert meta == f"version: 0\ntopic_id: {topic_id_to_str(tid)}\n"
+    assert m.get("t", 0) is log0 and m.get("t", 9) is None
+    m.shutdown()
+
+
+def test_new_topic_id_replaces_old_incarnation(h, tmp_path):
+    m = LogManager([tmp_path])
+    m.load()
+    old = m.create("t", 0, uuid.uuid4(), LogConfig())
+    old.append(bytearray(h.make_batch(5)), leader_epoch=0, now_ms=0)
+    new_id = uuid.uuid4()
+    new = m.create("t", 0, new_id, LogConfig())
+    assert new is not old and new.topic_id == new_id and new.log_end_offset == 0
+    assert old.closed
+    assert sorted(os.listdir(tmp_path)) == ["log-start-offset-checkpoint",
+                                            "recovery-point-offset-checkpoint",
+                                            "replication-offset-checkpoint", "t-0"]  # fmt: skip
+    m.shutdown()
+    # an old incarnation left on disk is also replaced when not loaded
+    m2 = LogManager([tmp_path])
+    other = uuid.uuid4()
+    log = m2.create("t", 0, other, LogConfig())
+    assert log.log_end_offset == 0 and log.topic_id == other
+
+
+def test_delete_partition(h, tmp_path):
+    m = LogManager([tmp_path])
+    m.load()
+    log = m.create("t", 3, uuid.uuid4(), LogConfig())
+    log.append(bytearray(h.make_batch(1)), leader_epoch=0, now_ms=0)
+    m.delete_partition("t", 3)
+    assert m.get("t", 3) is None and not (tmp_path / "t-3").exists()
+    assert not [n for n in os.listdir(tmp_path) if n.endswith("-delete")]
+    with pytest.raises(StorageError):
+        log.append(bytearray(h.make_batch(1)), leader_epoch=0, now_ms=0)
+    m.delete_partition("t", 3)  # absent: no-op
+
+
+def test_checkpoints_marker_and_reload(h, tmp_path):
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    m.load()
+    assert not (dirs[0] / CLEAN_SHUTDOWN_MARKER).exists()
+    tid = uuid.uuid4()
+    for p in range(3):
+        log = m.create("t", p, tid, LogConfig(segment_bytes=600, file_delete_delay_ms=0))
+        for _ in range(p + 2):
+            log.append(bytearray(h.make_batch(2, 200)), leader_epoch=4, now_ms=0)
+    m.get("t", 2).delete_records_before(5)
+    m.shutdown()
+    for d in dirs:
+        assert (d / CLEAN_SHUTDOWN_MARKER).exists()
+    a_rp = read_offset_checkpoint(dirs[0] / "recovery-point-offset-checkpoint")
+    b_rp = read_offset_checkpoint(dirs[1] / "recovery-point-offset-checkpoint")
+    assert {**a_rp, **b_rp} == {("t", 0): 4, ("t", 1): 6, ("t", 2): 8}
+    text = (dirs[0] / "log-start-offset-checkpoint").read_text()
+    lines = text.splitlines()
+    assert lines[0] == "0" and int(lines[1]) == len(lines) - 2
+    starts = {**read_offset_checkpoint(dirs[0] / "log-start-offset-checkpoint"),
+              **read_offset_checkpoint(dirs[1] / "log-start-offset-checkpoint")}  # fmt: skip
+    assert starts[("t", 2)] == 5
+    m2 = LogManager(dirs)
+    m2.load()
+    assert {(log.topic, log.partition, log.log_end_offset) for log in m2.logs()} == {
+        ("t", 0, 4), ("t", 1, 6), ("t", 2, 8)}  # fmt: skip
+    assert m2.get("t", 2).log_start_offset == 5 and m2.get("t", 1).topic_id == tid
+    assert m2.get("t", 0).latest_epoch == 4
+    assert not (dirs[0] / CLEAN_SHUTDOWN_MARKER).exists()
+    m2.shutdown()
+
+
+def test_flush_if_due_and_flush_messages(h, tmp_path):
+    now = [1000.0]
+    m = LogManager([tmp_path], clock=lambda: now[0])
+    m.load()
+    log = m.create("t", 0, uuid.uuid4(), LogConfig(flush_ms=500, segment_bytes=400))
+    log.append(bytearray(h.make_batch(1, 200)), leader_epoch=0, now_ms=0)
+    log.append(bytearray(h.make_batch(1, 200)), leader_epoch=0, now_ms=0)  # rolls
+    assert log.recovery_point == 0
+    m.flush_if_due(now_ms=1_000_100)  # only the rolled segment is synced
+    assert log.recovery_point == 1
+    m.flush_if_due(now_ms=1_000_600)
+    assert log.recovery_point == 2
+    log2 = m.create("u", 0, uuid.uuid4(), LogConfig(flush_messages=3))
+    log2.append(bytearray(h.make_batch(2)), leader_epoch=0, now_ms=0)
+    assert log2.recovery_point == 0
+    log2.append(bytearray(h.make_batch(1)), leader_epoch=0, now_ms=0)
+    assert log2.recovery_point == 3
+    m.shutdown()
+
+
+def test_run_retention_over_all_logs(h, tmp_path):
+    m = LogManager([tmp_path])
+    m.load()
+    cfg = LogConfig(retention_ms=100, segment_bytes=400, file_delete_delay_ms=0)
+    for p in range(2):
+        log = m.create("t", p, uuid.uuid4(), cfg)
+        for ts in (0, 10, 1000):
+            log.append(bytearray(h.make_batch(1, 200, ts=ts)), leader_epoch=0, now_ms=ts)
+    assert m.run_retention(now_ms=1050) > 0
+    assert all(log.log_start_offset == 2 for log in m.logs())
+    m.shutdown()
+
+
+def test_file_budget_limits_open_segments(h, tmp_path):
+    m = LogManager([tmp_path], max_open_files=5)
+    m.load()
+    logs = [m.create("t", p, uuid.uuid4(), LogConfig()) for p in range(12)]
+    for log in logs:
+        log.append(bytearray(h.make_batch(1)), leader_epoch=0, now_ms=0)
+    assert m.budget.open_count <= 5
+    for log in logs:  # reopening evicted files works transparently
+        assert log.read(0, 100).slice.read_bytes()[:8] == bytes(8)
+    assert m.budget.open_count <= 5
+    m.shutdown()
