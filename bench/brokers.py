@@ -203,8 +203,9 @@ class BrokerProcess:
 
     # -- measurements ----------------------------------------------------------------------
 
-    def cpu_seconds(self) -> float:
-        return procstat.cpu_seconds(self.pid)
+    def cpu_sample(self) -> procstat.CpuSample:
+        """Take two samples and subtract them with :func:`bench.procstat.cpu_delta`."""
+        return procstat.cpu_sample(self.pid)
 
     def peak_rss_bytes(self) -> int:
         return procstat.peak_rss_bytes(self.pid)

@@ -22,6 +22,8 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer
 from bench.config import CONSUMER, PRODUCER_LATENCY, PRODUCER_THROUGHPUT
 
 Job = dict[str, Any]
+# Clients a job asked to keep connected after its result (see main).
+HELD: list[Any] = []
 CHUNK_BYTES = 64 * 1024 * 1024
 # A consumer that sees no new record for this long gives up and reports the shortfall.
 IDLE_TIMEOUT = 15.0
@@ -137,6 +139,8 @@ def job_produce(job: Job) -> dict[str, Any]:
                     continue
     remaining = p.flush(job.get("timeout", 120))
     elapsed = time.perf_counter() - t0
+    if job.get("hold"):
+        HELD.append(p)
     return {
         "records": count,
         "seconds": elapsed,
@@ -415,6 +419,10 @@ def main() -> None:
         result = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc(limit=3)}
     sys.stdout.write("RESULT " + json.dumps(result) + "\n")
     sys.stdout.flush()
+    if job.get("hold"):
+        # The job parked its producer in HELD: keep its connection open until the harness
+        # writes a line or closes stdin.
+        sys.stdin.readline()
 
 
 if __name__ == "__main__":

@@ -79,13 +79,25 @@ class ClientJob:
                 if line.startswith("RESULT "):
                     res = json.loads(line[7:])
                     break
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.kill()
+        if not self.job.get("hold"):
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
         if "error" in res:
             raise ClientError(f"{self.job['job']}: {res['error']}")
         return res
+
+    def release(self) -> None:
+        """Let a job started with ``hold`` close its connections and exit."""
+        if self.proc.poll() is None and self.proc.stdin is not None:
+            try:
+                self.proc.stdin.write(b"EXIT\n")
+                self.proc.stdin.close()
+                self.proc.wait(15)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        self.kill()
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-# The consumer's long-poll wait. The same value serves the throughput consumers and the latency
-# consumer, so a broker that answers a waiting Fetch as soon as data arrives shows it in the
-# latency numbers, and one that holds every Fetch for the full wait shows that too.
+# The consumer's long-poll wait: librdkafka's (and Kafka's) default. The same value serves the
+# throughput consumers and the latency consumer, so a broker that answers a waiting Fetch as
+# soon as data arrives shows it in the latency numbers, and one that holds every Fetch for the
+# full wait shows that too.
 FETCH_WAIT_MAX_MS = 500
 
 # The producer tuned for throughput, identical for both brokers (the "unmodified client").
@@ -36,6 +37,11 @@ PRODUCER_LATENCY = {
 
 CONSUMER = {
     "fetch.wait.max.ms": FETCH_WAIT_MAX_MS,
+    # librdkafka stops fetching a partition for fetch.queue.backoff.ms (default 1 s) whenever
+    # its prefetch queue holds queued.min.messages (default 100,000) records: with small records
+    # the consumer then idles, and both brokers look alike. Prefetch deeper and never back off.
+    "queued.min.messages": 1_000_000,
+    "fetch.queue.backoff.ms": 0,
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
 }

@@ -10,6 +10,7 @@ from typing import Any
 from bench.brokers import BrokerError, BrokerProcess, BrokerSpec
 from bench.clientproc import ClientError, ClientJob
 from bench.config import Sizes
+from bench.procstat import cpu_delta
 from bench.report import Outcome, ScenarioRows
 
 MB = 1e6  # throughput is reported in decimal megabytes of record values per second
@@ -68,15 +69,24 @@ def measured(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> tupl
     The job gets ``timeout`` as its own deadline; the harness waits a little longer, so a slow
     broker yields the job's own account of what went wrong rather than a bare timeout.
     """
-    client = ClientJob({"timeout": timeout, **job, "bootstrap": broker.bootstrap})
+    client = start_job(broker, job, timeout)
     try:
-        client.ready(60)
-        cpu0 = broker.cpu_seconds()
-        client.go()
-        result = client.result(timeout + 60)
-        return result, broker.cpu_seconds() - cpu0
+        return measure(broker, client, timeout)
     finally:
         client.kill()
+
+
+def start_job(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> ClientJob:
+    return ClientJob({"timeout": timeout, **job, "bootstrap": broker.bootstrap})
+
+
+def measure(broker: BrokerProcess, client: ClientJob, timeout: float) -> tuple[dict, float]:
+    """Handshake with a started job and return (its result, broker CPU seconds it took)."""
+    client.ready(60)
+    cpu0 = broker.cpu_sample()
+    client.go()
+    result = client.result(timeout + 60)
+    return result, cpu_delta(cpu0, broker.cpu_sample())
 
 
 def io_timeout(records: int, size: int) -> float:

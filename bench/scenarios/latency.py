@@ -6,6 +6,7 @@ from bench.admin import create_topic
 from bench.brokers import BrokerProcess
 from bench.clientproc import ClientJob
 from bench.config import FETCH_WAIT_MAX_MS, PARTITIONS, Sizes
+from bench.procstat import cpu_delta
 from bench.report import Metric, Outcome, ScenarioRows, Target
 from bench.scenarios.base import Context, Scenario
 
@@ -67,11 +68,11 @@ class Latency(Scenario):
             )
             producer.ready(60)
             consumer.go()
-            cpu0 = broker.cpu_seconds()
+            cpu0 = broker.cpu_sample()
             producer.go()
             sent = producer.result(seconds + 60)
             got = consumer.result(60)
-            cpu = broker.cpu_seconds() - cpu0
+            cpu = cpu_delta(cpu0, broker.cpu_sample())
         finally:
             consumer.kill()
             if producer is not None:

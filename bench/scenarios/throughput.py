@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from bench.admin import create_topic
 from bench.brokers import BrokerProcess
+from bench.clientproc import ClientJob
 from bench.config import PARTITIONS, Sizes
 from bench.report import Metric, Outcome, ScenarioRows, Target
-from bench.scenarios.base import MB, Context, Scenario, io_timeout, measured
+from bench.scenarios.base import (
+    MB,
+    Context,
+    Scenario,
+    io_timeout,
+    measure,
+    measured,
+    start_job,
+)
 
 KIB = 1024
 RSS_LIMIT_MB = 300
@@ -81,8 +90,22 @@ class Throughput(Scenario):
         n, size, topic = self.count(ctx.sizes), self.size, f"bench-{self.name}"
         create_topic(broker.bootstrap, topic, PARTITIONS)
         timeout = io_timeout(n, size)
-        job = {"topic": topic, "size": size, "count": n, "acks": self.acks}
-        res, cpu = measured(broker, {"job": "produce", **job}, timeout)
+        # With acks=0 nothing tells the client its records were stored, and a broker may drop
+        # requests it has not read yet when the connection closes: keep the producer connected
+        # until the count is done, so the check is about storing, not about closing.
+        hold = self.acks == 0
+        job = {"job": "produce", "topic": topic, "size": size, "count": n, "acks": self.acks}
+        producer = start_job(broker, {**job, "hold": hold}, timeout)
+        try:
+            self._phases(broker, ctx, out, producer, timeout)
+        finally:
+            producer.release()
+
+    def _phases(
+        self, broker: BrokerProcess, ctx: Context, out: Outcome, producer: ClientJob, timeout: float
+    ) -> None:
+        n, size, topic = self.count(ctx.sizes), self.size, f"bench-{self.name}"
+        res, cpu = measure(broker, producer, timeout)
         if res["failed"]:
             out.failed = f"{res['failed']} records not delivered ({res['first_error']})"
             return

@@ -427,7 +427,14 @@ class HeldConsumer:
 
     def __init__(self, bootstrap: str, topic: str, first: int, then: int) -> None:
         import multiprocessing
+        import sys
+        from pathlib import Path
 
+        # pytest imports this package without putting its parent on sys.path; the spawned child
+        # needs it to unpickle the target, and inherits the parent's sys.path.
+        tests_dir = str(Path(__file__).resolve().parent.parent)
+        if tests_dir not in sys.path:
+            sys.path.append(tests_dir)
         ctx = multiprocessing.get_context("spawn")
         self.pipe, child = ctx.Pipe()
         self.proc = ctx.Process(

@@ -96,6 +96,14 @@ def test_metadata_creates_topic_with_num_partitions(auto_create_3, unique_topic)
             assert conn.produce(topic, p, simple_batch(f"p{p}".encode())).error == NONE
 
 
+def test_produce_alone_does_not_create(auto_create_3, unique_topic):
+    """Only Metadata auto-creates: a Produce for an unknown topic fails even with the setting on."""
+    topic = unique_topic()
+    with Conn(auto_create_3.bootstrap) as conn:
+        assert conn.produce(topic, 0, simple_batch(b"v")).error == UNKNOWN_TOPIC_OR_PARTITION
+    assert topic not in kc.topic_names(auto_create_3.bootstrap)
+
+
 def test_invalid_name_is_not_auto_created(auto_create_3):
     with Conn(auto_create_3.bootstrap) as conn:
         _, topics = conn.metadata(["bad name!"], allow_auto_create=True)

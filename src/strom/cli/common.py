@@ -39,6 +39,15 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def print_table(table: Any) -> None:
+    """Tables at their natural width: a terminal's width, but never wrapped into a pipe's 80."""
+    if out.is_terminal:
+        out.print(table)
+        return
+    Console(file=out.file, width=10_000, highlight=False, soft_wrap=True,
+            color_system=None).print(table)
+
+
 class CliError(Exception):
     """A user-facing failure: printed as one line, mapped to an exit code."""
 

@@ -21,6 +21,7 @@ from strom.cli.common import (
     make_admin,
     out,
     parse_config_options,
+    print_table,
     result_of,
 )
 from strom.cli.topics import UNKNOWN_TOPIC_OR_PARTITION, alter_topic_configs
@@ -103,14 +104,14 @@ def describe(
     if not shown:
         out.print("  (none)", markup=False)
         return
-    table = Table(box=None, show_edge=False, header_style="bold")
+    table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for col in ("Name", "Value", "Source", "Sensitive", "Read-only"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for e in shown:
         value = "[hidden]" if e.is_sensitive else ("null" if e.value is None else e.value)
         table.add_row(e.name, value, _source_name(e.source), str(e.is_sensitive).lower(),
                       str(e.is_read_only).lower())
-    out.print(table)
+    print_table(table)
 
 
 @app.command("alter")

@@ -16,6 +16,7 @@ from typing import Annotated, Any, BinaryIO
 import typer
 
 from strom.cli.common import (
+    EXIT_INTERRUPTED,
     BootstrapOpt,
     ClientOptions,
     CliError,
@@ -243,14 +244,16 @@ def produce(
     _check_topic(producer, tracker, opts, topic, partition)
 
     report = DeliveryReport()
-    sent = 0
     bad_lines: list[str] = []
 
     def send_all(stream: BinaryIO, advance: Any = None) -> None:
-        nonlocal sent
+        unreported = 0  # bytes read but not yet shown: the bar is updated every 512 lines
         for lineno, line in enumerate(iter_lines(stream), 1):
             if advance is not None:
-                advance(len(line) + 1)
+                unreported += len(line) + 1
+                if lineno % 512 == 0:
+                    advance(unreported)
+                    unreported = 0
             try:
                 key, value, headers = parse_line(line, fmt)
             except LineError as e:
@@ -266,7 +269,6 @@ def produce(
             while True:
                 try:
                     producer.produce(topic, **kwargs)
-                    sent += 1
                     break
                 except BufferError:
                     producer.poll(0.05)  # local queue full: let deliveries drain it
@@ -274,29 +276,35 @@ def produce(
                     report.fail(kafka_error_text(e))
                     break
             producer.poll(0)
+        if advance is not None:
+            advance(unreported)
 
-    if file is not None:
-        total = file.stat().st_size
-        with file.open("rb") as stream:
-            if err.is_terminal and total > 0:
-                from rich.progress import (
-                    BarColumn,
-                    DownloadColumn,
-                    Progress,
-                    TextColumn,
-                    TimeRemainingColumn,
-                    TransferSpeedColumn,
-                )
+    interrupted = False
+    try:
+        if file is not None:
+            total = file.stat().st_size
+            with file.open("rb") as stream:
+                if err.is_terminal and total > 0:
+                    from rich.progress import (
+                        BarColumn,
+                        DownloadColumn,
+                        Progress,
+                        TextColumn,
+                        TimeRemainingColumn,
+                        TransferSpeedColumn,
+                    )
 
-                with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
-                              TransferSpeedColumn(), TimeRemainingColumn(), console=err,
-                              transient=True) as progress:
-                    task = progress.add_task(f"producing to {topic}", total=total)
-                    send_all(stream, lambda n: progress.advance(task, n))
-            else:
-                send_all(stream)
-    else:
-        send_all(sys.stdin.buffer)
+                    with Progress(TextColumn("[bold]{task.description}"), BarColumn(), DownloadColumn(),
+                                  TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                                  transient=True) as progress:
+                        task = progress.add_task(f"producing to {topic}", total=total)
+                        send_all(stream, lambda n: progress.advance(task, n))
+                else:
+                    send_all(stream)
+        else:
+            send_all(sys.stdin.buffer)
+    except KeyboardInterrupt:
+        interrupted = True  # like Kafka's console producer: still deliver what was read
 
     undelivered = producer.flush(timeout)
     if undelivered:
@@ -308,5 +316,7 @@ def produce(
                            for text, n in list(report.errors.items())[:MAX_ERRORS_SHOWN])
         err.print(f"Error: delivered {report.delivered} of {report.delivered + report.failed} "
                   f"records to {topic}, {report.failed} failed: {errors}", markup=False)
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_INTERRUPTED if interrupted else 1)
     err.print(f"Delivered {report.delivered} records to {topic}.", markup=False)
+    if interrupted:
+        raise typer.Exit(EXIT_INTERRUPTED)

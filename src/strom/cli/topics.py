@@ -23,6 +23,7 @@ from strom.cli.common import (
     make_admin,
     out,
     parse_kv_list,
+    print_table,
     result_of,
     uuid_text,
 )
@@ -276,7 +277,7 @@ def describe(
         for r in rows:
             leader = "none" if r.leader is None else str(r.leader)
             table.add_row(str(r.partition), leader, _ids(r.replicas), _ids(r.isr), _ids(r.offline))
-        out.print(table)
+        print_table(table)
 
 
 @app.command("alter")

@@ -163,9 +163,8 @@ def compute_crc(buf, pos: int, size: int) -> int:
 
 def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
     """True when the stored CRC matches the batch bytes."""
-    return crc32c(
-        memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + LOG_OVERHEAD + header.length]
-    ) == (header.crc)
+    end = pos + LOG_OVERHEAD + header.length
+    return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]) == header.crc
 
 
 def patch_base_offset(buf, pos: int, base_offset: int) -> None:

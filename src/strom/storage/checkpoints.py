@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from strom.storage import files
 from strom.storage.errors import KafkaStorageError
 
 RECOVERY_POINT_CHECKPOINT = "recovery-point-offset-checkpoint"
@@ -21,18 +22,15 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 ZERO_UUID = uuid.UUID(int=0)
 
-# Process-wide switch: tests turn fsync off; a broker never should.
-FSYNC_ENABLED = True
-
 
 def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-            if fsync and FSYNC_ENABLED:
+            if fsync:
                 f.flush()
-                os.fsync(f.fileno())
+                files.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as e:
         raise KafkaStorageError(f"cannot write {path}: {e}") from e

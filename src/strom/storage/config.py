@@ -11,7 +11,7 @@ from strom.protocol.records import COMPRESSION_CODES
 
 LONG_MAX = 9223372036854775807
 
-COMPRESSION_TYPES = ("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+COMPRESSION_TYPES = ("producer", "uncompressed", "none", "gzip", "snappy", "lz4", "zstd")
 
 
 @dataclass

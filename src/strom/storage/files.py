@@ -17,6 +17,15 @@ from strom.storage.errors import KafkaStorageError
 
 _O_FLAGS = os.O_RDWR | getattr(os, "O_CLOEXEC", 0)
 
+# Process-wide switch for tests on slow shared disks; a broker must leave it on.
+FSYNC_ENABLED = True
+
+
+def fsync(fd: int) -> None:
+    """``os.fsync`` unless disabled by ``FSYNC_ENABLED`` (tests only)."""
+    if FSYNC_ENABLED:
+        os.fsync(fd)
+
 
 class FileBudget:
     """LRU of open ``SegmentFile`` descriptors, at most ``max_open`` unless all are pinned."""

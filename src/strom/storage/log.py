@@ -76,6 +76,7 @@ class PartitionLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         high_watermark: int | None = None,
+        hw_follows_leo: bool = True,
     ) -> None:
         self.dir = Path(dir)
         self.topic = topic
@@ -84,7 +85,9 @@ class PartitionLog:
         self._budget = budget or FileBudget()
         self._clock = clock
         self._closed = False
-        self.hw_follows_leo = True  # one broker: everything appended is committed
+        # One broker: everything appended is committed. Replication turns this off and moves
+        # ``high_watermark`` itself.
+        self.hw_follows_leo = hw_follows_leo
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -117,7 +120,10 @@ class PartitionLog:
         self.epochs.truncate_from_end(leo)
         self.epochs.truncate_from_start(self.log_start_offset)
         self.recovery_point: int = leo if clean_shutdown else min(recovery_point, leo)
-        hw = leo if high_watermark is None else min(max(high_watermark, self.log_start_offset), leo)
+        if hw_follows_leo or high_watermark is None:
+            hw = leo
+        else:
+            hw = min(max(high_watermark, self.log_start_offset), leo)
         self.high_watermark: int = hw
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
@@ -194,7 +200,7 @@ class PartitionLog:
         )  # fmt: skip
         seg = self._active
         size = len(v.data)
-        if seg._size:  # non-empty: maybe roll first
+        if seg.size:  # non-empty: maybe roll first
             cfg = self.config
             if (
                 seg._size > cfg.segment_bytes - size

@@ -60,6 +60,7 @@ class LogManager:
         self._config_for = config_for or (lambda _topic: LogConfig())
         self._logs: dict[tuple[str, int], PartitionLog] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}
+        self._dir_counts: dict[Path, int] = {}
         self.loaded_clean: dict[Path, bool] = {}
 
     # --- loading -------------------------------------------------------------------------------
@@ -97,8 +98,7 @@ class LogManager:
                     recovery_point=rps.get(tp, 0), log_start_offset=lsos.get(tp, 0),
                     high_watermark=hws.get(tp),
                 )  # fmt: skip
-                self._logs[tp] = log
-                self._dir_of[tp] = d
+                self._register(tp, log, d)
             if clean:
                 marker.unlink(missing_ok=True)
         self.checkpoint()
@@ -112,10 +112,21 @@ class LogManager:
         return list(self._logs.values())
 
     def _pick_dir(self) -> Path:
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] = counts.get(d, 0) + 1
-        return min(self.log_dirs, key=lambda d: counts[d])
+        """The log dir holding the fewest partitions (Kafka's placement rule)."""
+        counts = self._dir_counts
+        return min(self.log_dirs, key=lambda d: counts.get(d, 0))
+
+    def _register(self, tp: tuple[str, int], log: PartitionLog, d: Path) -> None:
+        self._logs[tp] = log
+        self._dir_of[tp] = d
+        self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
+
+    def _unregister(self, tp: tuple[str, int]) -> PartitionLog | None:
+        log = self._logs.pop(tp, None)
+        d = self._dir_of.pop(tp, None)
+        if d is not None:
+            self._dir_counts[d] -= 1
+        return log
 
     def create(
         self, topic: str, partition: int, topic_id: uuid.UUID, config: LogConfig
@@ -139,8 +150,7 @@ class LogManager:
                 self._remove_dir(path)
         log = PartitionLog(path, topic, partition, topic_id, config, budget=self.budget,
                            clock=self._clock, clean_shutdown=False)  # fmt: skip
-        self._logs[tp] = log
-        self._dir_of[tp] = d
+        self._register(tp, log, d)
         return log
 
     def _remove_dir(self, path: Path) -> None:
@@ -152,9 +162,7 @@ class LogManager:
             raise KafkaStorageError(f"cannot delete {path}: {e}") from e
 
     def delete_partition(self, topic: str, partition: int) -> None:
-        tp = (topic, partition)
-        log = self._logs.pop(tp, None)
-        self._dir_of.pop(tp, None)
+        log = self._unregister((topic, partition))
         if log is None:
             return
         log.close()

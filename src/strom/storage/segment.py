@@ -26,7 +26,7 @@ from strom.protocol.records import (
     read_header,
 )
 from strom.storage.errors import KafkaStorageError
-from strom.storage.files import FileBudget, SegmentFile
+from strom.storage.files import FileBudget, SegmentFile, fsync
 from strom.storage.index import (
     INT32_MAX,
     OFFSET_ENTRY_SIZE,
@@ -48,8 +48,8 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-class CorruptSegmentError(Exception):
-    """Bytes in a segment file that do not frame as valid batches."""
+class CorruptSegmentError(KafkaStorageError):
+    """Bytes in a segment file that do not frame as valid batches (KAFKA_STORAGE_ERROR)."""
 
 
 class LogSegment:
@@ -62,6 +62,7 @@ class LogSegment:
         "_oi",
         "_rolling_ts",
         "_size",
+        "_stem",
         "_ti",
         "base_offset",
         "bytes_since_index",
@@ -69,7 +70,6 @@ class LogSegment:
         "dir",
         "file",
         "index_interval",
-        "_stem",
         "max_index_entries",
         "roll_jitter_ms",
     )
@@ -352,7 +352,7 @@ class LogSegment:
         """Write indexes and fsync the log file."""
         self.persist_indexes()
         try:
-            os.fsync(self.file.fileno())
+            fsync(self.file.fileno())
         except OSError as e:
             raise KafkaStorageError(f"fsync of {self.log_path} failed: {e}") from e
 

@@ -69,9 +69,9 @@ def test_gzip_interoperates_with_kafka_python():
     assert R.read_header(theirs).compression == R.COMPRESSION_GZIP
     assert R.decode_records(theirs) == recs
     ours = R.build_batch(recs, compression=R.COMPRESSION_GZIP)
-    assert [(r.offset, r.timestamp, r.key, r.value, r.headers) for r in DefaultRecordBatch(ours)] == (
-        _as_tuples(recs)
-    )
+    assert [
+        (r.offset, r.timestamp, r.key, r.value, r.headers) for r in DefaultRecordBatch(ours)
+    ] == (_as_tuples(recs))
 
 
 @settings(max_examples=40, deadline=None)
@@ -194,7 +194,9 @@ def test_varint_extremes_round_trip():
 
 def test_records_have_keys():
     assert R.records_have_keys(R.build_batch(_records([(b"k", b"v", 0, [])] * 3)))
-    assert not R.records_have_keys(R.build_batch(_records([(b"k", b"v", 0, []), (None, b"v", 0, [])])))
+    assert not R.records_have_keys(
+        R.build_batch(_records([(b"k", b"v", 0, []), (None, b"v", 0, [])]))
+    )
     assert not R.records_have_keys(
         R.build_batch(_records([(None, b"v", 0, [])]), compression=R.COMPRESSION_ZSTD)
     )

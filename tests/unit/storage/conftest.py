@@ -1,13 +1,13 @@
 """Shared helpers for storage tests (exposed as a session fixture: hypothesis-friendly)."""
 
 import types
-from pathlib import Path
 import uuid
+from pathlib import Path
 
 import pytest
 
 from strom.protocol import records as R
-from strom.storage import checkpoints
+from strom.storage import files
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 
@@ -15,9 +15,7 @@ TOPIC_ID = uuid.UUID("8f3c4b0e-1d2a-4c5b-9e6f-7a8b9c0d1e2f")
 
 
 def make_batch(n=1, value_size=10, ts=1_000, *, key=b"k", ts_step=1, compression=0, **kw):
-    recs = [
-        R.Record(i, ts + i * ts_step, key, bytes([65 + i % 26]) * value_size) for i in range(n)
-    ]
+    recs = [R.Record(i, ts + i * ts_step, key, bytes([65 + i % 26]) * value_size) for i in range(n)]
     return R.build_batch(recs, compression=compression, **kw)
 
 
@@ -70,9 +68,9 @@ def h():
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _no_checkpoint_fsync():
-    """Checkpoint durability is not under test here; fsync makes the suite slow on shared disks."""
-    old = checkpoints.FSYNC_ENABLED
-    checkpoints.FSYNC_ENABLED = False
+def _no_fsync():
+    """Durability against power loss is not under test; fsync makes the suite slow on shared disks."""
+    old = files.FSYNC_ENABLED
+    files.FSYNC_ENABLED = False
     yield
-    checkpoints.FSYNC_ENABLED = old
+    files.FSYNC_ENABLED = old

