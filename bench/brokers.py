@@ -109,6 +109,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_path: Path | None = None
         self._starts = 0
+        self._log_seen, self._log_tail_bytes, self._marker_found = 0, b"", False
         self.started_at = 0.0
 
     @property
@@ -128,6 +129,7 @@ class BrokerProcess:
             raise BrokerError("already running")
         self._starts += 1
         self._log_path = self.data_dir / f"broker-{self._starts}.log"
+        self._log_seen, self._log_tail_bytes, self._marker_found = 0, b"", False
         log = open(self._log_path, "wb")  # noqa: SIM115 - handed to the child
         env = {**os.environ, **self.spec.env}
         self.started_at = time.monotonic()
@@ -224,11 +226,22 @@ class BrokerProcess:
                 os.kill(p, signal.SIGKILL)
 
     def _marker_seen(self) -> bool:
+        """Whether the log has the ready line yet; reads only what was added since last time."""
         assert self._log_path is not None
+        if self._marker_found:
+            return True
         try:
-            return READY_MARKER in self._log_path.read_text(errors="replace").lower()
+            with open(self._log_path, "rb") as f:
+                f.seek(self._log_seen)
+                fresh = f.read()
         except FileNotFoundError:
             return False
+        # Keep a line's worth of overlap so a marker split across two reads is still found.
+        text = (self._log_tail_bytes + fresh).decode(errors="replace").lower()
+        self._log_seen += len(fresh)
+        self._log_tail_bytes = (self._log_tail_bytes + fresh)[-256:]
+        self._marker_found = READY_MARKER in text
+        return self._marker_found
 
     def _check_alive(self) -> None:
         assert self.proc is not None
