@@ -36,6 +36,7 @@ class BrokerSpec:
     """
 
     label: str
+    kind: str  # "strom" or "tansu"
     command: Callable[[int, Path], list[str]]
     persistent: bool
     version: str = ""
@@ -58,7 +59,9 @@ def strom_spec(
             argv += ["--override", item]
         return argv
 
-    return BrokerSpec(label=label, command=command, persistent=True, notes="disk storage")
+    return BrokerSpec(
+        label=label, kind="strom", command=command, persistent=True, notes="disk storage"
+    )
 
 
 def tansu_spec(binary: str, label: str = "Tansu", version: str = "") -> BrokerSpec:
@@ -77,6 +80,7 @@ def tansu_spec(binary: str, label: str = "Tansu", version: str = "") -> BrokerSp
 
     return BrokerSpec(
         label=label,
+        kind="tansu",
         command=command,
         persistent=False,
         version=version,

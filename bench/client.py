@@ -9,6 +9,7 @@ the broker's CPU in between), and prints ``RESULT {json}`` when done.
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import sys
@@ -269,8 +270,8 @@ def _percentiles(sorted_values: list[float]) -> dict[str, float]:
         return {}
     n = len(sorted_values)
 
-    def pick(q: float) -> float:
-        return sorted_values[min(n - 1, max(0, round(q * n + 0.5) - 1))]
+    def pick(q: float) -> float:  # nearest rank
+        return sorted_values[min(n - 1, max(0, math.ceil(q * n) - 1))]
 
     return {"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999), "max": sorted_values[-1]}
 

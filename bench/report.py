@@ -176,6 +176,7 @@ def build_rows(
     for sc in scenarios:
         by_broker = runs.get(sc.name, {})
         first = True
+        said: set[str] = set()  # a reason is given once per scenario, on its first row
         for m in sc.metrics:
             s = cell(by_broker.get(subject, ()), m)
             p = cell(by_broker.get(peer, ()), m)
@@ -194,6 +195,8 @@ def build_rows(
                 notes.append(f"both: {s.note}")
             else:
                 notes += [f"{who}: {c.note}" for who, c in ((subject, s), (peer, p)) if c.note]
+            notes = [n for n in notes if n not in said]
+            said.update(notes)
             if m.ceiling and refs.get(m.ceiling):
                 ceil = refs[m.ceiling]
                 parts = [
@@ -220,7 +223,7 @@ def build_rows(
                     metric=f"{m.label} ({m.unit})" if m.unit else m.label,
                     subject=s.text,
                     peer=p.text,
-                    ratio="-" if r is None else f"{r:.2f}x",
+                    ratio=format_ratio(r),
                     target=target,
                     verdict=verdict,
                     notes="; ".join(notes),
@@ -228,6 +231,12 @@ def build_rows(
             )
             first = False
     return rows
+
+
+def format_ratio(r: float | None) -> str:
+    if r is None:
+        return "-"
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.2g}x"
 
 
 def _pct(key: str) -> Metric:

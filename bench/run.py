@@ -12,6 +12,7 @@ import datetime as dt
 import os
 import platform
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -125,17 +126,18 @@ def compose(
         "",
         f"- Brokers: **{subject.label}** ({subject.notes}; `"
         + " ".join(subject.command(0, Path("DATA"))).replace("127.0.0.1:0", "127.0.0.1:PORT")
-        + f"`) vs. **{peer.label}** {peer.version} ({peer.notes}).",
+        + f"`{_commit() if subject.kind == 'strom' else ''}) vs. **{peer.label}** {peer.version} ({peer.notes}).",
         f"- Rounds: {rounds}, alternating {subject.label} / {peer.label} per scenario, "
         "fresh broker and storage for every run. Cells: median (min-max).",
         f"- Client: confluent-kafka {_ck_version()}; producer {config.PRODUCER_THROUGHPUT['linger.ms']} ms "
-        "linger, 1 MiB batches (latency run: linger 0); consumer fetch.wait.max.ms="
-        f"{config.FETCH_WAIT_MAX_MS}; every client runs in its own process.",
+        "linger, 1 MiB batches (latency run: linger 0); consumer "
+        + ", ".join(f"{k}={v}" for k, v in config.CONSUMER.items() if "commit" not in k)
+        + "; every client runs in its own process.",
         f"- Machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
         f"{platform.python_version()}, load average {load[0]} at start, {load[1]} at end; "
         f"run took {results.seconds / 60:.1f} min.",
-        "- MB = 10^6 bytes of record values. Broker CPU = utime+stime of the broker's process "
-        "tree; RSS = peak VmHWM.",
+        "- MB = 10^6 bytes of record values. Broker CPU = on-CPU seconds of the broker's process "
+        "tree (/proc stat and schedstat, see docs/benchmarks.md); RSS = peak VmHWM.",
         "",
     ]
     if ceiling_runs:
@@ -159,6 +161,20 @@ def compose(
     out += [report.markdown_table(rows, subject.label, peer.label), ""]
     out += [report.verdict_summary(rows), ""]
     return "\n".join(out)
+
+
+def _commit() -> str:
+    """The checkout's commit, so a saved report says which Strom it measured."""
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return f", commit {out.stdout.strip()}" if out.returncode == 0 else ""
 
 
 def _ck_version() -> str:

@@ -12,3 +12,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # kafka-python 3.0 loads its protocol schemas through deprecated importlib.resources calls.
+    config.addinivalue_line(
+        "filterwarnings", r"ignore:(read_text|open_text) is deprecated:DeprecationWarning"
+    )

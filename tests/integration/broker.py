@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +27,11 @@ STROM_BIN = Path(sys.executable).with_name("strom")
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 PEER_ENV = "STROM_IT_PEER_TANSU"
+
+# If the test process dies without cleaning up (a segfault in a client library, SIGKILL), the broker
+# gets SIGTERM from the kernel instead of lingering. setpriv execs the broker, so the PID stays its own.
+_SETPRIV = shutil.which("setpriv")
+_DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "TERM", "--"] if _SETPRIV else []
 
 # Every broker object that ever started a process in this session (logs for failure reports and a
 # last-resort kill at interpreter exit).
@@ -110,8 +116,8 @@ class BrokerProcess:
             log.write(f"=== start #{self.starts}: {' '.join(self.command())}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                cwd=self.base_dir,
+                [*_DIE_WITH_PARENT, *self.command()], stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, cwd=self.base_dir,
             )  # fmt: skip
         if self not in ALL_BROKERS:
             ALL_BROKERS.append(self)
@@ -161,8 +167,10 @@ class BrokerProcess:
 
     def restart(self, extra_overrides: dict[str, object] | None = None, *, kill: bool = False):
         """Stop (or kill) if running, then start again on the same port and data directory."""
-        if self.running:
-            self.kill() if kill else self.stop()
+        if self.running and kill:
+            self.kill()
+        elif self.running:
+            self.stop()
         overrides = dict(self.overrides)
         overrides.update({k: str(v) for k, v in (extra_overrides or {}).items()})
         return self.start(overrides)

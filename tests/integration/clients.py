@@ -262,14 +262,6 @@ def consume(
         c.close()
 
 
-def consume_all(bootstrap: str, topic: str, partition: int = 0, **kw) -> list[Msg]:
-    """Everything from the earliest offset up to the current log end."""
-    start, end = earliest(bootstrap, topic, partition), latest(bootstrap, topic, partition)
-    if end <= start:
-        return []
-    return consume(bootstrap, topic, end - start, partition=partition, offset=start, **kw)
-
-
 def assert_no_more(c: Consumer, wait: float = 1.0) -> None:
     """Nothing else arrives within ``wait`` seconds (only for 'nothing extra' checks)."""
     deadline = time.monotonic() + wait

@@ -15,6 +15,7 @@ from bench.report import (
     Target,
     build_rows,
     cell,
+    format_ratio,
     markdown_table,
     ratio,
     summarize,
@@ -33,6 +34,11 @@ def test_ratio_handles_missing_and_zero() -> None:
     assert ratio(6.0, 3.0) == 2.0
     assert ratio(None, 3.0) is None
     assert ratio(1.0, 0.0) is None
+    assert (
+        format_ratio(2.0) == "2.00x"
+        and format_ratio(0.0016) == "0.0016x"
+        and format_ratio(None) == "-"
+    )
 
 
 def test_targets() -> None:
@@ -82,6 +88,7 @@ def test_rows_ratio_verdict_and_table() -> None:
     runs["p"]["S"].append(Outcome(failed="broker died | badly"))
     rows = build_rows([sc], runs, "S", "T", {})
     assert rows[0].verdict == "FAIL" and rows[0].subject == "FAILED (1/3)"
+    assert "badly" in rows[0].notes and "badly" not in rows[1].notes  # said once per scenario
     table = markdown_table(rows, "S", "T")
     lines = table.splitlines()
     assert len(lines) == 2 + len(rows)
