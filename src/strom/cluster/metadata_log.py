@@ -36,9 +36,11 @@ class MetadataLog:
         self._logs = logs
         self._snapshot_every = snapshot_every
         self._since_snapshot = 0
-        config = LogConfig(retention_ms=-1, retention_bytes=-1, segment_bytes=16 * 1024 * 1024)
-        existing = logs.get(METADATA_TOPIC, 0)
-        self._log: PartitionLog = existing or logs.create(METADATA_TOPIC, 0, METADATA_TOPIC_ID, config)
+        # Internal and atomic: one topic creation is one batch, however many partitions it has,
+        # so the client-facing max.message.bytes does not apply here.
+        config = LogConfig(retention_ms=-1, retention_bytes=-1, segment_bytes=64 * 1024 * 1024,
+                           max_message_bytes=2**31 - 1)
+        self._log: PartitionLog = logs.create(METADATA_TOPIC, 0, METADATA_TOPIC_ID, config)
 
     @property
     def dir(self) -> Path:
