@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 
 from strom.protocol.primitives import (
     ProtocolError,
+    byte_view,
+    check_version,
     skip_tagged_fields,
     write_compact_nullable_string,
     write_compact_string,
@@ -151,16 +153,6 @@ def _batch_struct(unit: str, count: int) -> struct.Struct:
 _ZERO_UUID = bytes(16)
 
 
-def _byte_view(body: memoryview | bytes | bytearray) -> memoryview:
-    view = body if isinstance(body, memoryview) else memoryview(body)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    return view
-
-
-def _check_version(version: int, what: str) -> None:
-    if not MIN_VERSION <= version <= MAX_VERSION:
-        raise ProtocolError(f"unsupported {what} version {version}")
 
 
 def _read_uuid(buf: memoryview, pos: int) -> uuid.UUID | None:
@@ -179,7 +171,7 @@ def decode_fetch_request(body: memoryview, version: int) -> FetchRequest:
     """
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ProtocolError(f"unsupported Fetch request version {version}")
-    buf = body if body.__class__ is memoryview and body.format == "B" else _byte_view(body)
+    buf = body if body.__class__ is memoryview and body.format == "B" else byte_view(body)
     try:
         if version >= _FIRST_FLEXIBLE:
             return _decode_flexible(buf, version)
@@ -484,7 +476,7 @@ def encode_fetch_response(
     copied into the chunks. ``node_endpoints`` (v16+) are (node_id, host,
     port, rack) tuples, written only when non-empty.
     """
-    _check_version(version, "Fetch response")
+    check_version(version, MIN_VERSION, MAX_VERSION, "Fetch response")
     try:
         return _encode(version, topics, throttle_time_ms, error_code, session_id, node_endpoints)
     except struct.error as exc:

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 
 from strom.protocol.primitives import (
     ProtocolError,
+    byte_view,
+    check_version,
     skip_tagged_fields,
     write_compact_nullable_string,
     write_compact_string,
@@ -99,16 +101,6 @@ class MetadataTopic:
     topic_authorized_operations: int = _NO_AUTHORIZED_OPERATIONS
 
 
-def _byte_view(body: memoryview | bytes | bytearray) -> memoryview:
-    view = body if isinstance(body, memoryview) else memoryview(body)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    return view
-
-
-def _check_version(version: int, what: str) -> None:
-    if not MIN_VERSION <= version <= MAX_VERSION:
-        raise ProtocolError(f"unsupported {what} version {version}")
 
 
 # --------------------------------------------------------------------------- decoding
@@ -123,8 +115,8 @@ def decode_metadata_request(body: memoryview, version: int) -> MetadataRequest:
     a zero topic id reads as None. Raises :class:`ProtocolError` on malformed
     input.
     """
-    _check_version(version, "Metadata request")
-    buf = _byte_view(body)
+    check_version(version, MIN_VERSION, MAX_VERSION, "Metadata request")
+    buf = byte_view(body)
     try:
         return _decode(buf, version)
     except (struct.error, IndexError) as exc:
@@ -236,7 +228,7 @@ def encode_metadata_topic(version: int, topic: MetadataTopic) -> bytes:
     Cacheable per (version, topic state); feed the results to
     :func:`encode_metadata_response_from_parts`.
     """
-    _check_version(version, "Metadata response")
+    check_version(version, MIN_VERSION, MAX_VERSION, "Metadata response")
     try:
         return _encode_topic(version, topic)
     except struct.error as exc:
@@ -343,7 +335,7 @@ def _encode_topic(version: int, topic: MetadataTopic) -> bytes:
 
 def encode_metadata_brokers(version: int, brokers: list[MetadataBroker]) -> bytes:
     """Encode the whole broker array of a Metadata response, length prefix included."""
-    _check_version(version, "Metadata response")
+    check_version(version, MIN_VERSION, MAX_VERSION, "Metadata response")
     flexible = version >= _FIRST_FLEXIBLE
     out = [_uvarint(len(brokers) + 1) if flexible else _P_I32(len(brokers))]
     append = out.append
@@ -381,7 +373,7 @@ def encode_metadata_response_from_parts(
     ``topic_parts`` from :func:`encode_metadata_topic`, all for this
     ``version``. ``error_code`` is the top-level one (v13+).
     """
-    _check_version(version, "Metadata response")
+    check_version(version, MIN_VERSION, MAX_VERSION, "Metadata response")
     flexible = version >= _FIRST_FLEXIBLE
     out = []
     append = out.append
@@ -421,7 +413,7 @@ def encode_metadata_response(
     error_code: int = 0,
 ) -> bytes:
     """Serialize a full Metadata response body (without size prefix and header)."""
-    _check_version(version, "Metadata response")
+    check_version(version, MIN_VERSION, MAX_VERSION, "Metadata response")
     try:
         parts = [_encode_topic(version, t) for t in topics]
     except struct.error as exc:

@@ -583,3 +583,17 @@ def write_tagged_fields(fields: Mapping[int, bytes] | Iterable[tuple[int, bytes]
         parts.append(write_uvarint(nbytes(value)))
         parts.append(bytes(value))
     return b"".join(parts)
+
+
+def byte_view(body: memoryview | bytes | bytearray) -> memoryview:
+    """A flat unsigned-byte memoryview of body, without copying."""
+    view = body if isinstance(body, memoryview) else memoryview(body)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    return view
+
+
+def check_version(version: int, lowest: int, highest: int, what: str) -> None:
+    """Hand-written codecs refuse versions they were not written for."""
+    if not lowest <= version <= highest:
+        raise ProtocolError(f"unsupported {what} version {version}")

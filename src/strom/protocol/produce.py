@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 
 from strom.protocol.primitives import (
     ProtocolError,
+    byte_view,
+    check_version,
     skip_tagged_fields,
     write_compact_nullable_string,
     write_compact_string,
@@ -103,16 +105,6 @@ _HI = struct.Struct(">hi").unpack_from
 _ZERO_UUID = bytes(16)
 
 
-def _byte_view(body: memoryview | bytes | bytearray) -> memoryview:
-    view = body if isinstance(body, memoryview) else memoryview(body)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
-    return view
-
-
-def _check_version(version: int, what: str) -> None:
-    if not MIN_VERSION <= version <= MAX_VERSION:
-        raise ProtocolError(f"unsupported {what} version {version}")
 
 
 def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
@@ -124,7 +116,7 @@ def decode_produce_request(body: memoryview, version: int) -> ProduceRequest:
     """
     if not MIN_VERSION <= version <= MAX_VERSION:
         raise ProtocolError(f"unsupported Produce request version {version}")
-    buf = body if body.__class__ is memoryview and body.format == "B" else _byte_view(body)
+    buf = body if body.__class__ is memoryview and body.format == "B" else byte_view(body)
     try:
         if version >= _FIRST_FLEXIBLE:
             return _decode_flexible(buf, version)
@@ -295,7 +287,7 @@ def encode_produce_response(
     ``node_endpoints`` are (node_id, host, port, rack) tuples, written (v10+)
     only when non-empty, like Kafka's generated code.
     """
-    _check_version(version, "Produce response")
+    check_version(version, MIN_VERSION, MAX_VERSION, "Produce response")
     try:
         if version >= _FIRST_FLEXIBLE:
             return _encode_flexible(version, topics, throttle_time_ms, node_endpoints)
