@@ -24,7 +24,7 @@ run: $(STAMP)
 	$(BIN)/strom broker --config config/server.properties
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench tools
 
 test: $(STAMP) system-deps lint
 	$(BIN)/pytest -q -p no:cacheprovider tests

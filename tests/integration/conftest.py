@@ -28,7 +28,8 @@ from .broker import ALL_BROKERS, BrokerProcess, free_port, running_peer
 
 __all__ = ["BrokerProcess", "Kcat", "free_port"]
 
-DEFAULT_OVERRIDES = {"auto.create.topics.enable": "true"}
+# Tests form groups quickly; production keeps Kafka's 3 s initial rebalance delay.
+DEFAULT_OVERRIDES = {"auto.create.topics.enable": "true", "group.initial.rebalance.delay.ms": "0"}
 _LOG_MARKS = pytest.StashKey[dict[int, int]]()
 
 

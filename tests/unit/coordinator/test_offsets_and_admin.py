@@ -234,3 +234,11 @@ def test_list_and_describe_groups(env, h):
     assert missing["error_code"] == E.GROUP_ID_NOT_FOUND
     (old,) = c.describe_groups(["missing"], include_authorized_operations=False, version=5)
     assert old["error_code"] == 0 and old["group_state"] == "Dead"
+
+
+def test_offsets_of_deleted_topics_are_dropped(env):
+    c = env.coordinator
+    commit(c, "s", {("gone", 0): 4, ("kept", 0): 5})
+    c.on_topics_deleted({"gone"})
+    assert fetched(c, "s") == {("kept", 0): 5}
+    assert fetched(env.restart(), "s") == {("kept", 0): 5}

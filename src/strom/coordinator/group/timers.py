@@ -7,8 +7,11 @@ be cancelled together when its partition is unloaded.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Hashable
 from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
 
 
 class Handle(Protocol):
@@ -40,7 +43,10 @@ class Timers:
 
     def _fire(self, key: tuple, fn: Callable[[], None]) -> None:
         self._forget(key)
-        fn()
+        try:
+            fn()
+        except Exception:  # a failed expiry must not take the other timers down with it
+            log.exception("group coordinator timer %s failed", key)
 
     def _forget(self, key: tuple) -> None:
         self._handles.pop(key, None)

@@ -1,0 +1,435 @@
+"""Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch/Delete,
+ListGroups, DescribeGroups and DeleteGroups, plus the wiring of the group coordinator.
+
+The handlers only translate between the wire (every version kio knows) and
+`strom.coordinator.group.GroupCoordinator`; the group semantics live there. Topic names and
+ids are resolved here against the metadata image (OffsetCommit/OffsetFetch v10 carry topic ids).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from strom.broker.router import handles
+from strom.cluster.image import INTERNAL_TOPICS
+from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator, JoinRequest
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, KafkaError
+
+OFFSETS_TOPIC = "__consumer_offsets"
+GROUP_KEY, TRANSACTION_KEY = 0, 1
+
+
+# --------------------------------------------------------------------------------------------
+# Wiring: the coordinator sees the broker only through these two adapters.
+# --------------------------------------------------------------------------------------------
+
+
+class OffsetsTopicAdapter:
+    """`__consumer_offsets` through the controller (creation) and the partition manager."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def num_partitions(self) -> int | None:
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None else None
+
+    def create(self) -> int:
+        config = self.broker.config
+        existing = self.num_partitions()
+        if existing:
+            return existing
+        try:
+            topic = self.broker.controller.create_topic(
+                OFFSETS_TOPIC, config.get("offsets.topic.num.partitions"),
+                config.get("offsets.topic.replication.factor"), None,
+                {"cleanup.policy": "compact",
+                 "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
+                 "compression.type": "producer"})
+        except KafkaError as exc:
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return self.num_partitions() or 0
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"cannot create {OFFSETS_TOPIC}: {exc}") from None
+        return len(topic.partitions)
+
+    def log(self, partition: int) -> Any:
+        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
+        state = topic.partitions.get(partition) if topic is not None else None
+        if state is None or state.leader != self.broker.broker_id:
+            return None
+        return self.broker.partitions.get(OFFSETS_TOPIC, partition)
+
+    def leader_epoch(self, partition: int) -> int:
+        return self.broker.partitions.leader_epoch(OFFSETS_TOPIC, partition)
+
+
+class TopicsAdapter:
+    """The metadata image as the coordinator's `TopicsView`."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def version(self) -> int:
+        return self.broker.image.version
+
+    def topic(self, name: str) -> tuple[uuid.UUID, int] | None:
+        t = self.broker.image.topics.get(name)
+        return (t.topic_id, len(t.partitions)) if t is not None else None
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        t = self.broker.image.topics_by_id.get(topic_id)
+        return t.name if t is not None else None
+
+    def names(self) -> list[str]:
+        return [n for n in self.broker.image.topics if n not in INTERNAL_TOPICS]
+
+
+def build_group_coordinator(broker: Any, loop: asyncio.AbstractEventLoop) -> GroupCoordinator:
+    """The broker's group coordinator, subscribed to leadership of `__consumer_offsets`."""
+    coordinator = GroupCoordinator(GroupConfig.from_config(broker.config.get),
+                                   OffsetsTopicAdapter(broker), TopicsAdapter(broker), loop,
+                                   broker.now_ms)
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if topic == OFFSETS_TOPIC:
+            coordinator.on_leadership(partition, leader, epoch)
+
+    def on_changes(changes: list[Any]) -> None:
+        deleted = {c.topic.name for c in changes if c.kind == "topic_deleted" and c.topic}
+        if deleted:
+            coordinator.on_topics_deleted(deleted)
+
+    broker.partitions.add_leadership_listener(on_leadership)
+    broker.controller.subscribe(on_changes)
+    return coordinator
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _groups(broker: Any) -> GroupCoordinator:
+    if broker.groups is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is starting")
+    return broker.groups
+
+
+def client_host(ctx: Any) -> str:
+    """Kafka shows a member's host as `/<address>`."""
+    host = ctx.peer.rsplit(":", 1)[0] if ctx.peer else ""
+    return "/" + host.strip("[]")
+
+
+async def _wait(start: Any) -> dict[str, Any]:
+    """Run a coordinator call that answers through a callback, and await the answer."""
+    fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+
+    def respond(result: dict[str, Any]) -> None:
+        if not fut.done():
+            fut.set_result(result)
+
+    start(respond)
+    return await fut
+
+
+def _partition_known(broker: Any, topic: str, partition: int) -> bool:
+    t = broker.image.topics.get(topic)
+    return t is not None and partition in t.partitions
+
+
+# --------------------------------------------------------------------------------------------
+# FindCoordinator
+# --------------------------------------------------------------------------------------------
+
+
+def _coordinator_for(broker: Any, key_type: int, key: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
+                           "error_message": None}
+    try:
+        if key_type == TRANSACTION_KEY:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             "Strom has no transaction coordinator yet.")
+        if key_type != GROUP_KEY:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported key type {key_type}.")
+        groups = _groups(broker)
+        groups.ensure_offsets_topic()
+        partition = groups.partition_for(key)
+        topic = broker.image.topics.get(OFFSETS_TOPIC)
+        state = topic.partitions.get(partition) if topic is not None else None
+        node = broker.image.brokers.get(state.leader) if state is not None else None
+        if node is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"{OFFSETS_TOPIC}-{partition} has no live leader.")
+        out.update(node_id=node.broker_id, host=node.host, port=node.port)
+    except KafkaError as exc:
+        out.update(error_code=int(exc.code), error_message=exc.message or exc.code.name)
+    return out
+
+
+@handles(ApiKey.FIND_COORDINATOR, 0, 6)
+def find_coordinator(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    key_type = getattr(request, "key_type", GROUP_KEY)
+    if ctx.api_version >= 4:
+        return {"throttle_time": 0,
+                "coordinators": [_coordinator_for(broker, key_type, k)
+                                 for k in request.coordinator_keys]}
+    one = _coordinator_for(broker, key_type, request.key)
+    return {"throttle_time": 0, **one}
+
+
+# --------------------------------------------------------------------------------------------
+# JoinGroup, SyncGroup, Heartbeat, LeaveGroup
+# --------------------------------------------------------------------------------------------
+
+
+@handles(ApiKey.JOIN_GROUP, 0, 9)
+async def join_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    try:
+        groups = _groups(broker)
+    except KafkaError as exc:
+        return _join_reply(version, {"error_code": int(exc.code), "member_id": request.member_id})
+    req = JoinRequest(
+        group_id=request.group_id, member_id=request.member_id,
+        instance_id=getattr(request, "group_instance_id", None),
+        protocol_type=request.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
+        session_timeout=request.session_timeout,
+        rebalance_timeout=getattr(request, "rebalance_timeout", -1),
+        client_id=ctx.client_id or "", client_host=client_host(ctx),
+        require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
+        reason=getattr(request, "reason", None))
+    result = await _wait(lambda respond: groups.join_group(req, respond))
+    return _join_reply(version, result)
+
+
+def _join_reply(version: int, result: dict[str, Any]) -> dict[str, Any]:
+    out = {"throttle_time": 0, "generation_id": -1, "protocol_type": None,
+           "protocol_name": None, "leader": "", "skip_assignment": False, "members": [],
+           **result}
+    if version < 7 and out["protocol_name"] is None:
+        out["protocol_name"] = ""
+    return out
+
+
+@handles(ApiKey.SYNC_GROUP, 0, 5)
+async def sync_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    try:
+        groups = _groups(broker)
+    except KafkaError as exc:
+        return {"throttle_time": 0, "error_code": int(exc.code), "assignment": b""}
+    assignments = [(a.member_id, bytes(a.assignment)) for a in request.assignments]
+    result = await _wait(lambda respond: groups.sync_group(
+        request.group_id, request.generation_id, request.member_id,
+        getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None), assignments, respond))
+    return {"throttle_time": 0, **result}
+
+
+@handles(ApiKey.HEARTBEAT, 0, 4)
+def heartbeat(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    try:
+        code = _groups(broker).heartbeat(request.group_id, request.generation_id,
+                                         request.member_id,
+                                         getattr(request, "group_instance_id", None))
+    except KafkaError as exc:
+        code = exc.code
+    return {"throttle_time": 0, "error_code": int(code)}
+
+
+@handles(ApiKey.LEAVE_GROUP, 0, 5)
+def leave_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    if version < 3:
+        members = [(request.member_id, None, None)]
+    else:
+        members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+                   for m in request.members]
+    try:
+        error, results = _groups(broker).leave_group(request.group_id, members)
+    except KafkaError as exc:
+        error, results = exc.code, []
+    if version < 3 and not error and results:
+        error = results[0]["error_code"]
+    return {"throttle_time": 0, "error_code": int(error), "members": results}
+
+
+# --------------------------------------------------------------------------------------------
+# OffsetCommit, OffsetFetch, OffsetDelete
+# --------------------------------------------------------------------------------------------
+
+
+def _topic_of(broker: Any, t: Any, version: int, min_ids: int) -> tuple[str | None, int]:
+    """(name, error) of a request topic given by name, or by id from version `min_ids`."""
+    if version >= min_ids:
+        topic = broker.image.topics_by_id.get(t.topic_id)
+        return (topic.name, 0) if topic is not None else (None, ErrorCode.UNKNOWN_TOPIC_ID)
+    return t.name, 0
+
+
+@handles(ApiKey.OFFSET_COMMIT, 2, 10)
+def offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    out_topics: list[dict[str, Any]] = []
+    commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
+    slots: dict[tuple[str, int], dict[str, Any]] = {}
+    for t in request.topics:
+        name, error = _topic_of(broker, t, version, 10)
+        parts = []
+        out_topics.append({"name": t.name if version < 10 else name or "",
+                           "topic_id": getattr(t, "topic_id", None), "partitions": parts})
+        wanted = []
+        for p in t.partitions:
+            slot = {"partition_index": p.partition_index, "error_code": int(error)}
+            parts.append(slot)
+            if error:
+                continue
+            assert name is not None
+            if not _partition_known(broker, name, p.partition_index):
+                slot["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            slots[(name, p.partition_index)] = slot
+            wanted.append((p.partition_index, p.committed_offset,
+                           getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        if wanted:
+            assert name is not None
+            commit.append((name, wanted))
+    if commit:
+        try:
+            results = _groups(broker).commit_offsets(
+                request.group_id, request.generation_id_or_member_epoch, request.member_id,
+                getattr(request, "group_instance_id", None),
+                getattr(request, "retention_time", -1), commit, version)
+            for name, rows in results:
+                for partition, code in rows:
+                    slots[(name, partition)]["error_code"] = int(code)
+        except KafkaError as exc:
+            for slot in slots.values():
+                slot["error_code"] = int(exc.code)
+    return {"throttle_time": 0, "topics": out_topics}
+
+
+def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_id: str | None,
+                 member_epoch: int) -> dict[str, Any]:
+    """One group of an OffsetFetch: {group_id, topics, error_code}."""
+    requested: list[tuple[str, list[int]]] | None = None
+    unknown_ids: list[dict[str, Any]] = []
+    id_of: dict[str, uuid.UUID] = {}
+    if topics is not None:
+        requested = []
+        for t in topics:
+            name, error = _topic_of(broker, t, version, 10)
+            if error:
+                unknown_ids.append({"name": "", "topic_id": t.topic_id, "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                     "metadata": "", "error_code": int(error)} for p in t.partition_indexes]})
+                continue
+            assert name is not None
+            requested.append((name, list(t.partition_indexes)))
+            if version >= 10:
+                id_of[name] = t.topic_id
+    try:
+        rows = _groups(broker).fetch_offsets(group_id, requested, member_id, member_epoch)
+        error = 0
+    except KafkaError as exc:
+        error = int(exc.code)
+        rows = [(name, [(p, -1, -1, "") for p in parts]) for name, parts in requested or []]
+    out_topics = []
+    for name, parts in rows:
+        topic_id = id_of.get(name)
+        if version >= 10 and topic_id is None:
+            info = broker.image.topics.get(name)
+            if info is None:
+                continue  # the topic is gone: no id to report it under
+            topic_id = info.topic_id
+        out_topics.append({"name": name, "topic_id": topic_id, "partitions": [
+            {"partition_index": p, "committed_offset": off, "committed_leader_epoch": epoch,
+             "metadata": meta, "error_code": error if version < 2 else 0}
+            for p, off, epoch, meta in parts]})
+    return {"group_id": group_id, "topics": out_topics + unknown_ids, "error_code": error}
+
+
+@handles(ApiKey.OFFSET_FETCH, 1, 10)
+def offset_fetch(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    version = ctx.api_version
+    if version >= 8:
+        groups = [_fetch_group(broker, version, g.group_id, g.topics,
+                               getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+                  for g in request.groups]
+        return {"throttle_time": 0, "groups": groups}
+    one = _fetch_group(broker, version, request.group_id, request.topics, None, -1)
+    return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
+
+
+@handles(ApiKey.OFFSET_DELETE, 0, 0)
+def offset_delete(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    out_topics = []
+    wanted = []
+    slots: dict[tuple[str, int], dict[str, Any]] = {}
+    for t in request.topics:
+        parts = []
+        out_topics.append({"name": t.name, "partitions": parts})
+        keep = []
+        for p in t.partitions:
+            slot = {"partition_index": p.partition_index, "error_code": 0}
+            parts.append(slot)
+            if not _partition_known(broker, t.name, p.partition_index):
+                slot["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            slots[(t.name, p.partition_index)] = slot
+            keep.append(p.partition_index)
+        if keep:
+            wanted.append((t.name, keep))
+    try:
+        results = _groups(broker).delete_offsets(request.group_id, wanted)
+    except KafkaError as exc:
+        return {"throttle_time": 0, "error_code": int(exc.code), "topics": []}
+    for name, rows in results:
+        for partition, code in rows:
+            slots[(name, partition)]["error_code"] = int(code)
+    return {"throttle_time": 0, "error_code": 0, "topics": out_topics}
+
+
+# --------------------------------------------------------------------------------------------
+# ListGroups, DescribeGroups, DeleteGroups
+# --------------------------------------------------------------------------------------------
+
+
+@handles(ApiKey.LIST_GROUPS, 0, 5)
+def list_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    try:
+        error, groups = _groups(broker).list_groups(getattr(request, "states_filter", ()),
+                                                    getattr(request, "types_filter", ()))
+    except KafkaError as exc:
+        error, groups = exc.code, []
+    return {"throttle_time": 0, "error_code": int(error), "groups": groups}
+
+
+@handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
+def describe_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    include = getattr(request, "include_authorized_operations", False)
+    try:
+        groups = _groups(broker).describe_groups(list(request.groups),
+                                                 include_authorized_operations=include,
+                                                 version=ctx.api_version)
+    except KafkaError as exc:
+        groups = [{"group_id": g, "error_code": int(exc.code), "group_state": "",
+                   "protocol_type": "", "protocol_data": "", "members": []}
+                  for g in request.groups]
+    return {"throttle_time": 0, "groups": groups}
+
+
+@handles(ApiKey.DELETE_GROUPS, 0, 2)
+def delete_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    names = list(request.groups_names)
+    try:
+        results = _groups(broker).delete_groups(names)
+    except KafkaError as exc:
+        results = [(g, exc.code) for g in names]
+    return {"throttle_time": 0,
+            "results": [{"group_id": g, "error_code": int(code)} for g, code in results]}

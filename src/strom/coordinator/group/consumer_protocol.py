@@ -1,0 +1,756 @@
+"""KIP-848, the consumer rebalance protocol: ConsumerGroupHeartbeat and ConsumerGroupDescribe.
+
+The server owns the assignment. A heartbeat (1) creates or updates the member, bumping the
+group epoch when subscriptions or the subscribed topics' partition counts change; (2) computes a
+new target assignment when the group epoch is ahead of the assignment epoch; (3) moves the
+member towards its target (Kafka's CurrentAssignmentBuilder): partitions the member must give up
+are revoked first (UNREVOKED_PARTITIONS, the member keeps its epoch) and a partition is handed to
+its new owner only after the previous owner has confirmed the revocation, so no partition is ever
+owned by two members. Members that miss `group.consumer.session.timeout.ms` or do not revoke
+within their rebalance timeout are fenced.
+
+Regular-expression subscriptions are resolved on the broker with Python's `re` (Kafka uses
+RE2/J; the common subset is the same) against the user topics, refreshed whenever topics change.
+
+State changes are written to `__consumer_offsets` as Kafka's ConsumerGroup* records (types 3-8)
+and replayed on load, so a broker restart keeps members, epochs and assignments.
+
+This is a mixin of `GroupCoordinator` (it uses its shards, store, timers and topics view).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import uuid
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from strom.coordinator.group import records as rec
+from strom.coordinator.group.assignors import ASSIGNORS
+from strom.coordinator.group.state import (
+    LEAVE_GROUP_MEMBER_EPOCH,
+    LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    Assignment,
+    ClassicGroup,
+    ConsumerGroup,
+    ConsumerMember,
+    MemberState,
+)
+from strom.protocol.errors import ErrorCode, KafkaError
+
+if TYPE_CHECKING:
+    from strom.coordinator.group.coordinator import Shard
+
+log = logging.getLogger(__name__)
+
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
+MEMBER_TYPE_CONSUMER = 1
+
+
+def _copy(a: Assignment) -> Assignment:
+    return {t: set(ps) for t, ps in a.items() if ps}
+
+
+def _same(a: Assignment, b: Assignment) -> bool:
+    return _copy(a) == _copy(b)
+
+
+def owned_from_request(entries: list[Any] | None) -> Assignment | None:
+    """The request's TopicPartitions (topic_id, partitions) as an assignment (None stays None)."""
+    if entries is None:
+        return None
+    out: Assignment = {}
+    for e in entries:
+        topic_id = e["topic_id"] if isinstance(e, dict) else e.topic_id
+        partitions = e["partitions"] if isinstance(e, dict) else e.partitions
+        out.setdefault(topic_id, set()).update(partitions)
+    return out
+
+
+class ConsumerGroupProtocol:
+    """Mixin: KIP-848 consumer groups (needs the attributes GroupCoordinator sets up)."""
+
+    # -- set up by GroupCoordinator ----------------------------------------------------------
+    config: Any
+    topics: Any
+    store: Any
+    timers: Any
+    shards: dict[int, Shard]
+
+    def _init_consumer_protocol(self) -> None:
+        self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}
+        self._metadata_versions: dict[str, int] = {}
+
+    # ========================================================================================
+    # ConsumerGroupHeartbeat
+    # ========================================================================================
+
+    def consumer_group_heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
+                                 instance_id: str | None, rack_id: str | None,
+                                 rebalance_timeout: int, subscribed_topic_names: list[str] | None,
+                                 subscribed_topic_regex: str | None, server_assignor: str | None,
+                                 topic_partitions: list[Any] | None, client_id: str,
+                                 client_host: str, version: int = 1) -> dict[str, Any]:
+        owned = owned_from_request(topic_partitions)
+        try:
+            if "consumer" not in self.config.rebalance_protocols:
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                                 "The consumer rebalance protocol is disabled.")
+            self._validate_heartbeat(group_id, member_id, member_epoch, instance_id, rack_id,
+                                     rebalance_timeout, subscribed_topic_names,
+                                     subscribed_topic_regex, server_assignor, topic_partitions,
+                                     version)
+            shard = self._shard(group_id)
+            if member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
+                return self._consumer_leave(shard, group_id, member_id, member_epoch, instance_id)
+            return self._consumer_heartbeat(
+                shard, group_id, member_id, member_epoch, instance_id, rack_id,
+                rebalance_timeout, subscribed_topic_names, subscribed_topic_regex,
+                server_assignor, owned, client_id, client_host)
+        except KafkaError as exc:
+            return {"error_code": int(exc.code), "error_message": exc.message,
+                    "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
+                    "assignment": None}
+
+    def _validate_heartbeat(self, group_id, member_id, epoch, instance_id, rack_id,
+                            rebalance_timeout, names, regex, assignor, topic_partitions,
+                            version) -> None:
+        def invalid(message: str) -> KafkaError:
+            return KafkaError(ErrorCode.INVALID_REQUEST, message)
+
+        if not group_id:
+            raise invalid("GroupId can't be empty.")
+        if instance_id == "":
+            raise invalid("InstanceId can't be empty.")
+        if rack_id == "":
+            raise invalid("RackId can't be empty.")
+        if not member_id and (version >= 1 or epoch > 0 or epoch == LEAVE_GROUP_MEMBER_EPOCH):
+            raise invalid("MemberId can't be empty.")
+        if epoch == 0:
+            if rebalance_timeout == -1:
+                raise invalid("RebalanceTimeoutMs must be provided in first request.")
+            if topic_partitions is None or len(topic_partitions) > 0:
+                raise invalid("TopicPartitions must be empty when (re-)joining.")
+            if names is None and not regex:
+                raise invalid("Either SubscribedTopicNames or SubscribedTopicRegex must be "
+                              "non-null when (re-)joining.")
+        elif epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            if instance_id is None:
+                raise invalid("InstanceId can't be null.")
+        elif epoch < LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            raise invalid("MemberEpoch is invalid.")
+        if assignor is not None and assignor not in self._assignor_names():
+            raise KafkaError(ErrorCode.UNSUPPORTED_ASSIGNOR,
+                             f"ServerAssignor {assignor} is not supported. Supported assignors: "
+                             f"{', '.join(self._assignor_names())}.")
+        if regex:
+            try:
+                re.compile(regex)
+            except re.error as exc:
+                raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
+                                 f"SubscribedTopicRegex `{regex}` is not a valid regular "
+                                 f"expression: {exc}.") from None
+
+    def _assignor_names(self) -> list[str]:
+        return [a for a in self.config.consumer_assignors if a in ASSIGNORS] or ["uniform"]
+
+    def _consumer_heartbeat(self, shard: Shard, group_id: str, member_id: str, epoch: int,
+                            instance_id, rack_id, rebalance_timeout, names, regex, assignor,
+                            owned: Assignment | None, client_id: str, client_host: str
+                            ) -> dict[str, Any]:
+        records: list[rec.KeyValue] = []
+        now = self.now_ms()
+        group = shard.groups.get(group_id)
+        if isinstance(group, ClassicGroup):
+            if not group.is_empty or group.pending_members:
+                raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
+                                 f"Group {group_id} is not a consumer group.")
+            log.info("group %s: converting the empty classic group to a consumer group", group_id)
+            records.append(rec.group_tombstone(group_id))
+            self.timers.cancel_group(group_id)
+            del shard.groups[group_id]
+            group = None
+        if group is None:
+            if epoch != 0:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Consumer group {group_id} not found.")
+            group = ConsumerGroup(group_id, now)
+            shard.groups[group_id] = group
+        if len(group.members) >= self.config.consumer_max_size and \
+                member_id not in group.members and group.static_member(instance_id) is None:
+            raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
+                             f"The consumer group has reached its maximum capacity of "
+                             f"{self.config.consumer_max_size} members.")
+        if not member_id:
+            member_id = str(uuid.uuid4())
+        old = self._member_for_heartbeat(group, member_id, epoch, instance_id, owned, records)
+        member = ConsumerMember(**{**old.__dict__})
+        member.assigned = _copy(old.assigned)
+        member.pending_revocation = _copy(old.pending_revocation)
+        member.member_id = member_id
+        if instance_id is not None:
+            member.instance_id = instance_id
+        if rack_id is not None:
+            member.rack_id = rack_id
+        if rebalance_timeout != -1:
+            member.rebalance_timeout = rebalance_timeout
+        if assignor is not None:
+            member.server_assignor = assignor
+        if names is not None:
+            member.subscribed_topic_names = list(names)
+        if regex is not None:
+            member.subscribed_topic_regex = regex or None
+        member.client_id = client_id
+        member.client_host = client_host
+        is_new = member_id not in group.members
+        if is_new or member.metadata_fields() != old.metadata_fields():
+            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_MEMBER_METADATA, group_id,
+                                                     member_id, member.metadata_fields()))
+        bump = member.subscription_key() != old.subscription_key()
+        group.put_member(member)
+        # 1. subscription metadata and group epoch
+        version = self.topics.version()
+        if bump or self._metadata_versions.get(group_id) != version:
+            self._metadata_versions[group_id] = version
+            metadata = self._subscription_metadata(group)
+            if metadata != group.subscription_metadata:
+                group.subscription_metadata = metadata
+                records.append(self._partition_metadata_record(group))
+                bump = True
+        if bump:
+            group.group_epoch += 1
+            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_METADATA, group_id, None,
+                                                     {"epoch": group.group_epoch}))
+            log.info("group %s: bumped group epoch to %d", group_id, group.group_epoch)
+        # 2. target assignment
+        if group.group_epoch > group.assignment_epoch:
+            records += self._update_target_assignment(group)
+        # 3. reconcile the member towards its target
+        updated = self._reconcile(group, member, owned)
+        if updated is not member or is_new:
+            group.put_member(updated)
+            records.append(self._current_assignment_record(group_id, updated))
+            if updated.state == MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance_timeout(group_id, updated)
+            else:
+                self.timers.cancel(("rebalance", group_id, member_id))
+        self.store.append(shard.partition, records)
+        self._schedule_session_timeout(group_id, member_id)
+        response: dict[str, Any] = {
+            "error_code": 0, "error_message": None, "member_id": member_id,
+            "member_epoch": updated.member_epoch,
+            "heartbeat_interval": self.config.consumer_heartbeat_interval, "assignment": None}
+        full = epoch == 0 or (rebalance_timeout != -1 and names is not None
+                              and owned is not None)
+        if full or not _same(old.assigned, updated.assigned):
+            response["assignment"] = {"topic_partitions": rec.topic_partitions(updated.assigned)}
+        return response
+
+    def _member_for_heartbeat(self, group: ConsumerGroup, member_id: str, epoch: int,
+                              instance_id: str | None, owned: Assignment | None,
+                              records: list[rec.KeyValue]) -> ConsumerMember:
+        """The member this heartbeat is about (new, existing or a replaced static member)."""
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                if epoch != 0:
+                    raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                     f"Member {member_id} is not a member of group "
+                                     f"{group.group_id}.")
+                log.info("group %s: member %s joins", group.group_id, member_id)
+                return ConsumerMember(member_id)
+            if epoch != 0:
+                self._check_member_epoch(member, epoch, owned)
+            return member
+        existing = group.static_member(instance_id)
+        if epoch == 0:
+            if existing is None or existing.member_id == member_id:
+                if existing is None:
+                    log.info("group %s: static member %s (instance %s) joins", group.group_id,
+                             member_id, instance_id)
+                return existing or group.members.get(member_id) or ConsumerMember(member_id)
+            if existing.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+                raise KafkaError(ErrorCode.UNRELEASED_INSTANCE_ID,
+                                 f"Static member {member_id} with instance id {instance_id} "
+                                 f"cannot join the group because the instance id is owned by "
+                                 f"member {existing.member_id}.")
+            # The static member comes back: a new member id takes over its assignment.
+            log.info("group %s: static member %s rejoins as %s", group.group_id, instance_id,
+                     member_id)
+            replacement = ConsumerMember(**{**existing.__dict__})
+            replacement.member_id = member_id
+            replacement.member_epoch = replacement.previous_member_epoch = 0
+            replacement.assigned = _copy(existing.assigned)
+            replacement.pending_revocation = {}
+            target = group.target.get(existing.member_id)
+            records += self._member_tombstones(group.group_id, existing.member_id)
+            group.remove_member(existing.member_id)
+            self.timers.cancel(("session", group.group_id, existing.member_id))
+            self.timers.cancel(("rebalance", group.group_id, existing.member_id))
+            if target is not None:
+                group.target[member_id] = target
+                records.append(rec.consumer_group_record(
+                    rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id,
+                    {"topic_partitions": rec.topic_partitions(target)}))
+            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_MEMBER_METADATA,
+                                                     group.group_id, member_id,
+                                                     replacement.metadata_fields()))
+            group.put_member(replacement)
+            return replacement
+        if existing is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+        if existing.member_id != member_id:
+            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
+                             f"Static member {member_id} with instance id {instance_id} was "
+                             f"fenced by member {existing.member_id}.")
+        self._check_member_epoch(existing, epoch, owned)
+        return existing
+
+    @staticmethod
+    def _check_member_epoch(member: ConsumerMember, epoch: int, owned: Assignment | None) -> None:
+        if epoch > member.member_epoch:
+            raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
+                             f"The consumer group member has a greater member epoch ({epoch}) "
+                             f"than the one known by the group coordinator "
+                             f"({member.member_epoch}). The member must abandon all its "
+                             "partitions and rejoin.")
+        if epoch < member.member_epoch:
+            subset = owned is not None and all(
+                p in member.assigned.get(t, ()) for t, ps in owned.items() for p in ps)
+            if epoch != member.previous_member_epoch or not subset:
+                raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
+                                 f"The consumer group member has a smaller member epoch "
+                                 f"({epoch}) than the one known by the group coordinator "
+                                 f"({member.member_epoch}). The member must abandon all its "
+                                 "partitions and rejoin.")
+
+    # -- subscriptions and target assignment ---------------------------------------------------
+
+    def _regex_topics(self, regex: str) -> frozenset[str]:
+        version = self.topics.version()
+        cached = self._regex_cache.get(regex)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            pattern = re.compile(regex)
+        except re.error:
+            matched: frozenset[str] = frozenset()
+        else:
+            matched = frozenset(n for n in self.topics.names() if pattern.fullmatch(n))
+        self._regex_cache[regex] = (version, matched)
+        return matched
+
+    def _member_topics(self, member: ConsumerMember) -> set[str]:
+        topics = set(member.subscribed_topic_names)
+        if member.subscribed_topic_regex:
+            topics |= self._regex_topics(member.subscribed_topic_regex)
+        return topics
+
+    def _subscription_metadata(self, group: ConsumerGroup) -> dict[str, tuple[uuid.UUID, int]]:
+        out = {}
+        for member in group.members.values():
+            for name in self._member_topics(member):
+                info = self.topics.topic(name)
+                if info is not None:
+                    out[name] = info
+        return out
+
+    def _partition_metadata_record(self, group: ConsumerGroup) -> rec.KeyValue:
+        return rec.consumer_group_record(
+            rec.CONSUMER_GROUP_PARTITION_METADATA, group.group_id, None,
+            {"topics": [{"topic_id": tid, "topic_name": name, "num_partitions": n,
+                         "partition_metadata": []}
+                        for name, (tid, n) in sorted(group.subscription_metadata.items())]})
+
+    def _preferred_assignor(self, group: ConsumerGroup) -> str:
+        names = self._assignor_names()
+        votes = Counter(m.server_assignor for m in group.members.values()
+                        if m.server_assignor in names)
+        return votes.most_common(1)[0][0] if votes else names[0]
+
+    def _update_target_assignment(self, group: ConsumerGroup) -> list[rec.KeyValue]:
+        name = self._preferred_assignor(group)
+        subscriptions = {mid: self._member_topics(m) & set(group.subscription_metadata)
+                         for mid, m in group.members.items()}
+        new = ASSIGNORS[name].assign(subscriptions, group.subscription_metadata, group.target)
+        records = []
+        for mid in group.members:
+            target = new.get(mid, {})
+            if not _same(group.target.get(mid, {}), target) or mid not in group.target:
+                records.append(rec.consumer_group_record(
+                    rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group.group_id, mid,
+                    {"topic_partitions": rec.topic_partitions(target)}))
+            group.target[mid] = target
+        group.assignment_epoch = group.group_epoch
+        records.append(rec.consumer_group_record(
+            rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA, group.group_id, None,
+            {"assignment_epoch": group.assignment_epoch}))
+        log.info("group %s: new target assignment at epoch %d with the %s assignor",
+                 group.group_id, group.assignment_epoch, name)
+        return records
+
+    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember,
+                   owned: Assignment | None) -> ConsumerMember:
+        """Kafka's CurrentAssignmentBuilder; returns `member` itself when nothing changes."""
+        epoch = group.assignment_epoch
+        if member.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH or \
+                member.is_reconciled_to(epoch):
+            return member
+        target = group.target.get(member.member_id, {})
+
+        def owns_any(revoking: Assignment) -> bool:
+            if owned is None:
+                return True
+            return any(p in revoking.get(t, ()) for t, ps in owned.items() for p in ps)
+
+        def next_state(member_epoch: int, current: Assignment) -> ConsumerMember:
+            assigned: Assignment = {}
+            revoking: Assignment = {}
+            pending: Assignment = {}
+            unreleased = False
+            for topic_id in set(target) | set(current):
+                want = target.get(topic_id, set())
+                have = current.get(topic_id, set())
+                keep = have & want
+                gone = have - keep
+                add = set()
+                for p in want - keep:
+                    if group.current_partition_epoch(topic_id, p) != -1 and \
+                            (topic_id, p) not in own_claims:
+                        unreleased = True
+                    else:
+                        add.add(p)
+                if keep:
+                    assigned[topic_id] = keep
+                if gone:
+                    revoking[topic_id] = gone
+                if add:
+                    pending[topic_id] = add
+            new = ConsumerMember(**{**member.__dict__})
+            if revoking and owns_any(revoking):
+                new.state = MemberState.UNREVOKED_PARTITIONS
+                new.previous_member_epoch, new.member_epoch = member.member_epoch, member_epoch
+                new.assigned, new.pending_revocation = assigned, revoking
+                return new
+            for topic_id, ps in pending.items():
+                assigned.setdefault(topic_id, set()).update(ps)
+            new.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
+            new.previous_member_epoch, new.member_epoch = member.member_epoch, epoch
+            new.assigned, new.pending_revocation = assigned, {}
+            return new
+
+        # Partitions this member itself holds (assigned or being revoked) are not "taken".
+        own_claims = {(t, p) for a in (member.assigned, member.pending_revocation)
+                      for t, ps in a.items() for p in ps}
+        if member.state == MemberState.STABLE:
+            new = next_state(member.member_epoch, member.assigned)
+        elif member.state == MemberState.UNREVOKED_PARTITIONS:
+            if owns_any(member.pending_revocation):
+                return member
+            own_claims = {(t, p) for t, ps in member.assigned.items() for p in ps}
+            # the revoked partitions are released before computing what can be added
+            released = ConsumerMember(**{**member.__dict__})
+            released.pending_revocation = {}
+            group.put_member(released)
+            new = next_state(member.member_epoch + 1, member.assigned)
+        elif member.state == MemberState.UNRELEASED_PARTITIONS:
+            new = next_state(member.member_epoch, member.assigned)
+        else:
+            if owned is None or owned:
+                raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
+                                 "The consumer group member is in an unknown state. The member "
+                                 "must abandon all its partitions and rejoin.")
+            new = next_state(epoch, member.assigned)
+        if (new.state, new.member_epoch, new.previous_member_epoch) == (
+                member.state, member.member_epoch, member.previous_member_epoch) and \
+                _same(new.assigned, member.assigned) and \
+                _same(new.pending_revocation, member.pending_revocation):
+            return member
+        log.debug("group %s: member %s -> epoch %d state %s assigned %s revoking %s",
+                  group.group_id, member.member_id, new.member_epoch, new.state.name,
+                  new.assigned, new.pending_revocation)
+        return new
+
+    def _current_assignment_record(self, group_id: str, m: ConsumerMember) -> rec.KeyValue:
+        return rec.consumer_group_record(
+            rec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, m.member_id,
+            {"member_epoch": m.member_epoch, "previous_member_epoch": m.previous_member_epoch,
+             "state": int(m.state), "assigned_partitions": rec.topic_partitions(m.assigned),
+             "partitions_pending_revocation": rec.topic_partitions(m.pending_revocation)})
+
+    # -- leaving and fencing -------------------------------------------------------------------
+
+    def _consumer_leave(self, shard: Shard, group_id: str, member_id: str, epoch: int,
+                        instance_id: str | None) -> dict[str, Any]:
+        group = shard.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
+        if instance_id is None:
+            member = group.members.get(member_id)
+            if member is None:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+        else:
+            member = group.static_member(instance_id)
+            if member is None:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Instance id {instance_id} is unknown.")
+            if member.member_id != member_id:
+                raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
+                                 f"Static member {member_id} with instance id {instance_id} was "
+                                 f"fenced by member {member.member_id}.")
+        response = {"error_code": 0, "error_message": None, "member_id": member_id,
+                    "member_epoch": epoch, "heartbeat_interval": 0, "assignment": None}
+        if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
+            log.info("group %s: static member %s (instance %s) left temporarily", group_id,
+                     member_id, instance_id)
+            left = ConsumerMember(**{**member.__dict__})
+            left.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
+            left.pending_revocation = {}
+            left.assigned = _copy(member.assigned)
+            self.store.append(shard.partition, [self._current_assignment_record(group_id, left)])
+            group.put_member(left)
+            self.timers.cancel(("rebalance", group_id, member_id))
+            return response
+        log.info("group %s: member %s left", group_id, member_id)
+        self._fence_member(shard, group, member)
+        return response
+
+    def _fence_member(self, shard: Shard, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """Remove a member and bump the group epoch so the others get its partitions."""
+        gid, mid = group.group_id, member.member_id
+        records = self._member_tombstones(gid, mid)
+        group.remove_member(mid)
+        self.timers.cancel(("session", gid, mid))
+        self.timers.cancel(("rebalance", gid, mid))
+        metadata = self._subscription_metadata(group)
+        if metadata != group.subscription_metadata:
+            group.subscription_metadata = metadata
+            records.append(self._partition_metadata_record(group))
+        group.group_epoch += 1
+        records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_METADATA, gid, None,
+                                                 {"epoch": group.group_epoch}))
+        try:
+            self.store.append(shard.partition, records)
+        except KafkaError as exc:
+            log.warning("group %s: cannot persist the removal of member %s: %s", gid, mid, exc)
+
+    def _member_tombstones(self, group_id: str, member_id: str) -> list[rec.KeyValue]:
+        return [rec.consumer_group_record(t, group_id, member_id, None)
+                for t in (rec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                          rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
+                          rec.CONSUMER_GROUP_MEMBER_METADATA)]
+
+    def _consumer_group_tombstones(self, group: ConsumerGroup) -> list[rec.KeyValue]:
+        records = []
+        for mid in set(group.members) | set(group.target):
+            records += self._member_tombstones(group.group_id, mid)
+        records += [rec.consumer_group_record(t, group.group_id, None, None)
+                    for t in (rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+                              rec.CONSUMER_GROUP_PARTITION_METADATA,
+                              rec.CONSUMER_GROUP_METADATA)]
+        return records
+
+    def _delete_consumer_group_state(self, shard: Shard, group: ConsumerGroup) -> None:
+        """Drop an empty consumer group (its offsets stay), e.g. before a classic group takes
+        over its id."""
+        self.store.append(shard.partition, self._consumer_group_tombstones(group))
+        shard.groups.pop(group.group_id, None)
+        self.timers.cancel_group(group.group_id)
+        self._metadata_versions.pop(group.group_id, None)
+
+    def _session_expired(self, group_id: str, member_id: str) -> None:
+        self._fence_if_present(group_id, member_id, None, "its session expired")
+
+    def _rebalance_expired(self, group_id: str, member_id: str, epoch: int) -> None:
+        self._fence_if_present(group_id, member_id, epoch,
+                               f"it did not revoke its partitions within its rebalance timeout "
+                               f"(epoch {epoch})")
+
+    def _fence_if_present(self, group_id: str, member_id: str, epoch: int | None,
+                          why: str) -> None:
+        shard = self.shards.get(self._partition_of(group_id))
+        if shard is None or shard.loading:
+            return
+        group = shard.groups.get(group_id)
+        if not isinstance(group, ConsumerGroup):
+            return
+        member = group.members.get(member_id)
+        if member is None or (epoch is not None and member.member_epoch != epoch):
+            return
+        log.info("group %s: member %s fenced because %s", group_id, member_id, why)
+        self._fence_member(shard, group, member)
+
+    def _partition_of(self, group_id: str) -> int:
+        return self.partition_for(group_id)  # type: ignore[attr-defined]
+
+    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
+        self.timers.schedule(("session", group_id, member_id),
+                             self.config.consumer_session_timeout,
+                             lambda: self._session_expired(group_id, member_id))
+
+    def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerMember) -> None:
+        mid, epoch = member.member_id, member.member_epoch
+        timeout = member.rebalance_timeout if member.rebalance_timeout > 0 \
+            else self.config.consumer_session_timeout
+        self.timers.schedule(("rebalance", group_id, mid), timeout,
+                             lambda: self._rebalance_expired(group_id, mid, epoch))
+
+    # -- offsets validation --------------------------------------------------------------------
+
+    @staticmethod
+    def _validate_consumer_commit(group: ConsumerGroup, member_id: str, epoch: int,
+                                  api_version: int) -> None:
+        if epoch < 0 and not group.members:
+            return
+        member = group.members.get(member_id)
+        if member is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"Member {member_id} is not a member of group {group.group_id}.")
+        if api_version < 9:
+            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                             "OffsetCommit version 9 or above must be used by members using "
+                             "the consumer group protocol")
+        if epoch != member.member_epoch:
+            raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
+                             f"The received member epoch {epoch} does not match the expected "
+                             f"member epoch {member.member_epoch}.")
+
+    @staticmethod
+    def _validate_consumer_fetch(group: ConsumerGroup, member_id: str | None, epoch: int) -> None:
+        if member_id is None and epoch < 0:
+            return
+        member = group.members.get(member_id or "")
+        if member is None:
+            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                             f"Member {member_id} is not a member of group {group.group_id}.")
+        if epoch != member.member_epoch:
+            raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
+                             f"The received member epoch {epoch} does not match the expected "
+                             f"member epoch {member.member_epoch}.")
+
+    # ========================================================================================
+    # ConsumerGroupDescribe
+    # ========================================================================================
+
+    def consumer_group_describe(self, group_ids: list[str], *,
+                                include_authorized_operations: bool) -> list[dict[str, Any]]:
+        from strom.coordinator.group.coordinator import GROUP_AUTHORIZED_OPERATIONS
+
+        ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations \
+            else UNKNOWN_AUTHORIZED_OPERATIONS
+        out = []
+        for gid in group_ids:
+            entry: dict[str, Any] = {"group_id": gid, "error_code": 0, "error_message": None,
+                                     "group_state": "Dead", "group_epoch": 0,
+                                     "assignment_epoch": 0, "assignor_name": "", "members": [],
+                                     "authorized_operations": ops}
+            out.append(entry)
+            try:
+                shard = self._shard(gid)
+            except KafkaError as exc:
+                entry.update(error_code=int(exc.code), error_message=exc.message)
+                continue
+            group = shard.groups.get(gid)
+            if not isinstance(group, ConsumerGroup):
+                what = "not found" if group is None else "is not a consumer group"
+                entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                             error_message=f"Group {gid} {what}.")
+                continue
+            entry.update(group_state=group.state_name, group_epoch=group.group_epoch,
+                         assignment_epoch=group.assignment_epoch,
+                         assignor_name=self._preferred_assignor(group))
+            entry["members"] = [self._describe_member(group, m) for m in group.members.values()]
+        return out
+
+    def _describe_member(self, group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
+        def described(a: Assignment) -> dict[str, Any]:
+            return {"topic_partitions": [
+                {"topic_id": t, "topic_name": self.topics.topic_name(t) or "",
+                 "partitions": sorted(ps)} for t, ps in a.items() if ps]}
+
+        return {"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
+                "member_epoch": m.member_epoch, "client_id": m.client_id,
+                "client_host": m.client_host,
+                "subscribed_topic_names": list(m.subscribed_topic_names),
+                "subscribed_topic_regex": m.subscribed_topic_regex,
+                "assignment": described(m.assigned),
+                "target_assignment": described(group.target.get(m.member_id, {})),
+                "member_type": MEMBER_TYPE_CONSUMER}
+
+    # ========================================================================================
+    # Load
+    # ========================================================================================
+
+    def _replay_consumer_record(self, shard: Shard, r: rec.CoordinatorRecord) -> None:
+        gid = r.key["group_id"]
+        group = shard.groups.get(gid)
+        if r.value is None:
+            if not isinstance(group, ConsumerGroup):
+                return
+            mid = r.key.get("member_id")
+            if r.type == rec.CONSUMER_GROUP_METADATA:
+                del shard.groups[gid]
+            elif r.type == rec.CONSUMER_GROUP_PARTITION_METADATA:
+                group.subscription_metadata = {}
+            elif r.type == rec.CONSUMER_GROUP_MEMBER_METADATA and mid is not None:
+                group.remove_member(mid)
+            elif r.type == rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER and mid is not None:
+                group.target.pop(mid, None)
+            elif r.type == rec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT and mid is not None:
+                member = group.members.get(mid)
+                if member is not None:
+                    reset = ConsumerMember(**{**member.__dict__})
+                    reset.member_epoch = reset.previous_member_epoch = 0
+                    reset.state = MemberState.STABLE
+                    reset.assigned, reset.pending_revocation = {}, {}
+                    group.put_member(reset)
+            return
+        if not isinstance(group, ConsumerGroup):
+            if isinstance(group, ClassicGroup) and not group.is_empty:
+                return
+            group = ConsumerGroup(gid, self.now_ms())
+            shard.groups[gid] = group
+        v = r.value
+        if r.type == rec.CONSUMER_GROUP_METADATA:
+            group.group_epoch = v["epoch"]
+        elif r.type == rec.CONSUMER_GROUP_PARTITION_METADATA:
+            group.subscription_metadata = {t["topic_name"]: (t["topic_id"], t["num_partitions"])
+                                           for t in v["topics"]}
+        elif r.type == rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA:
+            group.assignment_epoch = v["assignment_epoch"]
+        elif r.type == rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER:
+            group.target[r.key["member_id"]] = rec.assignment_from(v["topic_partitions"])
+        elif r.type == rec.CONSUMER_GROUP_MEMBER_METADATA:
+            mid = r.key["member_id"]
+            old = group.members.get(mid) or ConsumerMember(mid)
+            member = ConsumerMember(**{**old.__dict__})
+            member.instance_id = v["instance_id"]
+            member.rack_id = v["rack_id"]
+            member.client_id = v["client_id"]
+            member.client_host = v["client_host"]
+            member.subscribed_topic_names = list(v["subscribed_topic_names"] or [])
+            member.subscribed_topic_regex = v["subscribed_topic_regex"]
+            member.rebalance_timeout = v["rebalance_timeout"]
+            member.server_assignor = v["server_assignor"]
+            group.put_member(member)
+        elif r.type == rec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+            mid = r.key["member_id"]
+            old = group.members.get(mid) or ConsumerMember(mid)
+            member = ConsumerMember(**{**old.__dict__})
+            member.member_epoch = v["member_epoch"]
+            member.previous_member_epoch = v["previous_member_epoch"]
+            try:
+                member.state = MemberState(v["state"])
+            except ValueError:
+                member.state = MemberState.UNKNOWN
+            member.assigned = rec.assignment_from(v["assigned_partitions"])
+            member.pending_revocation = rec.assignment_from(v["partitions_pending_revocation"])
+            group.put_member(member)
+
+    def _on_consumer_group_loaded(self, group: ConsumerGroup, now: int) -> None:
+        for member in group.members.values():
+            self._schedule_session_timeout(group.group_id, member.member_id)
+            if member.state == MemberState.UNREVOKED_PARTITIONS:
+                self._schedule_rebalance_timeout(group.group_id, member)
