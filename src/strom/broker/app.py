@@ -27,6 +27,7 @@ from strom.cluster.image import BrokerInfo
 from strom.cluster.metadata_log import MetadataLog
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
+from strom.storage.cleaner import CleanerConfig, LogCleaner
 from strom.storage.manager import LogManager
 
 log = logging.getLogger("strom.broker")
@@ -80,11 +81,22 @@ def cluster_id_for(log_dirs: list[Path], broker_id: int) -> str:
     return cluster_id
 
 
+def cleaner_config(config: BrokerConfig) -> CleanerConfig:
+    return CleanerConfig(
+        enabled=config.get("log.cleaner.enable"),
+        threads=config.get("log.cleaner.threads"),
+        dedupe_buffer_size=config.get("log.cleaner.dedupe.buffer.size"),
+        io_buffer_load_factor=config.get("log.cleaner.io.buffer.load.factor"),
+        backoff_ms=config.get("log.cleaner.backoff.ms"),
+    )
+
+
 def build_broker(config: BrokerConfig) -> tuple[Broker, list[BrokerServer]]:
     broker_id = config.broker_id
     log_dirs = config.log_dirs
     cluster_id = cluster_id_for(log_dirs, broker_id)
-    logs = LogManager(log_dirs, max_open_files=config.get("max.open.files"))
+    logs = LogManager(log_dirs, max_open_files=config.get("max.open.files"),
+                      producer_id_expiration_ms=config.get("producer.id.expiration.ms"))
     started = time.monotonic()
     logs.load()
     metadata_log = MetadataLog(logs)
@@ -127,6 +139,12 @@ async def _periodic(interval_ms: int, fn, name: str) -> None:
 
 async def serve(config: BrokerConfig) -> None:
     broker, servers = build_broker(config)
+    # -- group coordinator: serves the __consumer_offsets partitions this broker leads --
+    from strom.broker.handlers.groups import build_group_coordinator
+
+    broker.groups = build_group_coordinator(broker, asyncio.get_running_loop())
+    broker.groups.start()
+    # -- end group coordinator --
     for server in servers:
         await server.start()
     if broker.info.port == 0 and servers:  # port 0: advertise the port the OS chose
@@ -144,7 +162,13 @@ async def serve(config: BrokerConfig) -> None:
                                       lambda: logs.flush_if_due(broker.now_ms()), "flush")),
         asyncio.create_task(_periodic(config.get("log.flush.offset.checkpoint.interval.ms"),
                                       logs.checkpoint, "checkpoint")),
+        asyncio.create_task(_periodic(
+            config.get("producer.id.expiration.check.interval.ms"),
+            lambda: logs.remove_expired_producers(broker.now_ms()), "producer-expiry")),
     ]
+    cleaner = LogCleaner(logs.logs, cleaner_config(config),
+                         dir_of=lambda plog: logs.dir_of(plog.topic, plog.partition) or plog.dir.parent)
+    cleaner.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -153,8 +177,10 @@ async def serve(config: BrokerConfig) -> None:
     log.info("shutting down")
     for task in tasks:
         task.cancel()
+    await cleaner.stop()
     for server in servers:
         await server.stop()
+    broker.groups.shutdown()
     logs.shutdown()
     log.info("shut down cleanly")
 

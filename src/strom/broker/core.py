@@ -28,6 +28,7 @@ class Broker:
     metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
     metadata_cache_version: int = -1
     producer_ids: list[int] = field(default_factory=lambda: [0, 0])  # [next, end) of our block
+    groups: Any = None  # the GroupCoordinator (strom.coordinator.group), set up by app.serve
 
     @staticmethod
     def now_ms() -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from strom.cluster.image import METADATA_TOPIC, MetadataImage, PartitionState, TopicState
@@ -23,6 +24,9 @@ from strom.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
 
+# (topic, partition, is_leader, leader_epoch): called when this broker starts or stops leading
+LeadershipListener = Callable[[str, int, bool, int], None]
+
 _LOG_CONFIG_FIELDS = [f.name for f in dataclasses.fields(LogConfig)]
 
 
@@ -35,6 +39,8 @@ class PartitionManager:
         self.logs = logs
         self.waiters = WaiterRegistry()
         self._local: dict[tuple[str, int], PartitionLog] = {}
+        self._leading: dict[tuple[str, int], int] = {}  # partitions we lead -> leader epoch
+        self._leadership_listeners: list[LeadershipListener] = []
 
     # -- configs --------------------------------------------------------------------------
 
@@ -77,6 +83,8 @@ class PartitionManager:
                 log.info("removing stray log %s-%d", *key)
                 self.logs.delete_partition(*key)
                 self._local.pop(key, None)
+        for key in list(self._leading.keys() | self._local.keys()):
+            self._update_leadership(*key)
 
     def on_changes(self, changes: list[Change]) -> None:
         for change in changes:
@@ -84,6 +92,7 @@ class PartitionManager:
             if change.kind == "topic_deleted" and topic is not None:
                 for p in change.partitions:
                     self._local.pop((topic.name, p), None)
+                    self._update_leadership(topic.name, p)
                     if self.logs.get(topic.name, p) is not None:
                         self.logs.delete_partition(topic.name, p)
                     self.waiters.notify((topic.name, p))
@@ -93,6 +102,7 @@ class PartitionManager:
                     state = topic.partitions[p]
                     if self.broker_id in state.replicas:
                         self._ensure(topic, state, config)
+                    self._update_leadership(topic.name, p)
             elif change.kind == "topic_configs" and topic is not None:
                 config = self.log_config(topic)
                 for p in topic.partitions:
@@ -123,6 +133,37 @@ class PartitionManager:
         if existing is not None and existing.topic_id == topic.topic_id:
             return
         self._local[key] = self.logs.create(topic.name, state.partition, topic.topic_id, config)
+
+    # -- leadership (for coordinators) -------------------------------------------------------
+
+    def add_leadership_listener(self, listener: LeadershipListener, *, replay: bool = True) -> None:
+        """Tell `listener` whenever this broker starts or stops leading a local partition.
+
+        With `replay`, it first hears about every partition led right now (on one broker: all
+        local partitions). A replicated cluster calls the same listeners from its leader changes.
+        """
+        self._leadership_listeners.append(listener)
+        if replay:
+            for (topic, partition), epoch in list(self._leading.items()):
+                listener(topic, partition, True, epoch)
+
+    def _update_leadership(self, topic_name: str, partition: int) -> None:
+        key = (topic_name, partition)
+        t = self.image.topics.get(topic_name)
+        state = t.partitions.get(partition) if t is not None else None
+        leads = (state is not None and state.leader == self.broker_id and key in self._local)
+        was = self._leading.get(key)
+        if leads:
+            assert state is not None
+            if was == state.leader_epoch:
+                return
+            self._leading[key] = state.leader_epoch
+            for listener in list(self._leadership_listeners):
+                listener(topic_name, partition, True, state.leader_epoch)
+        elif was is not None:
+            del self._leading[key]
+            for listener in list(self._leadership_listeners):
+                listener(topic_name, partition, False, was)
 
     # -- lookups --------------------------------------------------------------------------
 

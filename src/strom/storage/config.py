@@ -36,6 +36,11 @@ class LogConfig:
     compression_zstd_level: int = 3
     cleanup_policy: str = "delete"
     min_insync_replicas: int = 1
+    # compaction (cleanup.policy=compact): read by the log cleaner
+    delete_retention_ms: int = 86400000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
 
     def __post_init__(self) -> None:
         if self.compression_type not in COMPRESSION_TYPES:
@@ -67,6 +72,14 @@ class LogConfig:
     def delete(self) -> bool:
         return "delete" in self.cleanup_policy.replace(" ", "").split(",")
 
+    @property
+    def max_segment_ms(self) -> int:
+        """Time-based roll limit: a compacted log also rolls by max.compaction.lag.ms (as Kafka),
+        since the active segment is never cleaned."""
+        if 0 < self.max_compaction_lag_ms < self.segment_ms and self.compact:
+            return self.max_compaction_lag_ms
+        return self.segment_ms
+
     @classmethod
     def from_kafka(cls, props: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
         """Build from Kafka topic-config names (``segment.bytes`` ...); unknown names are ignored."""
@@ -76,7 +89,7 @@ class LogConfig:
             name = f.name.replace("_", ".")
             if name in props and props[name] is not None:
                 v = props[name]
-                changes[f.name] = v if f.type == "str" else int(v)
+                changes[f.name] = v if f.type == "str" else float(v) if f.type == "float" else int(v)
         return dataclasses.replace(base, **changes)
 
     def to_kafka(self) -> dict[str, str]:

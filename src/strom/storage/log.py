@@ -7,6 +7,7 @@ block, so callers that care run it in an executor while no append is in flight.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 import uuid
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strom.protocol.records import (
+    CONTROL_MASK,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     CorruptRecordError,
@@ -31,10 +33,26 @@ from strom.storage.checkpoints import (
 from strom.storage.config import LogConfig
 from strom.storage.epochs import LeaderEpochCache
 from strom.storage.errors import KafkaStorageError, OffsetOutOfRangeError
-from strom.storage.files import FileBudget, FileSlice
+from strom.storage.files import FileBudget, FileSlice, fsync
+from strom.storage.producer_state import (
+    DEFAULT_EXPIRATION_MS,
+    BatchMetadata,
+    ProducerStateManager,
+)
 from strom.storage.recovery import open_segments
-from strom.storage.segment import LogSegment
-from strom.storage.validator import ORIGIN_CLIENT, validate_append
+from strom.storage.segment import (
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+    segment_name,
+)
+from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION, validate_append
+
+log = logging.getLogger(__name__)
+
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
 
 
 @dataclass(slots=True)
@@ -45,6 +63,7 @@ class AppendResult:
     max_timestamp: int
     log_start_offset: int
     record_count: int
+    duplicate: bool = False  # an idempotent retry: nothing written, offsets of the original
 
 
 @dataclass(slots=True)
@@ -77,6 +96,7 @@ class PartitionLog:
         log_start_offset: int = 0,
         high_watermark: int | None = None,
         hw_follows_leo: bool = True,
+        producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
     ) -> None:
         self.dir = Path(dir)
         self.topic = topic
@@ -129,6 +149,9 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._rolled_unflushed: list[LogSegment] = []
         self._pending_deletes: list[tuple[int, list[Path], LogSegment]] = []
+        self.producer_state = ProducerStateManager(self.dir, expiration_ms=producer_id_expiration_ms)
+        self.producer_state.remove_stray_snapshots(self._bases)
+        self._reload_producer_state(now_ms)
 
     def _count_recovery(self, _seg: LogSegment) -> None:
         self.recovered_segments += 1
@@ -198,6 +221,11 @@ class PartitionLog:
             records, next_offset=self.log_end_offset, leader_epoch=leader_epoch,
             now_ms=now_ms, config=self.config, origin=origin,
         )  # fmt: skip
+        pending = None
+        if v.producers:  # idempotent/transactional batches: sequence and epoch checks
+            dup, pending = self.producer_state.prepare(v.producers, v.data, origin)
+            if dup is not None:
+                return self._duplicate_result(dup)
         seg = self._active
         size = len(v.data)
         if seg.size:  # non-empty: maybe roll first
@@ -218,6 +246,9 @@ class PartitionLog:
                 self.epochs.assign(e, o)
                 latest = e
         leo = self.log_end_offset = v.last_offset + 1
+        if pending is not None:
+            self.producer_state.apply(pending)
+        self.producer_state.map_end_offset = leo
         if self.hw_follows_leo:
             self.high_watermark = leo
         self._unflushed_messages += v.record_count
@@ -228,8 +259,16 @@ class PartitionLog:
             self.log_start_offset, v.record_count,
         )  # fmt: skip
 
+    def _duplicate_result(self, dup: BatchMetadata) -> AppendResult:
+        """A retried batch already in the log: answer with the offsets it got the first time."""
+        ts = dup[4]
+        return AppendResult(
+            dup[2], dup[3], ts if self.config.log_append_time else -1, ts,
+            self.log_start_offset, 0, True,
+        )  # fmt: skip
+
     def _time_to_roll(self, seg: LogSegment, now_ms: int, max_ts: int) -> bool:
-        limit = self.config.segment_ms - seg.roll_jitter_ms
+        limit = self.config.max_segment_ms - seg.roll_jitter_ms
         rts = seg.rolling_timestamp()
         waited = max_ts - rts if rts is not None and rts >= 0 else now_ms - seg.created_ms
         return waited > limit
@@ -245,7 +284,11 @@ class PartitionLog:
             return old
         old.seal()
         self._rolled_unflushed.append(old)
-        return self._add_segment(base)
+        seg = self._add_segment(base)
+        ps = self.producer_state
+        ps.map_end_offset = max(ps.map_end_offset, base)
+        ps.take_snapshot(sync=False)  # fsynced with the rolled segment
+        return seg
 
     def _add_segment(self, base: int) -> LogSegment:
         cfg = self.config
@@ -430,6 +473,7 @@ class PartitionLog:
         if first > self.log_start_offset:
             self.log_start_offset = first
             self.epochs.truncate_from_start(first)
+        self.producer_state.delete_snapshots_before(first)
         return freed
 
     def delete_records_before(self, offset: int) -> int:
@@ -526,6 +570,7 @@ class PartitionLog:
         self.high_watermark = min(self.high_watermark, leo)
         self.recovery_point = min(self.recovery_point, leo)
         self.epochs.truncate_from_end(leo)
+        self._reload_producer_state(self._now_ms())
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at ``offset``."""
@@ -539,6 +584,91 @@ class PartitionLog:
         self.log_end_offset = self.log_start_offset = self.high_watermark = offset
         self.recovery_point = offset
         self.epochs.clear()
+        self.producer_state.truncate_fully_and_start_at(offset)
+
+    # --- producer state ------------------------------------------------------------------------
+
+    def _reload_producer_state(self, now_ms: int) -> None:
+        """Load the latest snapshot at or below the log end and replay the batch headers after it
+        (Kafka's rebuildProducerState). Only control batches are read beyond their header."""
+        ps = self.producer_state
+        ps.truncate_and_reload(self.log_start_offset, self.log_end_offset, now_ms)
+        start, leo = ps.map_end_offset, self.log_end_offset
+        if start >= leo:
+            ps.map_end_offset = leo
+            return
+        prepare, apply = ps.prepare, ps.apply
+        for i, seg in enumerate(self._segments):
+            nxt = self._segments[i + 1].base_offset if i + 1 < len(self._segments) else leo
+            if nxt <= start:
+                continue
+            pos = seg.offset_index.lookup(start)[1] if start > seg.base_offset else 0
+            for p, h in seg.iter_headers(pos):
+                if h.base_offset + h.last_offset_delta < start or h.producer_id < 0:
+                    continue
+                data = b""
+                if h.attributes & CONTROL_MASK:
+                    data = self._read_batch(seg, p, h.size)
+                batch = (h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
+                         h.attributes, h.base_offset, h.max_timestamp, 0, h.size)  # fmt: skip
+                _dup, pending = prepare([batch], data, ORIGIN_REPLICATION)
+                apply(pending)  # type: ignore[arg-type]
+        ps.map_end_offset = leo
+        ps.take_snapshot()
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Forget producer ids idle longer than producer.id.expiration.ms."""
+        return self.producer_state.remove_expired(now_ms)
+
+    # --- cleaning (log compaction) -------------------------------------------------------------
+
+    def replace_segments(self, base: int, old: list[LogSegment]) -> LogSegment:
+        """Swap the cleaned segment ``<base>.*.cleaned`` in for ``old`` (consecutive, closed).
+
+        Kafka's protocol, so that a crash at any step leaves a consistent log: the cleaned files
+        are renamed ``.swap`` (the log file last: a ``.log.swap`` means the new segment is
+        complete), the old segments are renamed ``.deleted``, then the swap files take their
+        final names. Recovery completes a swap it finds and deletes ``.cleaned`` leftovers.
+        """
+        self._check_open()
+        segs = self._segments
+        try:
+            i = next(j for j, s in enumerate(segs) if s is old[0])
+        except StopIteration:
+            raise KafkaStorageError("segments to replace are no longer in the log") from None
+        if segs[i : i + len(old)] != old or (i + len(old)) >= len(segs) or old[0].base_offset != base:
+            raise KafkaStorageError("segments to replace are not consecutive closed segments")
+        stem = str(self.dir / segment_name(base))
+        suffixes = (INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX)
+        try:
+            for suf in suffixes:
+                os.replace(stem + suf + CLEANED_SUFFIX, stem + suf + SWAP_SUFFIX)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot swap in cleaned segment {stem}: {e}") from e
+        del segs[i : i + len(old)]
+        del self._bases[i : i + len(old)]
+        self._schedule_delete(old)
+        for seg in old[1:]:  # as Kafka: snapshots of segments that no longer exist go too
+            self.producer_state.delete_snapshot(seg.base_offset)
+        try:
+            for suf in suffixes:
+                os.replace(stem + suf + SWAP_SUFFIX, stem + suf)
+            dfd = os.open(self.dir, os.O_RDONLY)
+            try:
+                fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError as e:  # the swap files stay: the next load completes the swap
+            raise KafkaStorageError(f"cannot rename swapped segment {stem}: {e}") from e
+        cfg = self.config
+        new = LogSegment(
+            self.dir, base, self._budget, segment_index_bytes=cfg.segment_index_bytes,
+            index_interval_bytes=cfg.index_interval_bytes,
+            segment_jitter_ms=cfg.segment_jitter_ms, now_ms=self._now_ms(),
+        )  # fmt: skip
+        segs.insert(i, new)
+        self._bases.insert(i, base)
+        return new
 
     # --- flush and close -----------------------------------------------------------------------
 
@@ -549,6 +679,7 @@ class PartitionLog:
             seg.flush()
         self._rolled_unflushed.clear()
         self._active.flush()
+        self.producer_state.sync_snapshots()
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
@@ -559,6 +690,7 @@ class PartitionLog:
             for seg in self._rolled_unflushed:
                 seg.flush()
             self._rolled_unflushed.clear()
+            self.producer_state.sync_snapshots()
             self.recovery_point = max(self.recovery_point, self._active.base_offset)
 
     def flush_if_due(self, now_ms: int) -> None:
@@ -578,6 +710,12 @@ class PartitionLog:
             for seg in self._rolled_unflushed:
                 seg.persist_indexes()
             self._active.seal()
+            ps = self.producer_state
+            ps.map_end_offset = self.log_end_offset
+            try:
+                ps.take_snapshot()  # the next load starts here instead of replaying the log
+            except Exception as e:  # the log is still consistent: a load replays instead
+                log.warning("no producer snapshot for %s-%d: %s", self.topic, self.partition, e)
         finally:
             self._closed = True
             for seg in self._segments:

@@ -29,6 +29,7 @@ from strom.storage.config import LogConfig
 from strom.storage.errors import KafkaStorageError
 from strom.storage.files import FileBudget
 from strom.storage.log import PartitionLog
+from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
 
 CLEAN_SHUTDOWN_MARKER = ".strom_cleanshutdown"
 DELETE_DIR_SUFFIX = "-delete"
@@ -50,6 +51,7 @@ class LogManager:
         max_open_files: int = 1000,
         clock: Callable[[], float] = time.time,
         config_for: Callable[[str], LogConfig] | None = None,
+        producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
     ) -> None:
         """``config_for(topic)`` gives the config used when loading existing logs."""
         if not log_dirs:
@@ -62,6 +64,7 @@ class LogManager:
         self._dir_of: dict[tuple[str, int], Path] = {}
         self._dir_counts: dict[Path, int] = {}
         self.loaded_clean: dict[Path, bool] = {}
+        self.producer_id_expiration_ms = producer_id_expiration_ms
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -97,6 +100,7 @@ class LogManager:
                     budget=self.budget, clock=self._clock, clean_shutdown=clean,
                     recovery_point=rps.get(tp, 0), log_start_offset=lsos.get(tp, 0),
                     high_watermark=hws.get(tp),
+                    producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )  # fmt: skip
                 self._register(tp, log, d)
             if clean:
@@ -149,7 +153,8 @@ class LogManager:
             if stored != topic_id:
                 self._remove_dir(path)
         log = PartitionLog(path, topic, partition, topic_id, config, budget=self.budget,
-                           clock=self._clock, clean_shutdown=False)  # fmt: skip
+                           clock=self._clock, clean_shutdown=False,
+                           producer_id_expiration_ms=self.producer_id_expiration_ms)  # fmt: skip
         self._register(tp, log, d)
         return log
 
@@ -172,6 +177,15 @@ class LogManager:
 
     def run_retention(self, now_ms: int) -> int:
         return sum(log.apply_retention(now_ms) for log in list(self._logs.values()))
+
+    def remove_expired_producers(self, now_ms: int) -> int:
+        """Drop producer ids idle longer than producer.id.expiration.ms from every log."""
+        return sum(log.remove_expired_producers(now_ms) for log in list(self._logs.values())
+                   if not log.closed)  # fmt: skip
+
+    def dir_of(self, topic: str, partition: int) -> Path | None:
+        """The log dir holding a partition (the cleaner keeps its checkpoint there)."""
+        return self._dir_of.get((topic, partition))
 
     def flush_if_due(self, now_ms: int) -> None:
         for log in list(self._logs.values()):

@@ -4,6 +4,10 @@ After a clean shutdown nothing is read but the active segment's index and the fe
 headers after its last entry. Otherwise every segment from the one holding the recovery point
 on is re-read, CRC-checked and re-indexed; the first invalid byte truncates the log there and
 later segments are deleted (Kafka's LogLoader does the same).
+
+A cleaning interrupted by a crash leaves ``.cleaned`` files (the swap never began: they are
+deleted) or a ``<base>.log.swap`` (the cleaned segment was complete: the swap is finished by
+deleting the segments it replaces and renaming it, then its indexes are rebuilt).
 """
 
 from __future__ import annotations
@@ -13,6 +17,12 @@ from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
+from strom.protocol.records import (
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    RECORD_BATCH_OVERHEAD,
+    read_header,
+)
 from strom.storage.config import LogConfig
 from strom.storage.epochs import LeaderEpochCache
 from strom.storage.files import FileBudget
@@ -23,9 +33,59 @@ from strom.storage.segment import (
     TIME_INDEX_SUFFIX,
     CorruptSegmentError,
     LogSegment,
+    segment_name,
 )
 
 _STRAY_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
+SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
+
+
+def _next_offset_of(path: str, base: int) -> int:
+    """One past the last complete batch of a log file (header walk, no CRC check)."""
+    nxt = base
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        pos = 0
+        while pos + RECORD_BATCH_OVERHEAD <= size:
+            h = read_header(os.pread(fd, RECORD_BATCH_OVERHEAD, pos))
+            end = pos + LOG_OVERHEAD + h.length
+            if h.length < MIN_BATCH_LENGTH or end > size:
+                break
+            nxt = h.base_offset + h.last_offset_delta + 1
+            pos = end
+    finally:
+        os.close(fd)
+    return nxt
+
+
+def complete_swaps(dir: Path) -> set[int]:
+    """Finish swaps interrupted by a crash; returns the base offsets of the swapped-in segments.
+
+    Every ``.log`` file whose base offset lies in the range the swap file covers is one of
+    the segments it replaces (possibly not yet renamed ``.deleted``) and goes; then the swap
+    file takes its final name. Its index files are rebuilt by the caller.
+    """
+    names = os.listdir(dir)
+    swaps = sorted(int(n[:20]) for n in names
+                   if n.endswith(SWAP_LOG_SUFFIX) and len(n) == 20 + len(SWAP_LOG_SUFFIX)
+                   and n[:20].isdigit())  # fmt: skip
+    if not swaps:
+        return set()
+    logs = sorted(int(n[:20]) for n in names
+                  if n.endswith(LOG_SUFFIX) and len(n) == 24 and n[:20].isdigit())  # fmt: skip
+    for base in swaps:
+        stem = dir / segment_name(base)
+        swap = str(stem) + SWAP_LOG_SUFFIX
+        end = _next_offset_of(swap, base)
+        for other in logs:
+            if base <= other < end or other == base:
+                for suf in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                    (dir / (segment_name(other) + suf)).unlink(missing_ok=True)
+        for suf in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+            (dir / (segment_name(base) + suf)).unlink(missing_ok=True)
+        os.replace(swap, str(stem) + LOG_SUFFIX)
+    return set(swaps)
 
 
 def scan_segment_files(dir: Path) -> list[int]:
@@ -74,10 +134,14 @@ def open_segments(
             segment_jitter_ms=config.segment_jitter_ms, create=create, now_ms=now_ms,
         )  # fmt: skip
 
+    swapped = complete_swaps(dir)
     bases = scan_segment_files(dir)
     if not bases:
         return [make(max(log_start_offset, 0), create=True)]
     segs = [make(b) for b in bases]
+    for seg in segs:
+        if seg.base_offset in swapped:
+            seg.rebuild_indexes()  # a completed swap: trust the data, rebuild the indexes
 
     start = 0 if clean else max(0, bisect_right(bases, recovery_point) - 1)
     if clean:

@@ -46,6 +46,9 @@ class ValidatedAppend:
     record_count: int
     log_append_time: int
     epochs: list[tuple[int, int]]  # (epoch, base offset) of batches with a new epoch
+    # batches with a producer id: (pid, epoch, base seq, last offset delta, attributes,
+    # first offset, max timestamp, position in data, size); empty for plain producers
+    producers: list[tuple]
 
 
 def _check_batches(mv: memoryview, config: LogConfig, origin: str, now_ms: int) -> list[tuple]:
@@ -209,6 +212,7 @@ def validate_append(
 
     metas: list[tuple[int, int, int, int]] = []
     epochs: list[tuple[int, int]] = []
+    producers: list[tuple] = []
     record_count = 0
     max_ts = R.NO_TIMESTAMP
     log_append_time = -1
@@ -224,6 +228,8 @@ def validate_append(
             if ep >= 0 and (not epochs or ep > epochs[-1][0]):
                 epochs.append((ep, base))
             metas.append((pos, size, last, h[8]))
+            if h[9] >= 0:
+                producers.append((h[9], h[10], h[11], h[6], h[5], base, h[8], pos, size))
             record_count += h[12]
             if h[8] > max_ts:
                 max_ts = h[8]
@@ -246,6 +252,8 @@ def validate_append(
             if ts > max_ts:
                 max_ts = ts
             metas.append((pos, size, last, ts))
+            if h[9] >= 0:
+                producers.append((h[9], h[10], h[11], h[6], h[5], offset, ts, pos, size))
             record_count += h[12]
             offset = last + 1
         if leader_epoch >= 0:
@@ -253,5 +261,5 @@ def validate_append(
     return ValidatedAppend(
         data=data, metas=metas, first_offset=first, last_offset=metas[-1][2],
         max_timestamp=max_ts, record_count=record_count, log_append_time=log_append_time,
-        epochs=epochs,
+        epochs=epochs, producers=producers,
     )  # fmt: skip

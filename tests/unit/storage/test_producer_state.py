@@ -283,7 +283,7 @@ def test_transaction_markers_update_the_producer(tmp_path):
 
 actions = st.lists(
     st.tuples(st.sampled_from(["send", "send", "retry", "gap", "bump", "old"]),
-              st.integers(0, 10), st.integers(1, 3)),  # fmt: skip
+              st.integers(0, 10), st.integers(1, 3)),
     min_size=1, max_size=40,
 )
 

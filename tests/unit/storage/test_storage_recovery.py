@@ -176,9 +176,10 @@ def test_stray_files_are_removed_on_load(h, tmp_path):
     m2 = LogManager([tmp_path])
     m2.load()
     left = sorted(os.listdir(part))
+    leo = expected.batches[-1][1] + 1  # a clean shutdown snapshots producer state at the log end
     assert left == ["00000000000000000000.index", "00000000000000000000.log",
-                    "00000000000000000000.timeindex", "leader-epoch-checkpoint",
-                    "partition.metadata"]  # fmt: skip
+                    "00000000000000000000.timeindex", f"{leo:020d}.snapshot",
+                    "leader-epoch-checkpoint", "partition.metadata"]  # fmt: skip
     assert not (tmp_path / "t-1.0123abcd-delete").exists()
     assert m2.get("t", 0).log_end_offset == expected.batches[-1][1] + 1
     m2.shutdown()

@@ -4,11 +4,14 @@ from strom.broker.handlers import (
     api_versions,
     cluster,
     configs,
+    consumer_groups,
     fetch,
+    groups,
     metadata,
     offsets,
     produce,
     topics,
 )
 
-MODULES = [api_versions, cluster, configs, fetch, metadata, offsets, produce, topics]
+MODULES = [api_versions, cluster, configs, consumer_groups, fetch, groups, metadata, offsets, produce,
+           topics]

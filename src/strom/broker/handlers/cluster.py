@@ -1,4 +1,4 @@
-"""DescribeCluster and InitProducerId (the latter minimal until idempotence lands)."""
+"""DescribeCluster and InitProducerId."""
 
 from __future__ import annotations
 
@@ -33,8 +33,25 @@ def describe_cluster(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
 def init_producer_id(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
-    if request.transactional_id is not None:
-        return {"error_code": ErrorCode.COORDINATOR_NOT_AVAILABLE, "producer_id": -1,
-                "producer_epoch": -1}
+    """Kafka's rules: a non-transactional producer always gets a fresh id with epoch 0 (an
+    idempotent producer bumps its epoch itself, KIP-360); a given id/epoch must come as a pair.
+    Transactional ids go to the transaction coordinator (not there yet)."""
+    pid = getattr(request, "producer_id", -1)
+    epoch = getattr(request, "producer_epoch", -1)
+    if (pid == -1) != (epoch == -1):
+        return _init_pid_error(ErrorCode.INVALID_REQUEST)
+    tid = request.transactional_id
+    if tid is not None:
+        if tid == "":
+            return _init_pid_error(ErrorCode.INVALID_REQUEST)
+        coordinator = getattr(broker, "transaction_coordinator", None)
+        if coordinator is None:  # seam: transactions plug in here
+            return _init_pid_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        return coordinator.init_producer_id(tid, request.transaction_timeout_ms,
+                                            pid if pid != -1 else None, epoch)
     return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id(),
             "producer_epoch": 0}
+
+
+def _init_pid_error(code: int) -> dict[str, Any]:
+    return {"error_code": code, "producer_id": -1, "producer_epoch": -1}

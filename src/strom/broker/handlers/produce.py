@@ -1,7 +1,9 @@
 """Produce: validate batch headers, assign offsets, one write per partition, wake fetchers.
 
 Record bytes are never decoded here; the log validates CRC and headers and patches the base
-offset in the request buffer before writing it.
+offset in the request buffer before writing it. Idempotent producers are checked by the log's
+producer state from the batch headers: a retried batch gets its original offsets back (nothing is
+written), a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
 """
 
 from __future__ import annotations
@@ -71,10 +73,12 @@ def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
                 result.error_code = exc.error_code
                 result.error_message = str(exc)
                 continue
+            # an idempotent retry of a batch already written answers with its original offsets
             result.base_offset = appended.first_offset
             result.log_append_time_ms = appended.log_append_time
             result.log_start_offset = appended.log_start_offset
-            partitions.waiters.notify((topic.name, p.index))
+            if not appended.duplicate:
+                partitions.waiters.notify((topic.name, p.index))
         failed = failed or any(r.error_code for r in results)
         topics_out.append(ProduceTopicResponse(t.name, t.topic_id, results))
     if acks == 0:

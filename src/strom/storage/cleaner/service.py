@@ -1,0 +1,278 @@
+"""The log cleaner service: picks the filthiest compacted log and cleans it, one at a time.
+
+Driven by one asyncio task. Choosing, planning and swapping run on the event loop (cheap: sizes,
+headers, renames); reading the key map and rewriting segments run in a worker thread
+(``asyncio.to_thread``) so the loop keeps serving while the GIL allows. With nothing to clean it
+sleeps ``log.cleaner.backoff.ms``. The first dirty offset of every log is kept in
+``cleaner-offset-checkpoint`` in its log dir, as Kafka does, so a restart does not re-clean.
+
+Beyond Kafka: a log whose cleaned part still holds tombstones or markers is also cleaned once
+their delete horizon has passed, even without new writes, so deleted keys really disappear.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from strom.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
+from strom.storage.cleaner.batches import CleanerCorruptionError
+from strom.storage.cleaner.cleaner import (
+    CleanedGroup,
+    CleaningAborted,
+    CleanJob,
+    LogToClean,
+    MapTooSmallError,
+    discard_cleaned,
+    log_to_clean,
+    make_plan,
+    swap_in,
+)
+from strom.storage.errors import StorageError
+from strom.storage.log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+CLEANER_CHECKPOINT = "cleaner-offset-checkpoint"
+MAX_MAP_MEMORY = 2**31 - 1  # Kafka caps one cleaner's map below 2 GiB
+
+
+@dataclass
+class CleanerConfig:
+    """Kafka's log.cleaner.* broker configs."""
+
+    enabled: bool = True
+    threads: int = 1  # accepted; one worker cleans one log at a time
+    dedupe_buffer_size: int = 134217728
+    io_buffer_load_factor: float = 0.9
+    backoff_ms: int = 15000
+
+    @property
+    def map_memory(self) -> int:
+        return min(self.dedupe_buffer_size // max(self.threads, 1), MAX_MAP_MEMORY)
+
+
+@dataclass
+class CleanStats:
+    log: str
+    first_dirty: int
+    end_offset: int
+    bytes_in: int = 0
+    bytes_out: int = 0
+    groups: int = 0
+
+
+class LogCleaner:
+    """Cleans the compacted logs ``logs()`` returns; ``dir_of(log)`` is the log dir of one."""
+
+    def __init__(
+        self,
+        logs: Callable[[], Iterable[PartitionLog]],
+        config: CleanerConfig | None = None,
+        *,
+        dir_of: Callable[[PartitionLog], Path] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._logs = logs
+        self.config = config or CleanerConfig()
+        self._dir_of = dir_of or (lambda plog: plog.dir.parent)
+        self._clock = clock
+        self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
+        self._horizons: dict[tuple, int] = {}  # log key -> next delete horizon
+        self._uncleanable: set[tuple] = set()  # keys of logs that failed (until restart)
+        self._cancel = threading.Event()
+        self._task: asyncio.Task | None = None
+        self.passes = 0  # completed cleanings (tests and logs)
+        self.last_stats: CleanStats | None = None
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    @staticmethod
+    def _key(plog: PartitionLog) -> tuple:
+        """One incarnation of a partition (a re-created topic gets a new topic id)."""
+        return plog.topic, plog.partition, plog.topic_id
+
+    # --- checkpoints -----------------------------------------------------------------------
+
+    def _dir_checkpoints(self, d: Path) -> dict[tuple[str, int], int]:
+        cp = self._checkpoints.get(d)
+        if cp is None:
+            try:
+                cp = read_offset_checkpoint(d / CLEANER_CHECKPOINT)
+            except StorageError as e:
+                log.warning("ignoring %s: %s", d / CLEANER_CHECKPOINT, e)
+                cp = {}
+            self._checkpoints[d] = cp
+        return cp
+
+    def checkpoint_of(self, plog: PartitionLog) -> int | None:
+        return self._dir_checkpoints(self._dir_of(plog)).get((plog.topic, plog.partition))
+
+    def _set_checkpoint(self, plog: PartitionLog, offset: int) -> None:
+        d = self._dir_of(plog)
+        cp = self._dir_checkpoints(d)
+        cp[(plog.topic, plog.partition)] = offset
+        live = {(lg.topic, lg.partition) for lg in self._logs() if self._dir_of(lg) == d}
+        for tp in [tp for tp in cp if tp not in live]:
+            del cp[tp]
+        try:
+            write_offset_checkpoint(d / CLEANER_CHECKPOINT, cp)
+        except StorageError as e:
+            log.warning("cannot write %s: %s", d / CLEANER_CHECKPOINT, e)
+
+    # --- choosing --------------------------------------------------------------------------
+
+    def grab_filthiest(self, now_ms: int | None = None) -> LogToClean | None:
+        """The compacted log most worth cleaning now (highest dirty ratio), or None."""
+        now = self._now_ms() if now_ms is None else now_ms
+        best = None
+        logs = list(self._logs())
+        if self._horizons:
+            live = {self._key(plog) for plog in logs}
+            for key in [k for k in self._horizons if k not in live]:
+                del self._horizons[key]
+        for plog in logs:
+            key = self._key(plog)
+            if plog.closed or not plog.config.compact or key in self._uncleanable:
+                continue
+            try:
+                ltc = log_to_clean(plog, self.checkpoint_of(plog), now, self._horizons.get(key))
+            except StorageError as e:
+                log.warning("cannot size %s for cleaning: %s", plog, e)
+                continue
+            if ltc.reset_checkpoint:
+                self._set_checkpoint(plog, ltc.first_dirty)
+            if ltc.should_clean and (best is None or ltc.cleanable_ratio > best.cleanable_ratio):
+                best = ltc
+        return best
+
+    # --- cleaning --------------------------------------------------------------------------
+
+    def _job(self, ltc: LogToClean, now_ms: int) -> CleanJob:
+        plan = make_plan(ltc, now_ms)
+        return CleanJob(plan, memory=self.config.map_memory,
+                        load_factor=self.config.io_buffer_load_factor, cancel=self._cancel)  # fmt: skip
+
+    def _finish(self, ltc: LogToClean, job: CleanJob, stats: CleanStats) -> None:
+        plog = ltc.log
+        self._set_checkpoint(plog, job.end_offset)
+        if job.next_horizon is None:
+            self._horizons.pop(self._key(plog), None)
+        else:
+            self._horizons[self._key(plog)] = job.next_horizon
+        self.passes += 1
+        self.last_stats = stats
+        log.info("cleaned %s: offsets %d..%d, %d segment group(s), %d -> %d bytes", stats.log,
+                 stats.first_dirty, stats.end_offset, stats.groups, stats.bytes_in,
+                 stats.bytes_out)  # fmt: skip
+
+    def _failed(self, ltc: LogToClean, exc: BaseException) -> None:
+        if isinstance(exc, CleaningAborted) or ltc.log.closed:
+            log.info("cleaning of %s stopped: %s", ltc.log, exc)
+        elif isinstance(exc, (MapTooSmallError, CleanerCorruptionError, StorageError, OSError)):
+            log.error("cannot clean %s, leaving it alone until restart: %s", ltc.log, exc)
+            self._uncleanable.add(self._key(ltc.log))
+        else:
+            log.exception("cleaning of %s failed; leaving it alone until restart", ltc.log)
+            self._uncleanable.add(self._key(ltc.log))
+
+    def clean_once(self, now_ms: int | None = None) -> bool:
+        """Clean the filthiest log synchronously (tests, tools); False when none needs it."""
+        now = self._now_ms() if now_ms is None else now_ms
+        ltc = self.grab_filthiest(now)
+        if ltc is None:
+            return False
+        job = self._job(ltc, now)
+        stats = CleanStats(str(ltc.log), ltc.first_dirty, ltc.first_dirty)
+        cleaned: CleanedGroup | None = None
+        try:
+            stats.end_offset = job.prepare()
+            for group in job.groups():
+                cleaned = job.clean_group(group)
+                swap_in(ltc.log, cleaned)
+                self._account(stats, cleaned)
+                cleaned = None
+        except Exception as e:
+            if cleaned is not None:
+                discard_cleaned(cleaned)
+            self._failed(ltc, e)
+            return True
+        self._finish(ltc, job, stats)
+        return True
+
+    @staticmethod
+    def _account(stats: CleanStats, cleaned: CleanedGroup) -> None:
+        stats.groups += 1
+        stats.bytes_in += cleaned.bytes_in
+        stats.bytes_out += cleaned.bytes_out
+
+    async def clean_once_async(self) -> bool:
+        """As ``clean_once``, with the reading and writing in a worker thread."""
+        now = self._now_ms()
+        ltc = self.grab_filthiest(now)
+        if ltc is None:
+            return False
+        job = self._job(ltc, now)
+        stats = CleanStats(str(ltc.log), ltc.first_dirty, ltc.first_dirty)
+        cleaned: CleanedGroup | None = None
+        try:
+            stats.end_offset = await asyncio.to_thread(job.prepare)
+            for group in job.groups():
+                cleaned = await asyncio.to_thread(job.clean_group, group)
+                swap_in(ltc.log, cleaned)  # on the event loop, between appends
+                self._account(stats, cleaned)
+                cleaned = None
+        except asyncio.CancelledError:
+            if cleaned is not None:
+                discard_cleaned(cleaned)
+            raise
+        except Exception as e:
+            if cleaned is not None:
+                discard_cleaned(cleaned)
+            self._failed(ltc, e)
+            return True
+        self._finish(ltc, job, stats)
+        return True
+
+    # --- the background task ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        backoff = max(self.config.backoff_ms, 1) / 1000
+        while not self._cancel.is_set():
+            try:
+                worked = await self.clean_once_async()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("log cleaner pass failed")
+                worked = False
+            if not worked:
+                await asyncio.sleep(backoff)
+            else:
+                await asyncio.sleep(0)  # let requests run between passes
+
+    def start(self) -> asyncio.Task | None:
+        if not self.config.enabled:
+            return None
+        if self.config.threads > 1:
+            log.info("log.cleaner.threads=%d: Strom cleans one log at a time", self.config.threads)
+        self._cancel.clear()
+        self._task = asyncio.get_running_loop().create_task(self.run(), name="log-cleaner")
+        return self._task
+
+    async def stop(self) -> None:
+        """Stop the task; a running worker notices at its next batch and discards its output."""
+        self._cancel.set()
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
