@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from strom.cli import configs, consume, dump_log, produce, topics
+from strom.cli import configs, consume, dump_log, groups, pipeline, produce, topics
 from strom.cli.common import UsageError, error_line, handle_errors, parse_kv_list
 
 
@@ -39,6 +39,8 @@ app = typer.Typer(
 )
 app.add_typer(topics.app, name="topics")
 app.add_typer(configs.app, name="configs")
+app.add_typer(groups.app, name="groups")
+app.add_typer(pipeline.app, name="pipeline")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.command("dump-log")(dump_log.dump_log)

@@ -1,0 +1,236 @@
+"""Spark <-> Strom throughput: records/s from a topic into Parquet and from a DataFrame into a
+topic, with the CPU time of the broker and of Spark, and where the time goes.
+
+    .venv/bin/python -m bench.spark_bench [--records 1000000] [--value-bytes 100]
+                                          [--partitions 6] [--master local[2]] [--json PATH]
+
+Steps (a fresh broker with its own data directory; nothing else is measured in between):
+  1. produce the records (not timed as part of Spark);
+  2. client only: read every partition's range with the source's own reader in this process,
+     once without Arrow (raw confluent-kafka fetch) and once with it: the per-record cost of
+     the client fetch and of the Arrow conversion, outside Spark;
+  3. spark.read.format("strom") -> Parquet (batch);
+  4. spark.readStream.format("strom") -> Parquet (Trigger.AvailableNow, one micro-batch);
+  5. Parquet -> df.write.format("strom") into a new topic (the sink).
+CPU: the broker's process tree, and Spark's (this process's tree: driver JVM, Python workers,
+the driver itself) minus the broker's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bench import procstat
+from bench.brokers import BrokerProcess, strom_spec
+
+
+@dataclass
+class Phase:
+    name: str
+    records: int
+    seconds: float
+    broker_cpu: float
+    spark_cpu: float
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.seconds if self.seconds > 0 else 0.0
+
+    def line(self) -> str:
+        per = 1e6 / self.records if self.records else 0.0
+        return (f"{self.name:34s} {self.records:>9,} rec {self.seconds:7.2f} s "
+                f"{self.rate:>10,.0f} rec/s   broker cpu {self.broker_cpu:6.2f} s "
+                f"({self.broker_cpu * per:5.2f} us/rec)   spark/client cpu {self.spark_cpu:6.2f} s "
+                f"({self.spark_cpu * per:5.2f} us/rec)")
+
+
+class Meter:
+    """Wall time and CPU of the broker's tree and of the rest of this process's tree."""
+
+    def __init__(self, broker_pid: int) -> None:
+        self.broker_pid = broker_pid
+
+    def sample(self) -> tuple[float, float, float]:
+        broker = procstat.cpu_seconds(self.broker_pid)
+        everything = procstat.cpu_seconds(os.getpid())
+        return time.monotonic(), broker, everything - broker
+
+    def phase(self, name: str, records: int, before: tuple[float, float, float]) -> Phase:
+        t, b, s = self.sample()
+        return Phase(name, records, t - before[0], b - before[1], s - before[2])
+
+
+def produce(bootstrap: str, topic: str, records: int, value_bytes: int, partitions: int) -> float:
+    from confluent_kafka import Producer
+
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000,
+                  "queue.buffering.max.messages": 500000, "compression.type": "none"})
+    value = os.urandom(value_bytes // 2 + 1).hex().encode()[:value_bytes]
+    t0 = time.monotonic()
+    for i in range(records):
+        while True:
+            try:
+                p.produce(topic, value, partition=i % partitions)
+                break
+            except BufferError:
+                p.poll(0.01)
+        if i % 20000 == 0:
+            p.poll(0)
+    if p.flush(120):
+        raise RuntimeError("produce did not finish")
+    return time.monotonic() - t0
+
+
+def client_only(bootstrap: str, topic: str, ends: dict[int, int], arrow: bool) -> int:
+    """Read every partition with the source's reader in this process."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from strom.spark.consumer import ReadSettings, read_range
+    from strom.spark.offsets import OffsetRange
+
+    settings = ReadSettings(params=(("bootstrap.servers", bootstrap),), group_id="bench")
+    n = 0
+    if arrow:
+        for p, end in ends.items():
+            for batch in read_range(OffsetRange(topic, p, 0, end), settings):
+                n += batch.num_rows
+        return n
+    c = Consumer(settings.consumer_config())
+    try:
+        for p, end in ends.items():
+            c.assign([TopicPartition(topic, p, 0)])
+            pos = 0
+            while pos < end:
+                msgs = c.consume(min(settings.batch_rows, end - pos), 1.0)
+                records = [m for m in msgs if m.error() is None]
+                if records:
+                    pos = records[-1].offset() + 1
+                    n += len(records)
+            c.unassign()
+    finally:
+        c.close()
+    return n
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--value-bytes", type=int, default=100)
+    ap.add_argument("--partitions", type=int, default=6)
+    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--repeat", type=int, default=2, help="runs of each Spark phase (the first "
+                    "one warms the JVM up)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
+    exe = str(Path(sys.executable).with_name("strom"))
+    broker = BrokerProcess(strom_spec(exe), work)
+    broker.start()
+    phases: list[Phase] = []
+    try:
+        broker.wait_ready(60)
+        bs = broker.bootstrap
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": bs})
+        for f in admin.create_topics([NewTopic("bench-in", args.partitions, 1)]).values():
+            f.result(30)
+        meter = Meter(broker.pid)
+        before = meter.sample()
+        produce(bs, "bench-in", args.records, args.value_bytes, args.partitions)
+        phases.append(meter.phase("produce (confluent-kafka)", args.records, before))
+        ends = {p: args.records // args.partitions + (1 if p < args.records % args.partitions else 0)
+                for p in range(args.partitions)}
+
+        for arrow in (False, True):
+            before = meter.sample()
+            n = client_only(bs, "bench-in", ends, arrow)
+            label = "client fetch + Arrow (no Spark)" if arrow else "client fetch only (no Spark)"
+            phases.append(meter.phase(label, n, before))
+
+        from strom.spark.session import local_session
+
+        spark = local_session("strom-spark-bench", args.master,
+                              {"spark.sql.shuffle.partitions": str(args.partitions)})
+        source = (spark.read.format("strom").option("kafka.bootstrap.servers", bs)
+                  .option("subscribe", "bench-in"))
+        source.load().limit(1).collect()  # warm up: JVM, Python workers, planner
+
+        out = work / "parquet-batch-0"
+        for run in range(args.repeat):
+            # The first run also pays for the JVM's JIT warm-up; later runs are what a
+            # long-lived job sees.
+            out = work / f"parquet-batch-{run}"
+            before = meter.sample()
+            source.load().write.parquet(str(out))
+            phases.append(meter.phase(f"strom -> Spark -> Parquet (batch) #{run + 1}",
+                                      args.records, before))
+            assert spark.read.parquet(str(out)).count() == args.records
+
+        for run in range(args.repeat):
+            out_s, ck = work / f"parquet-stream-{run}", work / f"checkpoint-{run}"
+            before = meter.sample()
+            q = (spark.readStream.format("strom").option("kafka.bootstrap.servers", bs)
+                 .option("subscribe", "bench-in").option("startingOffsets", "earliest").load()
+                 .writeStream.format("parquet").option("path", str(out_s))
+                 .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+            q.awaitTermination()
+            phases.append(meter.phase(f"strom -> Spark -> Parquet (stream) #{run + 1}",
+                                      args.records, before))
+            assert spark.read.parquet(str(out_s)).count() == args.records
+
+        values = spark.read.parquet(str(out)).select("value")
+        for run in range(args.repeat):
+            topic = f"bench-out-{run}"
+            for f in admin.create_topics([NewTopic(topic, args.partitions, 1)]).values():
+                f.result(30)
+            before = meter.sample()
+            (values.write.format("strom").option("kafka.bootstrap.servers", bs)
+             .option("topic", topic).mode("append").save())
+            phases.append(meter.phase(f"Parquet -> Spark -> strom (sink) #{run + 1}",
+                                      args.records, before))
+            written = spark.read.format("strom").option("kafka.bootstrap.servers", bs) \
+                .option("subscribe", topic).load().count()
+            assert written == args.records, written
+        spark.stop()
+    finally:
+        broker.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\n{args.records:,} records of {args.value_bytes} B, {args.partitions} partitions, "
+          f"{args.master}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    for p in phases:
+        print(p.line())
+    by = {p.name: p for p in phases}
+    fetch = by["client fetch only (no Spark)"]
+    arrow = by["client fetch + Arrow (no Spark)"]
+    batch = min((p for p in phases if "(batch)" in p.name), key=lambda p: p.seconds)
+    per = 1e6 / args.records
+    fetch_cpu = fetch.spark_cpu * per
+    arrow_cpu = max(0.0, arrow.spark_cpu - fetch.spark_cpu) * per
+    spark_cpu = max(0.0, batch.spark_cpu * per - fetch_cpu - arrow_cpu)
+    print(f"\nwhere the CPU goes per record, best batch read ({batch.name}; us): broker "
+          f"{batch.broker_cpu * per:.2f}, client fetch {fetch_cpu:.2f}, Arrow conversion "
+          f"{arrow_cpu:.2f}, Spark (JVM, Arrow->rows, Parquet, task overhead) {spark_cpu:.2f}")
+    if args.json:
+        args.json.write_text(json.dumps({
+            "records": args.records, "value_bytes": args.value_bytes,
+            "partitions": args.partitions, "master": args.master,
+            "phases": [asdict(p) | {"rate": p.rate} for p in phases],
+        }, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
