@@ -248,7 +248,7 @@ def compress(codec: int, data, level: int | None = None) -> bytes:
 # --- varints -----------------------------------------------------------------------------------
 
 
-def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
     """Zigzag varint (up to 64 bits) at ``pos``; returns (value, next position)."""
     b = buf[pos]
     pos += 1
@@ -267,7 +267,7 @@ def _read_varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise CorruptRecordError("varint too long")
 
 
-def _write_varint(out: bytearray, value: int) -> None:
+def write_varint(out: bytearray, value: int) -> None:
     v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
     while v >= 0x80:
         out.append((v & 0x7F) | 0x80)
@@ -289,7 +289,7 @@ class Record(NamedTuple):
 
 
 def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
-    n, pos = _read_varint(buf, pos)
+    n, pos = read_varint(buf, pos)
     if n < 0:
         return None, pos
     end = pos + n
@@ -323,14 +323,14 @@ def decode_records(batch_bytes) -> list[Record]:
     pos = 0
     try:
         for _ in range(h.records_count):
-            length, pos = _read_varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             start = pos
             pos += 1  # record attributes (unused)
-            ts_delta, pos = _read_varint(buf, pos)
-            off_delta, pos = _read_varint(buf, pos)
+            ts_delta, pos = read_varint(buf, pos)
+            off_delta, pos = read_varint(buf, pos)
             key, pos = _read_bytes(buf, pos)
             value, pos = _read_bytes(buf, pos)
-            n_headers, pos = _read_varint(buf, pos)
+            n_headers, pos = read_varint(buf, pos)
             if n_headers < 0:
                 raise CorruptRecordError(f"negative header count {n_headers}")
             headers = []
@@ -361,12 +361,12 @@ def records_have_keys(batch_bytes) -> bool:
     pos = 0
     try:
         for _ in range(h.records_count):
-            length, pos = _read_varint(buf, pos)
+            length, pos = read_varint(buf, pos)
             end = pos + length
             pos += 1
-            _, pos = _read_varint(buf, pos)
-            _, pos = _read_varint(buf, pos)
-            klen, pos = _read_varint(buf, pos)
+            _, pos = read_varint(buf, pos)
+            _, pos = read_varint(buf, pos)
+            klen, pos = read_varint(buf, pos)
             if klen < 0:
                 return False
             pos = end
@@ -381,28 +381,28 @@ def _encode_records(records: Sequence[Record], base_offset: int, base_ts: int) -
     for r in records:
         body.clear()
         body.append(0)  # record attributes
-        _write_varint(body, r.timestamp - base_ts)
+        write_varint(body, r.timestamp - base_ts)
         delta = r.offset - base_offset
         if delta < 0:
             raise ValueError(f"record offset {r.offset} is below the base offset {base_offset}")
-        _write_varint(body, delta)
+        write_varint(body, delta)
         for field in (r.key, r.value):
             if field is None:
                 body.append(1)  # zigzag(-1)
             else:
-                _write_varint(body, len(field))
+                write_varint(body, len(field))
                 body += field
-        _write_varint(body, len(r.headers))
+        write_varint(body, len(r.headers))
         for hk, hv in r.headers:
             kb = hk.encode("utf-8")
-            _write_varint(body, len(kb))
+            write_varint(body, len(kb))
             body += kb
             if hv is None:
                 body.append(1)
             else:
-                _write_varint(body, len(hv))
+                write_varint(body, len(hv))
                 body += hv
-        _write_varint(out, len(body))
+        write_varint(out, len(body))
         out += body
     return out
 

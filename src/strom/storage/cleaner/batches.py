@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from crc32c import crc32c
 
 from strom.protocol import records as R
+from strom.protocol.records import CorruptRecordError, read_varint, write_varint
 
 HEADER = R.HEADER_STRUCT
 _unpack_header = HEADER.unpack_from
@@ -26,33 +27,6 @@ H_BASE_TS, H_MAX_TS, H_PID, H_EPOCH, H_SEQ, H_COUNT = 7, 8, 9, 10, 11, 12
 
 class CleanerCorruptionError(Exception):
     """Segment bytes the cleaner cannot frame; the partition is left alone."""
-
-
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """Zigzag varint at ``pos``: (value, next position)."""
-    b = buf[pos]
-    pos += 1
-    if b < 0x80:
-        return (b >> 1) ^ -(b & 1), pos
-    result = b & 0x7F
-    shift = 7
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (result >> 1) ^ -(result & 1), pos
-        shift += 7
-        if shift > 63:
-            raise CleanerCorruptionError("varint too long")
-
-
-def write_varint(out: bytearray, value: int) -> None:
-    v = ((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF
-    while v >= 0x80:
-        out.append((v & 0x7F) | 0x80)
-        v >>= 7
-    out.append(v)
 
 
 def records_of(batch, header: tuple) -> tuple[bytes, list[tuple]]:
@@ -90,8 +64,8 @@ def records_of(batch, header: tuple) -> tuple[bytes, list[tuple]]:
                 raise CleanerCorruptionError("record runs past the end of its batch")
             out.append((start, end, off_delta, ts_delta, rest, key, vlen >= 0, apos))
             pos = end
-    except IndexError as e:
-        raise CleanerCorruptionError("record runs past the end of its batch") from e
+    except (IndexError, CorruptRecordError) as e:
+        raise CleanerCorruptionError(f"unreadable record in batch: {e}") from e
     return section, out
 
 
