@@ -20,7 +20,7 @@ INIT_PRODUCER_ID = 22
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 INVALID_PRODUCER_EPOCH = 47
 INVALID_REQUEST = 42
-COORDINATOR_NOT_AVAILABLE = 15
+NOT_COORDINATOR = 16
 
 
 # --------------------------------------------------------------------------- a lossy proxy
@@ -243,7 +243,9 @@ def test_init_producer_id(strom_broker):
         e3, pid3, ep3 = init_producer_id_v4(conn, pid1, 0)
         assert e3 == 0 and pid3 not in (pid1, pid2) and ep3 == 0
         assert init_producer_id_v4(conn, pid1, -1)[0] == INVALID_REQUEST
-        assert init_producer_id(conn, "txn-1")[0] == COORDINATOR_NOT_AVAILABLE
+        # a transactional id goes to its coordinator; asking before FindCoordinator ran (and
+        # created __transaction_state) gets NOT_COORDINATOR, as Kafka answers
+        assert init_producer_id(conn, "txn-1")[0] == NOT_COORDINATOR
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["clean-restart", "kill-9"])

@@ -145,6 +145,13 @@ async def serve(config: BrokerConfig) -> None:
     broker.groups = build_group_coordinator(broker, asyncio.get_running_loop())
     broker.groups.start()
     # -- end group coordinator --
+    # -- transaction coordinator: serves the __transaction_state partitions this broker leads --
+    from strom.broker.handlers.transactions import build_transaction_coordinator
+
+    broker.transaction_coordinator = build_transaction_coordinator(
+        broker, asyncio.get_running_loop())
+    broker.transaction_coordinator.start()
+    # -- end transaction coordinator --
     for server in servers:
         await server.start()
     if broker.info.port == 0 and servers:  # port 0: advertise the port the OS chose
@@ -181,6 +188,7 @@ async def serve(config: BrokerConfig) -> None:
     for server in servers:
         await server.stop()
     broker.groups.shutdown()
+    broker.transaction_coordinator.shutdown()
     logs.shutdown()
     log.info("shut down cleanly")
 

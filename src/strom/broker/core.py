@@ -29,6 +29,8 @@ class Broker:
     metadata_cache_version: int = -1
     producer_ids: list[int] = field(default_factory=lambda: [0, 0])  # [next, end) of our block
     groups: Any = None  # the GroupCoordinator (strom.coordinator.group), set up by app.serve
+    # the TransactionCoordinator (strom.coordinator.transaction), set up by app.serve
+    transaction_coordinator: Any = None
 
     @staticmethod
     def now_ms() -> int:

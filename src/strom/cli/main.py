@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import Annotated
 
@@ -41,6 +42,7 @@ app.add_typer(topics.app, name="topics")
 app.add_typer(configs.app, name="configs")
 app.add_typer(groups.app, name="groups")
 app.add_typer(pipeline.app, name="pipeline")
+app.add_typer(importlib.import_module("strom.cli.transactions").app, name="transactions")
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.command("dump-log")(dump_log.dump_log)

@@ -173,6 +173,12 @@ BROKER_CONFIGS.add(
               read_only=True),
     ConfigDef("transaction.max.timeout.ms", T.INT, 900000, "max transaction timeout", at_least(1),
               read_only=True),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", T.INT, 10000,
+              "how often timed-out transactions are aborted", at_least(1), read_only=True),
+    ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
+              "how often expired transactional ids are removed", at_least(1), read_only=True),
+    ConfigDef("transaction.state.log.segment.bytes", T.INT, 104857600,
+              "segment size of __transaction_state", at_least(1), read_only=True),
     ConfigDef("transactional.id.expiration.ms", T.INT, 604800000, "transactional id expiry",
               at_least(1), read_only=True),
     # cluster

@@ -11,7 +11,7 @@ import logging
 import os
 import time
 import uuid
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +37,7 @@ from strom.storage.files import FileBudget, FileSlice, fsync
 from strom.storage.producer_state import (
     DEFAULT_EXPIRATION_MS,
     BatchMetadata,
+    CompletedTxn,
     ProducerStateManager,
 )
 from strom.storage.recovery import open_segments
@@ -47,6 +48,7 @@ from strom.storage.segment import (
     LogSegment,
     segment_name,
 )
+from strom.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION, validate_append
 
 log = logging.getLogger(__name__)
@@ -150,6 +152,9 @@ class PartitionLog:
         self._rolled_unflushed: list[LogSegment] = []
         self._pending_deletes: list[tuple[int, list[Path], LogSegment]] = []
         self.producer_state = ProducerStateManager(self.dir, expiration_ms=producer_id_expiration_ms)
+        # bases of the segments that may hold aborted transactions (a .txnindex): read_committed
+        # fetches look only at these, so a log without aborts costs nothing extra
+        self._txn_bases: list[int] = self._find_txn_indexes()
         self.producer_state.remove_stray_snapshots(self._bases)
         self._reload_producer_state(now_ms)
 
@@ -171,7 +176,11 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark  # transactions later
+        """Below it every transaction is decided: the first offset of the oldest open
+        transaction, capped by the high watermark (read_committed consumers stop here)."""
+        hw = self.high_watermark
+        first = self.producer_state.first_undecided_offset()
+        return hw if first is None or first > hw else first
 
     @property
     def latest_epoch(self) -> int:
@@ -248,6 +257,8 @@ class PartitionLog:
         leo = self.log_end_offset = v.last_offset + 1
         if pending is not None:
             self.producer_state.apply(pending)
+            if type(pending) is not tuple and pending.completed:  # markers were appended
+                self._index_aborted(seg, pending.completed)
         self.producer_state.map_end_offset = leo
         if self.hw_follows_leo:
             self.high_watermark = leo
@@ -474,6 +485,7 @@ class PartitionLog:
             self.log_start_offset = first
             self.epochs.truncate_from_start(first)
         self.producer_state.delete_snapshots_before(first)
+        self._txn_bases = [b for b in self._txn_bases if b >= first]
         return freed
 
     def delete_records_before(self, offset: int) -> int:
@@ -585,6 +597,7 @@ class PartitionLog:
         self.recovery_point = offset
         self.epochs.clear()
         self.producer_state.truncate_fully_and_start_at(offset)
+        self._txn_bases = []
 
     # --- producer state ------------------------------------------------------------------------
 
@@ -613,8 +626,92 @@ class PartitionLog:
                          h.attributes, h.base_offset, h.max_timestamp, 0, h.size)  # fmt: skip
                 _dup, pending = prepare([batch], data, ORIGIN_REPLICATION)
                 apply(pending)  # type: ignore[arg-type]
+                if type(pending) is not tuple and pending.completed:  # type: ignore[union-attr]
+                    self._index_aborted(seg, pending.completed)  # type: ignore[union-attr]
         ps.map_end_offset = leo
         ps.take_snapshot()
+
+    # --- transactions --------------------------------------------------------------------------
+
+    def _index_aborted(self, seg: LogSegment, completed: list[CompletedTxn]) -> None:
+        """Record aborted transactions in the transaction index of the segment holding their
+        markers, with the LSO right after each (Kafka's updateTxnIndex). Idempotent, so the
+        replay after a crash can run over markers already indexed."""
+        ongoing = self.producer_state.ongoing_txns
+        for pid, first, last, aborted in completed:
+            if not aborted:
+                continue
+            others = [f for f, p in ongoing.items() if p != pid]
+            lso = min(others) if others else last + 1
+            seg.txn_index.append(AbortedTxn(pid, first, last, lso))
+            self._note_txn_index(seg.base_offset)
+
+    def _find_txn_indexes(self) -> list[int]:
+        try:
+            names = os.listdir(self.dir)
+        except OSError:
+            return []
+        bases = set(self._bases)
+        found = (int(n[:20]) for n in names
+                 if n.endswith(TXN_INDEX_SUFFIX) and len(n) == 20 + len(TXN_INDEX_SUFFIX)
+                 and n[:20].isdigit())  # fmt: skip
+        return sorted(b for b in found if b in bases)
+
+    def _note_txn_index(self, base: int) -> None:
+        i = bisect_left(self._txn_bases, base)
+        if i == len(self._txn_bases) or self._txn_bases[i] != base:
+            insort(self._txn_bases, base)
+
+    def _txn_segments_from(self, fetch_offset: int) -> list[LogSegment]:
+        """Segments that may list aborted transactions relevant from `fetch_offset` on."""
+        if not self._txn_bases:
+            return []
+        bases = self._bases
+        start = bases[max(0, bisect_right(bases, fetch_offset) - 1)]
+        out = []
+        for base in self._txn_bases[bisect_left(self._txn_bases, start):]:
+            j = bisect_left(bases, base)
+            if j < len(bases) and bases[j] == base:
+                out.append(self._segments[j])
+        return out
+
+    def aborted_transactions(self, fetch_offset: int, upper: int) -> list[tuple[int, int]]:
+        """(producer id, first offset) of the aborted transactions overlapping
+        [fetch_offset, upper): what a read_committed fetch of that range reports."""
+        out: list[tuple[int, int]] = []
+        for seg in self._txn_segments_from(fetch_offset):
+            found, complete = seg.txn_index.collect(fetch_offset, upper)
+            out.extend((e.producer_id, e.first_offset) for e in found)
+            if complete:
+                break
+        return out
+
+    def aborted_transactions_in(self, fetch_offset: int, data: FileSlice) -> list[tuple[int, int]]:
+        """The aborted transactions a read_committed fetch that returned `data` (read from
+        `fetch_offset`) reports; free when the log holds no aborted transaction."""
+        if not self._txn_segments_from(fetch_offset):
+            return []
+        return self.aborted_transactions(fetch_offset, self.offset_after(fetch_offset, data))
+
+    def offset_after(self, fetch_offset: int, data: FileSlice) -> int:
+        """The first offset after the batches of a slice returned by ``read(fetch_offset)``
+        (the upper bound of the aborted transactions a read_committed fetch must report)."""
+        segs = self._segments
+        i = max(0, bisect_right(self._bases, fetch_offset) - 1)
+        while i < len(segs) and segs[i].file is not data.file:
+            i += 1
+        if i == len(segs):
+            return self.log_end_offset
+        seg = segs[i]
+        end = data.position + data.length
+        if end >= seg.size:
+            return segs[i + 1].base_offset if i + 1 < len(segs) else self.log_end_offset
+        try:
+            head = os.pread(seg.file.fileno(), 8, end)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot read {seg.log_path}: {e}") from e
+        return int.from_bytes(head, "big", signed=True) if len(head) == 8 \
+            else self.log_end_offset
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Forget producer ids idle longer than producer.id.expiration.ms."""
@@ -645,6 +742,7 @@ class PartitionLog:
                 os.replace(stem + suf + CLEANED_SUFFIX, stem + suf + SWAP_SUFFIX)
         except OSError as e:
             raise KafkaStorageError(f"cannot swap in cleaned segment {stem}: {e}") from e
+        aborted = [e for s in old for e in s.txn_index.entries]
         del segs[i : i + len(old)]
         del self._bases[i : i + len(old)]
         self._schedule_delete(old)
@@ -666,6 +764,9 @@ class PartitionLog:
             index_interval_bytes=cfg.index_interval_bytes,
             segment_jitter_ms=cfg.segment_jitter_ms, now_ms=self._now_ms(),
         )  # fmt: skip
+        if aborted:  # offsets do not change, so the replaced segments' entries stay valid
+            new.txn_index.replace(aborted)
+            self._note_txn_index(base)
         segs.insert(i, new)
         self._bases.insert(i, base)
         return new

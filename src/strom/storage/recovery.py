@@ -35,6 +35,7 @@ from strom.storage.segment import (
     LogSegment,
     segment_name,
 )
+from strom.storage.txn_index import TXN_INDEX_SUFFIX
 
 _STRAY_SUFFIXES = (DELETED_SUFFIX, ".cleaned", ".swap", ".tmp")
 SWAP_LOG_SUFFIX = LOG_SUFFIX + ".swap"
@@ -80,7 +81,8 @@ def complete_swaps(dir: Path) -> set[int]:
         end = _next_offset_of(swap, base)
         for other in logs:
             if base <= other < end or other == base:
-                for suf in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+                # (the cleaned segment holds no aborted data, so no transaction index either)
+                for suf in (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
                     (dir / (segment_name(other) + suf)).unlink(missing_ok=True)
         for suf in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
             (dir / (segment_name(base) + suf)).unlink(missing_ok=True)
@@ -102,7 +104,7 @@ def scan_segment_files(dir: Path) -> list[int]:
         ext = "." + ext
         if ext == LOG_SUFFIX:
             logs.append(int(stem))
-        elif ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        elif ext in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
             indexes.setdefault(int(stem), []).append(name)
     have = set(logs)
     for base, names in indexes.items():
@@ -159,7 +161,8 @@ def open_segments(
             epochs.assign(e, o)
         if truncated:
             for later in segs[j + 1 :]:
-                for p in (later.log_path, later.index_path, later.timeindex_path):
+                for p in (later.log_path, later.index_path, later.timeindex_path,
+                          later.txn_index_path):
                     p.unlink(missing_ok=True)
             del segs[j + 1 :]
             break

@@ -35,6 +35,7 @@ from strom.storage.index import (
     OffsetIndex,
     TimeIndex,
 )
+from strom.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -64,6 +65,7 @@ class LogSegment:
         "_size",
         "_stem",
         "_ti",
+        "_txn",
         "base_offset",
         "bytes_since_index",
         "created_ms",
@@ -100,13 +102,14 @@ class LogSegment:
         self._max_ts_offset = base_offset
         self._rolling_ts: int | None = None
         self._next_offset: int | None = None
+        self._txn: TransactionIndex | None = None
         if create:
             try:
                 self.file = SegmentFile(self._stem + LOG_SUFFIX, budget, create=True)
                 os.ftruncate(self.file.fileno(), 0)
             except OSError as e:
                 raise KafkaStorageError(f"cannot create segment {self.log_path}: {e}") from e
-            for p in (self.index_path, self.timeindex_path):
+            for p in (self.index_path, self.timeindex_path, self.txn_index_path):
                 p.unlink(missing_ok=True)
             self._size: int | None = 0
             self._oi = OffsetIndex(self.index_path, base_offset, self.max_index_entries)
@@ -128,6 +131,18 @@ class LogSegment:
     @property
     def timeindex_path(self) -> Path:
         return Path(self._stem + TIME_INDEX_SUFFIX)
+
+    @property
+    def txn_index_path(self) -> Path:
+        return Path(self._stem + TXN_INDEX_SUFFIX)
+
+    @property
+    def txn_index(self) -> TransactionIndex:
+        """Aborted transactions whose markers are in this segment (loaded on first use)."""
+        txn = self._txn
+        if txn is None:
+            txn = self._txn = TransactionIndex(self._stem + TXN_INDEX_SUFFIX)
+        return txn
 
     def _new_time_index(self) -> TimeIndex:
         entries = max(1, self.max_index_entries * OFFSET_ENTRY_SIZE // TIME_ENTRY_SIZE)
@@ -351,6 +366,8 @@ class LogSegment:
     def flush(self) -> None:
         """Write indexes and fsync the log file."""
         self.persist_indexes()
+        if self._txn is not None:
+            self._txn.flush()
         try:
             fsync(self.file.fileno())
         except OSError as e:
@@ -383,6 +400,7 @@ class LogSegment:
         if pos == 0:
             self._rolling_ts = None
         self.persist_indexes()
+        self.txn_index.truncate_to(h.base_offset)
         return old - pos
 
     # --- recovery ------------------------------------------------------------------------------
@@ -456,6 +474,7 @@ class LogSegment:
             p.unlink(missing_ok=True)
         ti.maybe_append(max_ts, max_off, skip_full_check=True)
         self.persist_indexes()
+        self.txn_index.truncate_to(next_offset)  # entries past a torn tail go with it
         return truncated, epochs
 
     def rebuild_indexes(self) -> None:
@@ -471,7 +490,7 @@ class LogSegment:
         working) until the caller closes it when the files are finally removed.
         """
         out = []
-        for p in (self.log_path, self.index_path, self.timeindex_path):
+        for p in (self.log_path, self.index_path, self.timeindex_path, self.txn_index_path):
             target = p.with_name(p.name + DELETED_SUFFIX)
             try:
                 os.replace(p, target)

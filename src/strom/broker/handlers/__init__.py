@@ -11,7 +11,8 @@ from strom.broker.handlers import (
     offsets,
     produce,
     topics,
+    transactions,
 )
 
 MODULES = [api_versions, cluster, configs, consumer_groups, fetch, groups, metadata, offsets, produce,
-           topics]
+           topics, transactions]

@@ -35,7 +35,8 @@ def describe_cluster(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 def init_producer_id(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     """Kafka's rules: a non-transactional producer always gets a fresh id with epoch 0 (an
     idempotent producer bumps its epoch itself, KIP-360); a given id/epoch must come as a pair.
-    Transactional ids go to the transaction coordinator (not there yet)."""
+    Transactional ids go to the transaction coordinator (v6's two-phase commit, KIP-939, is
+    not offered)."""
     pid = getattr(request, "producer_id", -1)
     epoch = getattr(request, "producer_epoch", -1)
     if (pid == -1) != (epoch == -1):
@@ -47,7 +48,7 @@ def init_producer_id(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
         coordinator = getattr(broker, "transaction_coordinator", None)
         if coordinator is None:  # seam: transactions plug in here
             return _init_pid_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return coordinator.init_producer_id(tid, request.transaction_timeout_ms,
+        return coordinator.init_producer_id(tid, request.transaction_timeout,
                                             pid if pid != -1 else None, epoch)
     return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id(),
             "producer_epoch": 0}

@@ -1,5 +1,9 @@
 """Fetch: index lookups produce file slices that the server sends with sendfile.
 
+read_committed (isolation level 1) stops at the last stable offset and lists the aborted
+transactions overlapping the returned range (from the segments' transaction indexes); the
+client drops their batches itself, as with Kafka, so the records stay zero-copy.
+
 Long polling: when less than `min_bytes` is available, the request waits on its partitions'
 waiters (woken by appends) until the data arrives or `max_wait_ms` passes; no polling loop.
 """
@@ -118,4 +122,13 @@ def _read_all(broker: Any, request: Any, version: int,
                 r.records = result.slice
                 r.records_size = result.slice.length
                 total += result.slice.length
+                if request.isolation_level == READ_COMMITTED:
+                    try:
+                        r.aborted_transactions = log.aborted_transactions_in(p.fetch_offset,
+                                                                             result.slice)
+                    except StorageError as exc:
+                        r.records, r.records_size = b"", 0
+                        total -= result.slice.length
+                        r.error_code = exc.error_code
+                        errors = True
     return topics_out, total, errors

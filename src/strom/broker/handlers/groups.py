@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from strom.broker.handlers.transactions import transaction_coordinator_node
 from strom.broker.router import handles
 from strom.cluster.image import INTERNAL_TOPICS
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator, JoinRequest
@@ -151,9 +152,10 @@ def _coordinator_for(broker: Any, key_type: int, key: str) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                            "error_message": None}
     try:
-        if key_type == TRANSACTION_KEY:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             "Strom has no transaction coordinator yet.")
+        if key_type == TRANSACTION_KEY:  # -- transactions --
+            node = transaction_coordinator_node(broker, key)
+            out.update(node_id=node.broker_id, host=node.host, port=node.port)
+            return out
         if key_type != GROUP_KEY:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported key type {key_type}.")
         groups = _groups(broker)
@@ -315,7 +317,7 @@ def offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_id: str | None,
-                 member_epoch: int) -> dict[str, Any]:
+                 member_epoch: int, require_stable: bool = False) -> dict[str, Any]:
     """One group of an OffsetFetch: {group_id, topics, error_code}."""
     requested: list[tuple[str, list[int]]] | None = None
     unknown_ids: list[dict[str, Any]] = []
@@ -339,6 +341,10 @@ def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_i
     except KafkaError as exc:
         error = int(exc.code)
         rows = [(name, [(p, -1, -1, "") for p in parts]) for name, parts in requested or []]
+    # -- transactions: offsets of an open transaction are unstable for require_stable --
+    unstable = _groups(broker).unstable_offsets(group_id) if require_stable and not error \
+        else set()
+    # -- end transactions --
     out_topics = []
     for name, parts in rows:
         topic_id = id_of.get(name)
@@ -350,6 +356,9 @@ def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_i
         out_topics.append({"name": name, "topic_id": topic_id, "partitions": [
             {"partition_index": p, "committed_offset": off, "committed_leader_epoch": epoch,
              "metadata": meta, "error_code": error if version < 2 else 0}
+            if (name, p) not in unstable else  # transactions: a commit is pending
+            {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+             "metadata": "", "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)}
             for p, off, epoch, meta in parts]})
     return {"group_id": group_id, "topics": out_topics + unknown_ids, "error_code": error}
 
@@ -358,11 +367,14 @@ def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_i
 def offset_fetch(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     if version >= 8:
+        stable = getattr(request, "require_stable", False)
         groups = [_fetch_group(broker, version, g.group_id, g.topics,
-                               getattr(g, "member_id", None), getattr(g, "member_epoch", -1))
+                               getattr(g, "member_id", None), getattr(g, "member_epoch", -1),
+                               stable)
                   for g in request.groups]
         return {"throttle_time": 0, "groups": groups}
-    one = _fetch_group(broker, version, request.group_id, request.topics, None, -1)
+    one = _fetch_group(broker, version, request.group_id, request.topics, None, -1,
+                       getattr(request, "require_stable", False))
     return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
 

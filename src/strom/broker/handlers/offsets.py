@@ -70,7 +70,8 @@ def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
         elif ts < 0:
             result["error_code"] = ErrorCode.UNSUPPORTED_VERSION
         else:
-            found = log.offset_for_timestamp(ts)
+            found = log.offset_for_timestamp(
+                ts, max_offset=log.last_stable_offset if committed else None)
             if found is not None:
                 result.update(offset=found[0], timestamp=found[1], leader_epoch=state.leader_epoch)
 

@@ -4,6 +4,10 @@ Record bytes are never decoded here; the log validates CRC and headers and patch
 offset in the request buffer before writing it. Idempotent producers are checked by the log's
 producer state from the batch headers: a retried batch gets its original offsets back (nothing is
 written), a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER_EPOCH.
+
+The first transactional batch of a transaction in a partition is verified with the transaction
+coordinator first (KIP-890: the partition must have been added to the transaction), so a late
+write of a fenced or aborted transaction cannot open a transaction nobody will ever close.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from strom.protocol.produce import (
     decode_produce_request,
     encode_produce_response,
 )
+from strom.protocol.records import HEADER_STRUCT, RECORD_BATCH_OVERHEAD, TRANSACTIONAL_MASK
 from strom.storage.errors import StorageError
 
 VALID_ACKS = (0, 1, -1)
@@ -67,6 +72,12 @@ def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
                 result.error_code = ErrorCode.INVALID_RECORD
                 result.error_message = "Produce request carries no record batch"
                 continue
+            if request.transactional_id is not None:  # -- transactions --
+                code = _verify_transaction(broker, request.transactional_id, log, topic.name,
+                                           p.index, p.records, version)
+                if code:
+                    result.error_code = code
+                    continue
             try:
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
             except StorageError as exc:
@@ -86,3 +97,37 @@ def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
             raise CloseConnection()
         return None
     return encode_produce_response(version, topics_out)
+
+
+# -- transactions: KIP-890 verification of a transaction's first write to a partition --------
+
+# coordinator errors a producer should retry on (Kafka maps them for Produce the same way)
+_RETRIABLE_VERIFY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS)
+
+
+def _verify_transaction(broker: Any, transactional_id: str, log: Any, topic: str,
+                        partition: int, records: Any, version: int) -> int:
+    """0, or the error for a transactional batch whose transaction does not include this
+    partition (per the coordinator). Only the first batch of each transaction is checked; a
+    coordinator on another broker is not asked (a cluster will send it AddPartitionsToTxn v4)."""
+    coordinator = getattr(broker, "transaction_coordinator", None)
+    if coordinator is None or len(records) < RECORD_BATCH_OVERHEAD:
+        return 0
+    header = HEADER_STRUCT.unpack_from(records, 0)
+    if not header[5] & TRANSACTIONAL_MASK:
+        return 0
+    pid, epoch = header[9], header[10]
+    entry = log.producer_state.producers.get(pid)
+    if entry is not None and entry.epoch == epoch and entry.txn_first_offset >= 0:
+        return 0  # this transaction already wrote here
+    code = coordinator.verify_partition(transactional_id, pid, epoch, topic, partition)
+    if not code:
+        return 0
+    if code in _RETRIABLE_VERIFY:
+        return ErrorCode.NOT_ENOUGH_REPLICAS
+    if code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    if code == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
+        return ErrorCode.INVALID_TXN_STATE
+    return int(code)

@@ -31,7 +31,7 @@ from strom.coordinator.group.state import (
     Protocols,
     Respond,
 )
-from strom.coordinator.group.store import GroupStore, OffsetsTopic
+from strom.coordinator.group.store import GroupStore, OffsetsTopic, TxnMarkerRecord
 from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -116,7 +116,9 @@ class Shard:
         self.loading = True
         self.groups: dict[str, Group] = {}
         self.offsets: dict[str, dict[tuple[str, int], OffsetAndMetadata]] = {}
-        self.loader: Iterator[list[rec.CoordinatorRecord]] | None = None
+        self.loader: Iterator[list[rec.CoordinatorRecord | TxnMarkerRecord]] | None = None
+        # -- transactions: TxnOffsetCommit offsets waiting for their marker, per producer id --
+        self.pending_txn: dict[int, dict[str, dict[tuple[str, int], OffsetAndMetadata]]] = {}
 
 
 @dataclass
@@ -246,6 +248,7 @@ class GroupCoordinator(ConsumerGroupProtocol):
                     group.complete_sync(member, sync_error(ErrorCode.NOT_COORDINATOR))
         shard.groups.clear()
         shard.offsets.clear()
+        shard.pending_txn.clear()  # transactions
         shard.loader = None
 
     def is_loading(self, partition: int) -> bool:
@@ -256,7 +259,20 @@ class GroupCoordinator(ConsumerGroupProtocol):
     # Replay (load)
     # ========================================================================================
 
-    def _replay(self, shard: Shard, r: rec.CoordinatorRecord) -> None:
+    def _replay(self, shard: Shard, r: rec.CoordinatorRecord | TxnMarkerRecord) -> None:
+        # -- transactions: pending TxnOffsetCommit offsets and the markers that end them --
+        if isinstance(r, TxnMarkerRecord):
+            self._complete_txn_offsets(shard, r.producer_id, r.commit)
+            return
+        if r.producer_id >= 0:
+            if r.type in (rec.OFFSET_COMMIT, rec.OFFSET_COMMIT_LEGACY) and r.value is not None:
+                v = r.value
+                shard.pending_txn.setdefault(r.producer_id, {}).setdefault(
+                    r.key["group"], {})[(r.key["topic"], r.key["partition"])] = \
+                    OffsetAndMetadata(v["offset"], v["leader_epoch"], v["metadata"],
+                                      v["commit_timestamp"], v["expire_timestamp"])
+            return
+        # -- end transactions --
         if r.type in (rec.OFFSET_COMMIT, rec.OFFSET_COMMIT_LEGACY):
             gid = r.key["group"]
             tp = (r.key["topic"], r.key["partition"])
@@ -960,6 +976,93 @@ class GroupCoordinator(ConsumerGroupProtocol):
                             else (partition, oam.offset, oam.leader_epoch, oam.metadata))
             out.append((topic, rows))
         return out
+
+    # -- transactions: TxnOffsetCommit ---------------------------------------------------------
+
+    def commit_transactional_offsets(
+            self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
+            generation: int, instance_id: str | None,
+            topics: list[tuple[str, list[tuple[int, int, int, str | None]]]]
+    ) -> list[tuple[str, list[tuple[int, int]]]]:
+        """TxnOffsetCommit: log the offsets in a transactional batch of the producer; they count
+        (OffsetFetch sees them) once its COMMIT marker lands, and vanish on ABORT. Group-level
+        failures raise KafkaError; per-partition errors are returned."""
+        shard = self._shard(group_id)
+        group = shard.groups.get(group_id)
+        if group is None:
+            if generation >= 0:
+                raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"Group {group_id} does not exist.")
+        elif isinstance(group, ClassicGroup):
+            if group.is_state(ClassicState.DEAD):
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
+            if instance_id is not None:
+                error = self._validate_member(group, member_id, instance_id)
+                if error:
+                    raise KafkaError(error)
+            elif member_id and member_id not in group.members:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
+            if generation >= 0 and generation != group.generation:
+                raise KafkaError(ErrorCode.ILLEGAL_GENERATION)
+        elif member_id or generation >= 0:
+            member = group.members.get(member_id)
+            if member is None:
+                raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                                 f"Member {member_id} is not a member of group {group_id}.")
+            if generation != member.member_epoch:
+                raise KafkaError(ErrorCode.ILLEGAL_GENERATION,
+                                 f"The received member epoch {generation} does not match the "
+                                 f"expected member epoch {member.member_epoch}.")
+        now = self.now_ms()
+        records: list[rec.KeyValue] = []
+        accepted: list[tuple[tuple[str, int], OffsetAndMetadata]] = []
+        results = []
+        limit = self.config.offset_metadata_max_bytes
+        for topic, partitions in topics:
+            out = []
+            for partition, offset, leader_epoch, metadata in partitions:
+                if metadata is not None and len(metadata) > limit:
+                    out.append((partition, ErrorCode.OFFSET_METADATA_TOO_LARGE))
+                    continue
+                oam = OffsetAndMetadata(offset, leader_epoch, metadata or "", now)
+                records.append(rec.offset_commit(group_id, topic, partition, offset,
+                                                 leader_epoch, oam.metadata, now))
+                accepted.append(((topic, partition), oam))
+                out.append((partition, ErrorCode.NONE))
+            results.append((topic, out))
+        self.store.append(shard.partition, records, producer_id=producer_id,
+                          producer_epoch=producer_epoch)
+        if accepted:
+            pending = shard.pending_txn.setdefault(producer_id, {}).setdefault(group_id, {})
+            for tp, oam in accepted:
+                pending[tp] = oam
+        return results
+
+    def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker of `producer_id` was written to `__consumer_offsets-<partition>`
+        (Kafka's onTransactionCompleted). While the partition loads, its replay sees the marker."""
+        shard = self.shards.get(partition)
+        if shard is not None and not shard.loading:
+            self._complete_txn_offsets(shard, producer_id, commit)
+
+    def _complete_txn_offsets(self, shard: Shard, producer_id: int, commit: bool) -> None:
+        pending = shard.pending_txn.pop(producer_id, None)
+        if not pending or not commit:
+            return
+        for gid, offsets in pending.items():
+            if gid not in shard.groups:  # a "simple" group: offsets without membership
+                shard.groups[gid] = ClassicGroup(gid, self.now_ms())
+            shard.offsets.setdefault(gid, {}).update(offsets)
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """Partitions of the group with a transactional commit still waiting for its marker
+        (OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them)."""
+        shard = self.shards.get(self.partition_for(group_id)) if group_id else None
+        if shard is None:
+            return set()
+        return {tp for by_group in shard.pending_txn.values()
+                for tp in by_group.get(group_id, {})}
+
+    # -- end transactions ---------------------------------------------------------------------
 
     def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
                        ) -> list[tuple[str, list[tuple[int, int]]]]:

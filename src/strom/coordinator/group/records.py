@@ -304,6 +304,8 @@ class CoordinatorRecord:
     key: dict[str, Any]
     value: dict[str, Any] | None
     value_version: int = -1
+    # -- transactions: the producer of a transactional batch (TxnOffsetCommit), else -1 --
+    producer_id: int = -1
 
 
 class UnknownRecordType(ProtocolError):

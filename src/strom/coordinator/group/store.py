@@ -8,19 +8,35 @@ does not depend on the broker (and a replicated broker can plug in its own parti
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from strom.coordinator.group import records as rec
 from strom.protocol.errors import ErrorCode, KafkaError, ProtocolError
-from strom.protocol.records import Record, build_batch, decode_records, iter_batches
+from strom.protocol.records import (
+    CONTROL_COMMIT,
+    CorruptRecordError,
+    Record,
+    build_batch,
+    decode_records,
+    iter_batches,
+    parse_control_record,
+)
 from strom.storage.errors import StorageError
 from strom.storage.validator import ORIGIN_COORDINATOR
 
 log = logging.getLogger(__name__)
 
 LOAD_CHUNK_BYTES = 1 << 20
+
+
+class TxnMarkerRecord(NamedTuple):
+    """A COMMIT/ABORT marker met while replaying: ends `producer_id`'s pending offsets."""
+
+    producer_id: int
+    commit: bool
 
 
 class PartitionLogLike(Protocol):
@@ -69,9 +85,11 @@ class GroupStore:
         self.topic = topic
         self._now_ms = now_ms
 
-    def append(self, partition: int, records: list[rec.KeyValue]) -> int:
+    def append(self, partition: int, records: list[rec.KeyValue], *, producer_id: int = -1,
+               producer_epoch: int = -1) -> int:
         """Write records as one batch; returns the last offset. Raises KafkaError (coordinator
-        error codes) when the partition is not ours or the write fails."""
+        error codes) when the partition is not ours or the write fails. With a producer id the
+        batch is transactional (TxnOffsetCommit): it counts once its marker commits it."""
         if not records:
             return -1
         log_ = self.topic.log(partition)
@@ -79,7 +97,10 @@ class GroupStore:
             raise KafkaError(ErrorCode.NOT_COORDINATOR,
                              f"this broker does not lead __consumer_offsets-{partition}")
         now = self._now_ms()
-        batch = build_batch(Record(i, now, k, v) for i, (k, v) in enumerate(records))
+        txn = {} if producer_id < 0 else {"producer_id": producer_id,
+                                          "producer_epoch": producer_epoch, "base_sequence": 0,
+                                          "transactional": True}
+        batch = build_batch((Record(i, now, k, v) for i, (k, v) in enumerate(records)), **txn)
         try:
             result = log_.append(memoryview(bytearray(batch)),
                                  leader_epoch=self.topic.leader_epoch(partition), now_ms=now,
@@ -88,29 +109,43 @@ class GroupStore:
             raise _append_error(exc) from None
         return result.last_offset
 
-    def replay(self, partition: int) -> Iterator[list[rec.CoordinatorRecord]]:
-        """The partition's records in log order, a chunk (about 1 MiB of log) at a time."""
+    def replay(self, partition: int
+               ) -> Iterator[list[rec.CoordinatorRecord | TxnMarkerRecord]]:
+        """The partition's records in log order, a chunk (about 1 MiB of log) at a time, with
+        transaction markers in between (records of transactional batches carry their producer
+        id). Reads up to the log end as it moves, so a marker written during the load counts."""
         log_ = self.topic.log(partition)
         if log_ is None:
             return
         position = log_.log_start_offset
-        end = log_.log_end_offset
-        while position < end:
-            result = log_.read(position, LOAD_CHUNK_BYTES, max_offset=end)
+        while position < log_.log_end_offset:
+            result = log_.read(position, LOAD_CHUNK_BYTES, max_offset=log_.log_end_offset)
             if result.slice is None:
                 break
             data = memoryview(result.slice.read_bytes())
-            chunk: list[rec.CoordinatorRecord] = []
+            chunk: list[rec.CoordinatorRecord | TxnMarkerRecord] = []
             last = position
             for pos, header in iter_batches(data):
                 last = header.base_offset + header.last_offset_delta + 1
                 if header.is_control:
+                    try:
+                        records = decode_records(bytes(data[pos:pos + header.size]))
+                        kind, _ = parse_control_record(records[0].key, records[0].value) \
+                            if records else (-1, -1)
+                    except (CorruptRecordError, IndexError):
+                        continue
+                    if kind >= 0 and header.base_offset >= position:
+                        chunk.append(TxnMarkerRecord(header.producer_id, kind == CONTROL_COMMIT))
                     continue
+                pid = header.producer_id if header.is_transactional else -1
                 for r in decode_records(bytes(data[pos:pos + header.size])):
                     if r.offset < position or r.key is None:
                         continue
                     try:
-                        chunk.append(rec.decode(r.key, r.value))
+                        decoded = rec.decode(r.key, r.value)
+                        if pid >= 0:
+                            decoded = dataclasses.replace(decoded, producer_id=pid)
+                        chunk.append(decoded)
                     except rec.UnknownRecordType:
                         continue
                     except ProtocolError as exc:

@@ -1,0 +1,378 @@
+"""Transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+WriteTxnMarkers, DescribeTransactions and ListTransactions, plus the wiring of the transaction
+coordinator (InitProducerId lives in `cluster.py`, FindCoordinator in `groups.py`).
+
+The handlers translate between the wire and `strom.coordinator.transaction`; the semantics live
+there. The coordinator reaches this broker through two adapters: `TxnTopicAdapter`
+(`__transaction_state`) and `LocalMarkerWriter`, which writes COMMIT/ABORT control batches into
+the local partition logs. A cluster swaps the writer for one that sends WriteTxnMarkers to the
+partition leaders; the WriteTxnMarkers handler below is the receiving end of that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from strom.broker.router import handles
+from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
+from strom.coordinator.transaction.markers import MarkerResults, TxnMarker
+from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.records import control_batch
+from strom.storage.errors import StorageError
+from strom.storage.validator import ORIGIN_COORDINATOR
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+DEFAULT_SEGMENT_BYTES = 104857600
+
+
+def _config_getter(config: Any) -> Callable[[str], Any]:
+    """Broker config lookup; every name the coordinator reads is a registered broker config."""
+    return config.get
+
+
+# --------------------------------------------------------------------------------------------
+# Wiring: the coordinator sees the broker only through these adapters.
+# --------------------------------------------------------------------------------------------
+
+
+class TxnTopicAdapter:
+    """`__transaction_state` through the controller (creation) and the partition manager."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def num_partitions(self) -> int | None:
+        topic = self.broker.image.topics.get(TRANSACTION_STATE_TOPIC)
+        return len(topic.partitions) if topic is not None else None
+
+    def create(self) -> int:
+        existing = self.num_partitions()
+        if existing:
+            return existing
+        get = _config_getter(self.broker.config)
+
+        def opt(name: str, default: Any) -> Any:
+            try:
+                return get(name)
+            except KeyError:
+                return default
+
+        # Kafka's enforced settings: compacted, uncompressed, no unclean leader election.
+        configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                   "unclean.leader.election.enable": "false",
+                   "segment.bytes": str(opt("transaction.state.log.segment.bytes",
+                                            DEFAULT_SEGMENT_BYTES)),
+                   "min.insync.replicas": str(opt("transaction.state.log.min.isr", 1))}
+        try:
+            topic = self.broker.controller.create_topic(
+                TRANSACTION_STATE_TOPIC, int(opt("transaction.state.log.num.partitions", 50)),
+                int(opt("transaction.state.log.replication.factor", 1)), None, configs)
+        except KafkaError as exc:
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return self.num_partitions() or 0
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"cannot create {TRANSACTION_STATE_TOPIC}: {exc}") from None
+        return len(topic.partitions)
+
+    def log(self, partition: int) -> Any:
+        topic = self.broker.image.topics.get(TRANSACTION_STATE_TOPIC)
+        state = topic.partitions.get(partition) if topic is not None else None
+        if state is None or state.leader != self.broker.broker_id:
+            return None
+        return self.broker.partitions.get(TRANSACTION_STATE_TOPIC, partition)
+
+    def leader_epoch(self, partition: int) -> int:
+        return self.broker.partitions.leader_epoch(TRANSACTION_STATE_TOPIC, partition)
+
+
+def write_marker(broker: Any, topic: str, partition: int, producer_id: int, producer_epoch: int,
+                 coordinator_epoch: int, commit: bool) -> int:
+    """Append one COMMIT/ABORT control batch to a partition this broker leads (Kafka's
+    WriteTxnMarkers on the partition leader); returns a Kafka error code."""
+    t = broker.image.topics.get(topic)
+    state = t.partitions.get(partition) if t is not None else None
+    if state is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    plog = broker.partitions.get(topic, partition)
+    if plog is None or state.leader != broker.broker_id:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    now = broker.now_ms()
+    batch = control_batch(commit=commit, producer_id=producer_id, producer_epoch=producer_epoch,
+                          coordinator_epoch=coordinator_epoch, timestamp=now)
+    try:
+        plog.append(memoryview(bytearray(batch)), leader_epoch=state.leader_epoch, now_ms=now,
+                    origin=ORIGIN_COORDINATOR)
+    except StorageError as exc:
+        log.warning("cannot write the %s marker of producer %d to %s-%d: %s",
+                    "COMMIT" if commit else "ABORT", producer_id, topic, partition, exc)
+        return exc.error_code
+    broker.partitions.waiters.notify((topic, partition))
+    if topic == OFFSETS_TOPIC and broker.groups is not None:
+        broker.groups.on_transaction_completed(partition, producer_id, commit)
+    return ErrorCode.NONE
+
+
+class LocalMarkerWriter:
+    """`MarkerWriter` for partitions this broker leads: writes the markers right away."""
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
+        done({(t, p): write_marker(self.broker, t, p, marker.producer_id, marker.producer_epoch,
+                                   marker.coordinator_epoch, marker.commit)
+              for t, p in marker.partitions})
+
+
+def build_transaction_coordinator(broker: Any,
+                                  loop: asyncio.AbstractEventLoop) -> TransactionCoordinator:
+    """The broker's transaction coordinator, subscribed to leadership of `__transaction_state`."""
+    coordinator = TransactionCoordinator(
+        TxnConfig.from_config(_config_getter(broker.config)), TxnTopicAdapter(broker),
+        LocalMarkerWriter(broker), broker.next_producer_id, loop, broker.now_ms)
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if topic == TRANSACTION_STATE_TOPIC:
+            coordinator.on_leadership(partition, leader, epoch)
+
+    broker.partitions.add_leadership_listener(on_leadership)
+    return coordinator
+
+
+def transaction_coordinator_node(broker: Any, transactional_id: str) -> Any:
+    """FindCoordinator(key type transaction): the leader of the id's `__transaction_state`
+    partition (the topic is created on first use). Raises KafkaError."""
+    coordinator = _coordinator(broker)
+    if not transactional_id:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "The transactional id must not be empty.")
+    coordinator.ensure_topic()
+    partition = coordinator.partition_for(transactional_id)
+    topic = broker.image.topics.get(TRANSACTION_STATE_TOPIC)
+    state = topic.partitions.get(partition) if topic is not None else None
+    node = broker.image.brokers.get(state.leader) if state is not None else None
+    if node is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         f"{TRANSACTION_STATE_TOPIC}-{partition} has no live leader.")
+    return node
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _coordinator(broker: Any) -> TransactionCoordinator:
+    coordinator = getattr(broker, "transaction_coordinator", None)
+    if coordinator is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         "the transaction coordinator is starting")
+    return coordinator
+
+
+def _known(broker: Any, topic: str, partition: int) -> bool:
+    t = broker.image.topics.get(topic)
+    return t is not None and partition in t.partitions
+
+
+# --------------------------------------------------------------------------------------------
+# AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
+# --------------------------------------------------------------------------------------------
+
+
+def _add_partitions_result(broker: Any, tid: str, pid: int, epoch: int, topics: Any,
+                           verify_only: bool, version: int) -> dict[str, list[tuple[int, int]]]:
+    """{topic: [(partition, error)]} for one transaction of an AddPartitionsToTxn request."""
+    wanted = [(t.name, p) for t in topics for p in t.partitions]
+    unknown = [tp for tp in wanted if not _known(broker, *tp)]
+    if unknown:  # as Kafka: nothing is attempted when a partition does not exist
+        codes = {tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+                      else ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
+    else:
+        try:
+            coordinator = _coordinator(broker)
+            if verify_only:
+                codes = coordinator.verify_partitions(tid, pid, epoch, wanted)
+                if version < 5:  # TRANSACTION_ABORTABLE is new in v5 (KIP-890)
+                    codes = {tp: (ErrorCode.INVALID_TXN_STATE
+                                  if c == ErrorCode.TRANSACTION_ABORTABLE else c)
+                             for tp, c in codes.items()}
+            else:
+                code = coordinator.add_partitions(tid, pid, epoch, wanted)
+                codes = dict.fromkeys(wanted, code)
+        except KafkaError as exc:
+            codes = dict.fromkeys(wanted, exc.code)
+    out: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), code in codes.items():
+        out.setdefault(topic, []).append((partition, int(code)))
+    return out
+
+
+def _topic_results(by_topic: dict[str, list[tuple[int, int]]]) -> list[dict[str, Any]]:
+    return [{"name": topic, "results_by_partition": [
+        {"partition_index": p, "partition_error_code": code} for p, code in rows]}
+        for topic, rows in by_topic.items()]
+
+
+@handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
+def add_partitions_to_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    """v0-3: one transaction (clients); v4+: a batch of transactions, possibly verify-only (the
+    shape brokers use to check a partition is in a transaction before appending, KIP-890)."""
+    version = ctx.api_version
+    if version < 4:
+        by_topic = _add_partitions_result(
+            broker, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, version)
+        return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(by_topic)}
+    results = []
+    for txn in request.transactions:
+        by_topic = _add_partitions_result(broker, txn.transactional_id, txn.producer_id,
+                                          txn.producer_epoch, txn.topics, txn.verify_only,
+                                          version)
+        results.append({"transactional_id": txn.transactional_id,
+                        "topic_results": _topic_results(by_topic)})
+    return {"throttle_time": 0, "error_code": 0, "results_by_transaction": results}
+
+
+@handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
+def add_offsets_to_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    """Adds the group's `__consumer_offsets` partition to the transaction (Kafka's way of
+    making TxnOffsetCommit part of it)."""
+    try:
+        groups = broker.groups
+        if groups is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is starting")
+        if not request.group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+        groups.ensure_offsets_topic()
+        partition = groups.partition_for(request.group_id)
+        code = _coordinator(broker).add_partitions(request.transactional_id, request.producer_id,
+                                                   request.producer_epoch,
+                                                   [(OFFSETS_TOPIC, partition)])
+    except KafkaError as exc:
+        code = exc.code
+    return {"throttle_time": 0, "error_code": int(code)}
+
+
+@handles(ApiKey.END_TXN, 0, 4)
+def end_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    """v5 (transaction version 2, where EndTxn bumps the epoch) is not offered."""
+    try:
+        code = _coordinator(broker).end_transaction(request.transactional_id, request.producer_id,
+                                                    request.producer_epoch, request.committed)
+    except KafkaError as exc:
+        code = exc.code
+    return {"throttle_time": 0, "error_code": int(code)}
+
+
+# --------------------------------------------------------------------------------------------
+# TxnOffsetCommit (served by the group coordinator)
+# --------------------------------------------------------------------------------------------
+
+
+@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
+def txn_offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    out_topics: list[dict[str, Any]] = []
+    commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
+    slots: dict[tuple[str, int], dict[str, Any]] = {}
+    for t in request.topics:
+        parts: list[dict[str, Any]] = []
+        out_topics.append({"name": t.name, "partitions": parts})
+        wanted = []
+        for p in t.partitions:
+            slot = {"partition_index": p.partition_index, "error_code": 0}
+            parts.append(slot)
+            if not _known(broker, t.name, p.partition_index):
+                slot["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                continue
+            slots[(t.name, p.partition_index)] = slot
+            wanted.append((p.partition_index, p.committed_offset,
+                           getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+        if wanted:
+            commit.append((t.name, wanted))
+    if not commit:
+        return {"throttle_time": 0, "topics": out_topics}
+    try:
+        groups = broker.groups
+        if groups is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is starting")
+        if not request.group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
+        # KIP-890's check: the group's offsets partition must be in the transaction
+        coordinator = getattr(broker, "transaction_coordinator", None)
+        if coordinator is not None:
+            code = coordinator.verify_partition(
+                request.transactional_id, request.producer_id, request.producer_epoch,
+                OFFSETS_TOPIC, groups.partition_for(request.group_id))
+            if code == ErrorCode.TRANSACTION_ABORTABLE:
+                code = ErrorCode.INVALID_TXN_STATE  # TRANSACTION_ABORTABLE needs v5
+            if code:
+                raise KafkaError(code)
+        results = groups.commit_transactional_offsets(
+            request.group_id, request.producer_id, request.producer_epoch,
+            getattr(request, "member_id", "") or "", getattr(request, "generation_id", -1),
+            getattr(request, "group_instance_id", None), commit)
+        for name, rows in results:
+            for partition, code in rows:
+                slots[(name, partition)]["error_code"] = int(code)
+    except KafkaError as exc:
+        for slot in slots.values():
+            slot["error_code"] = int(exc.code)
+    return {"throttle_time": 0, "topics": out_topics}
+
+
+# --------------------------------------------------------------------------------------------
+# WriteTxnMarkers (sent by a transaction coordinator to partition leaders)
+# --------------------------------------------------------------------------------------------
+
+
+@handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
+def write_txn_markers(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    markers = []
+    for m in request.markers:
+        topics = []
+        for t in m.topics:
+            topics.append({"name": t.name, "partitions": [
+                {"partition_index": p,
+                 "error_code": int(write_marker(broker, t.name, p, m.producer_id,
+                                                m.producer_epoch, m.coordinator_epoch,
+                                                m.transaction_result))}
+                for p in t.partition_indexes]})
+        markers.append({"producer_id": m.producer_id, "topics": topics})
+    return {"markers": markers}
+
+
+# --------------------------------------------------------------------------------------------
+# DescribeTransactions, ListTransactions
+# --------------------------------------------------------------------------------------------
+
+
+@handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
+def describe_transactions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    ids = list(request.transactional_ids)
+    try:
+        states = _coordinator(broker).describe_transactions(ids)
+    except KafkaError as exc:
+        states = [{"transactional_id": tid, "error_code": int(exc.code), "transaction_state": "",
+                   "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                   "producer_epoch": -1, "topics": []} for tid in ids]
+    return {"throttle_time": 0, "transaction_states": states}
+
+
+@handles(ApiKey.LIST_TRANSACTIONS, 0, 2)
+def list_transactions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    try:
+        result = _coordinator(broker).list_transactions(
+            list(request.state_filters), list(request.producer_id_filters),
+            getattr(request, "duration_filter", -1),
+            getattr(request, "transactional_id_pattern", None))
+    except KafkaError as exc:
+        result = {"error_code": int(exc.code), "unknown_state_filters": [],
+                  "transaction_states": []}
+    return {"throttle_time": 0, **result}
