@@ -34,6 +34,7 @@ from strom.coordinator.group.state import (
 from strom.coordinator.group.store import GroupStore, OffsetsTopic, TxnMarkerRecord
 from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
+from strom.coordinator.sharding import ShardedCoordinator
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -148,7 +149,7 @@ def sync_error(code: int) -> dict[str, Any]:
             "assignment": b""}
 
 
-class GroupCoordinator(ConsumerGroupProtocol):
+class GroupCoordinator(ConsumerGroupProtocol, ShardedCoordinator):
     def __init__(self, config: GroupConfig, offsets_topic: OffsetsTopic, topics: TopicsView,
                  scheduler: Scheduler, now_ms: Callable[[], int]) -> None:
         self.config = config
@@ -191,39 +192,14 @@ class GroupCoordinator(ConsumerGroupProtocol):
         n = self.offsets_topic.num_partitions()
         return n if n else self.offsets_topic.create()
 
-    def on_leadership(self, partition: int, leader: bool, epoch: int = 0) -> None:
-        """Called when this broker starts or stops leading `__consumer_offsets-<partition>`."""
-        old = self.shards.get(partition)
-        if leader:
-            if old is not None and old.epoch == epoch:
-                return
-            if old is not None:
-                self._unload(old)
-            shard = self.shards[partition] = Shard(partition, epoch)
-            shard.loader = self.store.replay(partition)
-            self._load_step(shard)
-        elif old is not None:
-            self._unload(old)
-            del self.shards[partition]
+    state_topic = "__consumer_offsets"
 
-    def _load_step(self, shard: Shard) -> None:
-        """Replay one chunk, then yield to the loop; the partition answers when done."""
-        if self.shards.get(shard.partition) is not shard or shard.loader is None:
-            return
-        try:
-            chunk = next(shard.loader)
-        except StopIteration:
-            shard.loader = None
-            self._loaded(shard)
-            return
-        except Exception:
-            log.exception("loading __consumer_offsets-%d failed", shard.partition)
-            shard.loader = None
-            self._loaded(shard)
-            return
+    def _new_shard(self, partition: int, epoch: int) -> Shard:
+        return Shard(partition, epoch)
+
+    def _replay_chunk(self, shard: Shard, chunk: Iterable[Any]) -> None:
         for record in chunk:
             self._replay(shard, record)
-        self.scheduler.call_later(0, self._load_step, shard)
 
     def _loaded(self, shard: Shard) -> None:
         shard.loading = False

@@ -23,6 +23,7 @@ from typing import Any
 
 from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
+from strom.coordinator.sharding import ShardedCoordinator
 from strom.coordinator.transaction import records as rec
 from strom.coordinator.transaction.markers import (
     DONE_CODES,
@@ -95,7 +96,7 @@ def _pid_result(code: int, producer_id: int = -1, epoch: int = -1) -> dict[str, 
     return {"error_code": int(code), "producer_id": producer_id, "producer_epoch": epoch}
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(ShardedCoordinator):
     def __init__(self, config: TxnConfig, topic: InternalTopic, markers: MarkerWriter,
                  allocate_producer_id: Callable[[], int], scheduler: Scheduler,
                  now_ms: Callable[[], int]) -> None:
@@ -152,35 +153,12 @@ class TransactionCoordinator:
         n = self.topic.num_partitions()
         return n if n else self.topic.create()
 
-    def on_leadership(self, partition: int, leader: bool, epoch: int = 0) -> None:
-        """Called when this broker starts or stops leading `__transaction_state-<partition>`."""
-        old = self.shards.get(partition)
-        if leader:
-            if old is not None and old.epoch == epoch:
-                return
-            if old is not None:
-                self._unload(old)
-            shard = self.shards[partition] = Shard(partition, epoch)
-            shard.loader = self.store.replay(partition)
-            self._load_step(shard)
-        elif old is not None:
-            self._unload(old)
-            del self.shards[partition]
+    state_topic = TRANSACTION_STATE_TOPIC
 
-    def _load_step(self, shard: Shard) -> None:
-        if self.shards.get(shard.partition) is not shard or shard.loader is None:
-            return
-        try:
-            chunk = next(shard.loader)
-        except StopIteration:
-            shard.loader = None
-            self._loaded(shard)
-            return
-        except Exception:
-            log.exception("loading %s-%d failed", TRANSACTION_STATE_TOPIC, shard.partition)
-            shard.loader = None
-            self._loaded(shard)
-            return
+    def _new_shard(self, partition: int, epoch: int) -> Shard:
+        return Shard(partition, epoch)
+
+    def _replay_chunk(self, shard: Shard, chunk: list[rec.TxnLogEntry]) -> None:
         for entry in chunk:
             if entry.value is None:
                 shard.txns.pop(entry.transactional_id, None)
@@ -191,7 +169,6 @@ class TransactionCoordinator:
             except (KeyError, ValueError) as exc:
                 log.warning("skipping unreadable state of transactional id %s: %s",
                             entry.transactional_id, exc)
-        self.scheduler.call_later(0, self._load_step, shard)
 
     def _loaded(self, shard: Shard) -> None:
         """Finish what the previous coordinator logged but did not complete."""
