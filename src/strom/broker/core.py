@@ -31,6 +31,8 @@ class Broker:
     groups: Any = None  # the GroupCoordinator (strom.coordinator.group), set up by app.serve
     # the TransactionCoordinator (strom.coordinator.transaction), set up by app.serve
     transaction_coordinator: Any = None
+    # the ReplicaManager (strom.cluster.replication) in a cluster; None on a single node
+    replicas: Any = None
 
     @staticmethod
     def now_ms() -> int:

@@ -110,6 +110,8 @@ class PartitionLog:
         # One broker: everything appended is committed. Replication turns this off and moves
         # ``high_watermark`` itself.
         self.hw_follows_leo = hw_follows_leo
+        # called after every append (a leader wakes its followers' fetches, whoever wrote)
+        self.on_append: Callable[[], None] | None = None
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -265,6 +267,8 @@ class PartitionLog:
         self._unflushed_messages += v.record_count
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
+        if self.on_append is not None:
+            self.on_append()
         return AppendResult(
             v.first_offset, v.last_offset, v.log_append_time, v.max_timestamp,
             self.log_start_offset, v.record_count,

@@ -52,8 +52,12 @@ class LogManager:
         clock: Callable[[], float] = time.time,
         config_for: Callable[[str], LogConfig] | None = None,
         producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
+        replicated: bool = False,
     ) -> None:
-        """``config_for(topic)`` gives the config used when loading existing logs."""
+        """``config_for(topic)`` gives the config used when loading existing logs.
+
+        ``replicated``: logs belong to a cluster, where the high watermark is moved by
+        replication (and kept in the checkpoint across restarts), not set to the log end."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -65,6 +69,7 @@ class LogManager:
         self._dir_counts: dict[Path, int] = {}
         self.loaded_clean: dict[Path, bool] = {}
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.replicated = replicated
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -99,7 +104,7 @@ class LogManager:
                     Path(entry.path), tp[0], tp[1], None, self._config_for(tp[0]),
                     budget=self.budget, clock=self._clock, clean_shutdown=clean,
                     recovery_point=rps.get(tp, 0), log_start_offset=lsos.get(tp, 0),
-                    high_watermark=hws.get(tp),
+                    high_watermark=hws.get(tp), hw_follows_leo=not self.replicated,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )  # fmt: skip
                 self._register(tp, log, d)
@@ -154,6 +159,7 @@ class LogManager:
                 self._remove_dir(path)
         log = PartitionLog(path, topic, partition, topic_id, config, budget=self.budget,
                            clock=self._clock, clean_shutdown=False,
+                           hw_follows_leo=not self.replicated,
                            producer_id_expiration_ms=self.producer_id_expiration_ms)  # fmt: skip
         self._register(tp, log, d)
         return log

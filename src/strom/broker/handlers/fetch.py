@@ -71,6 +71,8 @@ def _read_all(broker: Any, request: Any, version: int,
     total = 0
     errors = False
     topics_out = []
+    replicas = broker.replicas
+    replica = request.replica_id >= 0 and replicas is not None
     for t in request.topics:
         if version >= 13:
             topic = image.topics_by_id.get(t.topic_id)
@@ -90,6 +92,8 @@ def _read_all(broker: Any, request: Any, version: int,
                 errors = True
                 continue
             r.error_code = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
+            if not r.error_code and state.leader != broker.broker_id:
+                r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             if r.error_code:
                 errors = True
                 continue
@@ -105,7 +109,17 @@ def _read_all(broker: Any, request: Any, version: int,
                     r.diverging_epoch = (epoch, end)
                     errors = True
                     continue
-            limit = hw if request.isolation_level != READ_COMMITTED else stable
+            if replica:  # a follower: note its position, then give it everything we have
+                code = replicas.on_replica_fetch((topic.name, p.partition), request.replica_id,
+                                                 p.fetch_offset, log)
+                if code:
+                    r.error_code = code
+                    errors = True
+                    continue
+                r.high_watermark = log.high_watermark
+                limit = log.log_end_offset
+            else:
+                limit = hw if request.isolation_level != READ_COMMITTED else stable
             if p.fetch_offset == limit and p.fetch_offset <= log.log_end_offset:
                 continue
             budget = min(p.partition_max_bytes, max_bytes - total)

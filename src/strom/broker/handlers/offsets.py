@@ -15,12 +15,15 @@ from strom.storage.errors import StorageError
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD, LATEST_TIERED = (
     -1, -2, -3, -4, -5, -6)
 READ_COMMITTED = 1
+DEBUG_REPLICA_ID = -2  # Kafka's ListOffsets from a tool that may ask any replica
 
 
 def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
                     fn: Callable[[Any, Any, Any, dict[str, Any]], None], *,
-                    reject_duplicates: bool = False) -> list[dict[str, Any]]:
-    """Resolve every (topic, partition) of a request to its log; fn fills the partition result."""
+                    reject_duplicates: bool = False,
+                    any_replica: bool = False) -> list[dict[str, Any]]:
+    """Resolve every (topic, partition) of a request to its log; fn fills the partition result.
+    Only the leader answers, unless ``any_replica`` (Kafka's debug ListOffsets, replica id -2)."""
     seen: Counter[tuple[str, int]] = Counter(
         (getattr(t, name_attr), getattr(p, index_attr)) for t in topics for p in t.partitions)
     out = []
@@ -37,6 +40,8 @@ def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
                 result["error_code"] = ErrorCode.INVALID_REQUEST  # as Kafka: duplicates are ambiguous
             elif log is None:
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif state.leader != broker.broker_id and not any_replica:
+                result["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             else:
                 try:
                     fn(p, state, log, result)
@@ -50,6 +55,8 @@ def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
 @handles(ApiKey.LIST_OFFSETS, 1, 10)
 def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    replica_id = getattr(request, "replica_id", -1)
+    from_replica = replica_id >= 0
 
     def lookup(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result.update(timestamp=-1, offset=-1, leader_epoch=-1)
@@ -58,7 +65,9 @@ def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
             result["error_code"] = error
             return
         ts = p.timestamp
-        if ts == LATEST:
+        if ts == LATEST and from_replica:  # a follower resetting itself wants the log end
+            result.update(offset=log.log_end_offset, leader_epoch=state.leader_epoch)
+        elif ts == LATEST:
             offset = log.last_stable_offset if committed else log.high_watermark
             result.update(offset=offset, leader_epoch=state.leader_epoch)
         elif ts in (EARLIEST, EARLIEST_LOCAL):
@@ -77,7 +86,8 @@ def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
     return {"throttle_time": 0,
             "topics": _each_partition(broker, request.topics, "name", "partition_index", lookup,
-                                      reject_duplicates=True)}
+                                      reject_duplicates=True,
+                                      any_replica=replica_id == DEBUG_REPLICA_ID)}
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)

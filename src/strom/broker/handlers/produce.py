@@ -12,6 +12,7 @@ write of a fenced or aborted transaction cannot open a transaction nobody will e
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from strom.broker.router import handles
@@ -41,6 +42,8 @@ def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
     now_ms = broker.now_ms()
     failed = False
     topics_out = []
+    replicas = broker.replicas  # a cluster: acks=all waits for the ISR
+    pending: list[tuple[tuple[str, int], int, ProducePartitionResponse]] = []
     for t in request.topics:
         topic = image.topics.get(t.name) if t.name is not None else (
             image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
@@ -61,7 +64,7 @@ def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
                 continue
             state = topic.partitions.get(p.index)
             log = partitions.get(topic.name, p.index) if state is not None else None
-            if log is None:
+            if log is None or state.leader != broker.broker_id:
                 result.error_code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if state is None
                                      else ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 continue
@@ -90,12 +93,30 @@ def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
             result.log_start_offset = appended.log_start_offset
             if not appended.duplicate:
                 partitions.waiters.notify((topic.name, p.index))
+            if acks == -1 and replicas is not None:
+                pending.append(((topic.name, p.index), appended.last_offset + 1, result))
         failed = failed or any(r.error_code for r in results)
         topics_out.append(ProduceTopicResponse(t.name, t.topic_id, results))
     if acks == 0:
         if failed:  # Kafka closes the connection: the only way to tell an acks=0 producer
             raise CloseConnection()
         return None
+    if pending:
+        return _await_replication(replicas, pending, request.timeout_ms, version, topics_out)
+    return encode_produce_response(version, topics_out)
+
+
+async def _await_replication(replicas: Any, pending: list, timeout_ms: int, version: int,
+                             topics_out: list[ProduceTopicResponse]) -> bytes:
+    """Kafka's delayed produce: answer once the high watermark passes every appended batch
+    (or the request's timeout passes); woken by high watermark moves, never polling."""
+    timeout_s = max(timeout_ms, 0) / 1000
+    codes = await asyncio.gather(*(replicas.wait_for_replication(key, required, timeout_s)
+                                   for key, required, _ in pending))
+    for (_, _, result), code in zip(pending, codes, strict=True):
+        if code:
+            result.error_code = code
+            result.base_offset = -1
     return encode_produce_response(version, topics_out)
 
 

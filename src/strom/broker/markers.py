@@ -1,0 +1,111 @@
+"""Transaction markers across brokers: Kafka's WriteTxnMarkers, sent to each partition leader.
+
+Partitions this broker leads get their control batch written right away; the others are grouped
+by leader and sent one WriteTxnMarkers request per leader. A partition without a live leader, or
+a leader that cannot be reached, reports a retriable error and the transaction coordinator tries
+it again — a transaction completes only when every partition has its marker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.coordinator.transaction.markers import MarkerResults, TopicPartition, TxnMarker
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, ProtocolError
+
+log = logging.getLogger(__name__)
+
+WRITE_TXN_MARKERS_VERSION = 1
+
+
+class ClusterMarkerWriter:
+    """`MarkerWriter` for any partition: local writes for ours, WriteTxnMarkers for others."""
+
+    def __init__(self, broker: Any, write_local: Callable[..., int]) -> None:
+        self.broker = broker
+        self._write_local = write_local
+        self._clients: dict[int, BrokerClient] = {}
+
+    def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
+        results: MarkerResults = {}
+        remote: dict[int, list[TopicPartition]] = {}
+        image = self.broker.image
+        for tp in marker.partitions:
+            topic = image.topics.get(tp[0])
+            state = topic.partitions.get(tp[1]) if topic is not None else None
+            if state is None:
+                results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif state.leader == self.broker.broker_id:
+                results[tp] = self._write_local(
+                    self.broker, tp[0], tp[1], marker.producer_id, marker.producer_epoch,
+                    marker.coordinator_epoch, marker.commit)
+            elif state.leader not in image.brokers:
+                results[tp] = ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                remote.setdefault(state.leader, []).append(tp)
+        if not remote:
+            done(results)
+            return
+
+        async def send_all() -> None:
+            replies = await asyncio.gather(*(self._send(leader, marker, tps)
+                                             for leader, tps in remote.items()))
+            for reply in replies:
+                results.update(reply)
+            done(results)
+
+        asyncio.get_running_loop().create_task(send_all())
+
+    def _client(self, leader: int) -> BrokerClient | None:
+        info = self.broker.image.brokers.get(leader)
+        if info is None:
+            return None
+        client = self._clients.get(leader)
+        if client is None or (client.host, client.port) != (info.host, info.port):
+            if client is not None:
+                client.close()
+            client = self._clients[leader] = BrokerClient(
+                info.host, info.port, client_id=f"strom-txn-markers-{self.broker.broker_id}",
+                timeout_s=self.broker.config.get("replica.socket.timeout.ms") / 1000)
+        return client
+
+    async def _send(self, leader: int, marker: TxnMarker,
+                    tps: list[TopicPartition]) -> MarkerResults:
+        failed = dict.fromkeys(tps, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        client = self._client(leader)
+        if client is None:
+            return failed
+        topics: dict[str, list[int]] = {}
+        for topic, partition in tps:
+            topics.setdefault(topic, []).append(partition)
+        request = {"markers": [{
+            "producer_id": marker.producer_id, "producer_epoch": marker.producer_epoch,
+            "transaction_result": marker.commit,
+            "topics": [{"name": t, "partition_indexes": ps} for t, ps in topics.items()],
+            "coordinator_epoch": marker.coordinator_epoch,
+        }]}
+        try:
+            response = await client.request(ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION,
+                                            request)
+        except (BrokerConnectionError, ProtocolError) as exc:
+            log.info("WriteTxnMarkers to broker %d failed: %s", leader, exc)
+            return failed
+        out: MarkerResults = {}
+        for m in response.markers:
+            for t in m.topics:
+                for p in t.partitions:
+                    out[(t.name, p.partition_index)] = int(p.error_code)
+        for tp in tps:
+            out.setdefault(tp, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        return out
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+

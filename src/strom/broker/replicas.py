@@ -1,0 +1,60 @@
+"""Replication wiring for a broker in a cluster: builds the ReplicaManager from the broker's
+config and runs its periodic work (ISR checks, high-watermark checkpoints)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from strom.cluster.replication.fetcher import FetcherSettings
+from strom.cluster.replication.manager import ReplicaManager
+
+log = logging.getLogger(__name__)
+
+
+def build_replica_manager(broker: Any) -> ReplicaManager:
+    config = broker.config
+    settings = FetcherSettings(
+        broker_id=broker.broker_id,
+        max_wait_ms=config.get("replica.fetch.wait.max.ms"),
+        min_bytes=config.get("replica.fetch.min.bytes"),
+        max_bytes=config.get("replica.fetch.response.max.bytes"),
+        partition_max_bytes=config.get("replica.fetch.max.bytes"),
+        backoff_ms=config.get("replica.fetch.backoff.ms"),
+        socket_timeout_ms=config.get("replica.socket.timeout.ms"),
+    )
+
+    def min_isr_for(topic_name: str) -> int:
+        topic = broker.image.topics.get(topic_name)
+        if topic is None:
+            return 1
+        return int(broker.partitions.resolve(topic, "min.insync.replicas").value)
+
+    return ReplicaManager(
+        broker.broker_id, broker.image, broker.controller, broker.partitions.get,
+        broker.partitions.waiters, settings, lag_max_ms=config.get("replica.lag.time.max.ms"),
+        min_isr_for=min_isr_for)
+
+
+async def run_replication(broker: Any) -> None:
+    """Start replication and run its periodic work until cancelled."""
+    replicas: ReplicaManager = broker.replicas
+    config = broker.config
+    replicas.start()
+    isr_interval = max(config.get("replica.lag.time.max.ms") / 2, 10) / 1000
+    checkpoint_interval = max(config.get("replica.high.watermark.checkpoint.interval.ms"), 10) / 1000
+    loop = asyncio.get_running_loop()
+    next_checkpoint = loop.time() + checkpoint_interval
+    try:
+        while True:
+            await asyncio.sleep(min(isr_interval, checkpoint_interval))
+            try:
+                replicas.check_isr()
+                if loop.time() >= next_checkpoint:
+                    broker.logs.checkpoint()
+                    next_checkpoint = loop.time() + checkpoint_interval
+            except Exception:
+                log.exception("replication housekeeping failed")
+    finally:
+        await replicas.shutdown()

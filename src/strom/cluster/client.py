@@ -1,0 +1,78 @@
+"""A minimal asyncio Kafka client for broker-to-broker requests (replica fetches, markers).
+
+Brokers talk to each other with the same wire protocol clients use, encoded by the schema
+codecs. One connection carries one request at a time: the callers (a replica fetcher, a marker
+sender) are sequential anyway, and it keeps a lost connection easy to reason about — it is
+closed and the next call reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from typing import Any
+
+from strom.protocol.codec import Struct, request_codec, response_codec
+from strom.protocol.header import decode_response_header, encode_request_header
+
+_SIZE = struct.Struct(">i")
+
+
+class BrokerConnectionError(ConnectionError):
+    """The peer could not be reached, or the connection broke mid-request."""
+
+
+class BrokerClient:
+    def __init__(self, host: str, port: int, *, client_id: str,
+                 timeout_s: float = 30.0) -> None:
+        self.host = host
+        self.port = port
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._correlation = 0
+        self._lock = asyncio.Lock()
+
+    async def _connect(self) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_connection(self.host, self.port), self.timeout_s)
+        except (TimeoutError, OSError) as exc:
+            raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
+
+    async def request(self, api_key: int, version: int, body: Any,
+                      timeout_s: float | None = None) -> Struct:
+        """Send one request and return its decoded response."""
+        async with self._lock:
+            if self._writer is None:
+                await self._connect()
+            assert self._reader is not None and self._writer is not None
+            self._correlation = (self._correlation + 1) & 0x7FFFFFFF
+            cid = self._correlation
+            req = request_codec(api_key, version)
+            payload = encode_request_header(api_key, version, cid, self.client_id) + req.encode(body)
+            try:
+                self._writer.write(_SIZE.pack(len(payload)) + payload)
+                await self._writer.drain()
+                size_bytes = await asyncio.wait_for(self._reader.readexactly(4),
+                                                    timeout_s or self.timeout_s)
+                (size,) = _SIZE.unpack(size_bytes)
+                frame = await asyncio.wait_for(self._reader.readexactly(size),
+                                               timeout_s or self.timeout_s)
+            except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+                self.close()
+                raise BrokerConnectionError(
+                    f"request to {self.host}:{self.port} failed: {exc!r}") from exc
+            resp = response_codec(api_key, version)
+            got, pos = decode_response_header(frame, 0, resp.header_version)
+            if got != cid:
+                self.close()
+                raise BrokerConnectionError(f"correlation id {got} != {cid} from {self.host}")
+            value, _ = resp.decode(memoryview(frame), pos)
+            return value
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None

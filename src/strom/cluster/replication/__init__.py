@@ -1,0 +1,1 @@
+"""Partition replication: leaders track followers, followers fetch from leaders."""
