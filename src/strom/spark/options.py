@@ -48,8 +48,9 @@ INCLUDE_HEADERS = "includeheaders"
 TOPIC = "topic"
 # Strom's own: how often the driver re-reads topic metadata (new topics and partitions).
 METADATA_REFRESH = "metadatarefreshms"
-# Strom's own sink switches, reserved for broker transactions.
+# Strom's own sink options: exactly-once writes (``transactional`` is an alias).
 EXACTLY_ONCE_KEYS = ("exactlyonce", "transactional")
+TRANSACTIONAL_ID_PREFIX = "transactionalidprefix"
 
 DEFAULT_POLL_TIMEOUT_MS = 120_000  # Spark: spark.network.timeout (120 s)
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000  # "15m"
@@ -514,14 +515,15 @@ class SinkOptions:
     topic: str | None = None
     delivery: str = AT_LEAST_ONCE
     flush_timeout_ms: int = DEFAULT_POLL_TIMEOUT_MS
+    transactional_id_prefix: str | None = None
 
     @property
     def kafka(self) -> dict[str, str]:
         return dict(self.params)
 
-
-class TransactionsUnavailableError(StromOptionError):
-    """The exactly-once sink was asked for; it needs broker transactions."""
+    @property
+    def exactly_once(self) -> bool:
+        return self.delivery == EXACTLY_ONCE
 
 
 def parse_sink_options(opts: Mapping[str, str]) -> SinkOptions:
@@ -538,15 +540,28 @@ def parse_sink_options(opts: Mapping[str, str]) -> SinkOptions:
     if "bootstrap.servers" not in params:
         raise StromOptionError(
             "Option 'kafka.bootstrap.servers' must be specified for configuring Kafka producer")
+    if "transactional.id" in params:
+        raise StromOptionError(
+            "Kafka option 'transactional.id' is not supported: with exactlyOnce=true the sink "
+            "derives one transactional id per Spark task (set 'transactionalIdPrefix' to choose "
+            "their prefix).")
     delivery = AT_LEAST_ONCE
     for key in EXACTLY_ONCE_KEYS:
         if key in opts and parse_bool(opts[key], key):
             delivery = EXACTLY_ONCE
-    if delivery == EXACTLY_ONCE or "transactional.id" in params:
-        raise TransactionsUnavailableError(
-            "exactlyOnce=true (or a kafka.transactional.id) requires broker transactions, which "
-            "this Strom release does not provide yet; the sink writes at-least-once (drop the "
-            "option, and deduplicate downstream by key or by source offset if needed).")
+    prefix = None
+    if TRANSACTIONAL_ID_PREFIX in opts:
+        prefix = str(opts[TRANSACTIONAL_ID_PREFIX]).strip()
+        if not prefix or any(c.isspace() for c in prefix):
+            raise StromOptionError(
+                f"option 'transactionalIdPrefix' must be a non-empty name without spaces, got "
+                f"{opts[TRANSACTIONAL_ID_PREFIX]!r}")
+        if delivery != EXACTLY_ONCE:
+            raise StromOptionError("option 'transactionalIdPrefix' needs exactlyOnce=true")
+    if delivery == EXACTLY_ONCE and params.get("enable.idempotence", "true").lower() == "false":
+        raise StromOptionError(
+            "exactlyOnce=true writes with a transactional producer, which is idempotent: "
+            "drop kafka.enable.idempotence=false")
     topic = opts.get(TOPIC)
     topic = str(topic).strip() if topic is not None else None
     return SinkOptions(
@@ -555,4 +570,5 @@ def parse_sink_options(opts: Mapping[str, str]) -> SinkOptions:
         delivery=delivery,
         flush_timeout_ms=parse_int(opts.get("flushtimeoutms", DEFAULT_POLL_TIMEOUT_MS),
                                    "flushTimeoutMs", positive=True),
+        transactional_id_prefix=prefix,
     )

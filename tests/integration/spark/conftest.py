@@ -59,7 +59,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def spark() -> Iterator[Any]:
     from strom.spark.session import local_session
 
-    session = local_session("strom-tests", "local[2]", TEST_CONF, log_level="ERROR")
+    # local[2,3]: two cores, and up to 3 attempts per task, as on a cluster (plain local[N]
+    # never retries a failed task; the exactly-once sink's retry test needs retries)
+    session = local_session("strom-tests", "local[2,3]", TEST_CONF, log_level="ERROR")
     try:
         yield session
     finally:

@@ -94,7 +94,9 @@ def test_streaming_sink_round_trip(spark, strom_broker, unique_topic, tmp_path):
     ("value STRING", {}, "topic option required"),
     ("value INT", {"topic": "t"}, "value attribute type must be a string or binary"),
     ("value STRING, partition STRING", {"topic": "t"}, "partition attribute type must be an int"),
-    ("value STRING", {"topic": "t", "exactlyOnce": "true"}, "requires broker transactions"),
+    ("value STRING", {"topic": "t", "kafka.transactional.id": "x"},
+     "derives one transactional id per Spark task"),
+    ("value STRING", {"topic": "t", "transactionalIdPrefix": "p"}, "needs exactlyOnce=true"),
 ])
 def test_sink_rejects_bad_input(spark, strom_broker, ddl, options, message):
     df = spark.createDataFrame([], ddl)

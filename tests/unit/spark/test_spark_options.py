@@ -8,9 +8,9 @@ from strom.spark.options import (
     AT_LEAST_ONCE,
     DEFAULT_MAX_TRIGGER_DELAY_MS,
     EARLIEST,
+    EXACTLY_ONCE,
     LATEST,
     StromOptionError,
-    TransactionsUnavailableError,
     librdkafka_config,
     parse_partition_offsets_json,
     parse_partitions_json,
@@ -183,13 +183,27 @@ def test_sink_options():
         parse_sink_options({"topic": "t"})
 
 
-@pytest.mark.parametrize("opts", [
-    {"exactlyOnce": "true"}, {"transactional": "TRUE"}, {"kafka.transactional.id": "x"},
+@pytest.mark.parametrize("opts", [{"exactlyOnce": "true"}, {"transactional": "TRUE"}])
+def test_exactly_once_option(opts):
+    s = parse_sink_options({**BOOT, **opts})
+    assert s.delivery == EXACTLY_ONCE and s.exactly_once and s.transactional_id_prefix is None
+    assert not parse_sink_options({**BOOT, "exactlyOnce": "false"}).exactly_once
+    s = parse_sink_options({**BOOT, **opts, "transactionalIdPrefix": " orders-out "})
+    assert s.transactional_id_prefix == "orders-out"
+
+
+@pytest.mark.parametrize("opts, message", [
+    ({"kafka.transactional.id": "x"}, "derives one transactional id per Spark task"),
+    ({"kafka.transactional.id": "x", "exactlyOnce": "true"}, "transactionalIdPrefix"),
+    ({"transactionalIdPrefix": "p"}, "needs exactlyOnce=true"),
+    ({"transactionalIdPrefix": " ", "exactlyOnce": "true"}, "non-empty name without spaces"),
+    ({"transactionalIdPrefix": "a b", "exactlyOnce": "true"}, "non-empty name without spaces"),
+    ({"exactlyOnce": "yes"}, "must be 'true' or 'false'"),
+    ({"exactlyOnce": "true", "kafka.enable.idempotence": "false"}, "idempotent"),
 ])
-def test_exactly_once_needs_transactions(opts):
-    with pytest.raises(TransactionsUnavailableError, match="requires broker transactions"):
+def test_exactly_once_option_errors(opts, message):
+    with pytest.raises(StromOptionError, match=message):
         parse_sink_options({**BOOT, **opts})
-    assert parse_sink_options({**BOOT, "exactlyOnce": "false"}).delivery == AT_LEAST_ONCE
 
 
 def test_java_names_are_translated():
