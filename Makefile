@@ -13,11 +13,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Debian packages the tests drive (kcat). Installed only when missing.
+# Debian packages the tests drive (kcat; ZooKeeper for the cluster tests). Installed only when
+# missing; the cluster tests start their own private ZooKeeper server.
 system-deps:
-	@command -v kcat >/dev/null 2>&1 || { \
-	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq kcat >/dev/null; }
+	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	  test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
+	  if [ -n "$$missing" ]; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  fi
 
 run: $(STAMP)
 	mkdir -p data

@@ -54,8 +54,9 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def cluster_id_for(log_dirs: list[Path], broker_id: int) -> str:
-    """Read or create meta.properties in every log dir; all must agree (as Kafka requires)."""
+def cluster_id_for(log_dirs: list[Path], broker_id: int, expected: str | None = None) -> str:
+    """Read or create meta.properties in every log dir; all must agree (as Kafka requires).
+    A new log dir takes ``expected`` (a cluster's id from ZooKeeper) when given."""
     found: dict[str, str] = {}
     for d in log_dirs:
         d.mkdir(parents=True, exist_ok=True)
@@ -72,7 +73,8 @@ def cluster_id_for(log_dirs: list[Path], broker_id: int) -> str:
     ids = set(found.values())
     if len(ids) > 1:
         raise StartupError(f"log dirs belong to different clusters: {found}")
-    cluster_id = ids.pop() if ids else base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22]
+    cluster_id = ids.pop() if ids else (
+        expected or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])
     for d in log_dirs:
         meta = d / "meta.properties"
         if not meta.exists():
@@ -101,7 +103,6 @@ def build_broker(config: BrokerConfig) -> tuple[Broker, list[BrokerServer]]:
     logs.load()
     metadata_log = MetadataLog(logs)
     image = metadata_log.load(cluster_id)
-    listeners = config.listeners()
     advertised = config.advertised_listeners()
     _, adv_host, adv_port = advertised[0]
     info = BrokerInfo(broker_id, adv_host or socket.gethostname(), adv_port,
@@ -112,19 +113,24 @@ def build_broker(config: BrokerConfig) -> tuple[Broker, list[BrokerServer]]:
     partitions.sync_all()
     controller.subscribe(partitions.on_changes)
     broker = Broker(config, broker_id, cluster_id, info, image, controller, partitions, logs)
+    servers = make_servers(broker)
+    log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
+             len(image.topics), time.monotonic() - started)
+    return broker, servers
+
+
+def make_servers(broker: Broker) -> list[BrokerServer]:
+    config = broker.config
     broker.router = Router(broker, MODULES)
-    servers = [
+    return [
         BrokerServer(broker.router, host or "0.0.0.0", port,
                      max_request_bytes=config.get("socket.request.max.bytes"),
                      send_buffer=config.get("socket.send.buffer.bytes"),
                      receive_buffer=config.get("socket.receive.buffer.bytes"),
                      backlog=config.get("socket.listen.backlog.size"),
                      max_idle_ms=config.get("connections.max.idle.ms"))
-        for _, host, port in listeners
+        for _, host, port in config.listeners()
     ]
-    log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
-             len(image.topics), time.monotonic() - started)
-    return broker, servers
 
 
 async def _periodic(interval_ms: int, fn, name: str) -> None:
@@ -138,7 +144,14 @@ async def _periodic(interval_ms: int, fn, name: str) -> None:
 
 
 async def serve(config: BrokerConfig) -> None:
-    broker, servers = build_broker(config)
+    cluster = None
+    if config.get("zookeeper.connect"):
+        from strom.broker.zk_mode import build_cluster_broker
+
+        broker, cluster = await build_cluster_broker(config)
+        servers = make_servers(broker)
+    else:
+        broker, servers = build_broker(config)
     # -- group coordinator: serves the __consumer_offsets partitions this broker leads --
     from strom.broker.handlers.groups import build_group_coordinator
 
@@ -156,6 +169,13 @@ async def serve(config: BrokerConfig) -> None:
         await server.start()
     if broker.info.port == 0 and servers:  # port 0: advertise the port the OS chose
         broker.info.port = servers[0].port
+    if cluster is not None:  # others may fetch from us now: register, then take part
+        from strom.broker.replicas import run_replication
+
+        await cluster.controller.register()
+        cluster.controller.start()
+        replication_task = asyncio.create_task(run_replication(broker))
+        broker._prefetch_block()
     listener = ", ".join(f"PLAINTEXT://{s.host}:{s.port}" for s in servers)
     dirs = ", ".join(str(d) for d in config.log_dirs)
     print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "
@@ -182,6 +202,10 @@ async def serve(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    if cluster is not None and config.get("controlled.shutdown.enable"):
+        moved = await cluster.controller.controlled_shutdown(
+            config.get("zookeeper.session.timeout.ms") / 1000)
+        log.info("controlled shutdown: %s", "leadership moved" if moved else "timed out")
     for task in tasks:
         task.cancel()
     await cleaner.stop()
@@ -189,6 +213,13 @@ async def serve(config: BrokerConfig) -> None:
         await server.stop()
     broker.groups.shutdown()
     broker.transaction_coordinator.shutdown()
+    if cluster is not None:
+        replication_task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await replication_task
+        await cluster.controller.stop()
+        await cluster.mirror.stop()
+        await cluster.zk.stop()
     logs.shutdown()
     log.info("shut down cleanly")
 

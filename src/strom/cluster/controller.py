@@ -1,12 +1,14 @@
 """The seam between request handling and cluster coordination.
 
 `Controller` is what handlers call to change metadata. `LocalController` is the single-node
-implementation over the embedded metadata log; a ZooKeeper (or Raft) controller implements the
-same methods, and listeners (the partition manager) react to the same `Change` events.
+implementation over the embedded metadata log; `cluster.zk.controller.ZkController` implements
+the same methods over ZooKeeper, and listeners (the partition manager) react to the same
+`Change` events either way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -26,11 +28,17 @@ PRODUCER_ID_BLOCK = 1000
 
 
 class Controller(Protocol):
+    """What handlers call to change cluster metadata. Every change is awaitable: in a cluster it
+    is a ZooKeeper write, and the image follows when the change is read back."""
+
     image: MetadataImage
+    # True when calls complete without awaiting anything (the single node), so callers on
+    # synchronous paths may run them to completion on the spot
+    immediate: bool
 
     def subscribe(self, listener: Listener) -> None: ...
 
-    def create_topic(
+    async def create_topic(
         self,
         name: str,
         num_partitions: int,
@@ -39,22 +47,135 @@ class Controller(Protocol):
         configs: Mapping[str, str],
         *,
         validate_only: bool = False,
-    ) -> TopicState: ...
+    ) -> TopicState:
+        """The topic as planned (id, replicas); it may reach the image later (wait_until)."""
+        ...
 
-    def delete_topic(self, topic: TopicState) -> None: ...
+    async def delete_topic(self, topic: TopicState) -> None: ...
 
-    def create_partitions(
+    async def create_partitions(
         self, topic: TopicState, total: int, assignments: list[list[int]] | None, *,
         validate_only: bool = False,
     ) -> None: ...
 
-    def alter_configs(self, resource: str, name: str, changes: Mapping[str, str | None]) -> None: ...
+    async def alter_configs(self, resource: str, name: str,
+                            changes: Mapping[str, str | None]) -> None: ...
 
-    def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]: ...
+    async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
+        """A block of producer ids unique in the cluster: (first, count)."""
+        ...
+
+    async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
+                        partition_epoch: int, isr: list[int]) -> PartitionState:
+        """The leader changes the ISR of a partition it leads: a compare-and-set on the state
+        at (leader_epoch, partition_epoch). Raises KafkaError FENCED_LEADER_EPOCH when the
+        leader epoch moved on, INVALID_UPDATE_VERSION when the state changed otherwise."""
+        ...
+
+    async def wait_until(self, predicate: Callable[[MetadataImage], bool],
+                         timeout_s: float) -> bool:
+        """True once predicate(image) holds, False after timeout_s."""
+        ...
+
+
+# -- planning, shared by every controller ---------------------------------------------------------
+
+
+def check_assignments(assignments: dict[int, list[int]], live: list[int]) -> dict[int, list[int]]:
+    """Kafka's checks of explicit replica assignments (partition -> broker ids)."""
+    if sorted(assignments) != list(range(len(assignments))):
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "Partitions should be a consecutive 0-based integer sequence")
+    sizes = {len(r) for r in assignments.values()}
+    if len(sizes) != 1 or 0 in sizes:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         "All partitions should have the same number of replicas")
+    for p, replicas in assignments.items():
+        if len(set(replicas)) != len(replicas):
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"Duplicate replica assignment for partition {p}: {replicas}")
+        unknown = [b for b in replicas if b not in live]
+        if unknown:
+            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                             f"Unknown broker(s) {unknown} in assignment of partition {p}")
+    return assignments
+
+
+def check_new_topic(image: MetadataImage, name: str, existing_names: list[str]) -> None:
+    check_topic_name(name)
+    if name in image.topics or name in existing_names:
+        raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
+    other = colliding(name, list(image.topics) + list(existing_names))
+    if other is not None:
+        raise KafkaError(
+            ErrorCode.INVALID_TOPIC_EXCEPTION,
+            f"Topic '{name}' collides with existing topic: {other}",
+        )
+
+
+def plan_topic(num_partitions: int, replication_factor: int,
+               assignments: Mapping[int, list[int]] | None,
+               live: list[int]) -> dict[int, list[int]]:
+    """Replicas per partition of a new topic; replica lists rotate over the live brokers so
+    leaders spread evenly."""
+    if assignments:
+        if num_partitions not in (-1, len(assignments)) or replication_factor != -1:
+            raise KafkaError(
+                ErrorCode.INVALID_REQUEST,
+                "Both numPartitions or replicationFactor and replicasAssignments were set.",
+            )
+        return check_assignments(dict(assignments), live)
+    if num_partitions <= 0:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                         "Number of partitions must be larger than 0.")
+    if replication_factor <= 0:
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         "Replication factor must be larger than 0.")
+    if replication_factor > len(live):
+        raise KafkaError(
+            ErrorCode.INVALID_REPLICATION_FACTOR,
+            f"Unable to replicate the partition {replication_factor} time(s): The target "
+            f"replication factor of {replication_factor} cannot be reached because only "
+            f"{len(live)} broker(s) are registered.",
+        )
+    return {p: [live[(p + i) % len(live)] for i in range(replication_factor)]
+            for p in range(num_partitions)}
+
+
+def plan_partitions(current: dict[int, list[int]], total: int,
+                    assignments: list[list[int]] | None, live: list[int]) -> dict[int, list[int]]:
+    """Replicas of the partitions CreatePartitions adds to a topic that has `current`."""
+    count = len(current)
+    if total < count:
+        raise KafkaError(
+            ErrorCode.INVALID_PARTITIONS,
+            f"Topic currently has {count} partitions, which is higher than the requested "
+            f"{total}.",
+        )
+    if total == count:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {count} partitions.")
+    rf = len(next(iter(current.values()))) if current else 1
+    new = list(range(count, total))
+    if assignments is not None:
+        if len(assignments) != len(new):
+            raise KafkaError(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                f"Increasing the number of partitions by {len(new)} but {len(assignments)} "
+                "assignments provided.",
+            )
+        plan = check_assignments(
+            {p - count: a for p, a in zip(new, assignments, strict=True)}, live)
+        return {p + count: a for p, a in plan.items()}
+    if rf > len(live):
+        raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
+                         f"Replication factor {rf} exceeds {len(live)} live broker(s)")
+    return {p: [live[(p + i) % len(live)] for i in range(rf)] for p in new}
 
 
 class LocalController:
     """Single-node controller: this broker leads every partition; changes go to the metadata log."""
+
+    immediate = True  # every change is in the image when the call returns (nothing is awaited)
 
     def __init__(self, metadata_log: MetadataLog, image: MetadataImage, broker: BrokerInfo) -> None:
         self._log = metadata_log
@@ -72,43 +193,18 @@ class LocalController:
         for listener in self._listeners:
             listener(changes)
 
+    async def wait_until(self, predicate: Callable[[MetadataImage], bool],
+                         timeout_s: float) -> bool:
+        # every change is applied before the call that made it returns
+        return bool(predicate(self.image))
+
     # -- topics ---------------------------------------------------------------------------
 
-    def create_topic(self, name, num_partitions, replication_factor, assignments, configs, *,
-                     validate_only=False):
-        check_topic_name(name)
-        if name in self.image.topics:
-            raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        other = colliding(name, list(self.image.topics))
-        if other is not None:
-            raise KafkaError(
-                ErrorCode.INVALID_TOPIC_EXCEPTION,
-                f"Topic '{name}' collides with existing topic: {other}",
-            )
-        live = sorted(self.image.brokers)
-        if assignments:
-            if num_partitions not in (-1, len(assignments)) or replication_factor != -1:
-                raise KafkaError(
-                    ErrorCode.INVALID_REQUEST,
-                    "Both numPartitions or replicationFactor and replicasAssignments were set.",
-                )
-            plan = self._check_assignments(dict(assignments), live)
-        else:
-            if num_partitions <= 0:
-                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                                 "Number of partitions must be larger than 0.")
-            if replication_factor <= 0:
-                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                 "Replication factor must be larger than 0.")
-            if replication_factor > len(live):
-                raise KafkaError(
-                    ErrorCode.INVALID_REPLICATION_FACTOR,
-                    f"Unable to replicate the partition {replication_factor} time(s): The target "
-                    f"replication factor of {replication_factor} cannot be reached because only "
-                    f"{len(live)} broker(s) are registered.",
-                )
-            plan = {p: [live[(p + i) % len(live)] for i in range(replication_factor)]
-                    for p in range(num_partitions)}
+    async def create_topic(self, name, num_partitions, replication_factor, assignments, configs,
+                           *, validate_only=False):
+        check_new_topic(self.image, name, [])
+        plan = plan_topic(num_partitions, replication_factor, assignments,
+                          sorted(self.image.brokers))
         topic_id = uuid.uuid4()
         topic = TopicState(name, topic_id, configs=dict(configs))
         for p, replicas in plan.items():
@@ -122,69 +218,53 @@ class LocalController:
         log.info("created topic %s (%s) with %d partitions", name, topic_id, len(plan))
         return self.image.topics[name]
 
-    def _check_assignments(self, assignments: dict[int, list[int]], live: list[int]):
-        if sorted(assignments) != list(range(len(assignments))):
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             "Partitions should be a consecutive 0-based integer sequence")
-        sizes = {len(r) for r in assignments.values()}
-        if len(sizes) != 1 or 0 in sizes:
-            raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                             "All partitions should have the same number of replicas")
-        for p, replicas in assignments.items():
-            if len(set(replicas)) != len(replicas):
-                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"Duplicate replica assignment for partition {p}: {replicas}")
-            unknown = [b for b in replicas if b not in live]
-            if unknown:
-                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                                 f"Unknown broker(s) {unknown} in assignment of partition {p}")
-        return assignments
-
-    def delete_topic(self, topic: TopicState) -> None:
+    async def delete_topic(self, topic: TopicState) -> None:
         self._commit([rec.remove_topic_record(topic.topic_id)])
         log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
 
-    def create_partitions(self, topic, total, assignments, *, validate_only=False):
-        current = len(topic.partitions)
-        if total < current:
-            raise KafkaError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"Topic currently has {current} partitions, which is higher than the requested "
-                f"{total}.",
-            )
-        if total == current:
-            raise KafkaError(ErrorCode.INVALID_PARTITIONS,
-                             f"Topic already has {current} partitions.")
-        live = sorted(self.image.brokers)
-        rf = len(next(iter(topic.partitions.values())).replicas) if topic.partitions else 1
-        new = list(range(current, total))
-        if assignments is not None:
-            if len(assignments) != len(new):
-                raise KafkaError(
-                    ErrorCode.INVALID_REPLICA_ASSIGNMENT,
-                    f"Increasing the number of partitions by {len(new)} but {len(assignments)} "
-                    "assignments provided.",
-                )
-            plan = self._check_assignments(
-                {p - current: a for p, a in zip(new, assignments, strict=True)}, live)
-            plan = {p + current: a for p, a in plan.items()}
-        else:
-            if rf > len(live):
-                raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
-                                 f"Replication factor {rf} exceeds {len(live)} live broker(s)")
-            plan = {p: [live[(p + i) % len(live)] for i in range(rf)] for p in new}
+    async def create_partitions(self, topic, total, assignments, *, validate_only=False):
+        current = {p: s.replicas for p, s in topic.partitions.items()}
+        plan = plan_partitions(current, total, assignments, sorted(self.image.brokers))
         if validate_only:
             return
         self._commit([rec.partition_record(topic.topic_id, PartitionState(p, r, list(r), r[0]))
                       for p, r in plan.items()])
 
-    # -- configs and ids ------------------------------------------------------------------
+    # -- configs, ids and ISR -------------------------------------------------------------
 
-    def alter_configs(self, resource: str, name: str, changes: Mapping[str, str | None]) -> None:
+    async def alter_configs(self, resource: str, name: str,
+                            changes: Mapping[str, str | None]) -> None:
         if changes:
             self._commit([rec.config_record(resource, name, k, v) for k, v in changes.items()])
 
-    def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
+    async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         first = self.image.next_producer_id
         self._commit([rec.producer_ids_record(first + PRODUCER_ID_BLOCK)])
         return first, PRODUCER_ID_BLOCK
+
+    async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
+                        partition_epoch: int, isr: list[int]) -> PartitionState:
+        t = self.image.topics.get(topic)
+        state = t.partitions.get(partition) if t is not None else None
+        if t is None or state is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"{topic}-{partition} does not exist")
+        check_isr_update(state, leader_epoch, partition_epoch, isr)
+        new = dataclasses.replace(state, isr=list(isr), partition_epoch=partition_epoch + 1)
+        self._commit([rec.partition_record(t.topic_id, new)])
+        return t.partitions[partition]
+
+
+def check_isr_update(state: PartitionState, leader_epoch: int, partition_epoch: int,
+                     isr: list[int]) -> None:
+    """Kafka's AlterPartition checks: the leader's view must be current, and the new ISR must
+    hold the leader and only replicas."""
+    if leader_epoch < state.leader_epoch:
+        raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
+                         f"leader epoch {leader_epoch} is older than {state.leader_epoch}")
+    if leader_epoch > state.leader_epoch or partition_epoch != state.partition_epoch:
+        raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                         f"partition epoch {partition_epoch} is not {state.partition_epoch}")
+    if state.leader not in isr or any(r not in state.replicas for r in isr):
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"ISR {isr} must hold the leader {state.leader} and only replicas")

@@ -53,7 +53,8 @@ METADATA_TOPIC = "__cluster_metadata"
 class MetadataImage:
     cluster_id: str
     controller_id: int = -1
-    brokers: dict[int, BrokerInfo] = field(default_factory=dict)
+    controller_epoch: int = -1  # in a cluster: the epoch of the controller in /controller_epoch
+    brokers: dict[int, BrokerInfo] = field(default_factory=dict)  # the LIVE brokers, this one too
     topics: dict[str, TopicState] = field(default_factory=dict)
     topics_by_id: dict[uuid.UUID, TopicState] = field(default_factory=dict)
     # dynamic broker configs: key "" is the cluster-wide default, str(broker_id) a single broker

@@ -10,14 +10,16 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from strom.cluster.image import MetadataImage, PartitionState, TopicState
+from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
 
 
 @dataclass(frozen=True)
 class Change:
     """What applying a record changed, for listeners that reconcile local state."""
 
-    kind: str  # topic_created | topic_deleted | partitions_created | topic_configs | broker_configs
+    # topic_created | topic_deleted | partitions_created | partition_changed | topic_configs |
+    # broker_configs | brokers_changed (a broker registered or left, or the controller changed)
+    kind: str
     topic: TopicState | None = None
     partitions: tuple[int, ...] = ()
 
@@ -50,6 +52,22 @@ def config_record(resource: str, name: str, key: str, value: str | None) -> dict
 
 def producer_ids_record(next_producer_id: int) -> dict[str, Any]:
     return {"type": "producer_ids", "next": next_producer_id}
+
+
+def broker_record(info: BrokerInfo) -> dict[str, Any]:
+    """A broker is live (registered), at this address."""
+    return {"type": "broker", "broker_id": info.broker_id, "host": info.host, "port": info.port,
+            "rack": info.rack}
+
+
+def remove_broker_record(broker_id: int) -> dict[str, Any]:
+    """A broker is no longer live (its registration is gone)."""
+    return {"type": "remove_broker", "broker_id": broker_id}
+
+
+def controller_record(controller_id: int, controller_epoch: int) -> dict[str, Any]:
+    return {"type": "controller", "controller_id": controller_id,
+            "controller_epoch": controller_epoch}
 
 
 def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
@@ -87,6 +105,18 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
             return Change("topic_configs", topic)
         _set(image.broker_configs.setdefault(record["name"], {}), record["key"], record["value"])
         return Change("broker_configs")
+    if kind == "broker":
+        image.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["host"],
+                                                        record["port"], record.get("rack"))
+        return Change("brokers_changed")
+    if kind == "remove_broker":
+        if image.brokers.pop(record["broker_id"], None) is None:
+            return None
+        return Change("brokers_changed")
+    if kind == "controller":
+        image.controller_id = record["controller_id"]
+        image.controller_epoch = record["controller_epoch"]
+        return Change("brokers_changed")
     if kind == "producer_ids":
         image.next_producer_id = max(image.next_producer_id, record["next"])
         return None

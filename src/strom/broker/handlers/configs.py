@@ -165,7 +165,7 @@ def _validate(resource_type: int, wanted: dict[str, str]) -> None:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
-def _apply(broker: Any, resource_type: int, name: str, current: dict[str, str],
+async def _apply(broker: Any, resource_type: int, name: str, current: dict[str, str],
            wanted: dict[str, str], validate_only: bool) -> None:
     _validate(resource_type, wanted)
     if validate_only:
@@ -173,11 +173,11 @@ def _apply(broker: Any, resource_type: int, name: str, current: dict[str, str],
     changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
     changes.update({k: None for k in current if k not in wanted})
     resource = "topic" if resource_type == TOPIC else "broker"
-    broker.controller.alter_configs(resource, name, changes)
+    await broker.controller.alter_configs(resource, name, changes)
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
-def alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     responses = []
     for r in request.resources:
         response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
@@ -185,7 +185,7 @@ def alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
         try:
             current = _current_overrides(broker, r.resource_type, r.resource_name)
             wanted = {c.name: c.value for c in r.configs if c.value is not None}
-            _apply(broker, r.resource_type, r.resource_name, current, wanted, request.validate_only)
+            await _apply(broker, r.resource_type, r.resource_name, current, wanted, request.validate_only)
         except KafkaError as exc:
             response.update(error_code=int(exc.code), error_message=str(exc))
         responses.append(response)
@@ -198,7 +198,7 @@ def _list_type(resource_type: int, key: str) -> bool:
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-def incremental_alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def incremental_alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     responses = []
     for r in request.resources:
         response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
@@ -235,7 +235,7 @@ def incremental_alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, 
                     wanted[c.name] = ",".join(items)
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op}")
-            _apply(broker, r.resource_type, r.resource_name, current, wanted,
+            await _apply(broker, r.resource_type, r.resource_name, current, wanted,
                    request.validate_only)
         except KafkaError as exc:
             response.update(error_code=int(exc.code), error_message=str(exc))

@@ -12,9 +12,11 @@ import asyncio
 import uuid
 from typing import Any
 
+from strom.broker.core import internal_rf
 from strom.broker.handlers.transactions import transaction_coordinator_node
 from strom.broker.router import handles
 from strom.cluster.image import INTERNAL_TOPICS
+from strom.common.immediate import run_or_start
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator, JoinRequest
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -43,14 +45,20 @@ class OffsetsTopicAdapter:
         existing = self.num_partitions()
         if existing:
             return existing
+        controller = self.broker.controller
         try:
-            topic = self.broker.controller.create_topic(
+            done, topic = run_or_start(controller.immediate, lambda: controller.create_topic(
                 OFFSETS_TOPIC, config.get("offsets.topic.num.partitions"),
-                config.get("offsets.topic.replication.factor"), None,
+                internal_rf(self.broker, config.get("offsets.topic.replication.factor")), None,
                 {"cleanup.policy": "compact",
                  "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
-                 "compression.type": "producer"})
+                 "compression.type": "producer"}), f"creating {OFFSETS_TOPIC}")
+            if not done:  # a cluster: answer COORDINATOR_NOT_AVAILABLE until it exists
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                 f"{OFFSETS_TOPIC} is being created")
         except KafkaError as exc:
+            if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                raise
             if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 return self.num_partitions() or 0
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,

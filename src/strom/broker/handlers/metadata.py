@@ -12,6 +12,7 @@ from typing import Any
 from strom.broker.handlers.topics import create_topic
 from strom.broker.router import handles
 from strom.cluster.image import TopicState
+from strom.common.immediate import run_or_start
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.metadata import (
@@ -79,7 +80,13 @@ def metadata(broker: Any, ctx: Any, body: memoryview) -> bytes:
             topic = image.topics.get(name)
             if topic is None and auto_create:
                 try:
-                    topic = create_topic(broker, name, -1, -1, None, {})
+                    done, topic = run_or_start(
+                        broker.controller.immediate,
+                        lambda name=name: create_topic(broker, name, -1, -1, None, {}),
+                        f"auto-creating topic {name}")
+                    if not done:  # a cluster: the client retries until the topic has leaders
+                        parts.append(_error_entry(version, ErrorCode.LEADER_NOT_AVAILABLE, name))
+                        continue
                 except KafkaError as exc:
                     code = (exc.code if exc.code == ErrorCode.INVALID_TOPIC_EXCEPTION
                             else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

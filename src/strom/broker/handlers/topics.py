@@ -13,9 +13,9 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 
 
-def create_topic(broker: Any, name: str, num_partitions: int, replication_factor: int,
-                 assignments: dict[int, list[int]] | None, configs: dict[str, str], *,
-                 validate_only: bool = False) -> TopicState:
+async def create_topic(broker: Any, name: str, num_partitions: int, replication_factor: int,
+                       assignments: dict[int, list[int]] | None, configs: dict[str, str], *,
+                       validate_only: bool = False) -> TopicState:
     """Shared by CreateTopics and auto-creation: defaults, config validation, then the controller."""
     if num_partitions == -1 and not assignments:
         num_partitions = broker.config.get("num.partitions")
@@ -25,8 +25,18 @@ def create_topic(broker: Any, name: str, num_partitions: int, replication_factor
         validate_topic_configs(configs)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
-    return broker.controller.create_topic(name, num_partitions, replication_factor, assignments,
-                                          configs, validate_only=validate_only)
+    return await broker.controller.create_topic(name, num_partitions, replication_factor,
+                                                assignments, configs, validate_only=validate_only)
+
+
+def _has_leaders(name: str, topic_id: Any) -> Any:
+    """Predicate: the topic is in the image with a leader for every partition."""
+    def ready(image: Any) -> bool:
+        t = image.topics.get(name)
+        return (t is not None and t.topic_id == topic_id and bool(t.partitions)
+                and all(p.leader >= 0 for p in t.partitions.values()))
+
+    return ready
 
 
 def describe_topic_configs(broker: Any, topic: TopicState) -> list[dict[str, Any]]:
@@ -40,7 +50,7 @@ def describe_topic_configs(broker: Any, topic: TopicState) -> list[dict[str, Any
 
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
-def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     results = []
     for t in request.topics:
@@ -53,8 +63,12 @@ def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
                                  f"multiple entries for the topic {t.name}")
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
             configs = {c.name: c.value for c in t.configs}
-            topic = create_topic(broker, t.name, t.num_partitions, t.replication_factor,
-                                 assignments, configs, validate_only=request.validate_only)
+            topic = await create_topic(broker, t.name, t.num_partitions, t.replication_factor,
+                                       assignments, configs, validate_only=request.validate_only)
+            if not request.validate_only and not broker.controller.immediate:
+                # as Kafka: answer once the topic has its leaders (or at the request's timeout)
+                await broker.controller.wait_until(_has_leaders(t.name, topic.topic_id),
+                                                   max(request.timeout, 0) / 1000)
             first = next(iter(topic.partitions.values()))
             result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
                           replication_factor=len(first.replicas),
@@ -66,7 +80,7 @@ def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
-def delete_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def delete_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     image = broker.image
     responses = []
     entries = list(request.topics) if getattr(request, "topics", None) else [
@@ -90,7 +104,7 @@ def delete_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
                             error_message="This server does not host this topic.")
         else:
             response.update(name=topic.name, topic_id=topic.topic_id)
-            broker.controller.delete_topic(topic)
+            await broker.controller.delete_topic(topic)
         responses.append(response)
     return {"throttle_time": 0, "responses": responses}
 
@@ -102,7 +116,7 @@ class _NameOnly:
 
 
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
-def create_partitions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def create_partitions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     results = []
     for t in request.topics:
@@ -116,7 +130,7 @@ def create_partitions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
                                  f"The topic '{t.name}' does not exist.")
             assignments = ([list(a.broker_ids) for a in t.assignments]
                            if t.assignments is not None else None)
-            broker.controller.create_partitions(topic, t.count, assignments,
+            await broker.controller.create_partitions(topic, t.count, assignments,
                                                 validate_only=request.validate_only)
         except KafkaError as exc:
             result.update(error_code=int(exc.code), error_message=str(exc))

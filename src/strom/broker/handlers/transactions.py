@@ -16,7 +16,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from strom.broker.core import internal_rf
+from strom.broker.markers import ClusterMarkerWriter
 from strom.broker.router import handles
+from strom.common.immediate import run_or_start
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.markers import MarkerResults, TxnMarker
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
@@ -70,11 +73,18 @@ class TxnTopicAdapter:
                    "segment.bytes": str(opt("transaction.state.log.segment.bytes",
                                             DEFAULT_SEGMENT_BYTES)),
                    "min.insync.replicas": str(opt("transaction.state.log.min.isr", 1))}
+        controller = self.broker.controller
         try:
-            topic = self.broker.controller.create_topic(
+            done, topic = run_or_start(controller.immediate, lambda: controller.create_topic(
                 TRANSACTION_STATE_TOPIC, int(opt("transaction.state.log.num.partitions", 50)),
-                int(opt("transaction.state.log.replication.factor", 1)), None, configs)
+                internal_rf(self.broker, int(opt("transaction.state.log.replication.factor", 1))),
+                None, configs), f"creating {TRANSACTION_STATE_TOPIC}")
+            if not done:  # a cluster: answer COORDINATOR_NOT_AVAILABLE until it exists
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                 f"{TRANSACTION_STATE_TOPIC} is being created")
         except KafkaError as exc:
+            if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                raise
             if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
                 return self.num_partitions() or 0
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -136,7 +146,7 @@ def build_transaction_coordinator(broker: Any,
     """The broker's transaction coordinator, subscribed to leadership of `__transaction_state`."""
     coordinator = TransactionCoordinator(
         TxnConfig.from_config(_config_getter(broker.config)), TxnTopicAdapter(broker),
-        LocalMarkerWriter(broker), broker.next_producer_id, loop, broker.now_ms)
+        ClusterMarkerWriter(broker, write_marker), broker.next_producer_id, loop, broker.now_ms)
 
     def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
         if topic == TRANSACTION_STATE_TOPIC:

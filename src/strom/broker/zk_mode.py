@@ -1,0 +1,101 @@
+"""Building a broker that is a member of a ZooKeeper-coordinated cluster (`zookeeper.connect`).
+
+The parts differ from the single node only below the `Controller` seam: the metadata image is
+filled by the ZooKeeper mirror instead of the embedded metadata log, the controller is a
+`ZkController`, logs keep their high watermarks (replication moves them), and a
+`ReplicaManager` fetches the partitions this broker follows.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import socket
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from kazoo.exceptions import NodeExistsError
+
+from strom.broker.core import Broker
+from strom.broker.partitions import PartitionManager
+from strom.broker.replicas import build_replica_manager
+from strom.cluster.image import BrokerInfo, MetadataImage
+from strom.cluster.zk import znodes as zn
+from strom.cluster.zk.client import ZkClient
+from strom.cluster.zk.controller import ZkController, unclean_from
+from strom.cluster.zk.mirror import ZkMirror
+from strom.config.broker import BrokerConfig
+from strom.storage.manager import LogManager
+
+log = logging.getLogger("strom.broker")
+
+
+@dataclass
+class ClusterParts:
+    zk: ZkClient
+    mirror: ZkMirror
+    controller: ZkController
+
+
+def _meta_cluster_id(log_dirs: list[Path]) -> str | None:
+    for d in log_dirs:
+        meta = d / "meta.properties"
+        if meta.exists():
+            for line in meta.read_text().splitlines():
+                if line.startswith("cluster.id="):
+                    return line.split("=", 1)[1].strip()
+    return None
+
+
+async def cluster_id_from_zookeeper(zk: ZkClient, log_dirs: list[Path]) -> str:
+    """The cluster's id lives in /cluster/id; the first broker writes it."""
+    got = await zk.get(zn.CLUSTER_ID)
+    if got is not None:
+        return zn.decode_cluster_id(got[0])
+    candidate = (_meta_cluster_id(log_dirs)
+                 or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])
+    with contextlib.suppress(NodeExistsError):
+        await zk.create(zn.CLUSTER_ID, zn.encode_cluster_id(candidate))
+    got = await zk.get(zn.CLUSTER_ID)
+    assert got is not None
+    return zn.decode_cluster_id(got[0])
+
+
+async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterParts]:
+    from strom.broker.app import StartupError, cluster_id_for  # app imports this module
+
+    broker_id = config.broker_id
+    session_ms = config.get("zookeeper.session.timeout.ms")
+    zk = ZkClient(config.get("zookeeper.connect"), session_timeout_ms=session_ms,
+                  connection_timeout_ms=config.get("zookeeper.connection.timeout.ms") or session_ms)
+    await zk.start()
+    for path in zn.PERSISTENT_PATHS:
+        await zk.ensure_path(path)
+    cluster_id = await cluster_id_from_zookeeper(zk, config.log_dirs)
+    local = cluster_id_for(config.log_dirs, broker_id, expected=cluster_id)
+    if local != cluster_id:
+        await zk.stop()
+        raise StartupError(f"the log dirs belong to cluster {local}, but ZooKeeper at "
+                           f"{config.get('zookeeper.connect')} holds cluster {cluster_id}")
+    logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
+                      producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
+                      replicated=True)
+    logs.load()
+    image = MetadataImage(cluster_id=cluster_id)
+    _, adv_host, adv_port = config.advertised_listeners()[0]
+    info = BrokerInfo(broker_id, adv_host or socket.gethostname(), adv_port,
+                      config.get("broker.rack"))
+    mirror = ZkMirror(zk, image)
+    partitions = PartitionManager(broker_id, config, image, logs)
+    controller = ZkController(zk, mirror, image, info,
+                              unclean_for=unclean_from(partitions.resolve))
+    await mirror.start()
+    partitions.refresh_dynamic_broker_configs()
+    partitions.sync_all()
+    mirror.subscribe(partitions.on_changes)
+    broker = Broker(config, broker_id, cluster_id, info, image, controller, partitions, logs)
+    broker.replicas = build_replica_manager(broker)
+    mirror.subscribe(broker.replicas.on_changes)
+    return broker, ClusterParts(zk, mirror, controller)

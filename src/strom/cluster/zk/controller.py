@@ -1,0 +1,365 @@
+"""The `Controller` seam over ZooKeeper, and the active-controller role.
+
+Every broker has a `ZkController`: handler calls (create a topic, alter configs, take producer
+ids, change an ISR) become ZooKeeper writes, each a compare-and-set or a create that fails when
+someone else got there first; the image follows when the mirror reads the change back.
+
+One broker at a time is the *active* controller (the ephemeral `/controller` znode). It gives new
+partitions their first state, elects leaders when brokers die or return, removes dead brokers from
+ISRs, deletes topics queued in `/admin/delete_topics`, and moves leadership off brokers asking for
+a controlled shutdown. Its decisions are pure functions (`decisions.py`) over the image; a lost
+compare-and-set only means deciding again on fresher state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+
+from strom.cluster.controller import (
+    Listener,
+    check_isr_update,
+    check_new_topic,
+    plan_partitions,
+    plan_topic,
+)
+from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
+from strom.cluster.records import Change
+from strom.cluster.zk import znodes as zn
+from strom.cluster.zk.client import TransactionFailed, ZkClient
+from strom.cluster.zk.decisions import NO_LEADER, NO_STATE, Decision, StateWrite, decide
+from strom.cluster.zk.mirror import ZkMirror
+from strom.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger(__name__)
+
+RECONCILE_INTERVAL_S = 2.0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class ZkController:
+    immediate = False  # changes reach the image when the mirror reads them back
+
+    def __init__(self, zk: ZkClient, mirror: ZkMirror, image: MetadataImage, broker: BrokerInfo,
+                 *, unclean_for: Callable[[TopicState], bool]) -> None:
+        self.zk = zk
+        self.mirror = mirror
+        self.image = image
+        self.broker = broker
+        self._unclean_for = unclean_for
+        self.active = False
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        mirror.subscribe(self._on_changes)
+        zk.add_watch_listener(self._on_watch)
+
+    # -- the seam ---------------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> None:
+        self.mirror.subscribe(listener)
+
+    async def wait_until(self, predicate: Callable[[MetadataImage], bool],
+                         timeout_s: float) -> bool:
+        return await self.mirror.wait_until(predicate, timeout_s)
+
+    async def create_topic(self, name, num_partitions, replication_factor, assignments, configs,
+                           *, validate_only=False) -> TopicState:
+        names = await self.zk.children(zn.TOPICS) or []
+        check_new_topic(self.image, name, names)
+        plan = plan_topic(num_partitions, replication_factor, assignments,
+                          sorted(self.image.brokers))
+        topic_id = zn.new_topic_id()
+        topic = TopicState(name, topic_id, configs=dict(configs))
+        for p, replicas in plan.items():
+            topic.partitions[p] = PartitionState(p, list(replicas), list(replicas), replicas[0])
+        if validate_only:
+            return topic
+        txn = self.zk.transaction()
+        config_path = zn.topic_config_path(name)
+        if await self.zk.exists(config_path) is not None:  # left by an earlier incarnation
+            txn.set(config_path, zn.encode_config(configs))
+        else:
+            txn.create(config_path, zn.encode_config(configs))
+        txn.create(zn.topic_path(name), zn.encode_topic(zn.TopicAssignment(topic_id, plan)))
+        try:
+            await txn.commit()
+        except TransactionFailed as exc:
+            if exc.has(NodeExistsError):
+                raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS,
+                                 f"Topic '{name}' already exists.") from None
+            raise
+        log.info("created topic %s (%s) with %d partitions", name, topic_id, len(plan))
+        return topic
+
+    async def delete_topic(self, topic: TopicState) -> None:
+        with contextlib.suppress(NodeExistsError):
+            await self.zk.create(zn.delete_topic_path(topic.name))
+        log.info("topic %s (%s) queued for deletion", topic.name, topic.topic_id)
+
+    async def create_partitions(self, topic, total, assignments, *, validate_only=False) -> None:
+        got = await self.zk.get(zn.topic_path(topic.name))
+        if got is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name}")
+        current = zn.decode_topic(got[0])
+        plan = plan_partitions(current.partitions, total, assignments, sorted(self.image.brokers))
+        if validate_only:
+            return
+        current.partitions.update(plan)
+        try:
+            await self.zk.set(zn.topic_path(topic.name), zn.encode_topic(current), got[1].version)
+        except BadVersionError:
+            raise KafkaError(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                             f"{topic.name} changed meanwhile; retry") from None
+
+    async def alter_configs(self, resource: str, name: str,
+                            changes: Mapping[str, str | None]) -> None:
+        if not changes:
+            return
+        if resource == "topic":
+            path = zn.topic_config_path(name)
+        else:
+            path = zn.broker_config_path(name or zn.DEFAULT_ENTITY)
+        while True:
+            got = await self.zk.get(path)
+            current = zn.decode_config(got[0]) if got else {}
+            for k, v in changes.items():
+                if v is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = v
+            try:
+                if got is None:
+                    await self.zk.ensure_path(path.rsplit("/", 1)[0])
+                    await self.zk.create(path, zn.encode_config(current))
+                else:
+                    await self.zk.set(path, zn.encode_config(current), got[1].version)
+                return
+            except (BadVersionError, NodeExistsError):
+                continue  # someone else changed it: apply ours on top of theirs
+
+    async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
+        while True:
+            got = await self.zk.get(zn.PRODUCER_ID_BLOCK)
+            current = zn.decode_producer_id_block(got[0]) if got else None
+            block = zn.next_producer_id_block(current, broker_id)
+            try:
+                if got is None:
+                    await self.zk.create(zn.PRODUCER_ID_BLOCK,
+                                         zn.encode_producer_id_block(block))
+                else:
+                    await self.zk.set(zn.PRODUCER_ID_BLOCK, zn.encode_producer_id_block(block),
+                                      got[1].version)
+                return block.start, block.size
+            except (BadVersionError, NodeExistsError):
+                continue
+
+    async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
+                        partition_epoch: int, isr: list[int]) -> PartitionState:
+        t = self.image.topics.get(topic)
+        state = t.partitions.get(partition) if t is not None else None
+        if t is None or state is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+        check_isr_update(state, leader_epoch, partition_epoch, isr)
+        write = zn.LeaderAndIsr(state.leader, leader_epoch, tuple(isr),
+                                max(self.image.controller_epoch, 0))
+        try:
+            stat = await self.zk.set(zn.state_path(topic, partition), zn.encode_state(write),
+                                     partition_epoch)
+        except (BadVersionError, NoNodeError):
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION,
+                             f"the state of {topic}-{partition} changed meanwhile") from None
+        log.info("ISR of %s-%d is now %s", topic, partition, isr)
+        return PartitionState(partition, list(state.replicas), list(isr), state.leader,
+                              leader_epoch, stat.version)
+
+    # -- registration and election -----------------------------------------------------------
+
+    async def register(self) -> None:
+        """Create /brokers/ids/<id> (ephemeral). A registration left by our own previous
+        process (killed before its session expired) is replaced."""
+        path = zn.broker_path(self.broker.broker_id)
+        data = zn.encode_broker(self.broker, _now_ms())
+        while True:
+            try:
+                await self.zk.create(path, data, ephemeral=True)
+                return
+            except NodeExistsError:
+                stat = await self.zk.exists(path)
+                if stat is not None and stat.ephemeralOwner != self.zk.session_id:
+                    log.warning("replacing a stale registration of broker %d (session %x)",
+                                self.broker.broker_id, stat.ephemeralOwner)
+                    with contextlib.suppress(NoNodeError, BadVersionError):
+                        await self.zk.delete(path, stat.version)
+                elif stat is not None:
+                    return
+
+    def start(self) -> None:
+        self._tasks = [asyncio.get_running_loop().create_task(self._run(), name="zk-controller")]
+
+    async def stop(self) -> None:
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+
+    def _on_changes(self, changes: list[Change]) -> None:
+        self._wake.set()
+
+    def _on_watch(self, kind: str, path: str) -> None:
+        if path.startswith(("/admin", zn.CONTROLLED_SHUTDOWN, zn.CONTROLLER)):
+            self._wake.set()
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            try:
+                if not self.active:
+                    await self._try_to_become_controller()
+                if self.active:
+                    await self._act()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("controller loop: %s: %s", type(exc).__name__, exc)
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
+
+    async def _try_to_become_controller(self) -> None:
+        got = await self.zk.get_or_watch(zn.CONTROLLER)
+        if got is not None:
+            return
+        try:
+            await self.zk.create(zn.CONTROLLER, zn.encode_controller(self.broker.broker_id,
+                                                                   _now_ms()), ephemeral=True)
+        except NodeExistsError:
+            return
+        while True:
+            current = await self.zk.get(zn.CONTROLLER_EPOCH)
+            try:
+                if current is None:
+                    await self.zk.create(zn.CONTROLLER_EPOCH, zn.encode_controller_epoch(1))
+                    epoch = 1
+                else:
+                    epoch = zn.decode_controller_epoch(current[0]) + 1
+                    await self.zk.set(zn.CONTROLLER_EPOCH, zn.encode_controller_epoch(epoch),
+                                      current[1].version)
+                break
+            except (BadVersionError, NodeExistsError):
+                continue
+        self.active = True
+        self.epoch = epoch
+        log.info("broker %d is the controller (epoch %d)", self.broker.broker_id, epoch)
+
+    async def _still_controller(self) -> bool:
+        got = await self.zk.get(zn.CONTROLLER, watch=True)
+        mine = got is not None and got[1].ephemeralOwner == self.zk.session_id
+        if not mine and self.active:
+            log.info("broker %d is no longer the controller", self.broker.broker_id)
+            self.active = False
+        return mine
+
+    # -- the active controller's duties -------------------------------------------------------
+
+    async def _act(self) -> None:
+        if not await self._still_controller():
+            return
+        await self._delete_topics()
+        await self._controlled_shutdowns()
+        live = set(self.image.brokers)
+        decisions = decide(list(self.image.topics.values()), live, self._unclean_for)
+        for d in decisions:
+            await self._write(d)
+
+    async def _write(self, d: Decision) -> None:
+        data = zn.encode_state(zn.LeaderAndIsr(d.write.leader, d.write.leader_epoch,
+                                               d.write.isr, self.epoch))
+        path = zn.state_path(d.topic, d.partition)
+        try:
+            if d.expected_version == NO_STATE:
+                await self.zk.ensure_path(zn.partition_path(d.topic, d.partition))
+                await self.zk.create(path, data)
+            else:
+                await self.zk.set(path, data, d.expected_version)
+        except (BadVersionError, NodeExistsError, NoNodeError):
+            return  # a newer state or a deleted topic: the mirror catches up, we decide again
+        log.info("%s-%d: leader %d, epoch %d, ISR %s", d.topic, d.partition, d.write.leader,
+                 d.write.leader_epoch, list(d.write.isr))
+
+    async def _delete_topics(self) -> None:
+        names = await self.zk.children(zn.DELETE_TOPICS, watch=True) or []
+        for name in names:
+            for path in await self.zk.subtree(zn.topic_path(name)):
+                with contextlib.suppress(NoNodeError):
+                    await self.zk.delete(path)
+            with contextlib.suppress(NoNodeError):
+                await self.zk.delete(zn.topic_config_path(name))
+            with contextlib.suppress(NoNodeError):
+                await self.zk.delete(zn.delete_topic_path(name))
+            log.info("deleted topic %s", name)
+
+    async def _controlled_shutdowns(self) -> None:
+        """Brokers that asked to stop lose their leaderships to other in-sync replicas and
+        leave every ISR they are in (with another member left), as Kafka's controlled
+        shutdown does."""
+        ids = await self.zk.children(zn.CONTROLLED_SHUTDOWN, watch=True) or []
+        leaving = {int(i) for i in ids if i.isdigit()}
+        if not leaving:
+            return
+        for topic in list(self.image.topics.values()):
+            for p, state in list(topic.partitions.items()):
+                write = shutdown_move(state, leaving, set(self.image.brokers))
+                if write is not None:
+                    await self._write(Decision(topic.name, p, write, state.partition_epoch))
+
+    # -- for the stopping broker -------------------------------------------------------------
+
+    async def controlled_shutdown(self, timeout_s: float) -> bool:
+        """Ask the controller to move our leaderships away; True once we lead nothing that
+        another in-sync replica could lead."""
+        path = f"{zn.CONTROLLED_SHUTDOWN}/{self.broker.broker_id}"
+        with contextlib.suppress(NodeExistsError):
+            await self.zk.create(path, b"", ephemeral=True)
+        me = self.broker.broker_id
+
+        def done(image: MetadataImage) -> bool:
+            return not any(s.leader == me and any(r != me and r in image.brokers for r in s.isr)
+                           for t in image.topics.values() for s in t.partitions.values())
+
+        return await self.mirror.wait_until(done, timeout_s)
+
+
+def shutdown_move(state: PartitionState, leaving: set[int], live: set[int]) -> StateWrite | None:
+    """The state that takes a stopping broker out of a partition's leadership and ISR, when
+    another live in-sync replica can take over; None when nothing needs to change."""
+    if state.partition_epoch == NO_STATE or state.leader == NO_LEADER:
+        return None
+    remaining = tuple(r for r in state.isr if r not in leaving and r in live)
+    if not remaining:
+        return None
+    if state.leader in leaving:
+        leader = next(r for r in state.replicas if r in remaining) if any(
+            r in remaining for r in state.replicas) else remaining[0]
+        return StateWrite(leader, state.leader_epoch + 1, remaining)
+    if any(r in leaving for r in state.isr):
+        return StateWrite(state.leader, state.leader_epoch + 1, remaining)
+    return None
+
+
+def unclean_from(resolve: Callable[[TopicState, str], Any]) -> Callable[[TopicState], bool]:
+    def unclean(topic: TopicState) -> bool:
+        return bool(resolve(topic, "unclean.leader.election.enable").value)
+
+    return unclean

@@ -1,0 +1,96 @@
+"""The active controller's partition decisions, as pure functions over metadata states.
+
+Given what the image says (replicas, leader, ISR, epochs) and which brokers are live, decide
+each partition's next state. No ZooKeeper here: the controller writes what these return with a
+compare-and-set on the state znode, and a lost race just means deciding again on fresher state.
+
+Kafka's rules (its ZooKeeper-era controller):
+- a new partition's leader is its first live replica, its ISR the live replicas;
+- a partition whose leader is gone gets the first replica (in assignment order) that is live
+  and in the ISR; with unclean leader election, else the first live replica (the ISR becomes
+  just that one); with none, leader -1 (offline), and the ISR keeps its last member so a clean
+  election is possible when that broker returns;
+- dead brokers leave every ISR (never the last member);
+- every leader or ISR change the controller makes bumps the leader epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass
+
+from strom.cluster.image import PartitionState, TopicState
+
+NO_LEADER = -1
+NO_STATE = -1  # partition_epoch of a partition whose state znode does not exist yet
+
+
+@dataclass(frozen=True)
+class StateWrite:
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Decision:
+    topic: str
+    partition: int
+    write: StateWrite
+    expected_version: int  # the state znode version to CAS on; NO_STATE: create it
+
+
+def initial_state(replicas: list[int], live: Collection[int]) -> StateWrite | None:
+    """First state of a new partition; None while none of its replicas is live."""
+    alive = tuple(r for r in replicas if r in live)
+    if not alive:
+        return None
+    return StateWrite(alive[0], 0, alive)
+
+
+def next_state(state: PartitionState, live: Collection[int], unclean: bool) -> StateWrite | None:
+    """The state to move an existing partition to, or None when it is fine as it is."""
+    live_isr = tuple(r for r in state.isr if r in live)
+    epoch = state.leader_epoch + 1
+    if state.leader != NO_LEADER and state.leader in live:
+        if len(live_isr) == len(state.isr):
+            return None
+        return StateWrite(state.leader, epoch, live_isr or (state.leader,))
+    # the leader is gone (or there was none): elect
+    candidates = [r for r in state.replicas if r in live_isr]
+    if candidates:
+        return StateWrite(candidates[0], epoch, live_isr)
+    if unclean:
+        alive = [r for r in state.replicas if r in live]
+        if alive:
+            return StateWrite(alive[0], epoch, (alive[0],))
+    kept = _last_isr_member(state)
+    if state.leader == NO_LEADER and tuple(state.isr) == kept:
+        return None  # already offline; nothing to write until a replica returns
+    return StateWrite(NO_LEADER, epoch, kept)
+
+
+def _last_isr_member(state: PartitionState) -> tuple[int, ...]:
+    """The ISR of an offline partition: its previous leader if it was in sync, else one member."""
+    if state.leader in state.isr:
+        return (state.leader,)
+    return tuple(state.isr[:1])
+
+
+def decide(topics: Iterable[TopicState], live: Collection[int],
+           unclean: Callable[[TopicState], bool]) -> list[Decision]:
+    """Every state write the controller should make now, over the whole image."""
+    out: list[Decision] = []
+    for topic in topics:
+        allow_unclean: bool | None = None
+        for p in sorted(topic.partitions):
+            state = topic.partitions[p]
+            if state.partition_epoch == NO_STATE:
+                write = initial_state(state.replicas, live)
+            else:
+                if allow_unclean is None:
+                    allow_unclean = unclean(topic)
+                write = next_state(state, live, allow_unclean)
+            if write is not None:
+                out.append(Decision(topic.name, p, write, state.partition_epoch))
+    return out

@@ -1,0 +1,418 @@
+"""The ZooKeeper mirror: keeps this broker's metadata image equal to what ZooKeeper holds.
+
+It reads Kafka's znodes (live brokers, controller, topics with their partition states, topic and
+broker configs, the producer id block), compares them with the image and turns every difference
+into the same metadata records the single node's log holds (`cluster/records.py`). The records
+are applied with `records.apply` and the resulting `Change`s go to the subscribers (the
+partition manager, the coordinators, replication), all in the event loop thread.
+
+Watches drive it: every znode read is read with a watch, and a watch event marks the thing it
+concerns dirty; one worker task re-reads dirty things in batches, so events never interleave
+half-applied. On every (re)connection of the session, and every `resync_interval_s` as a
+safety net, it re-reads everything.
+
+Stale reads are harmless: a partition state is applied only when its znode version (the
+partition epoch) is not older than the one in the image.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from strom.cluster import records as rec
+from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState
+from strom.cluster.records import Change
+from strom.cluster.zk import znodes as zn
+from strom.cluster.zk.client import ZkClient
+from strom.cluster.zk.decisions import NO_LEADER, NO_STATE
+
+log = logging.getLogger(__name__)
+
+Listener = Callable[[list[Change]], None]
+Key = tuple[Any, ...]
+
+FULL: Key = ("full",)
+BROKERS: Key = ("brokers",)
+CONTROLLER: Key = ("controller",)
+TOPICS: Key = ("topics",)
+BROKER_CONFIGS: Key = ("broker_configs",)
+
+
+def key_for(path: str) -> Key | None:
+    """What a watch event on `path` makes dirty (None: nothing the mirror reads)."""
+    if path == zn.BROKER_IDS or path.startswith(zn.BROKER_IDS + "/"):
+        return BROKERS
+    if path in (zn.CONTROLLER, zn.CONTROLLER_EPOCH):
+        return CONTROLLER
+    if path == zn.TOPICS:
+        return TOPICS
+    if path.startswith(zn.TOPICS + "/"):
+        parts = path[len(zn.TOPICS) + 1:].split("/")
+        if len(parts) == 4 and parts[1] == "partitions" and parts[3] == "state":
+            try:
+                return ("state", parts[0], int(parts[2]))
+            except ValueError:
+                return None
+        return ("topic", parts[0])
+    if path == zn.CONFIG_BROKERS or path.startswith(zn.CONFIG_BROKERS + "/"):
+        return BROKER_CONFIGS
+    if path.startswith(zn.CONFIG_TOPICS + "/"):
+        return ("topic_config", path[len(zn.CONFIG_TOPICS) + 1:].split("/")[0])
+    return None
+
+
+@dataclass
+class TopicSnapshot:
+    name: str
+    topic_id: Any
+    partitions: dict[int, PartitionState]
+    configs: dict[str, str]
+
+
+def state_from(partition: int, replicas: list[int],
+               read: tuple[zn.LeaderAndIsr, int] | None) -> PartitionState:
+    """The image's PartitionState for a state znode (None: not created yet by the controller)."""
+    if read is None:
+        return PartitionState(partition, list(replicas), [], NO_LEADER, NO_STATE, NO_STATE)
+    state, version = read
+    return PartitionState(partition, list(replicas), list(state.isr), state.leader,
+                          state.leader_epoch, version)
+
+
+def partition_update_needed(current: PartitionState | None, desired: PartitionState) -> bool:
+    """Apply `desired` unless it is what the image has, or older (a stale read)."""
+    if current is None:
+        return True
+    if desired.partition_epoch < current.partition_epoch:
+        return False
+    return desired != current
+
+
+def config_records(resource: str, name: str, current: dict[str, str],
+                   desired: dict[str, str]) -> list[dict[str, Any]]:
+    out = [rec.config_record(resource, name, k, v) for k, v in sorted(desired.items())
+           if current.get(k) != v]
+    out += [rec.config_record(resource, name, k, None) for k in sorted(current)
+            if k not in desired]
+    return out
+
+
+class ZkMirror:
+    def __init__(self, zk: ZkClient, image: MetadataImage, *,
+                 resync_interval_s: float = 30.0) -> None:
+        self.zk = zk
+        self.image = image
+        self.resync_interval_s = resync_interval_s
+        self._listeners: list[Listener] = []
+        self._dirty: set[Key] = set()
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[bool]]] = []
+        # topics whose znode has no topic id yet (written by old tools): the controller adds one
+        self.unidentified: dict[str, int] = {}
+        self.full_reads = 0
+        zk.add_watch_listener(self._on_watch)
+        zk.add_state_listener(self._on_state)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    async def start(self) -> None:
+        """Read the whole tree into the image (raises if ZooKeeper fails), then follow it."""
+        await self._full_read()
+        self._tasks = [asyncio.create_task(self._run(), name="zk-mirror"),
+                       asyncio.create_task(self._periodic(), name="zk-mirror-resync")]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._tasks = []
+        for _, fut in self._waiters:
+            if not fut.done():
+                fut.set_result(False)
+
+    def mark(self, key: Key) -> None:
+        self._dirty.add(key)
+        self._wake.set()
+
+    def _on_watch(self, kind: str, path: str) -> None:
+        key = key_for(path)
+        if key is not None:
+            self.mark(key)
+
+    def _on_state(self, state: str) -> None:
+        if state == "CONNECTED":  # a new session or a reconnection: watches may be gone
+            self.mark(FULL)
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.resync_interval_s)
+            self.mark(FULL)
+
+    async def _run(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            batch, self._dirty = self._dirty, set()
+            try:
+                await self._process(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("reading ZooKeeper failed (%s: %s); re-reading everything soon",
+                            type(exc).__name__, exc)
+                self._dirty.add(FULL)
+                await asyncio.sleep(1.0)
+                self._wake.set()
+
+    # -- applying ---------------------------------------------------------------------------
+
+    def apply(self, records: list[dict[str, Any]]) -> list[Change]:
+        """Apply records to the image and tell the subscribers (event loop thread only)."""
+        if not records:
+            return []
+        changes = [c for c in (rec.apply(self.image, r) for r in records) if c is not None]
+        if changes:
+            for listener in list(self._listeners):
+                try:
+                    listener(changes)
+                except Exception:
+                    log.exception("metadata listener failed")
+        self._check_waiters()
+        return changes
+
+    def _check_waiters(self) -> None:
+        for predicate, fut in list(self._waiters):
+            if fut.done():
+                continue
+            try:
+                if predicate(self.image):
+                    fut.set_result(True)
+            except Exception as exc:
+                fut.set_exception(exc)
+
+    async def wait_until(self, predicate: Callable[[MetadataImage], bool],
+                         timeout_s: float) -> bool:
+        """True once predicate(image) holds (checked after every change), False at timeout."""
+        if predicate(self.image):
+            return True
+        if timeout_s <= 0:
+            return False
+        fut: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entry = (predicate, fut)
+        self._waiters.append(entry)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except TimeoutError:
+            return False
+        finally:
+            self._waiters.remove(entry)
+
+    # -- reading ----------------------------------------------------------------------------
+
+    async def _process(self, batch: set[Key]) -> None:
+        if FULL in batch:
+            await self._full_read()
+            return
+        records: list[dict[str, Any]] = []
+        if BROKERS in batch:
+            records += self._broker_records(await self._read_brokers())
+        if CONTROLLER in batch:
+            records += self._controller_records(*await self._read_controller())
+        if BROKER_CONFIGS in batch:
+            records += self._broker_config_records(await self._read_broker_configs())
+        self.apply(records)
+        topics: set[str] = {k[1] for k in batch if k[0] == "topic"}
+        if TOPICS in batch:
+            names = await self.zk.children(zn.TOPICS, watch=True) or []
+            gone = [t for t in self.image.topics.values() if t.name not in names]
+            self.apply([rec.remove_topic_record(t.topic_id) for t in gone])
+            for name in list(self.unidentified):
+                if name not in names:
+                    del self.unidentified[name]
+            topics |= {n for n in names if n not in self.image.topics}
+        if topics:
+            snapshots = await asyncio.gather(*(self._read_topic(n) for n in sorted(topics)))
+            records = []
+            for name, snap in zip(sorted(topics), snapshots, strict=True):
+                records += self._topic_records(name, snap)
+            self.apply(records)
+        states = sorted(k for k in batch if k[0] == "state" and k[1] not in topics)
+        if states:
+            reads = await asyncio.gather(*(self._read_state(k[1], k[2]) for k in states))
+            records = []
+            for (_, name, p), read in zip(states, reads, strict=True):
+                records += self._state_records(name, p, read)
+            self.apply(records)
+        configs = sorted(k[1] for k in batch if k[0] == "topic_config" and k[1] not in topics)
+        if configs:
+            reads = await asyncio.gather(*(self._read_config(zn.topic_config_path(n))
+                                           for n in configs))
+            records = []
+            for name, desired in zip(configs, reads, strict=True):
+                topic = self.image.topics.get(name)
+                if topic is not None:
+                    records += config_records("topic", name, topic.configs, desired)
+            self.apply(records)
+
+    async def _full_read(self) -> None:
+        brokers = await self._read_brokers()
+        controller = await self._read_controller()
+        names = await self.zk.children(zn.TOPICS, watch=True) or []
+        snapshots = await asyncio.gather(*(self._read_topic(n) for n in names))
+        broker_configs = await self._read_broker_configs()
+        block_read = await self.zk.get(zn.PRODUCER_ID_BLOCK)
+        records = self._broker_records(brokers) + self._controller_records(*controller)
+        records += self._broker_config_records(broker_configs)
+        present = set(names)
+        records += [rec.remove_topic_record(t.topic_id) for t in self.image.topics.values()
+                    if t.name not in present]
+        for name, snap in zip(names, snapshots, strict=True):
+            records += self._topic_records(name, snap)
+        self.unidentified = {n: v for n, v in self.unidentified.items() if n in present}
+        block = zn.decode_producer_id_block(block_read[0]) if block_read else None
+        if block is not None and block.end + 1 > self.image.next_producer_id:
+            records.append(rec.producer_ids_record(block.end + 1))
+        self.apply(records)
+        self.full_reads += 1
+
+    async def _read_brokers(self) -> dict[int, BrokerInfo]:
+        ids = await self.zk.children(zn.BROKER_IDS, watch=True) or []
+        ids = [i for i in ids if i.isdigit()]
+        reads = await asyncio.gather(*(self.zk.get(zn.broker_path(int(i))) for i in ids))
+        out: dict[int, BrokerInfo] = {}
+        for i, got in zip(ids, reads, strict=True):
+            if got is None:
+                continue  # gone meanwhile; the children watch tells us
+            try:
+                out[int(i)] = zn.decode_broker(int(i), got[0])
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring unreadable registration of broker %s: %s", i, exc)
+        return out
+
+    async def _read_controller(self) -> tuple[int, int]:
+        got = await self.zk.get_or_watch(zn.CONTROLLER)
+        controller = -1
+        if got is not None:
+            try:
+                controller = zn.decode_controller(got[0])
+            except (ValueError, KeyError) as exc:
+                log.warning("unreadable /controller: %s", exc)
+        epoch_read = await self.zk.get(zn.CONTROLLER_EPOCH)
+        epoch = zn.decode_controller_epoch(epoch_read[0]) if epoch_read else -1
+        return controller, epoch
+
+    async def _read_broker_configs(self) -> dict[str, dict[str, str]]:
+        names = await self.zk.children(zn.CONFIG_BROKERS, watch=True) or []
+        reads = await asyncio.gather(*(self._read_config(f"{zn.CONFIG_BROKERS}/{n}")
+                                       for n in names))
+        return {zn.broker_config_entity(n): cfg for n, cfg in zip(names, reads, strict=True)}
+
+    async def _read_config(self, path: str) -> dict[str, str]:
+        got = await self.zk.get_or_watch(path)
+        if got is None:
+            return {}
+        try:
+            return zn.decode_config(got[0])
+        except ValueError as exc:
+            log.warning("ignoring unreadable config %s: %s", path, exc)
+            return {}
+
+    async def _read_state(self, topic: str, partition: int) -> tuple[zn.LeaderAndIsr, int] | None:
+        got = await self.zk.get_or_watch(zn.state_path(topic, partition))
+        if got is None:
+            return None
+        try:
+            return zn.decode_state(got[0]), got[1].version
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable state of %s-%d: %s", topic, partition, exc)
+            return None
+
+    async def _read_topic(self, name: str) -> TopicSnapshot | None:
+        """None when the topic is gone (or has no id yet)."""
+        got = await self.zk.get(zn.topic_path(name), watch=True)
+        if got is None:
+            self.unidentified.pop(name, None)
+            return None
+        try:
+            assignment = zn.decode_topic(got[0])
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable topic znode %s: %s", name, exc)
+            return None
+        if assignment.topic_id is None:
+            self.unidentified[name] = got[1].version
+            return None
+        self.unidentified.pop(name, None)
+        parts = sorted(assignment.partitions)
+        reads = await asyncio.gather(*(self._read_state(name, p) for p in parts))
+        configs = await self._read_config(zn.topic_config_path(name))
+        return TopicSnapshot(
+            name, assignment.topic_id,
+            {p: state_from(p, assignment.partitions[p], r) for p, r in zip(parts, reads,
+                                                                           strict=True)},
+            configs)
+
+    # -- diffing ----------------------------------------------------------------------------
+
+    def _broker_records(self, desired: dict[int, BrokerInfo]) -> list[dict[str, Any]]:
+        current = self.image.brokers
+        out = [rec.broker_record(info) for bid, info in sorted(desired.items())
+               if current.get(bid) != info]
+        out += [rec.remove_broker_record(bid) for bid in sorted(current) if bid not in desired]
+        return out
+
+    def _controller_records(self, controller: int, epoch: int) -> list[dict[str, Any]]:
+        image = self.image
+        if (image.controller_id, image.controller_epoch) == (controller, epoch):
+            return []
+        return [rec.controller_record(controller, epoch)]
+
+    def _broker_config_records(self, desired: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for entity in sorted(set(desired) | set(self.image.broker_configs)):
+            out += config_records("broker", entity, self.image.broker_configs.get(entity, {}),
+                                  desired.get(entity, {}))
+        return out
+
+    def _topic_records(self, name: str, snap: TopicSnapshot | None) -> list[dict[str, Any]]:
+        existing = self.image.topics.get(name)
+        out: list[dict[str, Any]] = []
+        if existing is not None and (snap is None or existing.topic_id != snap.topic_id):
+            out.append(rec.remove_topic_record(existing.topic_id))
+            existing = None
+        if snap is None:
+            return out
+        if existing is None:
+            out.append(rec.topic_record(name, snap.topic_id))
+            out += config_records("topic", name, {}, snap.configs)
+            out += [rec.partition_record(snap.topic_id, s) for _, s in sorted(snap.partitions.items())]
+            return out
+        out += config_records("topic", name, existing.configs, snap.configs)
+        for p, desired in sorted(snap.partitions.items()):
+            if partition_update_needed(existing.partitions.get(p), desired):
+                out.append(rec.partition_record(snap.topic_id, desired))
+        return out
+
+    def _state_records(self, name: str, partition: int,
+                       read: tuple[zn.LeaderAndIsr, int] | None) -> list[dict[str, Any]]:
+        topic = self.image.topics.get(name)
+        current = topic.partitions.get(partition) if topic is not None else None
+        if topic is None or current is None:
+            self.mark(("topic", name))  # a partition we do not know yet: read the whole topic
+            return []
+        if read is None:
+            return []  # deleted with its topic; the topic's own event removes it
+        desired = state_from(partition, current.replicas, read)
+        if not partition_update_needed(current, desired):
+            return []
+        return [rec.partition_record(topic.topic_id, desired)]

@@ -1,0 +1,159 @@
+"""Fixtures of the cluster tests: a private ZooKeeper, and clusters of real broker processes.
+
+ZooKeeper is Debian's package (`make test` installs it), started standalone on a free port of
+127.0.0.1 once per session; every test gets its own chroot, so clusters never see each other.
+No test here is skipped when ZooKeeper is missing: it fails, saying how to install it.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from ..broker import HOST, BrokerProcess, free_port
+from ..conftest import DEFAULT_OVERRIDES
+
+ZK_JAR = Path("/usr/share/java/zookeeper.jar")
+ZK_CONF_DIR = Path("/etc/zookeeper/conf")
+ZK_START_TIMEOUT = 30.0
+
+
+class ZooKeeper:
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = base / "zookeeper.log"
+
+    @property
+    def connect(self) -> str:
+        return f"{HOST}:{self.port}"
+
+    def start(self) -> None:
+        if not ZK_JAR.exists():
+            raise RuntimeError(f"{ZK_JAR} is missing: install Debian's zookeeper package "
+                               "(make system-deps)")
+        data = self.base / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        cfg = self.base / "zoo.cfg"
+        cfg.write_text(f"tickTime=500\ndataDir={data}\nclientPort={self.port}\n"
+                       f"clientPortAddress={HOST}\nadmin.enableServer=false\n"
+                       "maxSessionTimeout=60000\nminSessionTimeout=1000\n"
+                       "4lw.commands.whitelist=ruok\n")
+        classpath = f"{ZK_CONF_DIR}:{ZK_JAR}"  # the jar's manifest names the rest
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                ["java", "-Xmx256m", "-cp", classpath,
+                 "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.base)
+        deadline = time.monotonic() + ZK_START_TIMEOUT
+        while not self._ruok():
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"ZooKeeper exited: {self.log_path.read_text()[-3000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"ZooKeeper did not start: {self.log_path.read_text()[-3000:]}")
+            time.sleep(0.1)
+
+    def _ruok(self) -> bool:
+        try:
+            with socket.create_connection((HOST, self.port), timeout=1) as s:
+                s.sendall(b"ruok")
+                return s.recv(4) == b"imok"
+        except OSError:
+            return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+@pytest.fixture(scope="session")
+def zookeeper(tmp_path_factory) -> Iterator[ZooKeeper]:
+    zk = ZooKeeper(tmp_path_factory.mktemp("zookeeper"))
+    zk.start()
+    try:
+        yield zk
+    finally:
+        zk.stop()
+
+
+# Fast failure handling for tests: sessions end 4 s after a broker dies.
+CLUSTER_OVERRIDES = {
+    "zookeeper.session.timeout.ms": "4000",
+    "replica.lag.time.max.ms": "5000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.num.partitions": "6",
+    "offsets.topic.replication.factor": "3",
+    "transaction.state.log.replication.factor": "3",
+}
+
+
+class Cluster:
+    def __init__(self, brokers: list[BrokerProcess], connect: str) -> None:
+        self.brokers = brokers
+        self.connect = connect
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers if b.running)
+
+    def broker(self, broker_id: int) -> BrokerProcess:
+        return self.brokers[broker_id - 1]
+
+    def stop_all(self) -> None:
+        errors = []
+        for b in self.brokers:
+            try:
+                b.stop()
+            except Exception as e:
+                errors.append(e)
+        if errors:
+            raise errors[0]
+
+
+@pytest.fixture
+def make_cluster(zookeeper, tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
+    label = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:30].strip("-")
+    clusters: list[Cluster] = []
+
+    def make(n: int = 3, overrides: dict[str, object] | None = None,
+             racks: list[str] | None = None) -> Cluster:
+        chroot = f"/strom-{label}-{uuid.uuid4().hex[:8]}"
+        connect = zookeeper.connect + chroot
+        brokers = []
+        for i in range(1, n + 1):
+            name = f"{label}-b{i}"
+            b = BrokerProcess(tmp_path_factory.mktemp(name), name=name)
+            settings: dict[str, object] = dict(DEFAULT_OVERRIDES)
+            settings.update(CLUSTER_OVERRIDES)
+            settings.update({"broker.id": i, "zookeeper.connect": connect})
+            if racks:
+                settings["broker.rack"] = racks[i - 1]
+            settings.update(overrides or {})
+            b.overrides = {k: str(v) for k, v in settings.items()}
+            brokers.append(b)
+        cluster = Cluster(brokers, connect)
+        clusters.append(cluster)
+        for b in brokers:
+            b.start()
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for c in clusters:
+            c.stop_all()
