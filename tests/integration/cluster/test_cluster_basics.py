@@ -64,3 +64,89 @@ def test_replicated_topic_is_the_same_everywhere(make_cluster):
     assert leaders == {1, 2, 3}  # leaders spread over the brokers
     with pytest.raises(Exception, match=r"INVALID_REPLICATION_FACTOR|replication factor"):
         _create(cluster.brokers[1].bootstrap, "rf4", 1, 4)
+
+
+def _controller(bootstrap: str) -> int:
+    return _metadata(bootstrap).controller_id
+
+
+def test_controller_failover_and_leader_election(make_cluster):
+    cluster = make_cluster(3)
+    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    _create(cluster.brokers[0].bootstrap, "elect", 3, 3)
+    _wait(lambda: all(len(p.isrs) == 3 for p in
+                      _metadata(cluster.bootstrap).topics["elect"].partitions.values()),
+          30, "full ISRs")
+    first = _controller(cluster.bootstrap)
+    before = {p: q.leader for p, q in _metadata(cluster.bootstrap).topics["elect"].partitions.items()}
+    cluster.broker(first).kill()
+    survivor = next(b for b in cluster.brokers if b.running)
+
+    def new_controller():
+        c = _controller(survivor.bootstrap)
+        return c not in (-1, first) and c
+    new = _wait(new_controller, 30, "a new controller")
+    assert new != first
+
+    def re_elected():
+        t = _metadata(survivor.bootstrap).topics["elect"]
+        return all(p.leader not in (-1, first) and first not in p.isrs
+                   for p in t.partitions.values()) and t
+    t = _wait(re_elected, 30, "leaders away from the dead broker")
+    moved = [p for p, leader in before.items() if leader == first]
+    assert moved, "the dead controller led no partition"
+    for p in moved:
+        assert t.partitions[p].leader != first
+    cluster.broker(first).start()
+    _wait(lambda: len(_metadata(survivor.bootstrap).brokers) == 3, 30, "the broker back")
+    _wait(lambda: all(len(p.isrs) == 3 for p in
+                      _metadata(survivor.bootstrap).topics["elect"].partitions.values()),
+          30, "it rejoins every ISR")
+
+
+def test_configs_reach_every_broker(make_cluster):
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+    cluster = make_cluster(3)
+    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    _create(cluster.brokers[0].bootstrap, "cfg", 1, 3)
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
+    res = ConfigResource("topic", "cfg", incremental_configs=[
+        ConfigEntry("retention.ms", "12345", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+    other = AdminClient({"bootstrap.servers": cluster.brokers[2].bootstrap})
+
+    def seen():
+        r = ConfigResource("topic", "cfg")
+        return other.describe_configs([r])[r].result(10)["retention.ms"].value == "12345"
+    _wait(seen, 30, "the config on broker 3")
+
+
+def test_topic_deleted_while_a_replica_is_down(make_cluster):
+    cluster = make_cluster(3)
+    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    _create(cluster.brokers[0].bootstrap, "gone", 1, 3)
+    b3 = cluster.broker(3)
+    _wait(lambda: (b3.data_dir / "gone-0").exists(), 30, "a replica on broker 3")
+    old_id = _metadata(cluster.bootstrap).topics["gone"]
+    b3.stop()
+    admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
+    admin.delete_topics(["gone"], operation_timeout=30)["gone"].result(30)
+    _wait(lambda: "gone" not in _metadata(cluster.brokers[0].bootstrap).topics, 30,
+          "the topic gone")
+    _create(cluster.brokers[0].bootstrap, "gone", 1, 2)
+    b3.start()
+    _wait(lambda: len(_metadata(cluster.brokers[0].bootstrap).brokers) == 3, 30, "broker 3 back")
+    # broker 3 holds no replica of the new topic (RF 2 over brokers 1, 2 or placed elsewhere);
+    # whatever it holds must belong to the new topic id, never the old one
+    new = _metadata(cluster.brokers[0].bootstrap).topics["gone"]
+    assert old_id is not new
+    from strom.storage.checkpoints import read_partition_metadata
+
+    def clean():
+        d = b3.data_dir / "gone-0"
+        if not d.exists():
+            return True
+        return read_partition_metadata(d / "partition.metadata") is not None and \
+            3 in new.partitions[0].replicas
+    _wait(clean, 30, "the old replica removed from broker 3")
