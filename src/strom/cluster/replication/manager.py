@@ -165,8 +165,8 @@ class ReplicaManager:
         if previous is not None and previous != state.leader:
             self._stop_following(key)
         fetcher = self._fetcher_for(state.leader)
-        if fetcher is None:
-            self._followed.pop(key, None)
+        if fetcher is None:  # the leader is not live: wait for the controller's election
+            self._stop_following(key)
             return
         existing = fetcher.partitions.get(key)
         if existing is None or existing.leader_epoch != state.leader_epoch \
@@ -183,6 +183,8 @@ class ReplicaManager:
         fetcher = self.fetchers.get(leader)
         if fetcher is not None:
             fetcher.remove(*key)
+            if not fetcher.partitions:
+                self._retire(fetcher)
 
     def _fetcher_for(self, leader: int) -> ReplicaFetcher | None:
         info = self.image.brokers.get(leader)
