@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from strom.cluster import records as rec
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
 from strom.cluster.metadata_log import MetadataLog
+from strom.cluster.placement import assign_replicas
 from strom.cluster.records import Change
 from strom.cluster.validation import check_topic_name, colliding
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -115,9 +116,9 @@ def check_new_topic(image: MetadataImage, name: str, existing_names: list[str]) 
 
 def plan_topic(num_partitions: int, replication_factor: int,
                assignments: Mapping[int, list[int]] | None,
-               live: list[int]) -> dict[int, list[int]]:
-    """Replicas per partition of a new topic; replica lists rotate over the live brokers so
-    leaders spread evenly."""
+               live: list[int], racks: Mapping[int, str | None] | None = None,
+               ) -> dict[int, list[int]]:
+    """Replicas per partition of a new topic, placed as Kafka places them (placement.py)."""
     if assignments:
         if num_partitions not in (-1, len(assignments)) or replication_factor != -1:
             raise KafkaError(
@@ -138,12 +139,12 @@ def plan_topic(num_partitions: int, replication_factor: int,
             f"replication factor of {replication_factor} cannot be reached because only "
             f"{len(live)} broker(s) are registered.",
         )
-    return {p: [live[(p + i) % len(live)] for i in range(replication_factor)]
-            for p in range(num_partitions)}
+    return assign_replicas(live, racks or {}, num_partitions, replication_factor)
 
 
 def plan_partitions(current: dict[int, list[int]], total: int,
-                    assignments: list[list[int]] | None, live: list[int]) -> dict[int, list[int]]:
+                    assignments: list[list[int]] | None, live: list[int],
+                    racks: Mapping[int, str | None] | None = None) -> dict[int, list[int]]:
     """Replicas of the partitions CreatePartitions adds to a topic that has `current`."""
     count = len(current)
     if total < count:
@@ -169,7 +170,7 @@ def plan_partitions(current: dict[int, list[int]], total: int,
     if rf > len(live):
         raise KafkaError(ErrorCode.INVALID_REPLICATION_FACTOR,
                          f"Replication factor {rf} exceeds {len(live)} live broker(s)")
-    return {p: [live[(p + i) % len(live)] for i in range(rf)] for p in new}
+    return assign_replicas(live, racks or {}, len(new), rf, first_partition=count)
 
 
 class LocalController:

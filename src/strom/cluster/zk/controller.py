@@ -65,6 +65,9 @@ class ZkController:
 
     # -- the seam ---------------------------------------------------------------------------
 
+    def _racks(self) -> dict[int, str | None]:
+        return {b: info.rack for b, info in self.image.brokers.items()}
+
     def subscribe(self, listener: Listener) -> None:
         self.mirror.subscribe(listener)
 
@@ -77,7 +80,7 @@ class ZkController:
         names = await self.zk.children(zn.TOPICS) or []
         check_new_topic(self.image, name, names)
         plan = plan_topic(num_partitions, replication_factor, assignments,
-                          sorted(self.image.brokers))
+                          sorted(self.image.brokers), self._racks())
         topic_id = zn.new_topic_id()
         topic = TopicState(name, topic_id, configs=dict(configs))
         for p, replicas in plan.items():
@@ -111,7 +114,8 @@ class ZkController:
         if got is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name}")
         current = zn.decode_topic(got[0])
-        plan = plan_partitions(current.partitions, total, assignments, sorted(self.image.brokers))
+        plan = plan_partitions(current.partitions, total, assignments,
+                               sorted(self.image.brokers), self._racks())
         if validate_only:
             return
         current.partitions.update(plan)
