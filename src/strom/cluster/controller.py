@@ -78,6 +78,11 @@ class Controller(Protocol):
         """True once predicate(image) holds, False after timeout_s."""
         ...
 
+    async def elect_leaders(self, election_type: int,
+                            partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
+        """ElectLeaders (0 preferred, 1 unclean): an error code per partition (all if None)."""
+        ...
+
 
 # -- planning, shared by every controller ---------------------------------------------------------
 
@@ -242,6 +247,15 @@ class LocalController:
         first = self.image.next_producer_id
         self._commit([rec.producer_ids_record(first + PRODUCER_ID_BLOCK)])
         return first, PRODUCER_ID_BLOCK
+
+    async def elect_leaders(self, election_type: int,
+                            partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
+        """One broker leads everything already: no election is ever needed."""
+        wanted = partitions if partitions is not None else [
+            (t.name, p) for t in self.image.topics.values() for p in t.partitions]
+        return {(t, p): (ErrorCode.ELECTION_NOT_NEEDED
+                         if t in self.image.topics and p in self.image.topics[t].partitions
+                         else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in wanted}
 
     async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
                         partition_epoch: int, isr: list[int]) -> PartitionState:

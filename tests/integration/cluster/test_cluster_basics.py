@@ -10,6 +10,23 @@ from confluent_kafka.admin import AdminClient, NewTopic
 pytestmark = pytest.mark.timeout(180)
 
 
+def _strom(*args: str) -> str:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    strom = Path(sys.executable).with_name("strom")
+    done = subprocess.run([str(strom), *args], capture_output=True, text=True, timeout=60,
+                          env={**__import__("os").environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def _rows(table: str) -> list[str]:
+    """Partition rows of `strom topics describe` output."""
+    return [line for line in table.splitlines() if line.split() and line.split()[0].isdigit()]
+
+
 def _metadata(bootstrap: str):
     return AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
 
@@ -97,6 +114,11 @@ def test_controller_failover_and_leader_election(make_cluster):
     assert moved, "the dead controller led no partition"
     for p in moved:
         assert t.partitions[p].leader != first
+    under = _strom("topics", "describe", "elect", "--under-replicated-partitions",
+                   "--bootstrap-server", survivor.bootstrap)
+    assert len(_rows(under)) == 3, under  # every partition lost a replica
+    assert _rows(_strom("topics", "describe", "elect", "--unavailable-partitions",
+                        "--bootstrap-server", survivor.bootstrap)) == []
     cluster.broker(first).start()
     _wait(lambda: len(_metadata(survivor.bootstrap).brokers) == 3, 30, "the broker back")
     _wait(lambda: all(len(p.isrs) == 3 for p in
@@ -150,3 +172,49 @@ def test_topic_deleted_while_a_replica_is_down(make_cluster):
         return read_partition_metadata(d / "partition.metadata") is not None and \
             3 in new.partitions[0].replicas
     _wait(clean, 30, "the old replica removed from broker 3")
+
+
+def test_replicas_span_racks(make_cluster):
+    cluster = make_cluster(4, racks=["r1", "r1", "r2", "r2"])
+    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 4, 30, "4 brokers")
+    _create(cluster.brokers[0].bootstrap, "racked", 8, 2)
+    t = _wait(lambda: (m := _metadata(cluster.bootstrap).topics.get("racked")) and
+              len(m.partitions) == 8 and m, 30, "the topic")
+    rack = {1: "r1", 2: "r1", 3: "r2", 4: "r2"}
+    for p in t.partitions.values():
+        assert {rack[b] for b in p.replicas} == {"r1", "r2"}, p.replicas
+    assert sorted(p.leader for p in t.partitions.values() if p.leader > 0) \
+        and len({p.replicas[0] for p in t.partitions.values()}) == 4
+
+
+def test_preferred_leader_election_restores_balance(make_cluster):
+    cluster = make_cluster(3)
+    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    _create(cluster.brokers[0].bootstrap, "pref", 3, 3)
+
+    def full():
+        t = _metadata(cluster.bootstrap).topics["pref"]
+        return all(len(p.isrs) == 3 and p.leader > 0 for p in t.partitions.values()) and t
+    t = _wait(full, 30, "full ISRs")
+    victim = t.partitions[0].replicas[0]
+    cluster.broker(victim).kill()
+    alive = next(b for b in cluster.brokers if b.running)
+    _wait(lambda: _metadata(alive.bootstrap).topics["pref"].partitions[0].leader not in
+          (-1, victim), 30, "a new leader for partition 0")
+    cluster.broker(victim).start()
+    _wait(full, 60, "the broker back in every ISR")
+    assert any(p.leader != p.replicas[0] for p in _metadata(cluster.bootstrap)
+               .topics["pref"].partitions.values())
+    table = _strom("leader-election", "--preferred", "--all-topic-partitions",
+                   "--bootstrap-server", alive.bootstrap)
+    assert "elected" in table, table
+    _wait(lambda: all(p.leader == p.replicas[0] for p in
+                      _metadata(cluster.bootstrap).topics["pref"].partitions.values()),
+          30, "preferred leaders everywhere")
+    again = _strom("leader-election", "--preferred", "--topic", "pref",
+                   "--bootstrap-server", alive.bootstrap)
+    assert len(_rows_named(again)) == 3 and "ELECTION_NOT_NEEDED" in again, again
+
+
+def _rows_named(table: str) -> list[str]:
+    return [line for line in table.splitlines() if line.split() and line.split()[0] == "pref"]

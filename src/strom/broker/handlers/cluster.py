@@ -56,3 +56,44 @@ def init_producer_id(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 def _init_pid_error(code: int) -> dict[str, Any]:
     return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
+
+
+@handles(ApiKey.ELECT_LEADERS, 0, 2)
+async def elect_leaders(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    """Preferred (0) or unclean (1) leader election; v0 has no election type (preferred)."""
+    election_type = getattr(request, "election_type", 0)
+    if election_type not in (0, 1):
+        return {"throttle_time": 0, "error_code": ErrorCode.INVALID_REQUEST,
+                "replica_election_results": []}
+    wanted = None
+    if request.topic_partitions is not None:
+        wanted = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    results = await broker.controller.elect_leaders(election_type, wanted)
+    if wanted is None:  # Kafka reports only the partitions it elected a leader for
+        results = {k: v for k, v in results.items() if v == ErrorCode.NONE}
+    else:
+        partitions = {(t, p) for t, p in wanted}
+
+        def applied(image: Any) -> bool:  # answer once our image shows the new leaders
+            return all(_leader_is_preferred(image, t, p, election_type)
+                       for t, p in partitions if results.get((t, p)) == ErrorCode.NONE)
+
+        await broker.controller.wait_until(applied, max(request.timeout, 0) / 1000)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, partition), code in sorted(results.items()):
+        by_topic.setdefault(topic, []).append({
+            "partition_id": partition, "error_code": int(code),
+            "error_message": None if code == ErrorCode.NONE else ErrorCode(code).name})
+    return {"throttle_time": 0, "error_code": ErrorCode.NONE,
+            "replica_election_results": [{"topic": t, "partition_result": r}
+                                         for t, r in by_topic.items()]}
+
+
+def _leader_is_preferred(image: Any, topic: str, partition: int, election_type: int) -> bool:
+    t = image.topics.get(topic)
+    state = t.partitions.get(partition) if t is not None else None
+    if state is None:
+        return True
+    if election_type == 0:
+        return bool(state.replicas) and state.leader == state.replicas[0]
+    return state.leader >= 0

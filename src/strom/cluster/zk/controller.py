@@ -33,7 +33,15 @@ from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, Topic
 from strom.cluster.records import Change
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import TransactionFailed, ZkClient
-from strom.cluster.zk.decisions import NO_LEADER, NO_STATE, Decision, StateWrite, decide
+from strom.cluster.zk.decisions import (
+    NO_LEADER,
+    NO_STATE,
+    PREFERRED,
+    Decision,
+    StateWrite,
+    decide,
+    elected_state,
+)
 from strom.cluster.zk.mirror import ZkMirror
 from strom.protocol.errors import ErrorCode, KafkaError
 
@@ -185,6 +193,38 @@ class ZkController:
         log.info("ISR of %s-%d is now %s", topic, partition, isr)
         return PartitionState(partition, list(state.replicas), list(isr), state.leader,
                               leader_epoch, stat.version)
+
+    async def elect_leaders(self, election_type: int,
+                            partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
+        """ElectLeaders: a Kafka error code per partition (preferred or unclean election),
+        each change a compare-and-set on the partition's state."""
+        wanted = partitions if partitions is not None else [
+            (t.name, p) for t in self.image.topics.values() for p in t.partitions]
+        live = set(self.image.brokers)
+        out: dict[tuple[str, int], int] = {}
+        for topic, p in wanted:
+            t = self.image.topics.get(topic)
+            state = t.partitions.get(p) if t is not None else None
+            if state is None:
+                out[(topic, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                continue
+            write, why = elected_state(state, live, election_type)
+            if write is None:
+                out[(topic, p)] = (ErrorCode.ELECTION_NOT_NEEDED if why == "not needed" else
+                                   ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                                   if election_type == PREFERRED
+                                   else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+                continue
+            data = zn.encode_state(zn.LeaderAndIsr(write.leader, write.leader_epoch, write.isr,
+                                                   max(self.image.controller_epoch, 0)))
+            try:
+                await self.zk.set(zn.state_path(topic, p), data, state.partition_epoch)
+                out[(topic, p)] = ErrorCode.NONE
+                log.info("%s-%d: leader %d elected (%s)", topic, p, write.leader,
+                         "preferred" if election_type == PREFERRED else "unclean")
+            except (BadVersionError, NoNodeError):
+                out[(topic, p)] = ErrorCode.NOT_CONTROLLER  # changed meanwhile: retriable
+        return out
 
     # -- registration and election -----------------------------------------------------------
 

@@ -94,3 +94,25 @@ def decide(topics: Iterable[TopicState], live: Collection[int],
             if write is not None:
                 out.append(Decision(topic.name, p, write, state.partition_epoch))
     return out
+
+
+PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
+
+
+def elected_state(state: PartitionState, live: Collection[int],
+                  election_type: int) -> tuple[StateWrite | None, str | None]:
+    """ElectLeaders for one partition: (the write, None), or (None, why not) where why is
+    'not needed' or 'not available' (Kafka's ELECTION_NOT_NEEDED / *_NOT_AVAILABLE)."""
+    if election_type == PREFERRED:
+        preferred = state.replicas[0] if state.replicas else NO_LEADER
+        if state.leader == preferred:
+            return None, "not needed"
+        if preferred not in live or preferred not in state.isr:
+            return None, "not available"
+        return StateWrite(preferred, state.leader_epoch + 1, tuple(state.isr)), None
+    if state.leader != NO_LEADER and state.leader in live:
+        return None, "not needed"
+    alive = [r for r in state.replicas if r in live]
+    if not alive:
+        return None, "not available"
+    return StateWrite(alive[0], state.leader_epoch + 1, (alive[0],)), None
