@@ -89,8 +89,11 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
                       config.get("broker.rack"))
     mirror = ZkMirror(zk, image)
     partitions = PartitionManager(broker_id, config, image, logs)
-    controller = ZkController(zk, mirror, image, info,
-                              unclean_for=unclean_from(partitions.resolve))
+    controller = ZkController(
+        zk, mirror, image, info, unclean_for=unclean_from(partitions.resolve),
+        rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
+                              if config.get("auto.leader.rebalance.enable") else None),
+        imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
     await mirror.start()
     partitions.refresh_dynamic_broker_configs()
     partitions.sync_all()

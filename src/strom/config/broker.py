@@ -217,6 +217,11 @@ BROKER_CONFIGS.add(
               read_only=True),
     ConfigDef("auto.leader.rebalance.enable", T.BOOLEAN, True, "preferred leader rebalancing",
               read_only=True),
+    ConfigDef("leader.imbalance.check.interval.seconds", T.LONG, 300,
+              "how often the controller checks leader balance", at_least(1), read_only=True),
+    ConfigDef("leader.imbalance.per.broker.percentage", T.INT, 10,
+              "share of a broker's preferred partitions it may not lead before a rebalance",
+              between(0, 100), read_only=True),
 )
 
 # Names Kafka knows that Strom accepts in server.properties without acting on them.

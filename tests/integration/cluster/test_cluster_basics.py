@@ -218,3 +218,23 @@ def test_preferred_leader_election_restores_balance(make_cluster):
 
 def _rows_named(table: str) -> list[str]:
     return [line for line in table.splitlines() if line.split() and line.split()[0] == "pref"]
+
+
+def test_auto_leader_rebalance_moves_leaders_back(make_cluster):
+    cluster = make_cluster(3, overrides={"leader.imbalance.check.interval.seconds": "2"})
+    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    _create(cluster.brokers[0].bootstrap, "auto", 3, 3)
+
+    def full():
+        t = _metadata(cluster.bootstrap).topics["auto"]
+        return all(len(p.isrs) == 3 and p.leader > 0 for p in t.partitions.values()) and t
+    t = _wait(full, 30, "full ISRs")
+    victim = t.partitions[0].replicas[0]
+    cluster.broker(victim).kill()
+    alive = next(b for b in cluster.brokers if b.running)
+    _wait(lambda: _metadata(alive.bootstrap).topics["auto"].partitions[0].leader not in
+          (-1, victim), 30, "a new leader for partition 0")
+    cluster.broker(victim).start()
+    _wait(lambda: all(p.leader == p.replicas[0] for p in
+                      _metadata(cluster.bootstrap).topics["auto"].partitions.values()),
+          60, "the controller moving leaders back to their preferred replicas")

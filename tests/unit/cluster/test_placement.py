@@ -54,3 +54,22 @@ def test_replication_factor_above_the_brokers_is_refused():
 def test_added_partitions_continue_the_numbering():
     plan = assign_replicas([1, 2, 3], {}, 2, 2, first_partition=4)
     assert sorted(plan) == [4, 5]
+
+
+def test_imbalance_picks_partitions_of_a_broker_leading_too_few():
+    import uuid
+
+    from strom.cluster.image import PartitionState, TopicState
+    from strom.cluster.zk.decisions import imbalanced
+
+    t = TopicState("t", uuid.uuid4())
+    # broker 1 is preferred for 0, 1, 2 but leads none; broker 2 leads its own
+    t.partitions = {
+        0: PartitionState(0, [1, 2], [1, 2], 2, 3, 1),
+        1: PartitionState(1, [1, 2], [2], 2, 3, 1),  # 1 not in sync: cannot move
+        2: PartitionState(2, [1, 2], [1, 2], 2, 3, 1),
+        3: PartitionState(3, [2, 1], [1, 2], 2, 3, 1),
+    }
+    assert imbalanced([t], {1, 2}, 10) == [("t", 0), ("t", 2)]
+    assert imbalanced([t], {2}, 10) == []  # broker 1 is down
+    assert imbalanced([t], {1, 2}, 100) == []  # any imbalance tolerated

@@ -41,6 +41,7 @@ from strom.cluster.zk.decisions import (
     StateWrite,
     decide,
     elected_state,
+    imbalanced,
 )
 from strom.cluster.zk.mirror import ZkMirror
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -58,13 +59,19 @@ class ZkController:
     immediate = False  # changes reach the image when the mirror reads them back
 
     def __init__(self, zk: ZkClient, mirror: ZkMirror, image: MetadataImage, broker: BrokerInfo,
-                 *, unclean_for: Callable[[TopicState], bool]) -> None:
+                 *, unclean_for: Callable[[TopicState], bool],
+                 rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
+                 ) -> None:
         self.zk = zk
         self.mirror = mirror
         self.image = image
         self.broker = broker
         self._unclean_for = unclean_for
         self.active = False
+        # auto.leader.rebalance.enable: how often, and how much imbalance is tolerated
+        self._rebalance_interval_s = rebalance_interval_s
+        self._imbalance_percentage = imbalance_percentage
+        self._next_rebalance = 0.0
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -326,6 +333,23 @@ class ZkController:
         decisions = decide(list(self.image.topics.values()), live, self._unclean_for)
         for d in decisions:
             await self._write(d)
+        await self._maybe_rebalance()
+
+    async def _maybe_rebalance(self) -> None:
+        if self._rebalance_interval_s is None:
+            return
+        now = time.monotonic()
+        if self._next_rebalance == 0.0:
+            self._next_rebalance = now + self._rebalance_interval_s
+        if now < self._next_rebalance:
+            return
+        self._next_rebalance = now + self._rebalance_interval_s
+        moves = imbalanced(list(self.image.topics.values()), set(self.image.brokers),
+                           self._imbalance_percentage)
+        if moves:
+            log.info("leader rebalance: moving %d partitions to their preferred replica",
+                     len(moves))
+            await self.elect_leaders(PREFERRED, moves)
 
     async def _write(self, d: Decision) -> None:
         data = zn.encode_state(zn.LeaderAndIsr(d.write.leader, d.write.leader_epoch,

@@ -116,3 +116,23 @@ def elected_state(state: PartitionState, live: Collection[int],
     if not alive:
         return None, "not available"
     return StateWrite(alive[0], state.leader_epoch + 1, (alive[0],)), None
+
+
+def imbalanced(topics: Iterable[TopicState], live: Collection[int],
+               max_percentage: int) -> list[tuple[str, int]]:
+    """Kafka's auto leader rebalance: partitions to move back to their preferred replica,
+    for every broker that leads less than (100 - max_percentage)% of the partitions it is
+    preferred for (only where that replica is live and in sync)."""
+    preferred_of: dict[int, list[tuple[str, int, PartitionState]]] = {}
+    for topic in topics:
+        for p, state in topic.partitions.items():
+            if state.replicas and state.partition_epoch != NO_STATE:
+                preferred_of.setdefault(state.replicas[0], []).append((topic.name, p, state))
+    out: list[tuple[str, int]] = []
+    for broker, parts in sorted(preferred_of.items()):
+        if broker not in live:
+            continue
+        not_led = [(t, p, s) for t, p, s in parts if s.leader != broker]
+        if len(not_led) * 100 > max_percentage * len(parts):
+            out += [(t, p) for t, p, s in not_led if broker in s.isr]
+    return out
