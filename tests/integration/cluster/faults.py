@@ -125,6 +125,22 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout_s: float = 60.
         consumer.close()
 
 
+def wait_for(predicate, timeout: float, what: str):
+    """Poll ``predicate`` until it returns something truthy (returned), or fail at the deadline.
+    Exceptions count as "not yet": brokers answer errors in the middle of a failover."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        try:
+            last = predicate()
+            if last:
+                return last
+        except Exception as exc:
+            last = exc
+        time.sleep(0.2)  # poll interval, not synchronisation
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
 def check_exactly_once_in_order(acked: dict[int, list[int]], got: dict[int, list[int]]) -> None:
     """Acknowledged records all present, none twice, in order. Unacknowledged ones may be present
     (their acks were lost), but they too appear at most once and in order."""

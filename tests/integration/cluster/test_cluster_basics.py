@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from .faults import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -31,20 +31,6 @@ def _metadata(bootstrap: str):
     return AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=10)
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:  # a broker mid-failover: keep asking until the deadline
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
 def _create(bootstrap: str, name: str, partitions: int, rf: int, config=None):
     admin = AdminClient({"bootstrap.servers": bootstrap})
     fut = admin.create_topics([NewTopic(name, partitions, rf, config=config or {})],
@@ -56,7 +42,7 @@ def test_every_broker_knows_every_broker_and_the_controller(make_cluster):
     cluster = make_cluster(3)
     seen = []
     for b in cluster.brokers:
-        md = _wait(lambda b=b: (m := _metadata(b.bootstrap)) and len(m.brokers) == 3 and m,
+        md = wait_for(lambda b=b: (m := _metadata(b.bootstrap)) and len(m.brokers) == 3 and m,
                    30, f"3 brokers in metadata from {b.name}")
         seen.append((sorted(md.brokers), md.controller_id))
     assert {s[0] == [1, 2, 3] for s in seen} == {True}
@@ -65,7 +51,7 @@ def test_every_broker_knows_every_broker_and_the_controller(make_cluster):
 
 def test_replicated_topic_is_the_same_everywhere(make_cluster):
     cluster = make_cluster(3)
-    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
     _create(cluster.brokers[0].bootstrap, "rf3", 6, 3)
     views = []
     for b in cluster.brokers:
@@ -73,7 +59,7 @@ def test_replicated_topic_is_the_same_everywhere(make_cluster):
             t = _metadata(b.bootstrap).topics.get("rf3")
             return t is not None and len(t.partitions) == 6 and all(
                 p.leader >= 1 and len(p.isrs) == 3 for p in t.partitions.values()) and t
-        t = _wait(ready, 30, f"rf3 on {b.name}")
+        t = wait_for(ready, 30, f"rf3 on {b.name}")
         views.append({p: (q.leader, sorted(q.replicas), sorted(q.isrs))
                       for p, q in t.partitions.items()})
     assert views[0] == views[1] == views[2]
@@ -89,9 +75,9 @@ def _controller(bootstrap: str) -> int:
 
 def test_controller_failover_and_leader_election(make_cluster):
     cluster = make_cluster(3)
-    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
     _create(cluster.brokers[0].bootstrap, "elect", 3, 3)
-    _wait(lambda: all(len(p.isrs) == 3 for p in
+    wait_for(lambda: all(len(p.isrs) == 3 for p in
                       _metadata(cluster.bootstrap).topics["elect"].partitions.values()),
           30, "full ISRs")
     first = _controller(cluster.bootstrap)
@@ -102,14 +88,14 @@ def test_controller_failover_and_leader_election(make_cluster):
     def new_controller():
         c = _controller(survivor.bootstrap)
         return c not in (-1, first) and c
-    new = _wait(new_controller, 30, "a new controller")
+    new = wait_for(new_controller, 30, "a new controller")
     assert new != first
 
     def re_elected():
         t = _metadata(survivor.bootstrap).topics["elect"]
         return all(p.leader not in (-1, first) and first not in p.isrs
                    for p in t.partitions.values()) and t
-    t = _wait(re_elected, 30, "leaders away from the dead broker")
+    t = wait_for(re_elected, 30, "leaders away from the dead broker")
     moved = [p for p, leader in before.items() if leader == first]
     assert moved, "the dead controller led no partition"
     for p in moved:
@@ -120,8 +106,8 @@ def test_controller_failover_and_leader_election(make_cluster):
     assert _rows(_strom("topics", "describe", "elect", "--unavailable-partitions",
                         "--bootstrap-server", survivor.bootstrap)) == []
     cluster.broker(first).start()
-    _wait(lambda: len(_metadata(survivor.bootstrap).brokers) == 3, 30, "the broker back")
-    _wait(lambda: all(len(p.isrs) == 3 for p in
+    wait_for(lambda: len(_metadata(survivor.bootstrap).brokers) == 3, 30, "the broker back")
+    wait_for(lambda: all(len(p.isrs) == 3 for p in
                       _metadata(survivor.bootstrap).topics["elect"].partitions.values()),
           30, "it rejoins every ISR")
 
@@ -130,7 +116,7 @@ def test_configs_reach_every_broker(make_cluster):
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
     cluster = make_cluster(3)
-    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
     _create(cluster.brokers[0].bootstrap, "cfg", 1, 3)
     admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
     res = ConfigResource("topic", "cfg", incremental_configs=[
@@ -141,24 +127,24 @@ def test_configs_reach_every_broker(make_cluster):
     def seen():
         r = ConfigResource("topic", "cfg")
         return other.describe_configs([r])[r].result(10)["retention.ms"].value == "12345"
-    _wait(seen, 30, "the config on broker 3")
+    wait_for(seen, 30, "the config on broker 3")
 
 
 def test_topic_deleted_while_a_replica_is_down(make_cluster):
     cluster = make_cluster(3)
-    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
     _create(cluster.brokers[0].bootstrap, "gone", 1, 3)
     b3 = cluster.broker(3)
-    _wait(lambda: (b3.data_dir / "gone-0").exists(), 30, "a replica on broker 3")
+    wait_for(lambda: (b3.data_dir / "gone-0").exists(), 30, "a replica on broker 3")
     old_id = _metadata(cluster.bootstrap).topics["gone"]
     b3.stop()
     admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
     admin.delete_topics(["gone"], operation_timeout=30)["gone"].result(30)
-    _wait(lambda: "gone" not in _metadata(cluster.brokers[0].bootstrap).topics, 30,
+    wait_for(lambda: "gone" not in _metadata(cluster.brokers[0].bootstrap).topics, 30,
           "the topic gone")
     _create(cluster.brokers[0].bootstrap, "gone", 1, 2)
     b3.start()
-    _wait(lambda: len(_metadata(cluster.brokers[0].bootstrap).brokers) == 3, 30, "broker 3 back")
+    wait_for(lambda: len(_metadata(cluster.brokers[0].bootstrap).brokers) == 3, 30, "broker 3 back")
     # broker 3 holds no replica of the new topic (RF 2 over brokers 1, 2 or placed elsewhere);
     # whatever it holds must belong to the new topic id, never the old one
     new = _metadata(cluster.brokers[0].bootstrap).topics["gone"]
@@ -171,14 +157,14 @@ def test_topic_deleted_while_a_replica_is_down(make_cluster):
             return True
         return read_partition_metadata(d / "partition.metadata") is not None and \
             3 in new.partitions[0].replicas
-    _wait(clean, 30, "the old replica removed from broker 3")
+    wait_for(clean, 30, "the old replica removed from broker 3")
 
 
 def test_replicas_span_racks(make_cluster):
     cluster = make_cluster(4, racks=["r1", "r1", "r2", "r2"])
-    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 4, 30, "4 brokers")
+    wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 4, 30, "4 brokers")
     _create(cluster.brokers[0].bootstrap, "racked", 8, 2)
-    t = _wait(lambda: (m := _metadata(cluster.bootstrap).topics.get("racked")) and
+    t = wait_for(lambda: (m := _metadata(cluster.bootstrap).topics.get("racked")) and
               len(m.partitions) == 8 and m, 30, "the topic")
     rack = {1: "r1", 2: "r1", 3: "r2", 4: "r2"}
     for p in t.partitions.values():
@@ -187,28 +173,35 @@ def test_replicas_span_racks(make_cluster):
         and len({p.replicas[0] for p in t.partitions.values()}) == 4
 
 
-def test_preferred_leader_election_restores_balance(make_cluster):
-    cluster = make_cluster(3)
-    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
-    _create(cluster.brokers[0].bootstrap, "pref", 3, 3)
+def _unbalance(cluster, topic: str):
+    """Create a 3x3 topic, then kill and restart the preferred leader of partition 0, so
+    that partition ends up led by another replica. Returns a broker that stayed up."""
+    wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
+    _create(cluster.brokers[0].bootstrap, topic, 3, 3)
 
     def full():
-        t = _metadata(cluster.bootstrap).topics["pref"]
+        t = _metadata(cluster.bootstrap).topics[topic]
         return all(len(p.isrs) == 3 and p.leader > 0 for p in t.partitions.values()) and t
-    t = _wait(full, 30, "full ISRs")
+    t = wait_for(full, 30, "full ISRs")
     victim = t.partitions[0].replicas[0]
     cluster.broker(victim).kill()
     alive = next(b for b in cluster.brokers if b.running)
-    _wait(lambda: _metadata(alive.bootstrap).topics["pref"].partitions[0].leader not in
-          (-1, victim), 30, "a new leader for partition 0")
+    wait_for(lambda: _metadata(alive.bootstrap).topics[topic].partitions[0].leader not in
+             (-1, victim), 30, "a new leader for partition 0")
     cluster.broker(victim).start()
-    _wait(full, 60, "the broker back in every ISR")
+    wait_for(full, 60, "the broker back in every ISR")
+    return alive
+
+
+def test_preferred_leader_election_restores_balance(make_cluster):
+    cluster = make_cluster(3)
+    alive = _unbalance(cluster, "pref")
     assert any(p.leader != p.replicas[0] for p in _metadata(cluster.bootstrap)
                .topics["pref"].partitions.values())
     table = _strom("leader-election", "--preferred", "--all-topic-partitions",
                    "--bootstrap-server", alive.bootstrap)
     assert "elected" in table, table
-    _wait(lambda: all(p.leader == p.replicas[0] for p in
+    wait_for(lambda: all(p.leader == p.replicas[0] for p in
                       _metadata(cluster.bootstrap).topics["pref"].partitions.values()),
           30, "preferred leaders everywhere")
     again = _strom("leader-election", "--preferred", "--topic", "pref",
@@ -222,19 +215,7 @@ def _rows_named(table: str) -> list[str]:
 
 def test_auto_leader_rebalance_moves_leaders_back(make_cluster):
     cluster = make_cluster(3, overrides={"leader.imbalance.check.interval.seconds": "2"})
-    _wait(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
-    _create(cluster.brokers[0].bootstrap, "auto", 3, 3)
-
-    def full():
-        t = _metadata(cluster.bootstrap).topics["auto"]
-        return all(len(p.isrs) == 3 and p.leader > 0 for p in t.partitions.values()) and t
-    t = _wait(full, 30, "full ISRs")
-    victim = t.partitions[0].replicas[0]
-    cluster.broker(victim).kill()
-    alive = next(b for b in cluster.brokers if b.running)
-    _wait(lambda: _metadata(alive.bootstrap).topics["auto"].partitions[0].leader not in
-          (-1, victim), 30, "a new leader for partition 0")
-    cluster.broker(victim).start()
-    _wait(lambda: all(p.leader == p.replicas[0] for p in
+    _unbalance(cluster, "auto")
+    wait_for(lambda: all(p.leader == p.replicas[0] for p in
                       _metadata(cluster.bootstrap).topics["auto"].partitions.values()),
           60, "the controller moving leaders back to their preferred replicas")

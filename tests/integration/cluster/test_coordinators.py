@@ -8,26 +8,14 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from .faults import wait_for
+
 pytestmark = pytest.mark.timeout(240)
-
-
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
 
 
 def _setup(cluster, topic: str, partitions: int = 3) -> AdminClient:
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
-    _wait(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 30, "3 brokers")
+    wait_for(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 30, "3 brokers")
     admin.create_topics([NewTopic(topic, partitions, 3, config={"min.insync.replicas": "2"})],
                         operation_timeout=30)[topic].result(40)
     return admin
@@ -118,7 +106,7 @@ def test_transactions_work_through_a_broker_failure(make_cluster):
                   "isolation.level": "read_committed"})
     try:
         for part in range(3):
-            _wait(lambda part=part: c.get_watermark_offsets(TopicPartition("txn", part),
+            wait_for(lambda part=part: c.get_watermark_offsets(TopicPartition("txn", part),
                                                              timeout=5)[1] > 0, 30, "watermarks")
     finally:
         c.close()

@@ -15,7 +15,13 @@ import time
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from .faults import NumberedProducer, check_exactly_once_in_order, compare_replicas, read_all
+from .faults import (
+    NumberedProducer,
+    check_exactly_once_in_order,
+    compare_replicas,
+    read_all,
+    wait_for,
+)
 
 TOPIC_CONFIG = {"min.insync.replicas": "2"}
 
@@ -24,28 +30,14 @@ def _admin(bootstrap: str) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap})
 
 
-def _wait(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
-        try:
-            last = predicate()
-            if last:
-                return last
-        except Exception as exc:
-            last = exc
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}; last: {last!r}")
-
-
 def _create(cluster, name: str, partitions: int) -> None:
-    _wait(lambda: len(_admin(cluster.bootstrap).list_topics(timeout=10).brokers) == 3, 30,
+    wait_for(lambda: len(_admin(cluster.bootstrap).list_topics(timeout=10).brokers) == 3, 30,
           "3 live brokers")
     admin = _admin(cluster.bootstrap)  # keep the handle alive until the future resolves
     fut = admin.create_topics(
         [NewTopic(name, partitions, 3, config=TOPIC_CONFIG)], operation_timeout=30)[name]
     fut.result(40)
-    _wait(lambda: _fully_replicated(cluster, name, partitions), 30, "full ISRs")
+    wait_for(lambda: _fully_replicated(cluster, name, partitions), 30, "full ISRs")
 
 
 def _fully_replicated(cluster, name: str, partitions: int) -> bool:
@@ -67,11 +59,11 @@ def _finish_and_check(cluster, producer: NumberedProducer, name: str, partitions
     for b in cluster.brokers:
         if not b.running:
             b.start()
-    _wait(lambda: _fully_replicated(cluster, name, partitions), 60, "ISRs full again")
+    wait_for(lambda: _fully_replicated(cluster, name, partitions), 60, "ISRs full again")
     got = read_all(cluster.bootstrap, name, partitions)
     check_exactly_once_in_order(producer.acked, got)
     # let followers catch up to the leaders' log ends, then compare the files
-    _wait(lambda: _fully_replicated(cluster, name, partitions), 30, "ISRs still full")
+    wait_for(lambda: _fully_replicated(cluster, name, partitions), 30, "ISRs still full")
     for b in cluster.brokers:
         b.stop()
     for p in range(partitions):
@@ -84,13 +76,13 @@ def test_killing_the_leader_loses_no_acknowledged_write(make_cluster):
     _create(cluster, "kill-leader", 3)
     producer = NumberedProducer(cluster.bootstrap, "kill-leader", 3, rate_per_s=300)
     producer.start()
-    _wait(lambda: producer.total_acked() >= 300, 30, "some acknowledged records")
+    wait_for(lambda: producer.total_acked() >= 300, 30, "some acknowledged records")
     victim = cluster.broker(_leader(cluster, "kill-leader", 0))
     victim.kill()
     acked = producer.total_acked()
-    _wait(lambda: producer.total_acked() >= acked + 600, 60, "progress after the kill")
+    wait_for(lambda: producer.total_acked() >= acked + 600, 60, "progress after the kill")
     victim.start()
-    _wait(lambda: _fully_replicated(cluster, "kill-leader", 3), 60, "the victim back in the ISRs")
+    wait_for(lambda: _fully_replicated(cluster, "kill-leader", 3), 60, "the victim back in the ISRs")
     _finish_and_check(cluster, producer, "kill-leader", 3)
 
 
@@ -118,17 +110,17 @@ def test_nemesis_kills_freezes_and_restarts_brokers(make_cluster):
         acked = producer.total_acked()
         if action == "kill":
             target.kill()
-            _wait(lambda a=acked: producer.total_acked() > a + 100, 60, "progress without a broker")
+            wait_for(lambda a=acked: producer.total_acked() > a + 100, 60, "progress without a broker")
             target.start()
         elif action == "stop":
             os.kill(target.pid, signal.SIGSTOP)
             try:
-                _wait(lambda a=acked: producer.total_acked() > a + 100, 60,
+                wait_for(lambda a=acked: producer.total_acked() > a + 100, 60,
                       "progress with a frozen broker")
             finally:
                 os.kill(target.pid, signal.SIGCONT)
         else:
             target.restart()
-        _wait(lambda: _fully_replicated(cluster, name, 4), 60, f"full ISRs after {action}")
+        wait_for(lambda: _fully_replicated(cluster, name, 4), 60, f"full ISRs after {action}")
     _finish_and_check(cluster, producer, name, 4)
     assert len(faults) >= 3, faults
