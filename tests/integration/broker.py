@@ -105,8 +105,10 @@ class BrokerProcess:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self, overrides: dict[str, object] | None = None, timeout: float = START_TIMEOUT):
-        """Start the process (``overrides`` are Kafka config names) and wait until it serves."""
+    def start(self, overrides: dict[str, object] | None = None, timeout: float = START_TIMEOUT,
+              *, wait: bool = True):
+        """Start the process (``overrides`` are Kafka config names) and wait until it serves
+        (unless ``wait`` is false: then call wait_ready, e.g. after starting several)."""
         if self.running:
             raise RuntimeError(f"{self.name} is already running (pid {self.pid})")
         if overrides is not None:
@@ -121,7 +123,8 @@ class BrokerProcess:
             )  # fmt: skip
         if self not in ALL_BROKERS:
             ALL_BROKERS.append(self)
-        self.wait_ready(timeout)
+        if wait:
+            self.wait_ready(timeout)
         return self
 
     def wait_ready(self, timeout: float = START_TIMEOUT) -> None:

@@ -148,8 +148,10 @@ def make_cluster(zookeeper, tmp_path_factory, request) -> Iterator[Callable[...,
             brokers.append(b)
         cluster = Cluster(brokers, connect)
         clusters.append(cluster)
+        for b in brokers:  # start them together: each waits for ZooKeeper, not for the others
+            b.start(wait=False)
         for b in brokers:
-            b.start()
+            b.wait_ready()
         return cluster
 
     try:
