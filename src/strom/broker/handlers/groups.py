@@ -12,11 +12,10 @@ import asyncio
 import uuid
 from typing import Any
 
-from strom.broker.core import internal_rf
 from strom.broker.handlers.transactions import transaction_coordinator_node
+from strom.broker.internal_topics import InternalTopic
 from strom.broker.router import handles
 from strom.cluster.image import INTERNAL_TOPICS
-from strom.common.immediate import run_or_start
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator, JoinRequest
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -30,50 +29,18 @@ GROUP_KEY, TRANSACTION_KEY = 0, 1
 # --------------------------------------------------------------------------------------------
 
 
-class OffsetsTopicAdapter:
-    """`__consumer_offsets` through the controller (creation) and the partition manager."""
+class OffsetsTopicAdapter(InternalTopic):
+    """`__consumer_offsets` with Kafka's settings for it."""
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    name = OFFSETS_TOPIC
 
-    def num_partitions(self) -> int | None:
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
-        return len(topic.partitions) if topic is not None else None
-
-    def create(self) -> int:
+    def settings(self) -> tuple[int, int, dict[str, str]]:
         config = self.broker.config
-        existing = self.num_partitions()
-        if existing:
-            return existing
-        controller = self.broker.controller
-        try:
-            done, topic = run_or_start(controller.immediate, lambda: controller.create_topic(
-                OFFSETS_TOPIC, config.get("offsets.topic.num.partitions"),
-                internal_rf(self.broker, config.get("offsets.topic.replication.factor")), None,
+        return (config.get("offsets.topic.num.partitions"),
+                config.get("offsets.topic.replication.factor"),
                 {"cleanup.policy": "compact",
                  "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
-                 "compression.type": "producer"}), f"creating {OFFSETS_TOPIC}")
-            if not done:  # a cluster: answer COORDINATOR_NOT_AVAILABLE until it exists
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                 f"{OFFSETS_TOPIC} is being created")
-        except KafkaError as exc:
-            if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
-                raise
-            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                return self.num_partitions() or 0
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"cannot create {OFFSETS_TOPIC}: {exc}") from None
-        return len(topic.partitions)
-
-    def log(self, partition: int) -> Any:
-        topic = self.broker.image.topics.get(OFFSETS_TOPIC)
-        state = topic.partitions.get(partition) if topic is not None else None
-        if state is None or state.leader != self.broker.broker_id:
-            return None
-        return self.broker.partitions.get(OFFSETS_TOPIC, partition)
-
-    def leader_epoch(self, partition: int) -> int:
-        return self.broker.partitions.leader_epoch(OFFSETS_TOPIC, partition)
+                 "compression.type": "producer"})
 
 
 class TopicsAdapter:

@@ -4,9 +4,9 @@ coordinator (InitProducerId lives in `cluster.py`, FindCoordinator in `groups.py
 
 The handlers translate between the wire and `strom.coordinator.transaction`; the semantics live
 there. The coordinator reaches this broker through two adapters: `TxnTopicAdapter`
-(`__transaction_state`) and `LocalMarkerWriter`, which writes COMMIT/ABORT control batches into
-the local partition logs. A cluster swaps the writer for one that sends WriteTxnMarkers to the
-partition leaders; the WriteTxnMarkers handler below is the receiving end of that.
+(`__transaction_state`) and `strom.broker.markers.ClusterMarkerWriter`, which writes COMMIT/ABORT
+control batches into partitions this broker leads and sends WriteTxnMarkers to the leaders of
+the others; the WriteTxnMarkers handler below is the receiving end of that.
 """
 
 from __future__ import annotations
@@ -16,12 +16,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from strom.broker.core import internal_rf
+from strom.broker.internal_topics import InternalTopic
 from strom.broker.markers import ClusterMarkerWriter
 from strom.broker.router import handles
-from strom.common.immediate import run_or_start
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
-from strom.coordinator.transaction.markers import MarkerResults, TxnMarker
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -45,20 +43,13 @@ def _config_getter(config: Any) -> Callable[[str], Any]:
 # --------------------------------------------------------------------------------------------
 
 
-class TxnTopicAdapter:
-    """`__transaction_state` through the controller (creation) and the partition manager."""
+class TxnTopicAdapter(InternalTopic):
+    """`__transaction_state` with Kafka's enforced settings: compacted, uncompressed, no
+    unclean leader election."""
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    name = TRANSACTION_STATE_TOPIC
 
-    def num_partitions(self) -> int | None:
-        topic = self.broker.image.topics.get(TRANSACTION_STATE_TOPIC)
-        return len(topic.partitions) if topic is not None else None
-
-    def create(self) -> int:
-        existing = self.num_partitions()
-        if existing:
-            return existing
+    def settings(self) -> tuple[int, int, dict[str, str]]:
         get = _config_getter(self.broker.config)
 
         def opt(name: str, default: Any) -> Any:
@@ -67,39 +58,13 @@ class TxnTopicAdapter:
             except KeyError:
                 return default
 
-        # Kafka's enforced settings: compacted, uncompressed, no unclean leader election.
         configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
                    "unclean.leader.election.enable": "false",
                    "segment.bytes": str(opt("transaction.state.log.segment.bytes",
                                             DEFAULT_SEGMENT_BYTES)),
                    "min.insync.replicas": str(opt("transaction.state.log.min.isr", 1))}
-        controller = self.broker.controller
-        try:
-            done, topic = run_or_start(controller.immediate, lambda: controller.create_topic(
-                TRANSACTION_STATE_TOPIC, int(opt("transaction.state.log.num.partitions", 50)),
-                internal_rf(self.broker, int(opt("transaction.state.log.replication.factor", 1))),
-                None, configs), f"creating {TRANSACTION_STATE_TOPIC}")
-            if not done:  # a cluster: answer COORDINATOR_NOT_AVAILABLE until it exists
-                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                                 f"{TRANSACTION_STATE_TOPIC} is being created")
-        except KafkaError as exc:
-            if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
-                raise
-            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                return self.num_partitions() or 0
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                             f"cannot create {TRANSACTION_STATE_TOPIC}: {exc}") from None
-        return len(topic.partitions)
-
-    def log(self, partition: int) -> Any:
-        topic = self.broker.image.topics.get(TRANSACTION_STATE_TOPIC)
-        state = topic.partitions.get(partition) if topic is not None else None
-        if state is None or state.leader != self.broker.broker_id:
-            return None
-        return self.broker.partitions.get(TRANSACTION_STATE_TOPIC, partition)
-
-    def leader_epoch(self, partition: int) -> int:
-        return self.broker.partitions.leader_epoch(TRANSACTION_STATE_TOPIC, partition)
+        return (int(opt("transaction.state.log.num.partitions", 50)),
+                int(opt("transaction.state.log.replication.factor", 1)), configs)
 
 
 def write_marker(broker: Any, topic: str, partition: int, producer_id: int, producer_epoch: int,
@@ -127,18 +92,6 @@ def write_marker(broker: Any, topic: str, partition: int, producer_id: int, prod
     if topic == OFFSETS_TOPIC and broker.groups is not None:
         broker.groups.on_transaction_completed(partition, producer_id, commit)
     return ErrorCode.NONE
-
-
-class LocalMarkerWriter:
-    """`MarkerWriter` for partitions this broker leads: writes the markers right away."""
-
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-
-    def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
-        done({(t, p): write_marker(self.broker, t, p, marker.producer_id, marker.producer_epoch,
-                                   marker.coordinator_epoch, marker.commit)
-              for t, p in marker.partitions})
 
 
 def build_transaction_coordinator(broker: Any,

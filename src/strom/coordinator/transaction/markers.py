@@ -1,9 +1,9 @@
 """The seam through which the transaction coordinator writes COMMIT/ABORT markers.
 
 Kafka's coordinator sends WriteTxnMarkers to the leaders of a transaction's partitions. Strom
-keeps that behind `MarkerWriter`: a single broker writes the control batches straight into its
-local partition logs (`strom.broker.handlers.transactions.LocalMarkerWriter`); a cluster sends
-WriteTxnMarkers requests to the partition leaders and reports their per-partition errors. The
+keeps that behind `MarkerWriter` (`strom.broker.markers.ClusterMarkerWriter`): partitions the
+coordinator's broker leads get their control batches written straight into the local logs; the
+others get WriteTxnMarkers requests to their leaders, whose per-partition errors are reported. The
 coordinator retries partitions that failed with a retriable error and completes the transaction
 (CompleteCommit/CompleteAbort) once every partition has its marker.
 """

@@ -1,0 +1,64 @@
+"""An internal topic (`__consumer_offsets`, `__transaction_state`) as its coordinator sees it:
+created on first use through the controller, and its partitions' logs where this broker leads.
+
+The coordinators differ only in the topic's name and settings, which subclasses supply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.core import internal_rf
+from strom.common.immediate import run_or_start
+from strom.protocol.errors import ErrorCode, KafkaError
+
+
+class InternalTopic:
+    name: str
+
+    def __init__(self, broker: Any) -> None:
+        self.broker = broker
+
+    def settings(self) -> tuple[int, int, dict[str, str]]:
+        """(partitions, configured replication factor, topic configs)."""
+        raise NotImplementedError
+
+    def num_partitions(self) -> int | None:
+        topic = self.broker.image.topics.get(self.name)
+        return len(topic.partitions) if topic is not None else None
+
+    def create(self) -> int:
+        """The partition count, creating the topic first if needed. A cluster's controller
+        answers later, so until the topic exists this raises COORDINATOR_NOT_AVAILABLE (as
+        Kafka does), and the client retries."""
+        existing = self.num_partitions()
+        if existing:
+            return existing
+        partitions, rf, configs = self.settings()
+        controller = self.broker.controller
+        try:
+            done, topic = run_or_start(controller.immediate, lambda: controller.create_topic(
+                self.name, partitions, internal_rf(self.broker, rf), None, configs),
+                f"creating {self.name}")
+            if not done:
+                raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                 f"{self.name} is being created")
+        except KafkaError as exc:
+            if exc.code == ErrorCode.COORDINATOR_NOT_AVAILABLE:
+                raise
+            if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                return self.num_partitions() or 0
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"cannot create {self.name}: {exc}") from None
+        return len(topic.partitions)
+
+    def log(self, partition: int) -> Any:
+        """The partition's log if this broker leads it, else None."""
+        topic = self.broker.image.topics.get(self.name)
+        state = topic.partitions.get(partition) if topic is not None else None
+        if state is None or state.leader != self.broker.broker_id:
+            return None
+        return self.broker.partitions.get(self.name, partition)
+
+    def leader_epoch(self, partition: int) -> int:
+        return self.broker.partitions.leader_epoch(self.name, partition)
