@@ -1,9 +1,13 @@
 """The network layer: accepts connections, reads size-prefixed frames, dispatches, writes replies.
 
-Each connection is one task that handles its requests strictly in order, as Kafka does (a channel
-is muted until its response is sent). Frames land in `bytearray`s so the produce path can patch
-base offsets in place; large frames are received straight into their own buffer. Fetch replies
-mix byte chunks with file slices, which go out with `os.sendfile` (zero-copy).
+Each connection is an `asyncio.BufferedProtocol` plus one task that handles its requests strictly
+in order, as Kafka does (the next request waits until the previous response is handed to the
+kernel). The event loop reads straight into the connection's reusable buffer (no per-read
+future or poll registration, no per-read `bytes`); frames are copied out as `bytearray`s so the
+produce path can patch base offsets in place, and a frame that is not complete yet is received
+straight into its own buffer. Replies go out through the transport, which sends at once when the
+socket has room. Fetch replies mix byte chunks with file slices: small ones are gathered into one
+send, large ones go out with `os.sendfile` (zero-copy) between the chunks.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import socket
 import struct
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from strom.broker.router import Router
@@ -23,9 +28,12 @@ from strom.protocol.errors import ProtocolError
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 256 * 1024
+# A reply whose file slices add up to at most this is read and sent as one buffer: one send
+# instead of a send per chunk plus a sendfile per slice (each costs a syscall and, on loopback,
+# the receiver's wake-up) outweighs copying a few KiB.
+_GATHER_BYTES = 64 * 1024
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
-_RESP_HEAD = struct.Struct(">ii")
 
 
 class CloseConnection(Exception):
@@ -102,19 +110,27 @@ class BrokerServer:
                 log.warning("accept failed: %s", exc)
                 await asyncio.sleep(0.1)
                 continue
-            conn.setblocking(False)
-            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self.send_buffer > 0:
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
-            if self.receive_buffer > 0:
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
-            self._next_id += 1
-            cid = self._next_id
-            connection = Connection(self, conn, f"{addr[0]}:{addr[1]}", cid)
-            task = loop.create_task(connection.run())
-            self._connections[cid] = task
-            self._live[cid] = connection
-            task.add_done_callback(self._forget(cid))
+            try:
+                conn.setblocking(False)
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self.send_buffer > 0:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+                if self.receive_buffer > 0:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
+                self._next_id += 1
+                cid = self._next_id
+                peer = f"{addr[0]}:{addr[1]}"
+                await loop.connect_accepted_socket(partial(Connection, self, peer, cid), conn)
+            except OSError as exc:  # the client went away before we got to it
+                log.debug("dropping connection from %s: %s", addr, exc)
+                conn.close()
+
+    def _opened(self, connection: Connection) -> None:
+        cid = connection.cid
+        task = connection.loop.create_task(connection.run())
+        self._connections[cid] = task
+        self._live[cid] = connection
+        task.add_done_callback(self._forget(cid))
 
     def _forget(self, cid: int):
         def done(_task: asyncio.Task[None]) -> None:
@@ -137,19 +153,94 @@ class BrokerServer:
                         task.cancel()
 
 
-class Connection:
-    def __init__(self, server: BrokerServer, sock: socket.socket, peer: str, cid: int) -> None:
+class Connection(asyncio.BufferedProtocol):
+    """One client: the event loop fills ``_buf`` (or a large frame in place), ``run`` drains it.
+
+    Reading stops (``pause_reading``) only when the buffer holds nothing but unhandled bytes; the
+    write buffer limit is 0, so ``pause_writing`` means "the kernel did not take it all yet".
+    """
+
+    def __init__(self, server: BrokerServer, peer: str, cid: int) -> None:
         self.server = server
-        self.sock = sock
-        self.fd = sock.fileno()
         self.peer = peer
         self.cid = cid
         self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.fd = -1
         self._buf = bytearray(_READ_CHUNK)
         self._start = 0
         self._end = 0
+        self._big: bytearray | None = None  # a frame being received in place
+        self._big_got = 0
+        self._waiter: asyncio.Future[None] | None = None  # run() waiting for bytes or room
+        self._reading_paused = False
+        self._writing_paused = False
+        self._eof = False
+        self._lost = False
         self.last_active = self.loop.time()
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
+
+    # -- protocol callbacks (called by the event loop) -------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
+        self.fd = transport.get_extra_info("socket").fileno()
+        transport.set_write_buffer_limits(high=0)
+        self.server._opened(self)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        big = self._big
+        if big is not None:
+            return memoryview(big)[self._big_got :]
+        if self._end == len(self._buf):
+            self._compact()
+        return memoryview(self._buf)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        big = self._big
+        if big is not None:
+            self._big_got += nbytes
+            if self._big_got == len(big):
+                self._big = None  # complete: later bytes go to the buffer again
+        else:
+            self._end += nbytes
+            if self._end == len(self._buf) and self._start == 0:
+                self._reading_paused = True
+                self.transport.pause_reading()  # type: ignore[union-attr]
+        self._wake()
+
+    def eof_received(self) -> bool:
+        self._eof = True
+        self._wake()
+        return True  # keep the transport: requests already received still get their replies
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self._writing_paused = False
+        self._wake()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def _wait(self) -> None:
+        """Until the event loop reports bytes, room to write, EOF or a lost connection."""
+        if self._lost:
+            raise ConnectionError("connection lost")
+        waiter = self._waiter = self.loop.create_future()
+        await waiter
+
+    # -- the request loop ------------------------------------------------------------------
 
     async def run(self) -> None:
         try:
@@ -161,7 +252,7 @@ class Connection:
                 await self._handle(frame)
                 self.busy = False
                 self.last_active = self.loop.time()
-        except (ConnectionError, CloseConnection, asyncio.IncompleteReadError):
+        except (ConnectionError, CloseConnection):
             pass
         except ProtocolError as exc:
             log.info("closing connection %s: malformed request: %s", self.peer, exc)
@@ -170,27 +261,35 @@ class Connection:
         except Exception:
             log.exception("closing connection %s after an unexpected error", self.peer)
         finally:
-            self.sock.close()
+            if self.transport is not None:
+                self.transport.close()
 
     # -- reading --------------------------------------------------------------------------
+
+    def _compact(self) -> None:
+        """Move the unhandled bytes to the front of the buffer."""
+        start, end = self._start, self._end
+        if start:
+            self._buf[: end - start] = self._buf[start:end]
+            self._start, self._end = 0, end - start
+
+    def _consumed(self) -> None:
+        if self._reading_paused:
+            self._compact()
+            self._reading_paused = False
+            self.transport.resume_reading()  # type: ignore[union-attr]
 
     async def _fill(self, need: int) -> bool:
         """Ensure `need` buffered bytes; False on a clean EOF before any of them."""
         while self._end - self._start < need:
-            if self._start and self._start == self._end:
-                self._start = self._end = 0
-            elif len(self._buf) - self._start < need:
-                remaining = self._buf[self._start : self._end]
-                self._buf[: len(remaining)] = remaining
-                self._start, self._end = 0, len(remaining)
-            view = memoryview(self._buf)[self._end :]
-            n = await self.loop.sock_recv_into(self.sock, view)
-            view.release()
-            if n == 0:
+            if self._eof or self._lost:
                 if self._end == self._start:
                     return False
                 raise ConnectionError("connection closed mid-frame")
-            self._end += n
+            if len(self._buf) - self._start < need:
+                self._compact()
+            self._consumed()
+            await self._wait()
         return True
 
     async def _read_frame(self) -> bytearray | None:
@@ -202,23 +301,26 @@ class Connection:
             log.warning("closing connection %s: request size %d is outside 0..%d "
                         "(socket.request.max.bytes)", self.peer, size, self.server.max_request_bytes)
             raise CloseConnection()
-        available = self._end - self._start
+        start = self._start
+        available = self._end - start
         if available >= size:
-            frame = self._buf[self._start : self._start + size]
-            self._start += size
+            self._start = start + size
+            frame = self._buf[start : self._start]
+            self._consumed()
             return frame
-        # Large frame: copy what we have, then receive the rest straight into the frame.
+        # Not all here yet: copy what we have, then let the loop receive the rest in place.
         frame = bytearray(size)
-        frame[:available] = self._buf[self._start : self._end]
+        frame[:available] = self._buf[start : self._end]
         self._start = self._end = 0
-        view = memoryview(frame)
-        got = available
-        while got < size:
-            n = await self.loop.sock_recv_into(self.sock, view[got:])
-            if n == 0:
-                raise ConnectionError("connection closed mid-frame")
-            got += n
-        view.release()
+        self._big, self._big_got = frame, available
+        self._consumed()
+        try:
+            while self._big_got < size:
+                if self._eof or self._lost:
+                    raise ConnectionError("connection closed mid-frame")
+                await self._wait()
+        finally:
+            self._big = None
         return frame
 
     # -- dispatch -------------------------------------------------------------------------
@@ -239,48 +341,72 @@ class Connection:
             return
         prefix = _SIZE.pack(len(header) + len(reply)) + header
         if len(reply) < 65536:
-            await self._sendall(prefix + reply)
+            self._write(prefix + reply)
         else:  # avoid copying a large body just to prepend a few bytes
-            await self._sendall(prefix)
-            await self._sendall(reply)
+            self._write(prefix)
+            self._write(reply)
+        if self._writing_paused:
+            await self._drained()
 
     # -- writing --------------------------------------------------------------------------
 
-    async def _sendall(self, data: bytes | bytearray | memoryview) -> None:
-        """Send now if the kernel takes it all (the common case); otherwise wait for room."""
-        try:
-            sent = self.sock.send(data)
-        except BlockingIOError:
-            sent = 0
-        if sent < len(data):
-            await self.loop.sock_sendall(self.sock, memoryview(data)[sent:])
+    def _write(self, data: bytes | bytearray | memoryview) -> None:
+        """Hand data to the transport: it sends at once what the socket takes, buffers the rest."""
+        if self._lost:
+            raise ConnectionError("connection lost")
+        self.transport.write(data)  # type: ignore[union-attr]
+
+    async def _drained(self) -> None:
+        """Wait until the transport has handed everything to the kernel."""
+        while self._writing_paused:
+            await self._wait()
+        if self._lost:
+            raise ConnectionError("connection lost")
 
     async def _send_parts(self, header: bytes, reply: Parts) -> None:
         chunk = bytearray(_SIZE.pack(len(header) + reply.size))
         chunk += header
+        if reply.size <= _GATHER_BYTES:
+            for part in reply.parts:
+                chunk += part if isinstance(part, (bytes, bytearray, memoryview)) else _read(part)
+            self._write(chunk)
+            if self._writing_paused:
+                await self._drained()
+            return
         for part in reply.parts:
             if isinstance(part, (bytes, bytearray, memoryview)):
                 chunk += part
                 continue
             if chunk:
-                await self._sendall(chunk)
+                self._write(chunk)
                 chunk = bytearray()
             await self._sendfile(part)
         if chunk:
-            await self._sendall(chunk)
+            self._write(chunk)
+        if self._writing_paused:
+            await self._drained()
 
     async def _sendfile(self, part: Any) -> None:
-        """Zero-copy send of a file slice; the file stays pinned (open) across the awaits."""
+        """Zero-copy send of a file slice; the file stays pinned (open) across the awaits.
+
+        ``sendfile`` writes to the socket behind the transport's back, so it only runs while
+        the transport holds nothing. When the socket is full, one chunk is read and handed to
+        the transport, which reports (``resume_writing``) when the socket took it.
+        """
         part.file.pin()
         try:
             in_fd = part.file.fileno()
             offset, remaining = part.position, part.length
             while remaining > 0:
+                if self._writing_paused:
+                    await self._drained()
                 try:
                     sent = os.sendfile(self.fd, in_fd, offset, remaining)
                 except BlockingIOError:
-                    await self._writable()
-                    continue
+                    data = os.pread(in_fd, min(remaining, _READ_CHUNK), offset)
+                    if data:
+                        self._write(data)
+                    sent = len(data)
                 if sent == 0:  # the file shrank under us: the frame can't be completed
                     raise ConnectionError("segment file truncated during sendfile")
                 offset += sent
@@ -288,13 +414,14 @@ class Connection:
         finally:
             part.file.unpin()
 
-    def _writable(self) -> asyncio.Future[None]:
-        fut: asyncio.Future[None] = self.loop.create_future()
 
-        def ready() -> None:
-            self.loop.remove_writer(self.fd)
-            if not fut.done():
-                fut.set_result(None)
-
-        self.loop.add_writer(self.fd, ready)
-        return fut
+def _read(part: Any) -> bytes:
+    """The bytes of a file slice (small replies go out as one buffer)."""
+    part.file.pin()
+    try:
+        data = os.pread(part.file.fileno(), part.length, part.position)
+    finally:
+        part.file.unpin()
+    if len(data) != part.length:  # the file shrank under us: the frame can't be completed
+        raise ConnectionError("segment file truncated during a read")
+    return data

@@ -66,18 +66,17 @@ class FileBudget:
 class SegmentFile:
     """A file opened on demand within a ``FileBudget``; ``fileno()`` (re)opens it."""
 
-    __slots__ = ("_budget", "_closed", "_fd", "_pins", "path")
+    __slots__ = ("_budget", "_closed", "_create", "_fd", "_pins", "path")
 
     def __init__(self, path: str | Path, budget: FileBudget, *, create: bool = False) -> None:
+        """``create``: the file is created (or emptied) when first opened, so a partition that
+        is never written costs no file and no descriptor."""
         self.path = path
         self._budget = budget
         self._fd: int | None = None
         self._pins = 0
         self._closed = False
-        if create:
-            fd = os.open(path, _O_FLAGS | os.O_CREAT, 0o644)
-            self._fd = fd
-            budget._opened(self)
+        self._create = create
 
     def fileno(self) -> int:
         fd = self._fd
@@ -86,10 +85,12 @@ class SegmentFile:
             return fd
         if self._closed:
             raise KafkaStorageError(f"segment file {self.path} is closed")
+        flags = _O_FLAGS | os.O_CREAT | os.O_TRUNC if self._create else _O_FLAGS
         try:
-            fd = os.open(self.path, _O_FLAGS)
+            fd = os.open(self.path, flags, 0o644)
         except OSError as e:
             raise KafkaStorageError(f"cannot open {self.path}: {e}") from e
+        self._create = False
         self._fd = fd
         self._budget._opened(self)
         return fd

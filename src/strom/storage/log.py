@@ -76,6 +76,56 @@ class ReadResult:
     log_end_offset: int
 
 
+def _make_dir(path: Path) -> bool:
+    """Create a partition directory; True when it did not exist before."""
+    try:
+        os.mkdir(path)
+        return True
+    except FileExistsError:
+        return False
+    except FileNotFoundError:  # the log dir itself is missing
+        pass
+    except OSError as e:
+        raise KafkaStorageError(f"cannot create {path}: {e}") from e
+    try:
+        path.mkdir(parents=True)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        raise KafkaStorageError(f"cannot create {path}: {e}") from e
+
+
+class _LogEpochs(LeaderEpochCache):
+    """The log's leader-epoch cache: epochs that appends bring are persisted lazily.
+
+    Kafka fsyncs leader-epoch-checkpoint whenever an appended batch starts a new epoch, which
+    on a topic's first writes is one fsync per partition. Here ``note`` only marks the cache
+    dirty, and ``sync`` writes (and fsyncs) it before the recovery point passes those entries
+    (flush) and on close. A crash in between loses nothing: recovery re-reads every segment from
+    the recovery point on and assigns again the epochs it finds in the batch headers. Every other
+    change (a new leader's epoch, truncation) is still written at once by the base class.
+    """
+
+    __slots__ = ("_dirty",)
+
+    def __init__(self, path: Path, entries: list[tuple[int, int]] | None = None) -> None:
+        self._dirty = False
+        super().__init__(path, entries)
+
+    def note(self, epoch: int, start_offset: int) -> None:
+        if self._assign(epoch, start_offset):
+            self._dirty = True
+
+    def write(self) -> None:
+        super().write()
+        self._dirty = False
+
+    def sync(self) -> None:
+        if self._dirty:
+            self.write()
+
+
 class PartitionLog:
     """The log of one partition in directory ``dir`` (``<topic>-<partition>``).
 
@@ -112,12 +162,9 @@ class PartitionLog:
         self.hw_follows_leo = hw_follows_leo
         # called after every append (a leader wakes its followers' fetches, whoever wrote)
         self.on_append: Callable[[], None] | None = None
-        try:
-            self.dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise KafkaStorageError(f"cannot create {self.dir}: {e}") from e
+        fresh = _make_dir(self.dir)  # a new directory: nothing on disk to load or recover
         meta_path = self.dir / PARTITION_METADATA
-        stored = read_partition_metadata(meta_path)
+        stored = None if fresh else read_partition_metadata(meta_path)
         if topic_id is None or topic_id == ZERO_UUID:
             topic_id = stored or ZERO_UUID
         elif stored != topic_id:
@@ -127,14 +174,18 @@ class PartitionLog:
             write_partition_metadata(meta_path, topic_id)
         self.topic_id: uuid.UUID = topic_id
 
-        self.epochs = LeaderEpochCache(self.dir / LEADER_EPOCH_CHECKPOINT)
+        epochs_path = self.dir / LEADER_EPOCH_CHECKPOINT
+        self.epochs = _LogEpochs(epochs_path, [] if fresh else None)
         now_ms = self._now_ms()
         self.recovered_segments = 0  # how many segments the load had to re-read
-        segs = open_segments(
-            self.dir, self.config, self._budget, self.epochs, clean=clean_shutdown,
-            recovery_point=recovery_point, log_start_offset=log_start_offset, now_ms=now_ms,
-            on_recover=self._count_recovery,
-        )  # fmt: skip
+        if fresh:
+            segs = [self._new_segment(max(log_start_offset, 0), fresh=True)]
+        else:
+            segs = open_segments(
+                self.dir, self.config, self._budget, self.epochs, clean=clean_shutdown,
+                recovery_point=recovery_point, log_start_offset=log_start_offset,
+                now_ms=now_ms, on_recover=self._count_recovery,
+            )  # fmt: skip
         self._segments: list[LogSegment] = segs
         self._bases: list[int] = [s.base_offset for s in segs]
         self._active = segs[-1]
@@ -156,8 +207,9 @@ class PartitionLog:
         self.producer_state = ProducerStateManager(self.dir, expiration_ms=producer_id_expiration_ms)
         # bases of the segments that may hold aborted transactions (a .txnindex): read_committed
         # fetches look only at these, so a log without aborts costs nothing extra
-        self._txn_bases: list[int] = self._find_txn_indexes()
-        self.producer_state.remove_stray_snapshots(self._bases)
+        self._txn_bases: list[int] = [] if fresh else self._find_txn_indexes()
+        if not fresh:
+            self.producer_state.remove_stray_snapshots(self._bases)
         self._reload_producer_state(now_ms)
 
     def _count_recovery(self, _seg: LogSegment) -> None:
@@ -254,7 +306,7 @@ class PartitionLog:
         latest = self.epochs.latest_epoch
         for e, o in v.epochs:
             if e > latest:
-                self.epochs.assign(e, o)
+                self.epochs.note(e, o)
                 latest = e
         leo = self.log_end_offset = v.last_offset + 1
         if pending is not None:
@@ -305,13 +357,18 @@ class PartitionLog:
         ps.take_snapshot(sync=False)  # fsynced with the rolled segment
         return seg
 
-    def _add_segment(self, base: int) -> LogSegment:
+    def _new_segment(self, base: int, *, fresh: bool = False) -> LogSegment:
+        """An empty segment at ``base`` (``fresh``: in a new directory, nothing to replace)."""
         cfg = self.config
-        seg = LogSegment(
+        return LogSegment(
             self.dir, base, self._budget, segment_index_bytes=cfg.segment_index_bytes,
             index_interval_bytes=cfg.index_interval_bytes,
-            segment_jitter_ms=cfg.segment_jitter_ms, create=True, now_ms=self._now_ms(),
+            segment_jitter_ms=cfg.segment_jitter_ms, create=True, fresh=fresh,
+            now_ms=self._now_ms(),
         )  # fmt: skip
+
+    def _add_segment(self, base: int) -> LogSegment:
+        seg = self._new_segment(base)
         self._segments.append(seg)
         self._bases.append(base)
         self._active = seg
@@ -785,6 +842,7 @@ class PartitionLog:
         self._rolled_unflushed.clear()
         self._active.flush()
         self.producer_state.sync_snapshots()
+        self.epochs.sync()
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
@@ -796,6 +854,7 @@ class PartitionLog:
                 seg.flush()
             self._rolled_unflushed.clear()
             self.producer_state.sync_snapshots()
+            self.epochs.sync()
             self.recovery_point = max(self.recovery_point, self._active.base_offset)
 
     def flush_if_due(self, now_ms: int) -> None:
@@ -815,6 +874,7 @@ class PartitionLog:
             for seg in self._rolled_unflushed:
                 seg.persist_indexes()
             self._active.seal()
+            self.epochs.sync()
             ps = self.producer_state
             ps.map_end_offset = self.log_end_offset
             try:

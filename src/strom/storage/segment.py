@@ -86,8 +86,12 @@ class LogSegment:
         index_interval_bytes: int = 4096,
         segment_jitter_ms: int = 0,
         create: bool = False,
+        fresh: bool = False,
         now_ms: int = 0,
     ) -> None:
+        """``create``: start an empty segment, replacing any files at this base offset;
+        ``fresh`` (with ``create``): the directory is new, so there is nothing to replace and
+        the log file is only created when first used."""
         self.dir = dir
         self.base_offset = base_offset
         self._stem = os.path.join(dir, segment_name(base_offset))  # str: cheap for many segments
@@ -104,13 +108,11 @@ class LogSegment:
         self._next_offset: int | None = None
         self._txn: TransactionIndex | None = None
         if create:
-            try:
-                self.file = SegmentFile(self._stem + LOG_SUFFIX, budget, create=True)
-                os.ftruncate(self.file.fileno(), 0)
-            except OSError as e:
-                raise KafkaStorageError(f"cannot create segment {self.log_path}: {e}") from e
-            for p in (self.index_path, self.timeindex_path, self.txn_index_path):
-                p.unlink(missing_ok=True)
+            self.file = SegmentFile(self._stem + LOG_SUFFIX, budget, create=True)
+            if not fresh:
+                self.file.fileno()  # create (or empty) the log file now
+                for p in (self.index_path, self.timeindex_path, self.txn_index_path):
+                    p.unlink(missing_ok=True)
             self._size: int | None = 0
             self._oi = OffsetIndex(self.index_path, base_offset, self.max_index_entries)
             self._ti = self._new_time_index()
