@@ -27,6 +27,8 @@ from strom.cluster.image import BrokerInfo
 from strom.cluster.metadata_log import MetadataLog
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.codec import precompile
 from strom.storage.cleaner import CleanerConfig, LogCleaner
 from strom.storage.manager import LogManager
 
@@ -143,7 +145,19 @@ async def _periodic(interval_ms: int, fn, name: str) -> None:
             log.exception("background task %s failed", name)
 
 
+# APIs that nearly every client sends in its first seconds. Their codecs are built before the
+# broker listens: a codec's first use imports kio's schema modules, ~10 ms an API, which would
+# otherwise land on the first requests.
+_HOT_APIS = (
+    ApiKey.API_VERSIONS, ApiKey.METADATA, ApiKey.PRODUCE, ApiKey.FETCH, ApiKey.LIST_OFFSETS,
+    ApiKey.CREATE_TOPICS, ApiKey.FIND_COORDINATOR, ApiKey.INIT_PRODUCER_ID,
+    ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
+    ApiKey.HEARTBEAT, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_CLUSTER,
+)  # fmt: skip
+
+
 async def serve(config: BrokerConfig) -> None:
+    precompile(_HOT_APIS, latest_only=True)
     cluster = None
     if config.get("zookeeper.connect"):
         from strom.broker.zk_mode import build_cluster_broker

@@ -87,6 +87,7 @@ class PartitionManager:
             self._update_leadership(*key)
 
     def on_changes(self, changes: list[Change]) -> None:
+        configs: dict[str, LogConfig] = {}  # a new topic brings one change per partition
         for change in changes:
             topic = change.topic
             if change.kind == "topic_deleted" and topic is not None:
@@ -97,20 +98,23 @@ class PartitionManager:
                         self.logs.delete_partition(topic.name, p)
                     self.waiters.notify((topic.name, p))
             elif change.kind in ("partitions_created", "partition_changed") and topic is not None:
-                config = self.log_config(topic)
+                config = configs.get(topic.name)
+                if config is None:
+                    config = configs[topic.name] = self.log_config(topic)
                 for p in change.partitions:
                     state = topic.partitions[p]
                     if self.broker_id in state.replicas:
                         self._ensure(topic, state, config)
                     self._update_leadership(topic.name, p)
             elif change.kind == "topic_configs" and topic is not None:
-                config = self.log_config(topic)
+                config = configs[topic.name] = self.log_config(topic)
                 for p in topic.partitions:
                     partition_log = self._local.get((topic.name, p))
                     if partition_log is not None:
                         partition_log.update_config(config)
             elif change.kind == "broker_configs":
                 self.refresh_dynamic_broker_configs()
+                configs.clear()
 
     def refresh_dynamic_broker_configs(self) -> None:
         from strom.config.broker import BROKER_CONFIGS

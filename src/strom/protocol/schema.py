@@ -246,6 +246,12 @@ def flexible_since(api_key: int) -> int | None:
 
 
 def is_flexible(api_key: int, version: int) -> bool:
-    """Whether this version uses compact encodings and tagged fields (also beyond kio's range)."""
+    """Whether this version uses compact encodings and tagged fields (also beyond kio's range).
+
+    A version kio has answers from its own schema, which its codec loads anyway: scanning the
+    API's earlier versions for the first flexible one would import every one of them.
+    """
+    if api_key in api_key_map and version in schema_name_map[api_key_map[api_key]]:
+        return bool(kio_entity(api_key, version, "request").__flexible__)
     since = flexible_since(api_key)
     return since is not None and version >= since

@@ -108,7 +108,7 @@ def topic_id_from_str(s: str) -> uuid.UUID:
 
 def read_partition_metadata(path: Path) -> uuid.UUID | None:
     lines = _read_lines(path)
-    if lines is None:
+    if not lines:  # missing, or left empty by a crash right after the partition was created
         return None
     try:
         fields = dict(ln.split(":", 1) for ln in lines if ln.strip())
@@ -119,5 +119,20 @@ def read_partition_metadata(path: Path) -> uuid.UUID | None:
         raise KafkaStorageError(f"malformed {path}: {e}") from e
 
 
-def write_partition_metadata(path: Path, topic_id: uuid.UUID, *, fsync: bool = False) -> None:
-    write_atomic(path, f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n", fsync=fsync)
+def write_partition_metadata(
+    path: Path, topic_id: uuid.UUID, *, fsync: bool = False, fresh: bool = False
+) -> None:
+    """``fresh``: the directory is new, so the file is written in place (no temporary file and
+    rename): a crash can only leave it empty, which reads as "no topic id yet"."""
+    text = f"version: 0\ntopic_id: {topic_id_to_str(topic_id)}\n"
+    if not fresh:
+        write_atomic(path, text, fsync=fsync)
+        return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise KafkaStorageError(f"cannot write {path}: {e}") from e

@@ -78,6 +78,11 @@ class SegmentFile:
         self._closed = False
         self._create = create
 
+    @property
+    def created(self) -> bool:
+        """False while a lazily created file has not been opened (it does not exist yet)."""
+        return not self._create
+
     def fileno(self) -> int:
         fd = self._fd
         if fd is not None:

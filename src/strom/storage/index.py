@@ -26,7 +26,12 @@ class IndexCorruptError(Exception):
     """An index file fails its sanity check; the segment rebuilds it from the log."""
 
 
-def _write_tail(path: Path, keep_bytes: int, data: bytes) -> None:
+def _read(path: str | Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _write_tail(path: str | Path, keep_bytes: int, data: bytes) -> None:
     """Cut the file to ``keep_bytes`` and append ``data`` (creating the file if needed)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -42,21 +47,28 @@ class OffsetIndex:
     """Entries (relative offset i32, file position i32): the last offset of a batch and the
     position where that batch starts."""
 
-    __slots__ = ("_persisted", "base_offset", "max_entries", "offsets", "path", "positions")
+    __slots__ = (
+        "_persisted", "_synced", "base_offset", "max_entries", "offsets", "path", "positions",
+    )  # fmt: skip
 
-    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+    def __init__(self, path: str | Path, base_offset: int, max_entries: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max_entries
         self.offsets = array("i")  # relative to base_offset
         self.positions = array("i")
         self._persisted = 0  # entries known to be in the file
+        # the file holds exactly the first ``_persisted`` entries (False: it may be missing or
+        # longer, after a truncation): a flush with nothing new then costs no syscall
+        self._synced = False
 
     @classmethod
-    def load(cls, path: Path, base_offset: int, max_entries: int, log_size: int) -> OffsetIndex:
+    def load(
+        cls, path: str | Path, base_offset: int, max_entries: int, log_size: int
+    ) -> OffsetIndex:
         idx = cls(path, base_offset, max_entries)
         try:
-            data = path.read_bytes()
+            data = _read(path)
         except FileNotFoundError:
             if log_size > 0:
                 raise IndexCorruptError(f"{path} is missing") from None
@@ -75,6 +87,7 @@ class OffsetIndex:
             prev_o, prev_p = o, p
         idx.offsets, idx.positions = offs, poss
         idx._persisted = len(offs)
+        idx._synced = True
         return idx
 
     def __len__(self) -> int:
@@ -117,16 +130,20 @@ class OffsetIndex:
             del self.offsets[n:]
             del self.positions[n:]
             self._persisted = min(self._persisted, n)
+            self._synced = False
 
     def reset(self) -> None:
         del self.offsets[:]
         del self.positions[:]
         self._persisted = 0
+        self._synced = False
 
     def persist(self) -> None:
         """Write entries not yet in the file (and cut off entries removed by truncation)."""
         n = len(self.offsets)
         start = self._persisted
+        if self._synced and start == n:
+            return
         flat = array("i", bytes(8 * (n - start)))
         flat[0::2] = self.offsets[start:]
         flat[1::2] = self.positions[start:]
@@ -134,27 +151,31 @@ class OffsetIndex:
             flat.byteswap()
         _write_tail(self.path, start * OFFSET_ENTRY_SIZE, flat.tobytes())
         self._persisted = n
+        self._synced = True
 
 
 class TimeIndex:
     """Entries (timestamp i64, relative offset i32): the max timestamp seen so far and the offset
     of the batch where it was reached; appended only when the timestamp grows."""
 
-    __slots__ = ("_persisted", "base_offset", "max_entries", "offsets", "path", "timestamps")
+    __slots__ = (
+        "_persisted", "_synced", "base_offset", "max_entries", "offsets", "path", "timestamps",
+    )  # fmt: skip
 
-    def __init__(self, path: Path, base_offset: int, max_entries: int) -> None:
+    def __init__(self, path: str | Path, base_offset: int, max_entries: int) -> None:
         self.path = path
         self.base_offset = base_offset
         self.max_entries = max_entries
         self.timestamps = array("q")
         self.offsets = array("i")
         self._persisted = 0
+        self._synced = False  # as in OffsetIndex
 
     @classmethod
-    def load(cls, path: Path, base_offset: int, max_entries: int) -> TimeIndex:
+    def load(cls, path: str | Path, base_offset: int, max_entries: int) -> TimeIndex:
         idx = cls(path, base_offset, max_entries)
         try:
-            data = path.read_bytes()
+            data = _read(path)
         except FileNotFoundError:
             return idx  # a missing time index only costs timestamp lookups
         if len(data) % TIME_ENTRY_SIZE:
@@ -167,6 +188,7 @@ class TimeIndex:
             idx.offsets.append(o)
             prev_t, prev_o = t, o
         idx._persisted = len(idx.offsets)
+        idx._synced = True
         return idx
 
     def __len__(self) -> int:
@@ -207,17 +229,22 @@ class TimeIndex:
             del self.timestamps[n:]
             del self.offsets[n:]
             self._persisted = min(self._persisted, n)
+            self._synced = False
 
     def reset(self) -> None:
         del self.timestamps[:]
         del self.offsets[:]
         self._persisted = 0
+        self._synced = False
 
     def persist(self) -> None:
         start = self._persisted
+        if self._synced and start == len(self.offsets):
+            return
         data = b"".join(
             _TIME_ENTRY.pack(self.timestamps[i], self.offsets[i])
             for i in range(start, len(self.offsets))
         )
         _write_tail(self.path, start * TIME_ENTRY_SIZE, data)
         self._persisted = len(self.offsets)
+        self._synced = True

@@ -171,7 +171,7 @@ class PartitionLog:
             if stored is not None and stored != ZERO_UUID:
                 raise KafkaStorageError(
                     f"{self.dir} belongs to topic id {stored}, not {topic_id}")  # fmt: skip
-            write_partition_metadata(meta_path, topic_id)
+            write_partition_metadata(meta_path, topic_id, fresh=fresh)
         self.topic_id: uuid.UUID = topic_id
 
         epochs_path = self.dir / LEADER_EPOCH_CHECKPOINT
@@ -204,7 +204,9 @@ class PartitionLog:
         self._last_flush_ms = now_ms
         self._rolled_unflushed: list[LogSegment] = []
         self._pending_deletes: list[tuple[int, list[Path], LogSegment]] = []
-        self.producer_state = ProducerStateManager(self.dir, expiration_ms=producer_id_expiration_ms)
+        self.producer_state = ProducerStateManager(
+            self.dir, expiration_ms=producer_id_expiration_ms, fresh=fresh
+        )
         # bases of the segments that may hold aborted transactions (a .txnindex): read_committed
         # fetches look only at these, so a log without aborts costs nothing extra
         self._txn_bases: list[int] = [] if fresh else self._find_txn_indexes()

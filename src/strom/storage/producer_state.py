@@ -282,7 +282,10 @@ def _control_record(batch) -> tuple[int, int, int] | None:
 class ProducerStateManager:
     """Producer ids of one partition, their snapshots, and the partition's open transactions."""
 
-    def __init__(self, dir: Path, *, expiration_ms: int = DEFAULT_EXPIRATION_MS) -> None:
+    def __init__(
+        self, dir: Path, *, expiration_ms: int = DEFAULT_EXPIRATION_MS, fresh: bool = False
+    ) -> None:
+        """``fresh``: the partition's directory was just created, so it holds no snapshots."""
         self.dir = Path(dir)
         self.expiration_ms = expiration_ms
         self.producers: dict[int, ProducerStateEntry] = {}
@@ -290,7 +293,7 @@ class ProducerStateManager:
         self.map_end_offset = -1  # state reflects the log up to here (exclusive); -1: not loaded
         self.last_snap_offset = 0
         self._unsynced: list[Path] = []  # snapshots written at roll, fsynced by the next flush
-        self.snapshots: list[int] = self._list_snapshots()
+        self.snapshots: list[int] = [] if fresh else self._list_snapshots()
 
     # --- files ---------------------------------------------------------------------------------
 

@@ -114,7 +114,7 @@ class LogSegment:
                 for p in (self.index_path, self.timeindex_path, self.txn_index_path):
                     p.unlink(missing_ok=True)
             self._size: int | None = 0
-            self._oi = OffsetIndex(self.index_path, base_offset, self.max_index_entries)
+            self._oi = OffsetIndex(self._stem + INDEX_SUFFIX, base_offset, self.max_index_entries)
             self._ti = self._new_time_index()
             self._max_ts = -1
             self._next_offset = base_offset
@@ -148,7 +148,7 @@ class LogSegment:
 
     def _new_time_index(self) -> TimeIndex:
         entries = max(1, self.max_index_entries * OFFSET_ENTRY_SIZE // TIME_ENTRY_SIZE)
-        return TimeIndex(self.timeindex_path, self.base_offset, entries)
+        return TimeIndex(self._stem + TIME_INDEX_SUFFIX, self.base_offset, entries)
 
     def __repr__(self) -> str:
         return f"LogSegment(base={self.base_offset}, size={self._size})"
@@ -170,7 +170,7 @@ class LogSegment:
         oi = self._oi
         if oi is None:
             try:
-                oi = OffsetIndex.load(self.index_path, self.base_offset, self.max_index_entries,
+                oi = OffsetIndex.load(self._stem + INDEX_SUFFIX, self.base_offset, self.max_index_entries,
                                       self.size)  # fmt: skip
             except IndexCorruptError:
                 self.rebuild_indexes()
@@ -184,7 +184,7 @@ class LogSegment:
         ti = self._ti
         if ti is None:
             try:
-                ti = TimeIndex.load(self.timeindex_path, self.base_offset,
+                ti = TimeIndex.load(self._stem + TIME_INDEX_SUFFIX, self.base_offset,
                                     self._new_time_index().max_entries)  # fmt: skip
             except IndexCorruptError:
                 self.rebuild_indexes()
@@ -357,6 +357,8 @@ class LogSegment:
         self.persist_indexes()
 
     def persist_indexes(self) -> None:
+        if not self.file.created:  # never written: no files at all until the first append
+            return
         try:
             if self._oi is not None:
                 self._oi.persist()
@@ -366,7 +368,9 @@ class LogSegment:
             raise KafkaStorageError(f"cannot write indexes of {self.log_path}: {e}") from e
 
     def flush(self) -> None:
-        """Write indexes and fsync the log file."""
+        """Write indexes and fsync the log file (a segment never written has no files yet)."""
+        if not self.file.created:
+            return
         self.persist_indexes()
         if self._txn is not None:
             self._txn.flush()
