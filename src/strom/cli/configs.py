@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -25,6 +26,7 @@ from strom.cli.common import (
     result_of,
 )
 from strom.cli.topics import UNKNOWN_TOPIC_OR_PARTITION, alter_topic_configs
+from strom.cli.wire import connect_cluster, error_name
 
 app = typer.Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
 
@@ -55,6 +57,67 @@ def _entity(topic: str | None, broker: int | None, broker_defaults: bool) -> tup
     return "broker-defaults", ""
 
 
+# -- the cluster-wide broker defaults: resource name "", which librdkafka refuses to send ------
+
+_BROKER_RESOURCE = 4
+_DESCRIBE_CONFIGS, _INCREMENTAL_ALTER_CONFIGS = 32, 44
+_SET, _DELETE = 0, 1
+
+
+@dataclass
+class _Entry:
+    """One described config, shaped like confluent-kafka's ConfigEntry for the table."""
+
+    name: str
+    value: str | None
+    source: int
+    is_sensitive: bool
+    is_read_only: bool
+
+
+def _defaults_connection(opts: ClientOptions):
+    cluster = connect_cluster(opts.bootstrap, opts.command_config, opts.timeout)
+    if not cluster.brokers:
+        raise CliError("the cluster has no brokers")
+    return cluster, cluster.conn(min(cluster.brokers))
+
+
+def _describe_defaults(opts: ClientOptions) -> dict[str, _Entry]:
+    cluster, conn = _defaults_connection(opts)
+    try:
+        version = conn.version(_DESCRIBE_CONFIGS, 4, "DescribeConfigs")
+        resp = conn.call(_DESCRIBE_CONFIGS, version, {
+            "resources": [{"resource_type": _BROKER_RESOURCE, "resource_name": "",
+                           "configuration_keys": None}],
+            "include_synonyms": False, "include_documentation": False})
+    finally:
+        cluster.close()
+    result = resp.results[0]
+    if result.error_code:
+        raise CliError("cannot describe the broker defaults: "
+                       f"{result.error_message or error_name(result.error_code)}")
+    return {c.name: _Entry(c.name, c.value, c.config_source, c.is_sensitive, c.read_only)
+            for c in result.configs}
+
+
+def _alter_defaults(opts: ClientOptions, sets: dict[str, str], deletes: list[str]) -> None:
+    changes = [{"name": k, "config_operation": _SET, "value": v} for k, v in sets.items()]
+    changes += [{"name": k, "config_operation": _DELETE, "value": None} for k in deletes]
+    cluster, conn = _defaults_connection(opts)
+    try:
+        version = conn.version(_INCREMENTAL_ALTER_CONFIGS, 1, "IncrementalAlterConfigs")
+        resp = conn.call(_INCREMENTAL_ALTER_CONFIGS, version, {
+            "resources": [{"resource_type": _BROKER_RESOURCE, "resource_name": "",
+                           "configs": changes}],
+            "validate_only": False})
+    finally:
+        cluster.close()
+    result = resp.responses[0]
+    if result.error_code:
+        raise CliError("cannot alter the broker defaults: "
+                       f"{result.error_message or error_name(result.error_code)}")
+
+
 def _source_name(source: Any) -> str:
     from confluent_kafka.admin import ConfigSource
 
@@ -80,10 +143,14 @@ def describe(
 
     kind, name = _entity(topic, broker, broker_defaults)
     opts = ClientOptions(bootstrap_server, command_config, timeout)
-    admin, _ = make_admin(opts)
-    rtype = ResourceType.TOPIC if kind == "topic" else ResourceType.BROKER
-    futures = admin.describe_configs([ConfigResource(rtype, name)], **admin_kwargs(opts))
     entries: dict[str, Any] = {}
+    futures = {}
+    if kind == "broker-defaults":
+        entries = _describe_defaults(opts)
+    else:
+        admin, _ = make_admin(opts)
+        rtype = ResourceType.TOPIC if kind == "topic" else ResourceType.BROKER
+        futures = admin.describe_configs([ConfigResource(rtype, name)], **admin_kwargs(opts))
     for fut in futures.values():
         try:
             entries = result_of(fut, opts)
@@ -122,7 +189,7 @@ def alter(
     broker_defaults: BrokerDefaultsOpt = False,
     add_config: Annotated[
         list[str] | None,
-        typer.Option("--add-config", help="k=v[,k2=v2] (Kafka syntax: lists in [a,b]); repeatable."),
+        typer.Option("--add-config", help="k=v[,k2=v2] (Kafka syntax: lists in \\[a,b]); repeatable."),
     ] = None,
     delete_config: Annotated[
         list[str] | None, typer.Option("--delete-config", help="k[,k2] to remove; repeatable.")
@@ -141,9 +208,12 @@ def alter(
     if both:
         raise UsageError(f"config {both[0]!r} is both added and deleted")
     opts = ClientOptions(bootstrap_server, command_config, timeout)
-    admin, _ = make_admin(opts)
-    alter_topic_configs(admin, name, sets, list(dict.fromkeys(deletes)), opts,
-                        resource_type="topic" if kind == "topic" else "broker")
+    if kind == "broker-defaults":
+        _alter_defaults(opts, sets, list(dict.fromkeys(deletes)))
+    else:
+        admin, _ = make_admin(opts)
+        alter_topic_configs(admin, name, sets, list(dict.fromkeys(deletes)), opts,
+                            resource_type="topic" if kind == "topic" else "broker")
     label = {"topic": f"topic '{name}'", "broker": f"broker {name}",
              "broker-defaults": "the default broker"}[kind]
     out.print(f"Completed updating configs for {label}.", markup=False)

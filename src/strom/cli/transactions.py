@@ -10,9 +10,7 @@ any Kafka broker that has the APIs (Kafka 3.0+). Only PLAINTEXT listeners are su
 from __future__ import annotations
 
 import datetime as dt
-import socket
 import time
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -27,142 +25,20 @@ from strom.cli.common import (
     UsageError,
     error_line,
     handle_errors,
-    load_properties,
     print_table,
     warn_line,
 )
+from strom.cli.wire import Cluster, connect_cluster, error_name
 
 app = typer.Typer(help="List and describe transactions (their coordinators' view).",
                   no_args_is_help=True)
 
-API_VERSIONS, METADATA, FIND_COORDINATOR = 18, 3, 10
+FIND_COORDINATOR = 10
 LIST_TRANSACTIONS, DESCRIBE_TRANSACTIONS = 66, 65
 TRANSACTION_KEY = 1
 KNOWN_STATES = ("Empty", "Ongoing", "PrepareCommit", "PrepareAbort", "CompleteCommit",
                 "CompleteAbort", "PrepareEpochFence")
 _RETRIABLE = {14, 15, 16}  # COORDINATOR_LOAD_IN_PROGRESS, _NOT_AVAILABLE, NOT_COORDINATOR
-
-
-def _error_name(code: int) -> str:
-    from strom.protocol.errors import ErrorCode
-
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"
-
-
-# --------------------------------------------------------------------------------------------
-# A minimal blocking Kafka client (one connection per broker)
-# --------------------------------------------------------------------------------------------
-
-
-class _Connection:
-    def __init__(self, host: str, port: int, timeout: float) -> None:
-        self.address = f"{host}:{port}"
-        try:
-            self.sock = socket.create_connection((host, port), timeout=timeout)
-        except OSError as e:
-            raise CliError(f"cannot reach broker at {self.address}: {e.strerror or e}",
-                           EXIT_UNREACHABLE) from None
-        self.sock.settimeout(timeout)
-        self.correlation = 0
-        self.versions: dict[int, tuple[int, int]] = {}
-        resp = self.call(API_VERSIONS, 0, {})
-        self.versions = {k.api_key: (k.min_version, k.max_version) for k in resp.api_keys}
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def version(self, api_key: int, wanted: int, name: str) -> int:
-        """The highest version of `api_key` both sides speak, at most `wanted`."""
-        from strom.protocol.codec import supported_versions
-
-        ours = supported_versions(api_key)
-        theirs = self.versions.get(api_key)
-        if theirs is None or theirs[1] < ours[0] or theirs[0] > min(wanted, ours[1]):
-            raise CliError(f"broker {self.address} does not support {name}")
-        return min(wanted, ours[1], theirs[1])
-
-    def _recv(self, n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = self.sock.recv(n - len(buf))
-            if not chunk:
-                raise CliError(f"broker {self.address} closed the connection", EXIT_UNREACHABLE)
-            buf += chunk
-        return bytes(buf)
-
-    def call(self, api_key: int, version: int, body: dict[str, Any]) -> Any:
-        from strom.protocol.codec import request_codec, response_codec
-        from strom.protocol.header import (
-            decode_response_header,
-            encode_request_header,
-            response_header_version,
-        )
-
-        self.correlation += 1
-        payload = encode_request_header(api_key, version, self.correlation, "strom-cli") + \
-            request_codec(api_key, version).encode(body)
-        try:
-            self.sock.sendall(len(payload).to_bytes(4, "big") + payload)
-            size = int.from_bytes(self._recv(4), "big", signed=True)
-            data = self._recv(size)
-        except TimeoutError:
-            raise CliError(f"timed out waiting for broker {self.address}",
-                           EXIT_UNREACHABLE) from None
-        except OSError as e:
-            raise CliError(f"lost the connection to {self.address}: {e.strerror or e}",
-                           EXIT_UNREACHABLE) from None
-        _, pos = decode_response_header(data, 0, response_header_version(api_key, version))
-        return response_codec(api_key, version).decode(memoryview(data)[pos:])[0]
-
-
-@dataclass
-class _Cluster:
-    """Connections by broker id, opened on demand from the bootstrap's metadata."""
-
-    timeout: float
-    brokers: dict[int, tuple[str, int]]
-    conns: dict[int, _Connection]
-
-    @classmethod
-    def connect(cls, bootstrap: str, timeout: float) -> _Cluster:
-        last: CliError | None = None
-        for server in [s.strip() for s in bootstrap.split(",") if s.strip()]:
-            host, _, port = server.rpartition(":")
-            if not host or not port.isdigit():
-                raise UsageError(f"invalid bootstrap server {server!r}: expected host:port")
-            try:
-                conn = _Connection(host.strip("[]"), int(port), timeout)
-            except CliError as e:
-                last = e
-                continue
-            meta = conn.call(METADATA, conn.version(METADATA, 1, "Metadata"), {"topics": []})
-            brokers = {b.node_id: (b.host, b.port) for b in meta.brokers}
-            conn.close()
-            return cls(timeout, brokers, {})
-        raise last or UsageError("no bootstrap server given")
-
-    def conn(self, broker_id: int) -> _Connection:
-        c = self.conns.get(broker_id)
-        if c is None:
-            host, port = self.brokers[broker_id]
-            c = self.conns[broker_id] = _Connection(host, port, self.timeout)
-        return c
-
-    def close(self) -> None:
-        for c in self.conns.values():
-            c.close()
-
-
-def _cluster(bootstrap: str, command_config: Any, timeout: float) -> _Cluster:
-    if command_config is not None:
-        props = load_properties(command_config)
-        protocol = props.get("security.protocol", "PLAINTEXT").upper()
-        if protocol != "PLAINTEXT":
-            raise UsageError(f"`strom transactions` only speaks PLAINTEXT, not {protocol}")
-    return _Cluster.connect(bootstrap, timeout)
 
 
 def _ms_text(ms: int) -> str:
@@ -210,7 +86,7 @@ def list_(
             raise UsageError(f"unknown transaction state {s!r}: expected one of "
                              f"{', '.join(KNOWN_STATES)}")
         wanted_states.append(match[0])
-    cluster = _cluster(bootstrap_server, command_config, timeout)
+    cluster = connect_cluster(bootstrap_server, command_config, timeout)
     rows = []
     try:
         for broker_id in sorted(cluster.brokers):
@@ -227,7 +103,7 @@ def list_(
                           conn.call(LIST_TRANSACTIONS, version, body), timeout)
             if resp.error_code:
                 warn_line(f"cannot list the transactions of broker {broker_id}: "
-                          f"{_error_name(resp.error_code)}")
+                          f"{error_name(resp.error_code)}")
                 continue
             rows += [(t.transactional_id, broker_id, t.producer_id, t.transaction_state)
                      for t in resp.transaction_states]
@@ -257,7 +133,7 @@ def _retry(call: Any, timeout: float) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _describe_one(cluster: _Cluster, tid: str, timeout: float) -> tuple[int, Any]:
+def _describe_one(cluster: Cluster, tid: str, timeout: float) -> tuple[int, Any]:
     """(coordinator id, DescribeTransactions state) of one transactional id."""
     deadline = time.monotonic() + timeout
     any_broker = next(iter(sorted(cluster.brokers)))
@@ -278,7 +154,7 @@ def _describe_one(cluster: _Cluster, tid: str, timeout: float) -> tuple[int, Any
             if not code:
                 return coordinator, state
         if code not in _RETRIABLE or time.monotonic() >= deadline:
-            raise CliError(f"cannot describe transactional id {tid!r}: {_error_name(code)}")
+            raise CliError(f"cannot describe transactional id {tid!r}: {error_name(code)}")
         time.sleep(0.1)  # backoff between retries, not synchronisation
 
 
@@ -292,7 +168,7 @@ def describe(
     timeout: TimeoutOpt = 30.0,
 ) -> None:
     """Describe transactions: producer id and epoch, state, timeout, start and partitions."""
-    cluster = _cluster(bootstrap_server, command_config, timeout)
+    cluster = connect_cluster(bootstrap_server, command_config, timeout)
     rows = []
     failed: list[str] = []
     try:

@@ -7,6 +7,8 @@ partition, and all replicas of a partition hold identical data.
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
 import time
 from collections import defaultdict
@@ -179,3 +181,71 @@ def compare_replicas(dirs: Iterable[Path]) -> None:
             raise AssertionError(
                 f"replicas differ: {first} has {len(a)} records, {d} has {len(b)}; first "
                 f"difference at index {mismatch}")
+
+
+class TcpProxy:
+    """A TCP forwarder on 127.0.0.1 that a test can cut, to partition one process from another.
+
+    ``cut()`` closes every forwarded connection and turns new ones away (accepted, then closed
+    at once) until ``heal()``: to the process behind it the peer is unreachable, while both
+    keep running.
+    """
+
+    def __init__(self, target_host: str, target_port: int) -> None:
+        self.target = (target_host, target_port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._cut = threading.Event()
+        self._closed = False
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []
+        threading.Thread(target=self._accept, daemon=True, name="proxy-accept").start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            if self._cut.is_set():
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._pairs.append((client, upstream))
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._lock:
+            pairs, self._pairs = self._pairs, []
+        for pair in pairs:
+            for s in pair:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+                s.close()
+
+    def heal(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self._closed = True
+        self.cut()
+        self._listener.close()
