@@ -179,6 +179,33 @@ def test_configs_describe_and_alter(strom_broker, unique_topic, peer):
         one_error_line(broker)
 
 
+def test_configs_of_the_cluster_wide_broker_defaults(make_broker):
+    """Kafka names the defaults with an empty broker name, which librdkafka cannot send: the
+    CLI speaks DescribeConfigs and IncrementalAlterConfigs itself for them."""
+    bs = make_broker().bootstrap
+    empty = strom(bs, "configs", "describe", "--broker-defaults").stdout.decode()
+    assert empty.splitlines() == ["Dynamic configs for the default broker:", "  (none)"]
+    strom(bs, "configs", "alter", "--broker-defaults", "--add-config",
+          "message.max.bytes=2000,log.retention.ms=7200000")
+    shown = strom(bs, "configs", "describe", "--broker-defaults").stdout.decode()
+    rows = {line.split()[0]: line.split()[1:3] for line in shown.splitlines()[2:]}
+    assert rows == {"log.retention.ms": ["7200000", "DYNAMIC_DEFAULT_BROKER_CONFIG"],
+                    "message.max.bytes": ["2000", "DYNAMIC_DEFAULT_BROKER_CONFIG"]}
+    # the broker itself now reports the default as the source of its value
+    broker = strom(bs, "configs", "describe", "--broker", "0").stdout.decode()
+    assert "message.max.bytes" in broker and "DYNAMIC_DEFAULT_BROKER_CONFIG" in broker
+
+    bad = strom(bs, "configs", "alter", "--broker-defaults", "--add-config", "no.such.config=1",
+                check=False)
+    assert bad.returncode != 0
+    assert "no.such.config" in one_error_line(bad)
+
+    strom(bs, "configs", "alter", "--broker-defaults", "--delete-config",
+          "message.max.bytes,log.retention.ms")
+    again = strom(bs, "configs", "describe", "--broker-defaults").stdout.decode()
+    assert again.splitlines()[1:] == ["  (none)"]
+
+
 # --------------------------------------------------------------------------- produce / consume
 
 
@@ -338,3 +365,40 @@ def test_dump_log_on_broker_data_dir(strom_broker, unique_topic, tmp_path):
     text = strom(None, "dump-log", part_dir / f"{0:020d}.log").stdout.decode()
     assert text.splitlines()[0].startswith("Dumping ")
     assert "baseOffset: 0 " in text and "isvalid: true" in text
+
+
+# --------------------------------------------------------------------------- reassignments
+
+
+def test_reassign_partitions_on_a_single_broker(strom_broker, unique_topic, tmp_path):
+    """One broker: the only possible replica set is that broker, which completes at once;
+    anything else is refused with one line, before anything is sent."""
+    if running_peer():
+        pytest.skip("the peer broker has no partition reassignment APIs")
+    bs = strom_broker.bootstrap
+    topic = unique_topic("reassign")
+    kc.create_topic(bs, topic, 2)
+    me = kc.admin(bs).list_topics(timeout=10).controller_id
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": p, "replicas": [me]} for p in (0, 1)]}))
+    out = strom(bs, "reassign-partitions", "--execute", "--reassignment-json-file", plan,
+                "--wait").stdout.decode()
+    assert f"Successfully started partition reassignments for {topic}-0,{topic}-1" in out
+    verify = strom(bs, "reassign-partitions", "--verify", "--reassignment-json-file",
+                   plan).stdout.decode()
+    assert f"Reassignment of partition {topic}-1 is completed." in verify
+    assert "No partition reassignments found." in strom(
+        bs, "reassign-partitions", "--list").stdout.decode()
+
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": 0, "replicas": [me, me + 1]}]}))
+    bad = strom(bs, "reassign-partitions", "--execute", "--reassignment-json-file", plan,
+                check=False)
+    assert bad.returncode == 1 and f"unknown broker(s) [{me + 1}]" in one_error_line(bad)
+    plan.write_text("{not json")
+    bad = strom(bs, "reassign-partitions", "--verify", "--reassignment-json-file", plan,
+                check=False)
+    assert bad.returncode == 2 and "is not valid JSON" in one_error_line(bad)
+    bad = strom(bs, "reassign-partitions", "--execute", "--list", check=False)
+    assert bad.returncode == 2 and "choose exactly one" in one_error_line(bad)

@@ -105,6 +105,8 @@ class PartitionManager:
                     state = topic.partitions[p]
                     if self.broker_id in state.replicas:
                         self._ensure(topic, state, config)
+                    elif (topic.name, p) in self._local:
+                        self._drop(topic, p)  # reassigned away from this broker
                     self._update_leadership(topic.name, p)
             elif change.kind == "topic_configs" and topic is not None:
                 config = configs[topic.name] = self.log_config(topic)
@@ -130,6 +132,17 @@ class PartitionManager:
                 partition_log = self._local.get((topic.name, p))
                 if partition_log is not None:
                     partition_log.update_config(config)
+
+    def _drop(self, topic: TopicState, partition: int) -> None:
+        """This broker is no longer a replica: delete its copy (Kafka's StopReplica with
+        deletion); readers waiting on it wake and find it gone."""
+        key = (topic.name, partition)
+        partition_log = self._local.pop(key)
+        if partition_log.topic_id == topic.topic_id:
+            log.info("%s-%d is no longer assigned to broker %d: deleting its log", *key,
+                     self.broker_id)
+        self.logs.delete_partition(*key)
+        self.waiters.notify(key)
 
     def _ensure(self, topic: TopicState, state: PartitionState, config: LogConfig) -> None:
         key = (topic.name, state.partition)

@@ -46,6 +46,8 @@ app.add_typer(importlib.import_module("strom.cli.transactions").app, name="trans
 app.command("produce")(produce.produce)
 app.command("consume")(consume.consume)
 app.command("dump-log")(dump_log.dump_log)
+app.command("reassign-partitions")(
+    importlib.import_module("strom.cli.reassign").reassign_partitions)
 app.command("leader-election")(importlib.import_module("strom.cli.leader_election").leader_election)
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Protocol
 
 from strom.cluster import records as rec
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
 from strom.cluster.metadata_log import MetadataLog
 from strom.cluster.placement import assign_replicas
+from strom.cluster.reassignment import Assignment, reassign
 from strom.cluster.records import Change
 from strom.cluster.validation import check_topic_name, colliding
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -81,6 +82,13 @@ class Controller(Protocol):
     async def elect_leaders(self, election_type: int,
                             partitions: list[tuple[str, int]] | None) -> dict[tuple[str, int], int]:
         """ElectLeaders (0 preferred, 1 unclean): an error code per partition (all if None)."""
+        ...
+
+    async def alter_partition_reassignments(
+        self, wanted: Mapping[tuple[str, int], list[int] | None], allow_rf_change: bool,
+    ) -> dict[tuple[str, int], tuple[int, str | None, Assignment | None]]:
+        """Start, change or cancel (target None) reassignments: per partition the error code,
+        a message, and the assignment written (see reassignment.py)."""
         ...
 
 
@@ -257,6 +265,38 @@ class LocalController:
                          if t in self.image.topics and p in self.image.topics[t].partitions
                          else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for t, p in wanted}
 
+    async def alter_partition_reassignments(
+        self, wanted: Mapping[tuple[str, int], list[int] | None], allow_rf_change: bool,
+    ) -> dict[tuple[str, int], tuple[int, str | None, Assignment | None]]:
+        """With one broker the only possible target is this broker: such a request completes
+        at once, anything else names a broker that is not live."""
+        out: dict[tuple[str, int], tuple[int, str | None, Assignment | None]] = {}
+        records = []
+        for (topic, p), target in sorted(wanted.items()):
+            t = self.image.topics.get(topic)
+            state = t.partitions.get(p) if t is not None else None
+            if t is None or state is None:
+                out[(topic, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                   f"no such partition {topic}-{p}", None)
+                continue
+            current = Assignment(tuple(state.replicas), tuple(state.adding_replicas),
+                                 tuple(state.removing_replicas))
+            try:
+                new = reassign(current, target, set(self.image.brokers),
+                               allow_rf_change=allow_rf_change)
+            except KafkaError as exc:
+                out[(topic, p)] = (exc.code, exc.message, None)
+                continue
+            out[(topic, p)] = (ErrorCode.NONE, None, new)
+            final = list(new.target)
+            if final != state.replicas or state.reassigning:
+                records.append(rec.partition_record(t.topic_id, dataclasses.replace(
+                    state, replicas=final, isr=[r for r in state.isr if r in final],
+                    adding_replicas=[], removing_replicas=[])))
+        if records:
+            self._commit(records)
+        return out
+
     async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
                         partition_epoch: int, isr: list[int]) -> PartitionState:
         t = self.image.topics.get(topic)
@@ -271,9 +311,9 @@ class LocalController:
 
 
 def check_isr_update(state: PartitionState, leader_epoch: int, partition_epoch: int,
-                     isr: list[int]) -> None:
-    """Kafka's AlterPartition checks: the leader's view must be current, and the new ISR must
-    hold the leader and only replicas."""
+                     isr: list[int], live: Collection[int] | None = None) -> None:
+    """Kafka's AlterPartition checks: the leader's view must be current, the new ISR must
+    hold the leader and only replicas, and a replica joining it must be a live broker."""
     if leader_epoch < state.leader_epoch:
         raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH,
                          f"leader epoch {leader_epoch} is older than {state.leader_epoch}")
@@ -283,3 +323,8 @@ def check_isr_update(state: PartitionState, leader_epoch: int, partition_epoch: 
     if state.leader not in isr or any(r not in state.replicas for r in isr):
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          f"ISR {isr} must hold the leader {state.leader} and only replicas")
+    if live is not None:
+        joining = [r for r in isr if r not in state.isr and r not in live]
+        if joining:
+            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA,
+                             f"replicas {joining} are not live brokers and cannot join the ISR")

@@ -23,6 +23,28 @@ class PartitionState:
     leader_epoch: int = 0
     partition_epoch: int = 0
     offline_replicas: list[int] = field(default_factory=list)
+    # an ongoing reassignment (KIP-455): `replicas` is then the full set, target replicas
+    # first; `adding` are target replicas catching up, `removing` leave once they have
+    adding_replicas: list[int] = field(default_factory=list)
+    removing_replicas: list[int] = field(default_factory=list)
+
+    @property
+    def reassigning(self) -> bool:
+        return bool(self.adding_replicas or self.removing_replicas)
+
+    @property
+    def target_replicas(self) -> list[int]:
+        """The replicas once the ongoing reassignment (if any) completes."""
+        if not self.removing_replicas:
+            return self.replicas
+        return [r for r in self.replicas if r not in self.removing_replicas]
+
+    @property
+    def original_replicas(self) -> list[int]:
+        """The replicas before the ongoing reassignment (if any) started."""
+        if not self.adding_replicas:
+            return self.replicas
+        return [r for r in self.replicas if r not in self.adding_replicas]
 
 
 @dataclass
@@ -83,6 +105,8 @@ class MetadataImage:
                             "leader": p.leader,
                             "leader_epoch": p.leader_epoch,
                             "partition_epoch": p.partition_epoch,
+                            "adding_replicas": p.adding_replicas,
+                            "removing_replicas": p.removing_replicas,
                         }
                         for p in t.partitions.values()
                     ],

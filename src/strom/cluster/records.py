@@ -38,6 +38,8 @@ def partition_record(topic_id: uuid.UUID, p: PartitionState) -> dict[str, Any]:
         "leader": p.leader,
         "leader_epoch": p.leader_epoch,
         "partition_epoch": p.partition_epoch,
+        "adding_replicas": p.adding_replicas,
+        "removing_replicas": p.removing_replicas,
     }
 
 
@@ -85,6 +87,8 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
             return None
         fields = {k: record[k] for k in ("partition", "replicas", "isr", "leader", "leader_epoch",
                                          "partition_epoch")}
+        fields["adding_replicas"] = record.get("adding_replicas") or []
+        fields["removing_replicas"] = record.get("removing_replicas") or []
         is_new = record["partition"] not in topic.partitions
         topic.partitions[record["partition"]] = PartitionState(**fields)
         return Change("partitions_created" if is_new else "partition_changed", topic,

@@ -10,9 +10,10 @@ from strom.broker.handlers import (
     metadata,
     offsets,
     produce,
+    reassignments,
     topics,
     transactions,
 )
 
 MODULES = [api_versions, cluster, configs, consumer_groups, fetch, groups, metadata, offsets, produce,
-           topics, transactions]
+           reassignments, topics, transactions]

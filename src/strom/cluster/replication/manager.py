@@ -236,8 +236,12 @@ class ReplicaManager:
         if not leader.record_fetch(replica_id, fetch_offset, plog.log_end_offset, _now_ms()):
             return ErrorCode.NOT_LEADER_OR_FOLLOWER  # not one of the replicas (Kafka's answer)
         self._maybe_advance_hw(key, plog, state)
-        if replica_id not in state.isr and replica_id in leader.ready_to_join(
-                state.isr, plog.high_watermark):
+        # Only a registered (live) broker may join: one whose ZooKeeper session ended would be
+        # taken out again by the controller at once (Kafka's ISR eligibility, KIP-841).
+        # A replica a reassignment is removing stays out (the controller is taking it out).
+        if replica_id not in state.isr and replica_id in self.image.brokers and \
+                replica_id not in state.removing_replicas and \
+                replica_id in leader.ready_to_join(state.isr, plog.high_watermark):
             self._alter_isr(key, state, sorted(set(state.isr) | {replica_id}))
         return ErrorCode.NONE
 

@@ -6,8 +6,8 @@ someone else got there first; the image follows when the mirror reads the change
 
 One broker at a time is the *active* controller (the ephemeral `/controller` znode). It gives new
 partitions their first state, elects leaders when brokers die or return, removes dead brokers from
-ISRs, deletes topics queued in `/admin/delete_topics`, and moves leadership off brokers asking for
-a controlled shutdown. Its decisions are pure functions (`decisions.py`) over the image; a lost
+ISRs, deletes topics queued in `/admin/delete_topics`, moves leadership off brokers asking for
+a controlled shutdown, and completes partition reassignments whose new replicas caught up. Its decisions are pure functions (`decisions.py`) over the image; a lost
 compare-and-set only means deciding again on fresher state.
 """
 
@@ -30,6 +30,7 @@ from strom.cluster.controller import (
     plan_topic,
 )
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
+from strom.cluster.reassignment import Assignment, reassign
 from strom.cluster.records import Change
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import TransactionFailed, ZkClient
@@ -42,6 +43,8 @@ from strom.cluster.zk.decisions import (
     decide,
     elected_state,
     imbalanced,
+    reassignment_done,
+    reassignment_state,
 )
 from strom.cluster.zk.mirror import ZkMirror
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -75,8 +78,11 @@ class ZkController:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
+        # the session our /brokers/ids node belongs to; None until the broker registers
+        self._registered_session: int | None = None
         mirror.subscribe(self._on_changes)
         zk.add_watch_listener(self._on_watch)
+        zk.add_state_listener(self._on_state)
 
     # -- the seam ---------------------------------------------------------------------------
 
@@ -188,7 +194,7 @@ class ZkController:
         state = t.partitions.get(partition) if t is not None else None
         if t is None or state is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
-        check_isr_update(state, leader_epoch, partition_epoch, isr)
+        check_isr_update(state, leader_epoch, partition_epoch, isr, self.image.brokers)
         write = zn.LeaderAndIsr(state.leader, leader_epoch, tuple(isr),
                                 max(self.image.controller_epoch, 0))
         try:
@@ -233,6 +239,61 @@ class ZkController:
                 out[(topic, p)] = ErrorCode.NOT_CONTROLLER  # changed meanwhile: retriable
         return out
 
+    async def alter_partition_reassignments(
+            self, wanted: Mapping[tuple[str, int], list[int] | None], allow_rf_change: bool,
+    ) -> dict[tuple[str, int], tuple[int, str | None, Assignment | None]]:
+        """AlterPartitionReassignments: start, change or cancel reassignments. Each topic's
+        new assignment is one compare-and-set on its znode; the active controller completes
+        them. Per partition: (error code, message, the assignment written)."""
+        out: dict[tuple[str, int], tuple[int, str | None, Assignment | None]] = {}
+        by_topic: dict[str, dict[int, list[int] | None]] = {}
+        for (topic, p), target in wanted.items():
+            by_topic.setdefault(topic, {})[p] = target
+        for name, parts in sorted(by_topic.items()):
+            out.update(await self._reassign_topic(name, parts, allow_rf_change))
+        return out
+
+    async def _reassign_topic(self, name: str, parts: dict[int, list[int] | None],
+                              allow_rf_change: bool,
+                              ) -> dict[tuple[str, int], tuple[int, str | None, Assignment | None]]:
+        unknown = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such partition of topic {name}",
+                   None)
+        for _ in range(10):  # lost races: someone else changed the topic meanwhile
+            got = await self.zk.get(zn.topic_path(name))
+            if got is None or await self.zk.exists(zn.delete_topic_path(name)) is not None:
+                return {(name, p): unknown for p in parts}
+            znode = zn.decode_topic(got[0])
+            out: dict[tuple[str, int], tuple[int, str | None, Assignment | None]] = {}
+            for p, target in sorted(parts.items()):
+                replicas = znode.partitions.get(p)
+                if replicas is None:
+                    out[(name, p)] = unknown
+                    continue
+                current = Assignment(tuple(replicas), tuple(znode.adding_replicas.get(p, ())),
+                                     tuple(znode.removing_replicas.get(p, ())))
+                try:
+                    new = reassign(current, target, set(self.image.brokers),
+                                   allow_rf_change=allow_rf_change)
+                except KafkaError as exc:
+                    out[(name, p)] = (exc.code, exc.message, None)
+                    continue
+                out[(name, p)] = (ErrorCode.NONE, None, new)
+                _put(znode, p, new)
+            if all(r[2] is None for r in out.values()):
+                return out
+            try:
+                await self.zk.set(zn.topic_path(name), zn.encode_topic(znode), got[1].version)
+            except BadVersionError:
+                continue
+            for (_, p), (_, _, new) in sorted(out.items()):
+                if new is not None:
+                    log.info("%s-%d: reassigning to %s (replicas %s, adding %s, removing %s)",
+                             name, p, list(new.target), list(new.replicas), list(new.adding),
+                             list(new.removing))
+            return out
+        busy = (ErrorCode.REASSIGNMENT_IN_PROGRESS, f"{name} kept changing; try again", None)
+        return {(name, p): busy for p in parts}
+
     # -- registration and election -----------------------------------------------------------
 
     async def register(self) -> None:
@@ -241,8 +302,10 @@ class ZkController:
         path = zn.broker_path(self.broker.broker_id)
         data = zn.encode_broker(self.broker, _now_ms())
         while True:
+            session = self.zk.session_id
             try:
                 await self.zk.create(path, data, ephemeral=True)
+                self._registered_session = session
                 return
             except NodeExistsError:
                 stat = await self.zk.exists(path)
@@ -252,6 +315,7 @@ class ZkController:
                     with contextlib.suppress(NoNodeError, BadVersionError):
                         await self.zk.delete(path, stat.version)
                 elif stat is not None:
+                    self._registered_session = stat.ephemeralOwner
                     return
 
     def start(self) -> None:
@@ -269,6 +333,21 @@ class ZkController:
     def _on_changes(self, changes: list[Change]) -> None:
         self._wake.set()
 
+    def _on_state(self, state: str) -> None:
+        if state == "CONNECTED":  # maybe a new session: registration and election to redo
+            self._wake.set()
+
+    async def _reregister_if_expired(self) -> None:
+        """After our session expired, ZooKeeper removed our registration with it: the other
+        brokers see us as dead (the controller takes us out of every ISR) until we register
+        again on the new session, as Kafka's brokers do."""
+        registered = self._registered_session
+        if registered is None or not self.zk.connected or self.zk.session_id == registered:
+            return
+        log.warning("ZooKeeper session %x expired: registering broker %d again",
+                    registered, self.broker.broker_id)
+        await self.register()
+
     def _on_watch(self, kind: str, path: str) -> None:
         if path.startswith(("/admin", zn.CONTROLLED_SHUTDOWN, zn.CONTROLLER)):
             self._wake.set()
@@ -276,6 +355,7 @@ class ZkController:
     async def _run(self) -> None:
         while not self._stopping:
             try:
+                await self._reregister_if_expired()
                 if not self.active:
                     await self._try_to_become_controller()
                 if self.active:
@@ -333,7 +413,52 @@ class ZkController:
         decisions = decide(list(self.image.topics.values()), live, self._unclean_for)
         for d in decisions:
             await self._write(d)
+        await self._reassignments(live)
         await self._maybe_rebalance()
+
+    async def _reassignments(self, live: set[int]) -> None:
+        """Move every reassignment on whose target replicas have all caught up: first the
+        partition state (leader in the target, leaving replicas out of the ISR), then, once
+        the mirror shows that state, the assignment in the topic znode."""
+        for topic in list(self.image.topics.values()):
+            done: dict[int, PartitionState] = {}
+            for p, state in list(topic.partitions.items()):
+                if not state.reassigning:
+                    continue
+                write = reassignment_state(state, live)
+                if write is not None:
+                    await self._write(Decision(topic.name, p, write, state.partition_epoch))
+                elif reassignment_done(state):
+                    done[p] = state
+            if done:
+                await self._finish_reassignments(topic, done)
+
+    async def _finish_reassignments(self, topic: TopicState,
+                                    done: dict[int, PartitionState]) -> None:
+        got = await self.zk.get(zn.topic_path(topic.name))
+        if got is None:
+            return
+        znode = zn.decode_topic(got[0])
+        if znode.topic_id != topic.topic_id:
+            return
+        finished = []
+        for p, state in sorted(done.items()):
+            # only the reassignment the image showed: a newer request wins
+            if (znode.partitions.get(p) != state.replicas
+                    or znode.adding_replicas.get(p, []) != state.adding_replicas
+                    or znode.removing_replicas.get(p, []) != state.removing_replicas):
+                continue
+            _put(znode, p, Assignment(tuple(state.target_replicas)))
+            finished.append(p)
+        if not finished:
+            return
+        try:
+            await self.zk.set(zn.topic_path(topic.name), zn.encode_topic(znode), got[1].version)
+        except BadVersionError:
+            return  # changed meanwhile: decide again on the next pass
+        for p in finished:
+            log.info("%s-%d: reassignment to %s completed", topic.name, p,
+                     done[p].target_replicas)
 
     async def _maybe_rebalance(self) -> None:
         if self._rebalance_interval_s is None:
@@ -424,6 +549,17 @@ def shutdown_move(state: PartitionState, leaving: set[int], live: set[int]) -> S
     if any(r in leaving for r in state.isr):
         return StateWrite(state.leader, state.leader_epoch + 1, remaining)
     return None
+
+
+def _put(znode: zn.TopicAssignment, partition: int, assignment: Assignment) -> None:
+    """Write one partition's assignment into a topic znode's content (Kafka's layout)."""
+    znode.partitions[partition] = list(assignment.replicas)
+    for field, value in ((znode.adding_replicas, assignment.adding),
+                         (znode.removing_replicas, assignment.removing)):
+        if value:
+            field[partition] = list(value)
+        else:
+            field.pop(partition, None)
 
 
 def unclean_from(resolve: Callable[[TopicState, str], Any]) -> Callable[[TopicState], bool]:

@@ -11,7 +11,10 @@ Kafka's rules (its ZooKeeper-era controller):
   just that one); with none, leader -1 (offline), and the ISR keeps its last member so a clean
   election is possible when that broker returns;
 - dead brokers leave every ISR (never the last member);
-- every leader or ISR change the controller makes bumps the leader epoch.
+- every leader or ISR change the controller makes bumps the leader epoch;
+- a reassignment completes once every target replica is in the ISR: the leader moves into the
+  target if it is not there, the leaving replicas leave the ISR, then the assignment becomes
+  the target (see cluster/reassignment.py).
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ def initial_state(replicas: list[int], live: Collection[int]) -> StateWrite | No
 
 def next_state(state: PartitionState, live: Collection[int], unclean: bool) -> StateWrite | None:
     """The state to move an existing partition to, or None when it is fine as it is."""
+    if any(r not in state.replicas for r in state.isr) or (
+            state.leader != NO_LEADER and state.leader not in state.replicas):
+        # a broker that is no longer a replica (a reassignment dropped it) counts as gone
+        live = [r for r in live if r in state.replicas]
     live_isr = tuple(r for r in state.isr if r in live)
     epoch = state.leader_epoch + 1
     if state.leader != NO_LEADER and state.leader in live:
@@ -136,3 +143,31 @@ def imbalanced(topics: Iterable[TopicState], live: Collection[int],
         if len(not_led) * 100 > max_percentage * len(parts):
             out += [(t, p) for t, p, s in not_led if broker in s.isr]
     return out
+
+
+def reassignment_state(state: PartitionState, live: Collection[int]) -> StateWrite | None:
+    """The state write that lets a reassignment complete once all its target replicas are in
+    sync: a leader in the target (the current one if it is there and live), and an ISR without
+    the leaving replicas. None when there is nothing to write (yet)."""
+    if not state.reassigning or state.partition_epoch == NO_STATE:
+        return None
+    target = state.target_replicas
+    if any(r not in state.isr for r in target):
+        return None  # still catching up
+    isr = tuple(r for r in state.isr if r in target)
+    leader = state.leader
+    if leader not in target or leader not in live:
+        leader = next((r for r in target if r in isr and r in live), NO_LEADER)
+        if leader == NO_LEADER:
+            return None
+    if leader == state.leader and isr == tuple(state.isr):
+        return None
+    return StateWrite(leader, state.leader_epoch + 1, isr)
+
+
+def reassignment_done(state: PartitionState) -> bool:
+    """True when the assignment can become the target: it leads and is exactly the ISR."""
+    if not state.reassigning or state.partition_epoch == NO_STATE:
+        return False
+    target = state.target_replicas
+    return state.leader in target and sorted(state.isr) == sorted(target)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -75,13 +76,17 @@ class TopicSnapshot:
 
 
 def state_from(partition: int, replicas: list[int],
-               read: tuple[zn.LeaderAndIsr, int] | None) -> PartitionState:
-    """The image's PartitionState for a state znode (None: not created yet by the controller)."""
+               read: tuple[zn.LeaderAndIsr, int] | None, adding: list[int] | None = None,
+               removing: list[int] | None = None) -> PartitionState:
+    """The image's PartitionState for a state znode (None: not created yet by the controller)
+    and the partition's assignment in its topic znode."""
+    moving = {"adding_replicas": list(adding or ()), "removing_replicas": list(removing or ())}
     if read is None:
-        return PartitionState(partition, list(replicas), [], NO_LEADER, NO_STATE, NO_STATE)
+        return PartitionState(partition, list(replicas), [], NO_LEADER, NO_STATE, NO_STATE,
+                              **moving)
     state, version = read
     return PartitionState(partition, list(replicas), list(state.isr), state.leader,
-                          state.leader_epoch, version)
+                          state.leader_epoch, version, **moving)
 
 
 def partition_update_needed(current: PartitionState | None, desired: PartitionState) -> bool:
@@ -358,8 +363,9 @@ class ZkMirror:
         configs = await self._read_config(zn.topic_config_path(name))
         return TopicSnapshot(
             name, assignment.topic_id,
-            {p: state_from(p, assignment.partitions[p], r) for p, r in zip(parts, reads,
-                                                                           strict=True)},
+            {p: state_from(p, assignment.partitions[p], r, assignment.adding_replicas.get(p),
+                           assignment.removing_replicas.get(p))
+             for p, r in zip(parts, reads, strict=True)},
             configs)
 
     # -- diffing ----------------------------------------------------------------------------
@@ -399,7 +405,14 @@ class ZkMirror:
             return out
         out += config_records("topic", name, existing.configs, snap.configs)
         for p, desired in sorted(snap.partitions.items()):
-            if partition_update_needed(existing.partitions.get(p), desired):
+            current = existing.partitions.get(p)
+            if current is not None and desired.partition_epoch < current.partition_epoch:
+                # a state read older than the image's: keep the newer state, but take the
+                # assignment (replicas, reassignment) from this topic read
+                desired = dataclasses.replace(
+                    current, replicas=desired.replicas, adding_replicas=desired.adding_replicas,
+                    removing_replicas=desired.removing_replicas)
+            if partition_update_needed(current, desired):
                 out.append(rec.partition_record(snap.topic_id, desired))
         return out
 
@@ -412,7 +425,8 @@ class ZkMirror:
             return []
         if read is None:
             return []  # deleted with its topic; the topic's own event removes it
-        desired = state_from(partition, current.replicas, read)
+        desired = state_from(partition, current.replicas, read, current.adding_replicas,
+                             current.removing_replicas)
         if not partition_update_needed(current, desired):
             return []
         return [rec.partition_record(topic.topic_id, desired)]

@@ -1,0 +1,79 @@
+"""AlterPartitionReassignments and ListPartitionReassignments (KIP-455).
+
+Any broker accepts them (each change is a compare-and-set on the cluster's metadata, so no
+request has to reach the active controller); the active controller carries reassignments out.
+An accepted request is answered once this broker's image shows it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.router import handles
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+
+
+@handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
+async def alter_partition_reassignments(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    allow = bool(getattr(request, "allow_replication_factor_change", True))
+    wanted: dict[tuple[str, int], list[int] | None] = {}
+    duplicates: set[tuple[str, int]] = set()
+    for topic in request.topics:
+        for p in topic.partitions:
+            key = (topic.name, p.partition_index)
+            if key in wanted:
+                duplicates.add(key)
+            wanted[key] = None if p.replicas is None else [int(r) for r in p.replicas]
+    results = await broker.controller.alter_partition_reassignments(
+        {k: v for k, v in wanted.items() if k not in duplicates}, allow)
+    for key in duplicates:
+        results[key] = (ErrorCode.INVALID_REQUEST,
+                        "the partition appears more than once in the request", None)
+    planned = {k: r[2] for k, r in results.items() if r[2] is not None}
+
+    def shown(image: Any) -> bool:  # every accepted change has reached our image
+        for (topic, p), assignment in planned.items():
+            t = image.topics.get(topic)
+            state = t.partitions.get(p) if t is not None else None
+            if state is not None and tuple(state.target_replicas) != assignment.target:
+                return False
+        return True
+
+    if planned:
+        await broker.controller.wait_until(shown, min(max(request.timeout, 0), 30_000) / 1000)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, p), (code, message, _) in sorted(results.items()):
+        by_topic.setdefault(topic, []).append(
+            {"partition_index": p, "error_code": int(code), "error_message": message})
+    return {"throttle_time": 0, "allow_replication_factor_change": allow,
+            "error_code": ErrorCode.NONE, "error_message": None,
+            "responses": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
+
+
+@handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
+def list_partition_reassignments(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+    """Partitions with a reassignment under way (all, or among those asked for); partitions
+    that do not exist or are not moving are left out, as Kafka does."""
+    image = broker.image
+    if request.topics is None:
+        wanted = [(t, sorted(t.partitions)) for t in image.topics.values()]
+    else:
+        wanted = []
+        for asked in request.topics:
+            t = image.topics.get(asked.name)
+            if t is not None:
+                wanted.append((t, list(asked.partition_indexes)))
+    topics = []
+    for t, parts in sorted(wanted, key=lambda tp: tp[0].name):
+        ongoing = []
+        for p in sorted(set(parts)):
+            state = t.partitions.get(p)
+            if state is not None and state.reassigning:
+                ongoing.append({"partition_index": p, "replicas": list(state.replicas),
+                                "adding_replicas": list(state.adding_replicas),
+                                "removing_replicas": list(state.removing_replicas)})
+        if ongoing:
+            topics.append({"name": t.name, "partitions": ongoing})
+    return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "topics": topics}
