@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import faulthandler
 import logging
 import os
 import resource
@@ -25,6 +26,7 @@ from strom.broker.server import BrokerServer
 from strom.cluster.controller import LocalController
 from strom.cluster.image import BrokerInfo
 from strom.cluster.metadata_log import MetadataLog
+from strom.common.tasks import cancel_and_wait
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
 from strom.protocol.api_keys import ApiKey
@@ -156,6 +158,29 @@ _HOT_APIS = (
 )  # fmt: skip
 
 
+_SHUTDOWN_STEP_TIMEOUT_S = 5.0
+_SHUTDOWN_DUMP_AFTER_S = 20.0
+
+
+async def _step(name: str, awaitable) -> None:
+    """One bounded shutdown step: a step that hangs is logged with the stacks of the tasks
+    still running and skipped, so the logs are still flushed and closed after it."""
+    task = asyncio.ensure_future(awaitable)
+    done, _ = await asyncio.wait({task}, timeout=_SHUTDOWN_STEP_TIMEOUT_S)
+    if not done:
+        stacks = []
+        for other in asyncio.all_tasks():
+            frames = other.get_stack(limit=8)
+            where = " <- ".join(f"{f.f_code.co_name}:{f.f_lineno}" for f in reversed(frames))
+            stacks.append(f"{other.get_name()}: {where}")
+        log.warning("shutdown: %s did not stop within %.0f s; going on. Tasks: %s",
+                    name, _SHUTDOWN_STEP_TIMEOUT_S, "; ".join(stacks))
+        task.cancel()
+        return
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("shutdown: %s failed: %r", name, task.exception())
+
+
 async def serve(config: BrokerConfig) -> None:
     precompile(_HOT_APIS, latest_only=True)
     cluster = None
@@ -216,25 +241,27 @@ async def serve(config: BrokerConfig) -> None:
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
+    # A stack dump of every thread if shutdown still runs after this long: a hung step then
+    # names itself in the log instead of waiting for the supervisor's SIGKILL.
+    faulthandler.dump_traceback_later(_SHUTDOWN_DUMP_AFTER_S, exit=False)
     if cluster is not None and config.get("controlled.shutdown.enable"):
         moved = await cluster.controller.controlled_shutdown(
             config.get("zookeeper.session.timeout.ms") / 1000)
         log.info("controlled shutdown: %s", "leadership moved" if moved else "timed out")
     for task in tasks:
         task.cancel()
-    await cleaner.stop()
+    await _step("log cleaner", cleaner.stop())
     for server in servers:
-        await server.stop()
+        await _step("listener", server.stop())
     broker.groups.shutdown()
     broker.transaction_coordinator.shutdown()
     if cluster is not None:
-        replication_task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await replication_task
-        await cluster.controller.stop()
-        await cluster.mirror.stop()
-        await cluster.zk.stop()
+        await _step("replication", cancel_and_wait(replication_task))
+        await _step("controller", cluster.controller.stop())
+        await _step("metadata mirror", cluster.mirror.stop())
+        await _step("ZooKeeper client", cluster.zk.stop())
     logs.shutdown()
+    faulthandler.cancel_dump_traceback_later()
     log.info("shut down cleanly")
 
 

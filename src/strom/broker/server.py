@@ -23,6 +23,7 @@ from functools import partial
 from typing import Any
 
 from strom.broker.router import Router
+from strom.common.tasks import cancel_all
 from strom.protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,7 @@ class BrokerServer:
                 task.cancel()
         if self._sock is not None:
             self._sock.close()
-        for task in list(self._connections.values()):
-            task.cancel()
-        if self._connections:
-            await asyncio.gather(*self._connections.values(), return_exceptions=True)
+        await cancel_all(list(self._connections.values()))
 
     async def _accept_loop(self) -> None:
         loop = asyncio.get_running_loop()

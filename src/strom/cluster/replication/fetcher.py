@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.common.tasks import cancel_and_wait
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, ProtocolError
 from strom.storage.errors import StorageError
@@ -67,6 +68,7 @@ class ReplicaFetcher:
                                     timeout_s=settings.socket_timeout_ms / 1000)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._failures = 0  # consecutive failed fetches (logged once, then at DEBUG)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -87,10 +89,7 @@ class ReplicaFetcher:
 
     async def stop(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)
         self._client.close()
 
     # -- the loop -----------------------------------------------------------------------------
@@ -109,9 +108,16 @@ class ReplicaFetcher:
                 continue
             try:
                 await self._fetch_once(ready)
+                if self._failures:
+                    log.info("fetching from leader %d again after %d failed attempts",
+                             self.leader_id, self._failures)
+                    self._failures = 0
             except (BrokerConnectionError, ProtocolError) as exc:
-                log.info("fetch from leader %d failed: %s; retrying in %d ms", self.leader_id,
-                         exc, self.settings.backoff_ms)
+                # one line when a leader becomes unreachable, not one per retry
+                self._failures += 1
+                log.log(logging.INFO if self._failures == 1 else logging.DEBUG,
+                        "fetch from leader %d failed: %s; retrying every %d ms",
+                        self.leader_id, exc, self.settings.backoff_ms)
                 self._delay(ready, loop.time())
             except asyncio.CancelledError:
                 raise

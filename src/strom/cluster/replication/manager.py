@@ -26,6 +26,7 @@ from strom.cluster.replication.fetcher import (
     ReplicaFetcher,
 )
 from strom.cluster.replication.leader import UNKNOWN_OFFSET, LeaderState
+from strom.common.tasks import cancel_all
 from strom.common.waiters import WaiterRegistry
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.storage.log import PartitionLog
@@ -67,8 +68,7 @@ class ReplicaManager:
 
     async def shutdown(self) -> None:
         self._started = False
-        for task in list(self._tasks):
-            task.cancel()
+        await cancel_all(list(self._tasks))
         for fetcher in list(self.fetchers.values()):
             await fetcher.stop()
         self.fetchers.clear()

@@ -47,6 +47,7 @@ from strom.cluster.zk.decisions import (
     reassignment_state,
 )
 from strom.cluster.zk.mirror import ZkMirror
+from strom.common.tasks import cancel_all
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -323,11 +324,7 @@ class ZkController:
 
     async def stop(self) -> None:
         self._stopping = True
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all(self._tasks)
         self._tasks = []
 
     def _on_changes(self, changes: list[Change]) -> None:

@@ -18,7 +18,6 @@ partition epoch) is not older than the one in the image.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 from collections.abc import Callable
@@ -31,6 +30,7 @@ from strom.cluster.records import Change
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import ZkClient
 from strom.cluster.zk.decisions import NO_LEADER, NO_STATE
+from strom.common.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +136,7 @@ class ZkMirror:
                        asyncio.create_task(self._periodic(), name="zk-mirror-resync")]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_all(self._tasks)
         self._tasks = []
         for _, fut in self._waiters:
             if not fut.done():

@@ -13,7 +13,6 @@ their delete horizon has passed, even without new writes, so deleted keys really
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
@@ -21,6 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from strom.common.tasks import cancel_and_wait
 from strom.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from strom.storage.cleaner.batches import CleanerCorruptionError
 from strom.storage.cleaner.cleaner import (
@@ -271,8 +271,4 @@ class LogCleaner:
         """Stop the task; a running worker notices at its next batch and discards its output."""
         self._cancel.set()
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await cancel_and_wait(task)
