@@ -13,11 +13,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $(STAMP)
 
-# Debian packages the tests drive (kcat; ZooKeeper for the cluster tests). Installed only when
-# missing; the cluster tests start their own private ZooKeeper server.
+# Debian packages the tests drive (kcat; ZooKeeper for the cluster tests; iproute2 for the
+# network-namespace partition test). Installed only when missing; the cluster tests start their
+# own private ZooKeeper server.
 system-deps:
 	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	  test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
+	  command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	  if [ -n "$$missing" ]; then \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && \

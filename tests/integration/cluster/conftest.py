@@ -26,15 +26,20 @@ ZK_START_TIMEOUT = 30.0
 
 
 class ZooKeeper:
-    def __init__(self, base: Path) -> None:
+    """`prefix` runs the server through another command (e.g. `ip netns exec NS`), on `host`."""
+
+    def __init__(self, base: Path, *, host: str = HOST, port: int | None = None,
+                 prefix: tuple[str, ...] = ()) -> None:
         self.base = base
-        self.port = free_port()
+        self.host = host
+        self.port = port or free_port()
+        self.prefix = prefix
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = base / "zookeeper.log"
 
     @property
     def connect(self) -> str:
-        return f"{HOST}:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def start(self) -> None:
         if not ZK_JAR.exists():
@@ -44,13 +49,13 @@ class ZooKeeper:
         data.mkdir(parents=True, exist_ok=True)
         cfg = self.base / "zoo.cfg"
         cfg.write_text(f"tickTime=500\ndataDir={data}\nclientPort={self.port}\n"
-                       f"clientPortAddress={HOST}\nadmin.enableServer=false\n"
+                       f"clientPortAddress={self.host}\nadmin.enableServer=false\n"
                        "maxSessionTimeout=60000\nminSessionTimeout=1000\n"
                        "4lw.commands.whitelist=ruok\n")
         classpath = f"{ZK_CONF_DIR}:{ZK_JAR}"  # the jar's manifest names the rest
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                ["java", "-Xmx256m", "-cp", classpath,
+                [*self.prefix, "java", "-Xmx256m", "-cp", classpath,
                  "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.base)
         deadline = time.monotonic() + ZK_START_TIMEOUT
@@ -63,7 +68,7 @@ class ZooKeeper:
 
     def _ruok(self) -> bool:
         try:
-            with socket.create_connection((HOST, self.port), timeout=1) as s:
+            with socket.create_connection((self.host, self.port), timeout=1) as s:
                 s.sendall(b"ruok")
                 return s.recv(4) == b"imok"
         except OSError:
