@@ -10,7 +10,9 @@ Steps (a fresh broker with its own data directory; nothing else is measured in b
      once without Arrow (raw confluent-kafka fetch) and once with it: the per-record cost of
      the client fetch and of the Arrow conversion, outside Spark;
   3. spark.read.format("strom") -> Parquet (batch);
-  4. spark.readStream.format("strom") -> Parquet (Trigger.AvailableNow, one micro-batch);
+  4. spark.readStream.format("strom") -> Parquet (Trigger.AvailableNow, one micro-batch),
+     then as a long-running stream would see it: five micro-batches, timed from the first
+     batch's start to the last one's end (query start and stop left out);
   5. Parquet -> df.write.format("strom") into a new topic (the sink).
 CPU: the broker's process tree, and Spark's (this process's tree: driver JVM, Python workers,
 the driver itself) minus the broker's.
@@ -120,6 +122,13 @@ def client_only(bootstrap: str, topic: str, ends: dict[int, int], arrow: bool) -
     return n
 
 
+def _progress_start(progress: dict) -> float:
+    """A StreamingQueryProgress timestamp ('2026-11-22T18:01:02.345Z') as epoch seconds."""
+    import datetime as dt
+
+    return dt.datetime.fromisoformat(progress["timestamp"].replace("Z", "+00:00")).timestamp()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--records", type=int, default=1_000_000)
@@ -188,6 +197,27 @@ def main(argv: list[str] | None = None) -> int:
             phases.append(meter.phase(f"strom -> Spark -> Parquet (stream) #{run + 1}",
                                       args.records, before))
             assert spark.read.parquet(str(out_s)).count() == args.records
+
+        # A long-running stream: micro-batches of a fifth of the backlog each, timed from the
+        # first batch's start to the last one's end (the query's start and stop, 2-3 s of
+        # fixed cost, left out: what a stream that keeps running sees).
+        out_s, ck = work / "parquet-stream-steady", work / "checkpoint-steady"
+        before = meter.sample()
+        q = (spark.readStream.format("strom").option("kafka.bootstrap.servers", bs)
+             .option("subscribe", "bench-in").option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", str(max(1, args.records // 5))).load()
+             .writeStream.format("parquet").option("path", str(out_s))
+             .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+        q.awaitTermination()
+        whole = meter.phase("(stream query incl. start/stop)", args.records, before)
+        batches = [b for b in q.recentProgress if b["numInputRows"] > 0]
+        assert sum(b["numInputRows"] for b in batches) == args.records
+        first = _progress_start(batches[0])
+        last = _progress_start(batches[-1]) + batches[-1]["durationMs"]["triggerExecution"] / 1000
+        # (CPU: the whole query's, start and stop included: the conservative figure)
+        phases.append(Phase(f"strom -> Spark -> Parquet (stream, {len(batches)} batches, in "
+                            "query)", args.records, last - first, whole.broker_cpu,
+                            whole.spark_cpu))
 
         values = spark.read.parquet(str(out)).select("value")
         for run in range(args.repeat):
