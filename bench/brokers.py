@@ -206,6 +206,11 @@ class BrokerProcess:
                 self.stop(timeout=20)
         finally:
             shutil.rmtree(self.data_dir, ignore_errors=True)
+            # Write back this run's files and their deletion now: otherwise the kernel does it
+            # during the next run, whose file creations then wait behind it (measured: a
+            # 1,000-partition topic took 4x longer to create right after the 10,000-partition
+            # scenario).
+            os.sync()
 
     # -- measurements ----------------------------------------------------------------------
 

@@ -53,9 +53,9 @@ class LeaderEpochCache:
         if self._assign(epoch, start_offset):
             self.write()
 
-    def write(self) -> None:
+    def write(self, *, fsync: bool = True) -> None:
         if self.path is not None:
-            write_leader_epoch_checkpoint(self.path, self.entries())
+            write_leader_epoch_checkpoint(self.path, self.entries(), fsync=fsync)
 
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) answering OffsetForLeaderEpoch for ``requested_epoch``."""

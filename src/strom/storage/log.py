@@ -117,13 +117,13 @@ class _LogEpochs(LeaderEpochCache):
         if self._assign(epoch, start_offset):
             self._dirty = True
 
-    def write(self) -> None:
-        super().write()
+    def write(self, *, fsync: bool = True) -> None:
+        super().write(fsync=fsync)
         self._dirty = False
 
-    def sync(self) -> None:
+    def sync(self, *, fsync: bool = True) -> None:
         if self._dirty:
-            self.write()
+            self.write(fsync=fsync)
 
 
 class PartitionLog:
@@ -836,15 +836,20 @@ class PartitionLog:
 
     # --- flush and close -----------------------------------------------------------------------
 
-    def flush(self) -> None:
-        """fsync everything written so far; the recovery point moves to the log end."""
+    def flush(self, *, sync: bool = True) -> None:
+        """fsync everything written so far; the recovery point moves to the log end.
+
+        ``sync=False`` writes indexes and checkpoints but leaves the fsyncs to the caller, who
+        must sync the whole filesystem before it records the new recovery point (a clean
+        shutdown does, once for every log)."""
         self._check_open()
         for seg in self._rolled_unflushed:
-            seg.flush()
+            seg.flush(sync=sync)
         self._rolled_unflushed.clear()
-        self._active.flush()
-        self.producer_state.sync_snapshots()
-        self.epochs.sync()
+        self._active.flush(sync=sync)
+        if sync:
+            self.producer_state.sync_snapshots()
+        self.epochs.sync(fsync=sync)
         self.recovery_point = self.log_end_offset
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
@@ -868,19 +873,20 @@ class PartitionLog:
             self.flush_rolled()
         self.purge_deleted(now_ms)
 
-    def close(self) -> None:
-        """Write indexes (with the active segment's final time-index entry) and close files."""
+    def close(self, *, sync: bool = True) -> None:
+        """Write indexes (with the active segment's final time-index entry) and close files;
+        ``sync=False`` as for ``flush``."""
         if self._closed:
             return
         try:
             for seg in self._rolled_unflushed:
                 seg.persist_indexes()
             self._active.seal()
-            self.epochs.sync()
+            self.epochs.sync(fsync=sync)
             ps = self.producer_state
             ps.map_end_offset = self.log_end_offset
             try:
-                ps.take_snapshot()  # the next load starts here instead of replaying the log
+                ps.take_snapshot(sync=sync)  # the next load starts here instead of replaying the log
             except Exception as e:  # the log is still consistent: a load replays instead
                 log.warning("no producer snapshot for %s-%d: %s", self.topic, self.partition, e)
         finally:

@@ -15,6 +15,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from strom.storage import files
 from strom.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
     PARTITION_METADATA,
@@ -212,11 +213,18 @@ class LogManager:
             write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, hws)
 
     def shutdown(self) -> None:
-        """Flush and close every log, write checkpoints, then the clean-shutdown markers."""
+        """Flush and close every log, write checkpoints, then the clean-shutdown markers.
+
+        The logs are written without an fsync each, then every log directory's filesystem is
+        synced at once: with thousands of partitions, five fsyncs a partition (log, epochs,
+        producer snapshot, and the file creations they stall behind) took 15-25 s for 10,000
+        partitions; one syncfs takes well under a second. Only after it succeeds do the
+        recovery points and the clean-shutdown markers claim the data is on disk."""
         for log in self._logs.values():
             if not log.closed:
-                log.flush()
-                log.close()
+                log.flush(sync=False)
+                log.close(sync=False)
+        files.sync_filesystems(self.log_dirs)
         self.checkpoint()
         for d in self.log_dirs:
             (d / CLEAN_SHUTDOWN_MARKER).write_text("")

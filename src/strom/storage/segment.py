@@ -367,11 +367,14 @@ class LogSegment:
         except OSError as e:
             raise KafkaStorageError(f"cannot write indexes of {self.log_path}: {e}") from e
 
-    def flush(self) -> None:
-        """Write indexes and fsync the log file (a segment never written has no files yet)."""
+    def flush(self, *, sync: bool = True) -> None:
+        """Write indexes and fsync the log file (a segment never written has no files yet);
+        ``sync=False`` only writes the indexes."""
         if not self.file.created:
             return
         self.persist_indexes()
+        if not sync:
+            return
         if self._txn is not None:
             self._txn.flush()
         try:

@@ -145,3 +145,54 @@ def test_file_budget_limits_open_segments(h, tmp_path):
         assert log.read(0, 100).slice.read_bytes()[:8] == bytes(8)
     assert m.budget.open_count <= 5
     m.shutdown()
+
+
+def test_shutdown_syncs_each_filesystem_once_instead_of_an_fsync_per_file(h, tmp_path, monkeypatch):
+    from strom.storage import files
+
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    m = LogManager(dirs)
+    m.load()
+    for p in range(4):
+        log = m.create("t", p, uuid.uuid4(), LogConfig())
+        log.append(bytearray(h.make_batch(2, 100)), leader_epoch=0, now_ms=0)
+    fsyncs, synced = [], []
+    monkeypatch.setattr(files, "fsync", lambda fd: fsyncs.append(fd))
+    monkeypatch.setattr(files, "sync_filesystems", lambda ds: synced.append(list(ds)))
+    m.shutdown()
+    assert synced == [dirs]
+    # only the directory-wide checkpoints and markers are fsynced one by one, not the logs
+    assert len(fsyncs) <= 3 * len(dirs)
+    assert all((d / CLEAN_SHUTDOWN_MARKER).exists() for d in dirs)
+
+
+def test_a_failed_sync_leaves_no_clean_shutdown_marker(h, tmp_path, monkeypatch):
+    from strom.storage import files
+    from strom.storage.errors import KafkaStorageError
+
+    m = LogManager([tmp_path / "a"])
+    m.load()
+    m.create("t", 0, uuid.uuid4(), LogConfig()).append(
+        bytearray(h.make_batch(2, 100)), leader_epoch=0, now_ms=0)
+
+    def fail(dirs):
+        raise KafkaStorageError("syncfs failed: EIO")
+
+    monkeypatch.setattr(files, "sync_filesystems", fail)
+    with pytest.raises(KafkaStorageError):
+        m.shutdown()
+    assert not (tmp_path / "a" / CLEAN_SHUTDOWN_MARKER).exists()
+    m2 = LogManager([tmp_path / "a"])
+    m2.load()  # recovery instead of trusting the files
+    assert m2.get("t", 0).log_end_offset == 2
+
+
+def test_sync_filesystems_reports_a_missing_directory(tmp_path, monkeypatch):
+    from strom.storage import files
+    from strom.storage.errors import KafkaStorageError
+
+    monkeypatch.setattr(files, "FSYNC_ENABLED", True)
+    files.sync_filesystems([tmp_path])
+    if files._syncfs is not None:
+        with pytest.raises(KafkaStorageError, match="cannot open"):
+            files.sync_filesystems([tmp_path / "gone"])
