@@ -59,7 +59,8 @@ def run(
                     else:
                         log(f"{prefix}: done in {took:.1f} s")
                     results.add(sc.name, who, outcome)
-    finally:
+    finally:  # every run's storage, deleted only now (see BrokerProcess.close)
+        log("deleting the runs' storage")
         shutil.rmtree(workdir, ignore_errors=True)
         results.seconds = time.monotonic() - t_start
     return results

@@ -11,8 +11,9 @@ Steps (a fresh broker with its own data directory; nothing else is measured in b
      the client fetch and of the Arrow conversion, outside Spark;
   3. spark.read.format("strom") -> Parquet (batch);
   4. spark.readStream.format("strom") -> Parquet (Trigger.AvailableNow, one micro-batch),
-     then as a long-running stream would see it: five micro-batches, timed from the first
-     batch's start to the last one's end (query start and stop left out);
+     then as a long-running stream would see it: micro-batches of a fifth of the backlog
+     (five, or six when the per-partition split rounds down), timed from the first batch's
+     start to the last one's end (query start and stop left out);
   5. Parquet -> df.write.format("strom") into a new topic (the sink).
 CPU: the broker's process tree, and Spark's (this process's tree: driver JVM, Python workers,
 the driver itself) minus the broker's.
