@@ -11,7 +11,9 @@ import resource
 import signal
 import socket
 import sys
+import threading
 import time
+import traceback
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -159,6 +161,34 @@ _HOT_APIS = (
 
 
 _SHUTDOWN_STEP_TIMEOUT_S = 5.0
+_EXIT_GRACE_S = 5.0
+
+
+def _exit_watchdog(grace_s: float) -> None:
+    """Make sure the process ends once the logs are closed.
+
+    After `serve` returns, asyncio joins its executor threads and the interpreter joins every
+    non-daemon thread, without a time limit; a thread stuck in a library call (seen in CI: a
+    broker that had logged "shut down cleanly" never exited) would hold the process forever.
+    The data is durable by now, so after a grace period this logs the stacks of the threads
+    still alive (to find the culprit) and exits with the status the shutdown earned.
+    """
+
+    def watch() -> None:
+        time.sleep(grace_s)  # a deadline, not synchronisation: normally we never wake up
+        me = threading.get_ident()
+        frames = sys._current_frames()
+        stuck = [t for t in threading.enumerate() if t.ident != me and t.ident in frames]
+        stacks = "; ".join(
+            f"{t.name}: " + " <- ".join(f"{fs.name}:{fs.lineno}"
+                                         for fs in reversed(traceback.extract_stack(frames[t.ident])[-6:]))
+            for t in stuck)
+        log.warning("process still running %.0f s after shutdown; exiting. Threads: %s",
+                    grace_s, stacks)
+        logging.shutdown()
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-watchdog", daemon=True).start()
 
 
 async def _step(name: str, awaitable) -> None:
@@ -261,6 +291,8 @@ async def serve(config: BrokerConfig) -> None:
     except KafkaStorageError as e:  # no clean-shutdown marker: the next start recovers the logs
         log.error("logs not closed cleanly (%s); they will be recovered on the next start", e)
         return
+    finally:
+        _exit_watchdog(_EXIT_GRACE_S)
     log.info("shut down cleanly")
 
 
