@@ -68,6 +68,7 @@ class ReplicaFetcher:
                                     timeout_s=settings.socket_timeout_ms / 1000)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False  # ends the loop even if a cancellation gets lost
         self._failures = 0  # consecutive failed fetches (logged once, then at DEBUG)
 
     @property
@@ -88,15 +89,16 @@ class ReplicaFetcher:
             self._task = asyncio.get_running_loop().create_task(self._run())
 
     async def stop(self) -> None:
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        """Stop fetching; safe to call again (e.g. when a first call was itself cancelled)."""
+        self._stopping = True
+        await cancel_and_wait(self._task)
         self._client.close()
 
     # -- the loop -----------------------------------------------------------------------------
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._stopping:
             now = loop.time()
             ready = [p for p in self.partitions.values() if p.delayed_until <= now]
             if not ready:

@@ -57,6 +57,7 @@ class ReplicaManager:
         self._followed: dict[Key, int] = {}  # partition -> leader id we fetch it from
         self._isr_in_flight: set[Key] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._retired: set[ReplicaFetcher] = set()  # stopping in the background
         self._started = False
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -69,9 +70,11 @@ class ReplicaManager:
     async def shutdown(self) -> None:
         self._started = False
         await cancel_all(list(self._tasks))
-        for fetcher in list(self.fetchers.values()):
+        # every fetcher, including retired ones whose background stop was just cancelled
+        for fetcher in [*self.fetchers.values(), *self._retired]:
             await fetcher.stop()
         self.fetchers.clear()
+        self._retired.clear()
 
     # -- roles --------------------------------------------------------------------------------
 
@@ -203,7 +206,13 @@ class ReplicaManager:
 
     def _retire(self, fetcher: ReplicaFetcher) -> None:
         self.fetchers.pop(fetcher.leader_id, None)
-        self._spawn(fetcher.stop())
+        self._retired.add(fetcher)
+
+        async def stop() -> None:
+            await fetcher.stop()
+            self._retired.discard(fetcher)
+
+        self._spawn(stop())
 
     def _refresh_fetchers(self) -> None:
         """A broker came or went: re-home every followed partition (and restart fetchers)."""
