@@ -30,6 +30,30 @@ def contents(msgs: Iterable[Msg]) -> list[tuple]:
     return [m.content() for m in msgs]
 
 
+def read_partition(bootstrap: str, topic: str, partition: int = 0, *,
+                   isolation: str = "read_uncommitted", timeout: float = 30.0) -> list[Msg]:
+    """Every record of one partition, from offset 0 until partition EOF (no group, no commits)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"strom-it-{uuid.uuid4().hex[:8]}",
+                  "enable.partition.eof": True, "enable.auto.commit": False,
+                  "isolation.level": isolation, "fetch.wait.max.ms": 100})  # fmt: skip
+    out: list[Msg] = []
+    try:
+        c.assign([TopicPartition(topic, partition, 0)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    return out
+                raise AssertionError(m.error())
+            out.append(Msg(m.key(), m.value(), partition=m.partition(), offset=m.offset()))
+        raise AssertionError(f"no partition EOF after {timeout}s ({len(out)} messages)")
+    finally:
+        c.close()
+
+
 def sample_messages(tag: str = "", null_header: bool = True) -> list[Msg]:
     """Keys, headers, null and empty keys/values, binary and UTF-8 payloads."""
     t = tag.encode()

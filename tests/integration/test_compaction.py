@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError
 
 from . import clients as kc
-from .clients import Msg
+from .clients import Msg, read_partition
 from .wire import Conn, parse_batches
 
 FAST_CLEANER = {"log.cleaner.backoff.ms": 100}
@@ -19,29 +19,6 @@ TOPIC_CONFIG = {
     "min.cleanable.dirty.ratio": "0.01",
     "delete.retention.ms": "3000",
 }
-
-
-def read_partition(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Msg]:
-    """All records of partition 0 from offset 0 to the end (until partition EOF)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "strom-it-compaction",
-                  "enable.partition.eof": True, "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 100})  # fmt: skip
-    out: list[Msg] = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(m.error())
-            out.append(Msg(m.key(), m.value(), offset=m.offset()))
-        raise AssertionError(f"no partition EOF after {timeout}s ({len(out)} messages)")
-    finally:
-        c.close()
 
 
 def wait_for(bootstrap: str, topic: str, predicate, what: str, timeout: float = 60.0) -> list[Msg]:

@@ -7,13 +7,11 @@ import itertools
 import socket
 import struct
 import threading
-import time
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from . import clients as kc
-from .clients import Msg
+from .clients import Msg, read_partition
 from .wire import Conn, Reader, Record, build_batch, i16, i32, i64, parse_batches
 
 INIT_PRODUCER_ID = 22
@@ -133,32 +131,6 @@ def proxied_broker(make_broker):
         yield broker, proxy
     finally:
         proxy.close()
-
-
-def read_partition(bootstrap: str, topic: str, timeout: float = 30.0) -> list[Msg]:
-    """Everything in partition 0, from the start to the end (stops at partition EOF)."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "strom-it-idem",
-                  "enable.partition.eof": True, "enable.auto.commit": False,
-                  "fetch.wait.max.ms": 100})  # fmt: skip
-    out: list[Msg] = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(m.error())
-            out.append(Msg(m.key(), m.value(), offset=m.offset()))
-        raise AssertionError(f"no partition EOF after {timeout}s ({len(out)} messages)")
-    finally:
-        c.close()
-
-
-# --------------------------------------------------------------------------- real clients
 
 
 def test_librdkafka_retry_after_lost_response_writes_once(proxied_broker, unique_topic):

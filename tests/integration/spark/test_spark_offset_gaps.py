@@ -12,8 +12,9 @@ import itertools
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 
+from ..clients import read_partition
 from .conftest import create_topic, wait_for
 
 FAST_CLEANER = {"log.cleaner.backoff.ms": 100}
@@ -28,25 +29,8 @@ COMPACTED = {
 def consumer_view(bootstrap: str, topic: str, isolation: str = "read_uncommitted",
                   ) -> list[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of partition 0 as a plain consumer reads it, to the end."""
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"gaps-{uuid.uuid4().hex[:8]}",
-                  "enable.partition.eof": True, "enable.auto.commit": False,
-                  "isolation.level": isolation, "fetch.wait.max.ms": 100})
-    out: list[tuple[int, bytes | None, bytes | None]] = []
-    try:
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            m = c.poll(0.5)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    return out
-                raise AssertionError(m.error())
-            out.append((m.offset(), m.key(), m.value()))
-        raise AssertionError("no partition EOF within 30 s")
-    finally:
-        c.close()
+    return [(m.offset, m.key, m.value)
+            for m in read_partition(bootstrap, topic, isolation=isolation)]
 
 
 def spark_view(spark, bootstrap: str, topic: str, **options: str):
