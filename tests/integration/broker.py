@@ -42,11 +42,21 @@ class BrokerStartError(RuntimeError):
     pass
 
 
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A TCP port on 127.0.0.1 that was free a moment ago and that this test run has not handed
+    out before: the kernel may offer a just-released port again, and two brokers of one cluster
+    started together then collide (seen in CI: "Address already in use")."""
+    for _ in range(100):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+    raise RuntimeError("no free port that was not handed out already")
 
 
 def running_peer() -> str | None:

@@ -228,6 +228,9 @@ def test_cancel_goes_back_to_the_original_replicas_and_bad_requests_get_kafka_er
     cluster = make_cluster(3)
     _create(cluster, "cx", [[1]])
     boot = cluster.broker(1).bootstrap
+    # every broker, the controller among them, must know broker 3 is alive before it freezes
+    wait_for(lambda: all(len(WireCluster.connect(b.bootstrap, 10).brokers) == 3
+                         for b in cluster.brokers), 30, "3 live brokers everywhere")
     os.kill(cluster.broker(3).pid, signal.SIGSTOP)  # so the reassignment cannot finish
     try:
         plan = _plan_file(tmp_path, "plan.json", {("cx", 0): [3]})
