@@ -33,6 +33,7 @@ from .wire import (
     produce_v3_body,
     records_of,
     request_header_v1,
+    request_header_v2,
     simple_batch,
     string,
 )
@@ -286,3 +287,22 @@ def test_many_bad_connections_then_normal_clients(broker, topic):
         with Conn(broker.bootstrap) as conn:
             conn.send_raw([i32(-1), b"\xff" * 7, frame(b"\x00"), i8(1) * 3][i % 4])
     assert_intact(broker, topic)
+
+
+def test_api_versions_malformed_v3_body_closes(broker, topic):
+    """The (cached) ApiVersions reply still needs a well-formed request body."""
+    truncated = b"\x09strom"  # compact string of 8 bytes, only 5 present
+    send_and_expect_close(
+        broker, frame(request_header_v2(API_VERSIONS, 3, 5, "x") + truncated)
+    )
+    assert_intact(broker, topic)
+
+
+def test_api_versions_reply_is_the_same_on_every_connection(broker, topic):
+    replies = []
+    for _ in range(3):
+        with Conn(broker.bootstrap) as conn:
+            body = compact_string("strom-it") + compact_string("1.0") + b"\x00"
+            replies.append(conn.recv_response(conn.send(API_VERSIONS, 3, body, flexible=True)))
+    assert replies[0] == replies[1] == replies[2]
+    assert Reader(replies[0]).i16() == NONE

@@ -68,6 +68,8 @@ class Router:
                 if spec is not None:
                     self._register(spec, fn)
         self._header_cache: dict[tuple[int, int, bool], int] = {}
+        # Replies that depend only on the request's version (ApiVersions), keyed by version.
+        self.cached_replies: dict[int, bytes] = {}
 
     def _register(self, spec: ApiSpec, fn: HandlerFn) -> None:
         lo, hi = spec.min_version, spec.max_version

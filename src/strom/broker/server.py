@@ -19,7 +19,6 @@ import socket
 import struct
 from collections.abc import Awaitable
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from strom.broker.router import Router
@@ -72,7 +71,7 @@ class BrokerServer:
         self._reaper: asyncio.Task[None] | None = None
         self._live: dict[int, Connection] = {}
         self._sock: socket.socket | None = None
-        self._accept_task: asyncio.Task[None] | None = None
+        self._server: asyncio.AbstractServer | None = None
         self._connections: dict[int, asyncio.Task[None]] = {}
         self._next_id = 0
 
@@ -80,48 +79,36 @@ class BrokerServer:
         family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Accepted sockets inherit the listener's buffer sizes (and the loop sets TCP_NODELAY on
+        # each), so nothing is set per connection.
+        if self.send_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
+        if self.receive_buffer > 0:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
         sock.bind((self.host, self.port))
         sock.listen(max(self.backlog, 128))
         sock.setblocking(False)
         self._sock = sock
         self.port = sock.getsockname()[1]
         loop = asyncio.get_running_loop()
-        self._accept_task = loop.create_task(self._accept_loop())
+        self._server = await loop.create_server(self._new_connection, sock=sock,
+                                                backlog=max(self.backlog, 128))
         if self.max_idle > 0:
             self._reaper = loop.create_task(self._reap_idle())
 
     async def stop(self) -> None:
-        for task in (self._accept_task, self._reaper):
-            if task is not None:
-                task.cancel()
-        if self._sock is not None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+        if self._server is not None:
+            self._server.close()  # stops accepting; live connections are cancelled below
+        elif self._sock is not None:
             self._sock.close()
         await cancel_all(list(self._connections.values()))
 
-    async def _accept_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        assert self._sock is not None
-        while True:
-            try:
-                conn, addr = await loop.sock_accept(self._sock)
-            except OSError as exc:  # e.g. EMFILE: back off briefly instead of spinning
-                log.warning("accept failed: %s", exc)
-                await asyncio.sleep(0.1)
-                continue
-            try:
-                conn.setblocking(False)
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                if self.send_buffer > 0:
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
-                if self.receive_buffer > 0:
-                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
-                self._next_id += 1
-                cid = self._next_id
-                peer = f"{addr[0]}:{addr[1]}"
-                await loop.connect_accepted_socket(partial(Connection, self, peer, cid), conn)
-            except OSError as exc:  # the client went away before we got to it
-                log.debug("dropping connection from %s: %s", addr, exc)
-                conn.close()
+    def _new_connection(self) -> Connection:
+        """The event loop accepts in C and calls this for each new socket."""
+        self._next_id += 1
+        return Connection(self, self._next_id)
 
     def _opened(self, connection: Connection) -> None:
         cid = connection.cid
@@ -158,13 +145,13 @@ class Connection(asyncio.BufferedProtocol):
     write buffer limit is 0, so ``pause_writing`` means "the kernel did not take it all yet".
     """
 
-    def __init__(self, server: BrokerServer, peer: str, cid: int) -> None:
+    def __init__(self, server: BrokerServer, cid: int) -> None:
         self.server = server
-        self.peer = peer
+        self._peer: str | None = None
         self.cid = cid
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.fd = -1
+        self._fd = -1
         self._buf = bytearray(_READ_CHUNK)
         self._start = 0
         self._end = 0
@@ -178,11 +165,25 @@ class Connection(asyncio.BufferedProtocol):
         self.last_active = self.loop.time()
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
 
+    @property
+    def peer(self) -> str:
+        """host:port of the client, looked up on first use (most connections never need it)."""
+        if self._peer is None:
+            name = self.transport.get_extra_info("peername") if self.transport else None
+            self._peer = f"{name[0]}:{name[1]}" if name else "?"
+        return self._peer
+
+    @property
+    def fd(self) -> int:
+        """The socket's descriptor, for sendfile."""
+        if self._fd < 0:
+            self._fd = self.transport.get_extra_info("socket").fileno()  # type: ignore[union-attr]
+        return self._fd
+
     # -- protocol callbacks (called by the event loop) -------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
-        self.fd = transport.get_extra_info("socket").fileno()
         transport.set_write_buffer_limits(high=0)
         self.server._opened(self)
 
