@@ -102,3 +102,35 @@ class LeaderEpochCache:
             self._epochs.clear()
             self._offsets.clear()
             self.write()
+
+
+class DeferredEpochCache(LeaderEpochCache):
+    """The log's leader-epoch cache: epochs that appends bring are persisted lazily.
+
+    Kafka fsyncs leader-epoch-checkpoint whenever an appended batch starts a new epoch, which
+    on a topic's first writes is one fsync per partition. Here ``note`` only marks the cache
+    dirty, and ``sync`` writes (and fsyncs) it before the recovery point passes those entries
+    (flush) and on close. A crash in between loses nothing: recovery re-reads every segment from
+    the recovery point on and assigns again the epochs it finds in the batch headers. Recovery
+    itself notes the epochs it finds the same way (it leaves the recovery point where it was), so
+    a broker restarted after kill -9 does not fsync one checkpoint per partition. Every other
+    change (a new leader's epoch, truncation) is still written at once by the base class.
+    """
+
+    __slots__ = ("_dirty",)
+
+    def __init__(self, path: Path, entries: list[tuple[int, int]] | None = None) -> None:
+        self._dirty = False
+        super().__init__(path, entries)
+
+    def note(self, epoch: int, start_offset: int) -> None:
+        if self._assign(epoch, start_offset):
+            self._dirty = True
+
+    def write(self, *, fsync: bool = True) -> None:
+        super().write(fsync=fsync)
+        self._dirty = False
+
+    def sync(self, *, fsync: bool = True) -> None:
+        if self._dirty:
+            self.write(fsync=fsync)

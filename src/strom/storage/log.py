@@ -31,7 +31,7 @@ from strom.storage.checkpoints import (
     write_partition_metadata,
 )
 from strom.storage.config import LogConfig
-from strom.storage.epochs import LeaderEpochCache
+from strom.storage.epochs import DeferredEpochCache
 from strom.storage.errors import KafkaStorageError, OffsetOutOfRangeError
 from strom.storage.files import FileBudget, FileSlice, fsync
 from strom.storage.producer_state import (
@@ -96,36 +96,6 @@ def _make_dir(path: Path) -> bool:
         raise KafkaStorageError(f"cannot create {path}: {e}") from e
 
 
-class _LogEpochs(LeaderEpochCache):
-    """The log's leader-epoch cache: epochs that appends bring are persisted lazily.
-
-    Kafka fsyncs leader-epoch-checkpoint whenever an appended batch starts a new epoch, which
-    on a topic's first writes is one fsync per partition. Here ``note`` only marks the cache
-    dirty, and ``sync`` writes (and fsyncs) it before the recovery point passes those entries
-    (flush) and on close. A crash in between loses nothing: recovery re-reads every segment from
-    the recovery point on and assigns again the epochs it finds in the batch headers. Every other
-    change (a new leader's epoch, truncation) is still written at once by the base class.
-    """
-
-    __slots__ = ("_dirty",)
-
-    def __init__(self, path: Path, entries: list[tuple[int, int]] | None = None) -> None:
-        self._dirty = False
-        super().__init__(path, entries)
-
-    def note(self, epoch: int, start_offset: int) -> None:
-        if self._assign(epoch, start_offset):
-            self._dirty = True
-
-    def write(self, *, fsync: bool = True) -> None:
-        super().write(fsync=fsync)
-        self._dirty = False
-
-    def sync(self, *, fsync: bool = True) -> None:
-        if self._dirty:
-            self.write(fsync=fsync)
-
-
 class PartitionLog:
     """The log of one partition in directory ``dir`` (``<topic>-<partition>``).
 
@@ -175,7 +145,7 @@ class PartitionLog:
         self.topic_id: uuid.UUID = topic_id
 
         epochs_path = self.dir / LEADER_EPOCH_CHECKPOINT
-        self.epochs = _LogEpochs(epochs_path, [] if fresh else None)
+        self.epochs = DeferredEpochCache(epochs_path, [] if fresh else None)
         now_ms = self._now_ms()
         self.recovered_segments = 0  # how many segments the load had to re-read
         if fresh:
@@ -692,7 +662,12 @@ class PartitionLog:
                 if type(pending) is not tuple and pending.completed:  # type: ignore[union-attr]
                     self._index_aborted(seg, pending.completed)  # type: ignore[union-attr]
         ps.map_end_offset = leo
-        ps.take_snapshot()
+        if start < self._active.base_offset:
+            # Save the replay, or a later load would repeat it over whole segments. (fsynced
+            # at the next flush: a snapshot torn by a crash fails its CRC and is rebuilt.) A
+            # replay within the active segment is left to the next roll or close to save: a
+            # crash before then re-reads that segment anyway.
+            ps.take_snapshot(sync=False)
 
     # --- transactions --------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from strom.protocol.records import (
     read_header,
 )
 from strom.storage.config import LogConfig
-from strom.storage.epochs import LeaderEpochCache
+from strom.storage.epochs import DeferredEpochCache
 from strom.storage.files import FileBudget
 from strom.storage.segment import (
     DELETED_SUFFIX,
@@ -119,7 +119,7 @@ def open_segments(
     dir: Path,
     config: LogConfig,
     budget: FileBudget,
-    epochs: LeaderEpochCache,
+    epochs: DeferredEpochCache,
     *,
     clean: bool,
     recovery_point: int,
@@ -156,9 +156,12 @@ def open_segments(
         seg = segs[j]
         if on_recover is not None:
             on_recover(seg)
-        truncated, new_epochs = seg.recover(epochs.latest_epoch)
+        # The active segment's indexes are written by its next flush or close: on a broker
+        # restarted after kill -9 that saves creating two files per partition.
+        active = j == len(segs) - 1
+        truncated, new_epochs = seg.recover(epochs.latest_epoch, persist=not active)
         for e, o in new_epochs:
-            epochs.assign(e, o)
+            epochs.note(e, o)  # written at the next flush or close; a crash re-recovers
         if truncated:
             for later in segs[j + 1 :]:
                 for p in (later.log_path, later.index_path, later.timeindex_path,

@@ -414,11 +414,15 @@ class LogSegment:
 
     # --- recovery ------------------------------------------------------------------------------
 
-    def recover(self, latest_epoch: int = -1) -> tuple[int, list[tuple[int, int]]]:
+    def recover(
+        self, latest_epoch: int = -1, *, persist: bool = True
+    ) -> tuple[int, list[tuple[int, int]]]:
         """Re-read the whole segment, CRC-check every batch and rebuild both indexes.
 
         Cuts the file at the first invalid or incomplete batch. Returns (bytes truncated,
-        new leader-epoch entries seen in batch headers).
+        new leader-epoch entries seen in batch headers). ``persist=False`` keeps the rebuilt
+        indexes in memory until the next flush, seal or close (for the active segment: a crash
+        before then recovers it again, as it is still above the recovery point).
         """
         size = self.size
         index_interval = self.index_interval
@@ -482,7 +486,8 @@ class LogSegment:
         for p in (self.index_path, self.timeindex_path):
             p.unlink(missing_ok=True)
         ti.maybe_append(max_ts, max_off, skip_full_check=True)
-        self.persist_indexes()
+        if persist:
+            self.persist_indexes()
         self.txn_index.truncate_to(next_offset)  # entries past a torn tail go with it
         return truncated, epochs
 

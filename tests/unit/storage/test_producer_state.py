@@ -166,7 +166,24 @@ def test_crash_replays_only_after_the_latest_snapshot(tmp_path, monkeypatch):
     monkeypatch.setattr(PS.ProducerStateManager, "prepare", spy)
     log2 = open_log(path, LogConfig(segment_bytes=400))
     assert seen and min(seen) >= active
+    # a replay within the active segment is saved by the next roll or close, not at load
+    assert not (path / PS.snapshot_name(log2.log_end_offset)).exists()
+    log2.close()
     assert (path / PS.snapshot_name(log2.log_end_offset)).exists()
+
+
+def test_a_replay_over_whole_segments_is_saved_at_load(tmp_path):
+    path = tmp_path / "t-0"
+    log = open_log(path, LogConfig(segment_bytes=400))
+    for i in range(12):
+        append(log, batch(7, 0, i))
+    assert len(log.segments) > 2
+    for snap in path.glob("*.snapshot"):
+        snap.unlink()  # lost: the load replays from the first segment
+    log2 = open_log(path, LogConfig(segment_bytes=400))
+    assert (path / PS.snapshot_name(log2.log_end_offset)).exists()
+    assert log2.producer_state.producers[7].last_seq == 11
+    assert append(log2, batch(7, 0, 11)).duplicate
 
 
 def test_missing_or_corrupt_snapshots_rebuild_from_the_log(tmp_path):

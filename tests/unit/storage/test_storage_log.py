@@ -374,3 +374,24 @@ def test_log_config_from_kafka_names():
     assert cfg.to_kafka()["retention.ms"] == "604800000"
     with pytest.raises(ValueError):
         LogConfig(compression_type="brotli")
+
+
+def test_recovery_defers_the_epoch_checkpoint_and_survives_a_second_crash(h, tmp_path):
+    """Crash recovery re-derives epochs from batch headers without an fsync per partition; the
+    checkpoint is written by the next flush or close, and a crash before that recovers again."""
+    path = tmp_path / "t-0"
+    log = h.open_log(path)
+    for epoch in (1, 3, 3, 7):
+        log.append(bytearray(h.make_batch(2)), leader_epoch=epoch, now_ms=0)
+    checkpoint = path / "leader-epoch-checkpoint"
+    assert not checkpoint.exists()  # appends defer it; now crash (no flush, no close)
+    for _crash in range(2):
+        log = h.open_log(path, clean_shutdown=False)
+        assert log.epochs.entries() == [(1, 0), (3, 2), (7, 6)]
+        assert log.end_offset_for_epoch(3) == (3, 6)
+        assert not checkpoint.exists(), "recovery wrote the checkpoint itself"
+    log.close()
+    assert checkpoint.read_text() == "0\n3\n1 0\n3 2\n7 6\n"
+    log = h.open_log(path, clean_shutdown=True)
+    assert log.epochs.entries() == [(1, 0), (3, 2), (7, 6)]
+    log.close()

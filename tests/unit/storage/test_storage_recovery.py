@@ -201,3 +201,27 @@ def test_torn_tail_after_clean_marker_is_recovered(h, tmp_path, garbage):
         8, "big"
     )
     m2.shutdown()
+
+
+def test_recovered_active_segment_writes_its_indexes_at_close(h, tmp_path):
+    """After a crash the active segment's rebuilt indexes stay in memory (no two file creates per
+    partition at start-up); a second crash recovers again, and the clean shutdown writes them."""
+    m, log, expected = _write(h, tmp_path, 40, [300])
+    m.checkpoint()
+    del log, m  # crash
+    for _crash in range(2):
+        m2 = LogManager([tmp_path], config_for=lambda _t: CFG)
+        m2.load()
+        log2 = m2.get("t", 0)
+        active = log2.active_segment
+        assert not active.index_path.exists() and not active.timeindex_path.exists()
+        assert all(s.index_path.exists() for s in log2.segments[:-1])  # sealed: written
+        _check_consistent(h, log2, expected)
+    m2.shutdown()
+    assert active.index_path.exists() and active.timeindex_path.exists()
+    m3 = LogManager([tmp_path], config_for=lambda _t: CFG)
+    m3.load()
+    log3 = m3.get("t", 0)
+    assert log3.recovered_segments == 0
+    _check_consistent(h, log3, expected)
+    m3.shutdown()
