@@ -193,7 +193,7 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
     if count != expected:
         problem = f"consumed {count} of {expected} records"
         if stalled:
-            problem += f" (nothing more arrived for {IDLE_TIMEOUT:.0f} s)"
+            problem += f" (nothing more arrived for {IDLE_TIMEOUT:.0f} s){_stall_report(c, tps)}"
         elif time.monotonic() > deadline:
             problem += f" before the {timeout:.0f} s deadline"
     elif positions != expected:
@@ -208,6 +208,22 @@ def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeo
         "first_error": first_error,
         "problem": problem,
     }
+
+
+def _stall_report(c: Consumer, tps: list[TopicPartition]) -> str:
+    """Where the partitions that delivered nothing stand: a position of -1001 means the offset
+    lookup never finished, a cached high watermark of -1001 that no Fetch answered for it."""
+    positions = c.position(tps)
+    idle = [tp for tp in positions if tp.offset <= 0]
+    if not idle:
+        return ""
+    shapes: dict[str, int] = {}
+    for tp in idle:
+        low, high = c.get_watermark_offsets(tp, cached=True)
+        key = f"position {tp.offset}, cached watermarks {low}/{high}"
+        shapes[key] = shapes.get(key, 0) + 1
+    first = ", ".join(str(tp.partition) for tp in idle[:8])
+    return f"; {len(idle)} partitions idle (e.g. {first}): {shapes}"
 
 
 def _consumer(job: Job) -> Consumer:
