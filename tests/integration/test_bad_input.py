@@ -298,11 +298,21 @@ def test_api_versions_malformed_v3_body_closes(broker, topic):
     assert_intact(broker, topic)
 
 
-def test_api_versions_reply_is_the_same_on_every_connection(broker, topic):
-    replies = []
-    for _ in range(3):
+def test_api_versions_replies_keep_their_version_across_connections(broker, topic):
+    """Replies are encoded once per version: v0 and v3 asked in turn each get their own format."""
+    v3_body = compact_string("strom-it") + compact_string("1.0") + b"\x00"
+    replies: dict[int, list[bytes]] = {0: [], 3: []}
+    for version in (0, 3, 0, 3):
         with Conn(broker.bootstrap) as conn:
-            body = compact_string("strom-it") + compact_string("1.0") + b"\x00"
-            replies.append(conn.recv_response(conn.send(API_VERSIONS, 3, body, flexible=True)))
-    assert replies[0] == replies[1] == replies[2]
-    assert Reader(replies[0]).i16() == NONE
+            body = v3_body if version == 3 else b""
+            corr = conn.send(API_VERSIONS, version, body, flexible=version == 3)
+            replies[version].append(conn.recv_response(corr))
+    assert replies[0][0] == replies[0][1] and replies[3][0] == replies[3][1]
+    r = Reader(replies[0][0])  # v0: error, int32 count, (key, min, max) each, nothing else
+    assert r.i16() == NONE
+    keys = {r.i16(): (r.i16(), r.i16()) for _ in range(r.i32())}
+    assert r.remaining() == 0 and API_VERSIONS in keys
+    r = Reader(replies[3][0])  # v3: compact array with tagged fields, then throttle time
+    assert r.i16() == NONE
+    count = r.uvarint() - 1
+    assert count == len(keys)

@@ -68,8 +68,7 @@ class Router:
                 if spec is not None:
                     self._register(spec, fn)
         self._header_cache: dict[tuple[int, int, bool], int] = {}
-        # Replies that depend only on the request's version (ApiVersions), keyed by version.
-        self.cached_replies: dict[int, bytes] = {}
+        self._api_versions_replies: dict[tuple[int, int], bytes] = {}
 
     def _register(self, spec: ApiSpec, fn: HandlerFn) -> None:
         lo, hi = spec.min_version, spec.max_version
@@ -127,11 +126,22 @@ class Router:
 
     def _unsupported_api_versions(self) -> bytes:
         """Kafka answers an ApiVersions version it lacks in v0 format, listing what it has."""
-        body = {
-            "error_code": ErrorCode.UNSUPPORTED_VERSION,
-            "api_keys": [
-                {"api_key": k, "min_version": lo, "max_version": hi}
-                for k, lo, hi in self.api_versions()
-            ],
-        }
-        return response_codec(ApiKey.API_VERSIONS, 0).encode(body)
+        return self.api_versions_reply(0, ErrorCode.UNSUPPORTED_VERSION)
+
+    def api_versions_reply(self, version: int, error_code: int = ErrorCode.NONE) -> bytes:
+        """The encoded ApiVersions body. Every client opens each connection with ApiVersions and
+        the routes never change after start-up, so each (version, error) is encoded once."""
+        key = (version, error_code)
+        reply = self._api_versions_replies.get(key)
+        if reply is None:
+            reply = self._api_versions_replies[key] = response_codec(
+                ApiKey.API_VERSIONS, version
+            ).encode({
+                "error_code": error_code,
+                "api_keys": [
+                    {"api_key": k, "min_version": lo, "max_version": hi}
+                    for k, lo, hi in self.api_versions()
+                ],
+                "throttle_time": 0,
+            })
+        return reply

@@ -70,7 +70,6 @@ class BrokerServer:
         self.max_idle = max_idle_ms / 1000
         self._reaper: asyncio.Task[None] | None = None
         self._live: dict[int, Connection] = {}
-        self._sock: socket.socket | None = None
         self._server: asyncio.AbstractServer | None = None
         self._connections: dict[int, asyncio.Task[None]] = {}
         self._next_id = 0
@@ -85,14 +84,17 @@ class BrokerServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.send_buffer)
         if self.receive_buffer > 0:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.receive_buffer)
-        sock.bind((self.host, self.port))
-        sock.listen(max(self.backlog, 128))
-        sock.setblocking(False)
-        self._sock = sock
-        self.port = sock.getsockname()[1]
-        loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._new_connection, sock=sock,
-                                                backlog=max(self.backlog, 128))
+        try:
+            sock.bind((self.host, self.port))
+            sock.setblocking(False)
+            self.port = sock.getsockname()[1]
+            loop = asyncio.get_running_loop()
+            # the event loop listens and accepts (uvloop: in C), calling _new_connection
+            self._server = await loop.create_server(self._new_connection, sock=sock,
+                                                    backlog=max(self.backlog, 128))
+        except BaseException:
+            sock.close()
+            raise
         if self.max_idle > 0:
             self._reaper = loop.create_task(self._reap_idle())
 
@@ -101,12 +103,10 @@ class BrokerServer:
             self._reaper.cancel()
         if self._server is not None:
             self._server.close()  # stops accepting; live connections are cancelled below
-        elif self._sock is not None:
-            self._sock.close()
         await cancel_all(list(self._connections.values()))
 
     def _new_connection(self) -> Connection:
-        """The event loop accepts in C and calls this for each new socket."""
+        """The protocol for one accepted socket."""
         self._next_id += 1
         return Connection(self, self._next_id)
 
