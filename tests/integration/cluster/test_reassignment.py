@@ -225,25 +225,30 @@ def test_reassignment_survives_controller_failover_and_can_be_listed_and_cancell
 @pytest.mark.timeout(180)
 def test_cancel_goes_back_to_the_original_replicas_and_bad_requests_get_kafka_errors(
         make_cluster, tmp_path):
-    cluster = make_cluster(3)
+    # The target broker is frozen while three CLI commands run; on a loaded machine that can
+    # outlast the tests' 4 s session, and a broker whose session expired is no longer a target.
+    cluster = make_cluster(3, {"zookeeper.session.timeout.ms": 30_000})
     _create(cluster, "cx", [[1]])
     boot = cluster.broker(1).bootstrap
-    # every broker, the controller among them, must know broker 3 is alive before it freezes
+    # every broker, the controller among them, must know every other is alive before one freezes
     wait_for(lambda: all(len(WireCluster.connect(b.bootstrap, 10).brokers) == 3
                          for b in cluster.brokers), 30, "3 live brokers everywhere")
-    os.kill(cluster.broker(3).pid, signal.SIGSTOP)  # so the reassignment cannot finish
+    # Freeze a broker that is not the controller: the reassignment requests go to the controller.
+    controller = WireCluster.connect(boot, 10).controller
+    target = 3 if controller != 3 else 2
+    os.kill(cluster.broker(target).pid, signal.SIGSTOP)  # so the reassignment cannot finish
     try:
-        plan = _plan_file(tmp_path, "plan.json", {("cx", 0): [3]})
+        plan = _plan_file(tmp_path, "plan.json", {("cx", 0): [target]})
         _strom("reassign-partitions", "--execute", "--reassignment-json-file", plan, "-b", boot)
-        assert _ongoing(boot) == {("cx", 0): ([3, 1], [3], [1])}
+        assert _ongoing(boot) == {("cx", 0): ([target, 1], [target], [1])}
         out = _strom("reassign-partitions", "--cancel", "--reassignment-json-file", plan,
                      "-b", boot).stdout
         assert "Successfully cancelled partition reassignments for: cx-0" in out
         assert _ongoing(boot) == {}
         assert _assigned(boot, "cx")[0] == ([1], [1])
     finally:
-        os.kill(cluster.broker(3).pid, signal.SIGCONT)
-    # broker 3 no longer holds a copy once it notices
+        os.kill(cluster.broker(target).pid, signal.SIGCONT)
+    # the target no longer holds a copy once it notices
     wait_for(lambda: _local_dirs(cluster, "cx", 0) == [1], 30, "cx-0 only on broker 1")
 
     wire = WireCluster.connect(boot, 10)
