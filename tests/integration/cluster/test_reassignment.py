@@ -70,6 +70,15 @@ def _plan_file(tmp_path: Path, name: str, moves: dict[tuple[str, int], list[int]
     return str(path)
 
 
+def _cluster_view(bootstrap: str) -> tuple[int, int]:
+    """(live brokers, controller id) as the broker at ``bootstrap`` sees them."""
+    wire = WireCluster.connect(bootstrap, 10)
+    try:
+        return len(wire.brokers), wire.controller
+    finally:
+        wire.close()
+
+
 def _ongoing(bootstrap: str) -> dict:
     wire = WireCluster.connect(bootstrap, 10)
     try:
@@ -231,10 +240,10 @@ def test_cancel_goes_back_to_the_original_replicas_and_bad_requests_get_kafka_er
     _create(cluster, "cx", [[1]])
     boot = cluster.broker(1).bootstrap
     # every broker, the controller among them, must know every other is alive before one freezes
-    wait_for(lambda: all(len(WireCluster.connect(b.bootstrap, 10).brokers) == 3
-                         for b in cluster.brokers), 30, "3 live brokers everywhere")
+    wait_for(lambda: all(_cluster_view(b.bootstrap)[0] == 3 for b in cluster.brokers), 30,
+             "3 live brokers everywhere")
     # Freeze a broker that is not the controller: the reassignment requests go to the controller.
-    controller = WireCluster.connect(boot, 10).controller
+    controller = _cluster_view(boot)[1]
     target = 3 if controller != 3 else 2
     os.kill(cluster.broker(target).pid, signal.SIGSTOP)  # so the reassignment cannot finish
     try:
