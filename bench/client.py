@@ -155,14 +155,21 @@ def job_produce(job: Job) -> dict[str, Any]:
     }
 
 
-def _consume_all(c: Consumer, topic: str, parts: list[int], expected: int, timeout: float) -> Job:
-    """Read every partition from the beginning until ``expected`` records arrived.
+def _consume_all(
+    c: Consumer,
+    topic: str,
+    parts: list[int],
+    expected: int,
+    timeout: float,
+    start: int = OFFSET_BEGINNING,
+) -> Job:
+    """Read every partition from ``start`` (the beginning) until ``expected`` records arrived.
 
     Correctness is checked without decoding records: the count must match, the consumer's
     positions must add up to it (no duplicates or gaps) and so must the high watermarks the
     broker reported in its Fetch responses (nothing extra in the log).
     """
-    tps = [TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts]
+    tps = [TopicPartition(topic, p, start) for p in parts]
     cpu0, t0 = time.process_time(), time.perf_counter()
     deadline = time.monotonic() + timeout
     c.assign(tps)
@@ -235,12 +242,14 @@ def _consumer(job: Job) -> Consumer:
 
 
 def job_consume(job: Job) -> dict[str, Any]:
-    """Consume a topic from the beginning and check exactly ``expected`` records are there."""
+    """Consume a topic from the beginning (or from offset ``start``) and check exactly
+    ``expected`` records are there."""
     c = _consumer(job)
     try:
         parts = _wait_metadata(c, job["topic"])
         _ready()
-        return _consume_all(c, job["topic"], parts, job["expected"], job.get("timeout", 300))
+        start = job.get("start", OFFSET_BEGINNING)
+        return _consume_all(c, job["topic"], parts, job["expected"], job.get("timeout", 300), start)
     finally:
         c.close()
 

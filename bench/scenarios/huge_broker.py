@@ -68,9 +68,7 @@ class HugeBroker(Scenario):
                 broker.kill9()
             broker.start()
             out.metrics[key] = broker.wait_ready(START_TIMEOUT, topic=(topic, n))
-            check, _ = measured(
-                broker, {"job": "consume", "topic": topic, "expected": n}, START_TIMEOUT
-            )
+            check, _ = measured(broker, _verify_job(topic, n), START_TIMEOUT)
             if check["problem"]:
                 out.failed = f"after {'kill -9' if crash else 'clean shutdown'}: {check['problem']}"
                 return
@@ -79,6 +77,19 @@ class HugeBroker(Scenario):
                 f"start-up after {'kill -9' if crash else 'clean shutdown'}: "
                 f"{out.metrics[key]:.2f} s (data verified)"
             )
+
+
+def _verify_job(topic: str, n: int) -> dict[str, object]:
+    """Read every partition back from offset 0 rather than from OFFSET_BEGINNING.
+
+    librdkafka 2.16 looks up OFFSET_BEGINNING with one ListOffsets per partition, and with
+    10,000 partitions it stops sending them part way (a few to 1,700 partitions never start)
+    while its broker thread spins; Tansu stalls the same way without any restart (4 of 5 runs,
+    against 0 of 5 from offset 0). The logs were written from offset 0, and a lost log still
+    shows: fetching offset 0 from it is out of range, the consumer jumps to the end and the
+    count falls short.
+    """
+    return {"job": "consume", "topic": topic, "expected": n, "start": 0}
 
 
 SCENARIOS = [HugeBroker()]
