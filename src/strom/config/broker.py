@@ -48,7 +48,11 @@ BROKER_CONFIGS.add(
     ConfigDef("socket.request.max.bytes", T.INT, 104857600, "largest request accepted", at_least(1),
               read_only=True),
     ConfigDef("socket.send.buffer.bytes", T.INT, 102400, "SO_SNDBUF (-1: OS default)", read_only=True),
-    ConfigDef("socket.receive.buffer.bytes", T.INT, 102400, "SO_RCVBUF (-1: OS default)", read_only=True),
+    # Kafka's default is 102400. A fixed SO_RCVBUF switches off Linux's receive-buffer
+    # autotuning, and 1 MiB produce requests then arrive through a ~100 KiB window: measured on
+    # loopback, the OS default gave 15-25% more 10 KiB produce MB/s for 10-25% less broker CPU.
+    ConfigDef("socket.receive.buffer.bytes", T.INT, -1,
+              "SO_RCVBUF (-1: OS default with autotuning; Kafka's default is 102400)", read_only=True),
     ConfigDef("socket.listen.backlog.size", T.INT, 50, "accept backlog", at_least(1), read_only=True),
     ConfigDef("connections.max.idle.ms", T.LONG, 600000, "idle connections are closed after this",
               read_only=True),
