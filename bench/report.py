@@ -108,6 +108,9 @@ class Metric:
     # Key into refs of the client's ceiling for this row: the notes then say how close each
     # broker came to it, so a client-bound result reads as such.
     ceiling: str | None = None
+    # Key into refs of the ceiling that also serves a delivery report per record: the part of
+    # the client's work that a broker's run cannot avoid and the plain ceiling leaves out.
+    reported_ceiling: str | None = None
     # Key of the metric holding the client process's CPU use (% of a core) during this phase:
     # the notes show it, since a client near 100% is the bottleneck.
     client_cpu: str | None = None
@@ -197,15 +200,18 @@ def build_rows(
                 notes += [f"{who}: {c.note}" for who, c in ((subject, s), (peer, p)) if c.note]
             notes = [n for n in notes if n not in said]
             said.update(notes)
-            if m.ceiling and refs.get(m.ceiling):
-                ceil = refs[m.ceiling]
-                parts = [
-                    f"{who} {c.stat.median / ceil:.0%}"
-                    for who, c in ((subject, s), (peer, p))
-                    if c.stat is not None
-                ]
-                if parts:
-                    notes.append("of client ceiling: " + ", ".join(parts))
+            for key, what in (
+                (m.ceiling, "of client ceiling"),
+                (m.reported_ceiling, "of the ceiling with delivery reports"),
+            ):
+                if key and refs.get(key):
+                    parts = [
+                        f"{who} {c.stat.median / refs[key]:.0%}"
+                        for who, c in ((subject, s), (peer, p))
+                        if c.stat is not None
+                    ]
+                    if parts:
+                        notes.append(f"{what}: " + ", ".join(parts))
             if m.client_cpu:
                 busy = [
                     f"{who} {c.stat.median:.0f}%"

@@ -26,6 +26,11 @@ def ceiling_keys(size: int) -> tuple[str, str]:
     return f"ceiling_rps.{size}", f"ceiling_mbs.{size}"
 
 
+def reported_ceiling_key(size: int) -> str:
+    """Key of the ceiling that also serves every record's delivery report (records/s)."""
+    return f"ceiling_reported_rps.{size}"
+
+
 def size_label(size: int) -> str:
     return f"{size // KIB} KiB" if size >= KIB else f"{size} B"
 
@@ -68,6 +73,7 @@ class Throughput(Scenario):
                     digits=0,
                     target=Target("ref_min", 0.9, rps_ref),
                     ceiling=rps_ref,
+                    reported_ceiling=reported_ceiling_key(self.size),
                 ),
                 # The two parts of the produce time, so a client-bound result reads as such:
                 # the produce() calls, comparable with the ceiling, and the flush() after the

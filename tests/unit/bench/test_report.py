@@ -69,7 +69,14 @@ def test_rows_ratio_verdict_and_table() -> None:
         "p",
         "produce 1 KiB",
         (
-            Metric("mbs", "produce", "MB/s", target=Target("ratio_min", 2.0), ceiling="c"),
+            Metric(
+                "mbs",
+                "produce",
+                "MB/s",
+                target=Target("ratio_min", 2.0),
+                ceiling="c",
+                reported_ceiling="cr",
+            ),
             Metric("rss", "RSS", "MB", 0, Target("max", 300.0)),
         ),
     )
@@ -79,10 +86,12 @@ def test_rows_ratio_verdict_and_table() -> None:
             "T": [Outcome({"mbs": 100.0, "rss": 400.0}), Outcome({"mbs": 120.0, "rss": 410.0})],
         }
     }
-    rows = build_rows([sc], runs, "S", "T", {"c": 500.0})
+    rows = build_rows([sc], runs, "S", "T", {"c": 500.0, "cr": 250.0})
     assert [r.ratio for r in rows] == ["2.09x", "0.21x"]
     assert [r.verdict for r in rows] == ["pass", "pass"]
-    assert "S 46%" in rows[0].notes and "T 22%" in rows[0].notes
+    assert "of client ceiling: S 46%, T 22%" in rows[0].notes
+    assert "of the ceiling with delivery reports: S 92%, T 44%" in rows[0].notes
+    assert "ceiling" not in rows[1].notes
     assert rows[0].scenario == "produce 1 KiB" and rows[1].scenario == ""
 
     runs["p"]["S"].append(Outcome(failed="broker died | badly"))
