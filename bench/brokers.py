@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -198,19 +199,28 @@ class BrokerProcess:
             self._kill_tree()
             self.proc.wait(10)
 
-    def close(self) -> None:
-        """Stop if still running and write the data back to disk.
+    def close(self, keep: bool = False) -> None:
+        """Stop if still running, then delete the run's data if that is cheap (``keep``: leave
+        it for a look, e.g. after a failed run).
 
-        The data directory is left for the runner to delete after the last round: deleting
-        tens of thousands of files makes this machine's disk (ext4 mounted with `discard`)
-        create files 10-20x slower for the next tens of seconds, which would land on whichever
-        broker runs next. The `sync` writes this run's dirty files back now, so the next run
-        does not pay for that either.
+        Data in few large files (the throughput runs: hundreds of MB each) is deleted at once.
+        Kept, it would make every later run write into page cache the machine has not used
+        recently, and on this VM that is slow: `dd` of 300 MB into a file costs 0.07-0.1 s of
+        system time for the first gigabyte or so and 0.5-0.9 s after it, and Strom's produce
+        CPU tripled in the third round of a sitting that kept everything (the copy into the
+        page cache, `copy_folio_from_iter_atomic`, took 10x longer), while a broker that keeps
+        data in memory frees it on exit. Directories of many files are left for the runner to
+        delete after the last round: deleting tens of thousands of files makes this machine's
+        disk (ext4 mounted with `discard`) create files 10-20x slower for the next tens of
+        seconds, which would land on whichever broker runs next. Before that, `sync` writes
+        this run's dirty files back now, so the next run does not pay for that either.
         """
         try:
             if self.proc is not None and self.proc.poll() is None:
                 self.stop(timeout=20)
         finally:
+            if not keep and _few_files(self.data_dir, FEW_FILES):
+                shutil.rmtree(self.data_dir, ignore_errors=True)
             os.sync()
 
     # -- measurements ----------------------------------------------------------------------
@@ -273,3 +283,17 @@ def topic_ready(md: object, topic: tuple[str, int] | None) -> bool:
     if t is None or t.error is not None or len(t.partitions) != partitions:
         return False
     return all(p.leader >= 0 and p.error is None for p in t.partitions.values())
+
+
+# At most this many files in a run's data directory: delete it when the run ends.
+FEW_FILES = 500
+
+
+def _few_files(root: Path, limit: int) -> bool:
+    """Whether ``root`` holds at most ``limit`` files (stops counting past the limit)."""
+    seen = 0
+    for _dirpath, _dirnames, filenames in os.walk(root):
+        seen += len(filenames)
+        if seen > limit:
+            return False
+    return True

@@ -56,7 +56,7 @@ class Scenario:
                 tail = broker.log_tail(8)
                 if tail:
                     ctx.log("broker log tail:\n    " + tail.replace("\n", "\n    "))
-            broker.close()
+            broker.close(keep=bool(out.failed))
         return out
 
     def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
