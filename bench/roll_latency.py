@@ -1,0 +1,111 @@
+"""Produce latency while segments roll: does disk work on the broker's event loop show up?
+
+A real Strom broker runs with small segments (``log.segment.bytes``, 1 MiB by default here), so
+under a steady produce load a segment rolls every fraction of a second and the rolled segments,
+their indexes, producer snapshots and checkpoints are fsynced while requests keep coming. A
+confluent-kafka producer (acks=1) sends at a fixed rate for a while and every record's latency
+(librdkafka's own, produce() to delivery report) is collected; the tail (p99.9, max) is what
+a blocking fsync on the event loop costs everyone whose request waited behind it.
+
+    .venv/bin/python -m bench.roll_latency                 # 20 s at 4000 x 1 KiB records/s
+    .venv/bin/python -m bench.roll_latency --seconds 10 --rate 2000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.admin import create_topic
+from bench.brokers import BrokerProcess, strom_spec
+
+TOPIC = "roll-latency"
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile of sorted ``values``."""
+    return values[min(len(values) - 1, max(0, math.ceil(q * len(values)) - 1))]
+
+
+def _produce(bootstrap: str, seconds: float, rate: int, size: int, partitions: int) -> list[float]:
+    """Send ``rate`` records a second for ``seconds``; return every record's latency in ms."""
+    from confluent_kafka import Producer
+
+    latencies: list[float] = []
+    failures: list[str] = []
+
+    def delivered(err, msg) -> None:
+        if err is not None:
+            failures.append(str(err))
+        else:
+            latencies.append(msg.latency() * 1000)
+
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 1,
+                  "enable.idempotence": False, "log_level": 0})  # fmt: skip
+    pad = os.urandom(size)
+    total = int(seconds * rate)
+    interval = 1.0 / rate
+    start = time.monotonic()
+    for seq in range(total):
+        wait = start + seq * interval - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        p.produce(TOPIC, pad, partition=seq % partitions, on_delivery=delivered)
+        p.poll(0)
+    left = p.flush(30)
+    if failures or left:
+        raise RuntimeError(f"{len(failures)} failed, {left} undelivered: {failures[:1]}")
+    return latencies
+
+
+def run_once(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
+    overrides = [f"log.segment.bytes={args.segment_bytes}", *args.override]
+    broker = BrokerProcess(strom_spec(args.strom_bin, overrides=overrides), workdir)
+    broker.start()
+    try:
+        broker.wait_ready()
+        create_topic(broker.bootstrap, TOPIC, args.partitions)
+        lat = sorted(_produce(broker.bootstrap, args.seconds, args.rate, args.size,
+                              args.partitions))  # fmt: skip
+        segments = sum(1 for _ in (broker.data_dir / "logs").glob(f"{TOPIC}-*/*.log"))
+    finally:
+        broker.close()
+    return {
+        "records": len(lat), "segments": segments, "p50": _percentile(lat, 0.5),
+        "p99": _percentile(lat, 0.99), "p99.9": _percentile(lat, 0.999), "max": lat[-1],
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.roll_latency", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--rate", type=int, default=4000, help="records per second")
+    ap.add_argument("--size", type=int, default=1024, help="record value bytes")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--segment-bytes", type=int, default=1 << 20)
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--strom-bin", default=str(Path(sys.executable).with_name("strom")))
+    ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                    help="another broker setting (repeatable)")
+    args = ap.parse_args(argv)
+    workdir = Path(tempfile.mkdtemp(prefix="strom-roll-"))
+    print("run  records  segments   p50 ms   p99 ms  p99.9 ms   max ms", flush=True)
+    try:
+        for i in range(args.runs):
+            r = run_once(args, workdir)
+            print(f"{i + 1:3d} {r['records']:8.0f} {r['segments']:9.0f} {r['p50']:8.2f} "
+                  f"{r['p99']:8.2f} {r['p99.9']:9.2f} {r['max']:8.2f}", flush=True)  # fmt: skip
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
