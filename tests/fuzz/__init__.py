@@ -1,0 +1,1 @@
+"""Fuzzing support: the seed corpus of real client requests, its capture script and mutators."""
