@@ -12,7 +12,7 @@ import os
 import time
 import uuid
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,7 @@ from strom.protocol.records import (
     CONTROL_MASK,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
+    BatchHeader,
     CorruptRecordError,
     decode_records,
 )
@@ -45,6 +46,7 @@ from strom.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
+    CorruptSegmentError,
     LogSegment,
     segment_name,
 )
@@ -148,6 +150,7 @@ class PartitionLog:
         self.epochs = DeferredEpochCache(epochs_path, [] if fresh else None)
         now_ms = self._now_ms()
         self.recovered_segments = 0  # how many segments the load had to re-read
+        self._reported_damage: set[str] = set()  # damaged batches reads have logged
         if fresh:
             segs = [self._new_segment(max(log_start_offset, 0), fresh=True)]
         else:
@@ -367,7 +370,22 @@ class PartitionLog:
         min_one_batch: bool = True,
     ) -> ReadResult:
         """Whole batches from the segment holding ``offset``, up to ``max_bytes`` (at least one
-        batch when ``min_one_batch``), never past ``max_offset`` (default: high watermark)."""
+        batch when ``min_one_batch``), never past ``max_offset`` (default: high watermark).
+
+        A damaged batch on the way raises ``CorruptSegmentError`` (CORRUPT_MESSAGE), logged
+        as an ERROR once per damaged position."""
+        try:
+            return self._read(offset, max_bytes, max_offset, min_one_batch)
+        except CorruptSegmentError as e:
+            if str(e) not in self._reported_damage:
+                self._reported_damage.add(str(e))
+                log.error("cannot read offset %d of %s-%d: %s", offset, self.topic,
+                          self.partition, e)  # fmt: skip
+            raise
+
+    def _read(
+        self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> ReadResult:
         if self._closed:
             self._check_open()
         lso, leo, hw = self.log_start_offset, self.log_end_offset, self.high_watermark
@@ -649,7 +667,7 @@ class PartitionLog:
             if nxt <= start:
                 continue
             pos = seg.offset_index.lookup(start)[1] if start > seg.base_offset else 0
-            for p, h in seg.iter_headers(pos):
+            for p, h in self._replay_headers(seg, pos):
                 if h.base_offset + h.last_offset_delta < start or h.producer_id < 0:
                     continue
                 data = b""
@@ -668,6 +686,16 @@ class PartitionLog:
             # replay within the active segment is left to the next roll or close to save: a
             # crash before then re-reads that segment anyway.
             ps.take_snapshot(sync=False)
+
+    def _replay_headers(self, seg: LogSegment, pos: int) -> Iterator[tuple[int, BatchHeader]]:
+        """The segment's batch headers from ``pos``, stopping at a damaged batch with an ERROR
+        (the load goes on: the records stay readable up to it, and a fetch of it fails)."""
+        try:
+            yield from seg.iter_headers(pos)
+        except CorruptSegmentError as e:
+            log.error("producer state of %s-%d rebuilt without the batches after a damaged one "
+                      "(idempotent producers of them may be fenced or see sequence errors): %s",
+                      self.topic, self.partition, e)  # fmt: skip
 
     # --- transactions --------------------------------------------------------------------------
 

@@ -3,7 +3,9 @@
 After a clean shutdown nothing is read but the active segment's index and the few batch
 headers after its last entry. Otherwise every segment from the one holding the recovery point
 on is re-read, CRC-checked and re-indexed; the first invalid byte truncates the log there and
-later segments are deleted (Kafka's LogLoader does the same).
+later segments are removed (Kafka's LogLoader does the same). Unlike Kafka, nothing removed is
+deleted: the cut bytes and the later segments become ``<segment>.log.corrupt-<epoch ms>`` side
+files, and each removal logs an ERROR (segments below the recovery point are not scanned).
 
 A cleaning interrupted by a crash leaves ``.cleaned`` files (the swap never began: they are
 deleted) or a ``<base>.log.swap`` (the cleaned segment was complete: the swap is finished by
@@ -164,9 +166,8 @@ def open_segments(
             epochs.note(e, o)  # written at the next flush or close; a crash re-recovers
         if truncated:
             for later in segs[j + 1 :]:
-                for p in (later.log_path, later.index_path, later.timeindex_path,
-                          later.txn_index_path):
-                    p.unlink(missing_ok=True)
+                later.move_aside(f"recovery truncated the log at offset {seg.next_offset} "
+                                 f"in the earlier segment {seg.log_path}")  # fmt: skip
             del segs[j + 1 :]
             break
     segs[-1].activate()

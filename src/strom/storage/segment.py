@@ -8,9 +8,11 @@ bisect the offset index and walk batch headers with ``os.pread`` from the neares
 from __future__ import annotations
 
 import contextlib
+import logging
 import mmap
 import os
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from strom.protocol.records import (
     BatchHeader,
     read_header,
 )
-from strom.storage.errors import KafkaStorageError
+from strom.storage.errors import CorruptRecordError, KafkaStorageError
 from strom.storage.files import FileBudget, SegmentFile, fsync
 from strom.storage.index import (
     INT32_MAX,
@@ -41,7 +43,11 @@ LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 DELETED_SUFFIX = ".deleted"
+CORRUPT_SUFFIX = ".corrupt-"  # <base>.log.corrupt-<epoch ms>: bytes recovery cut off
 _SCAN_CHUNK = 16384
+_COPY_CHUNK = 1 << 20
+
+log = logging.getLogger(__name__)
 
 
 def segment_name(base_offset: int) -> str:
@@ -49,8 +55,32 @@ def segment_name(base_offset: int) -> str:
     return f"{base_offset:020d}"
 
 
-class CorruptSegmentError(KafkaStorageError):
-    """Bytes in a segment file that do not frame as valid batches (KAFKA_STORAGE_ERROR)."""
+class CorruptSegmentError(CorruptRecordError):
+    """Bytes in a segment file that do not frame as valid batches: a fetch of them answers
+    CORRUPT_MESSAGE, as Kafka's does when its reader meets an impossible batch size."""
+
+
+def side_file_path(log_path: str | Path) -> Path:
+    """A new ``<segment>.log.corrupt-<epoch ms>`` name (a later millisecond if that one is taken)."""
+    ms = int(time.time() * 1000)
+    while True:
+        side = Path(f"{log_path}{CORRUPT_SUFFIX}{ms}")
+        if not side.exists():
+            return side
+        ms += 1
+
+
+def _header_problem(h: BatchHeader, pos: int, end: int, min_offset: int) -> str | None:
+    """Why the header at ``pos`` cannot start a batch that ends by ``end`` (None: it can)."""
+    if h.length < MIN_BATCH_LENGTH:
+        return f"batch length {h.length} is below the minimum of {MIN_BATCH_LENGTH}"
+    if pos + LOG_OVERHEAD + h.length > end:
+        return f"batch length {h.length} runs past the end of the segment ({end} bytes)"
+    if h.magic != MAGIC_V2:
+        return f"magic byte {h.magic} is not 2"
+    if h.base_offset < min_offset or h.last_offset_delta < 0:
+        return f"offset {h.base_offset} (+{h.last_offset_delta}) is out of order"
+    return None
 
 
 class LogSegment:
@@ -264,26 +294,41 @@ class LogSegment:
     # --- reading -------------------------------------------------------------------------------
 
     def iter_headers(self, start: int, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
-        """Batch headers from file position ``start`` up to ``end`` (default: segment size)."""
+        """Batch headers from file position ``start`` up to ``end`` (default: segment size).
+
+        Raises ``CorruptSegmentError`` at bytes that cannot be a batch (a bad length, magic or
+        offset, or a batch cut short): stopping there as if the segment ended would leave a
+        consumer waiting forever, or skipping to the next segment's records without a word.
+        """
         end = self.size if end is None else end
         pos = start
         buf = b""
         buf_start = pos
-        while pos + RECORD_BATCH_OVERHEAD <= end:
+        min_offset = self.base_offset
+        while pos < end:
             off = pos - buf_start
             if off + RECORD_BATCH_OVERHEAD > len(buf):
+                if pos + RECORD_BATCH_OVERHEAD > end:
+                    raise self.corrupt_at(pos, f"{end - pos} bytes left, too few for a batch")
                 try:
                     buf = os.pread(self.file.fileno(), min(_SCAN_CHUNK, end - pos), pos)
                 except OSError as e:
                     raise KafkaStorageError(f"cannot read {self.log_path}: {e}") from e
                 buf_start, off = pos, 0
                 if len(buf) < RECORD_BATCH_OVERHEAD:
-                    return
+                    raise self.corrupt_at(pos, "the file is shorter than the segment")
             h = read_header(buf, off)
-            if h.length < MIN_BATCH_LENGTH:
-                raise CorruptSegmentError(f"bad batch length at {pos} in {self.log_path}")
+            problem = _header_problem(h, pos, end, min_offset)
+            if problem is not None:
+                raise self.corrupt_at(pos, problem)
             yield pos, h
+            min_offset = h.base_offset + h.last_offset_delta + 1
             pos += LOG_OVERHEAD + h.length
+
+    def corrupt_at(self, pos: int, why: str) -> CorruptSegmentError:
+        return CorruptSegmentError(
+            f"corrupt batch at position {pos} of {self.log_path} (segment base offset "
+            f"{self.base_offset}): {why}")  # fmt: skip
 
     def translate(self, offset: int, start_pos: int = 0) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is >= ``offset``."""
@@ -415,14 +460,16 @@ class LogSegment:
     # --- recovery ------------------------------------------------------------------------------
 
     def recover(
-        self, latest_epoch: int = -1, *, persist: bool = True
+        self, latest_epoch: int = -1, *, persist: bool = True, during: str = "recovery"
     ) -> tuple[int, list[tuple[int, int]]]:
         """Re-read the whole segment, CRC-check every batch and rebuild both indexes.
 
-        Cuts the file at the first invalid or incomplete batch. Returns (bytes truncated,
-        new leader-epoch entries seen in batch headers). ``persist=False`` keeps the rebuilt
-        indexes in memory until the next flush, seal or close (for the active segment: a crash
-        before then recovers it again, as it is still above the recovery point).
+        Cuts the file at the first invalid or incomplete batch (Kafka's LogSegment.recover),
+        after copying the bytes cut to a side file and logging an ERROR (``during`` says what
+        was going on). Returns (bytes truncated, new leader-epoch entries seen in batch headers).
+        ``persist=False`` keeps the rebuilt indexes in memory until the next flush, seal or
+        close (for the active segment: a crash before then recovers it again, as it is still
+        above the recovery point).
         """
         size = self.size
         index_interval = self.index_interval
@@ -472,10 +519,7 @@ class LogSegment:
                     mv.release()
         truncated = size - valid
         if truncated:
-            try:
-                os.ftruncate(self.file.fileno(), valid)
-            except OSError as e:
-                raise KafkaStorageError(f"cannot truncate {self.log_path}: {e}") from e
+            self._cut_damaged_tail(valid, next_offset, during)
         self._size = valid
         self._oi, self._ti = oi, ti
         self._max_ts, self._max_ts_offset = max_ts, max_off
@@ -492,8 +536,77 @@ class LogSegment:
         return truncated, epochs
 
     def rebuild_indexes(self) -> None:
-        """Rebuild missing or corrupt index files of a segment whose data is trusted."""
-        self.recover()
+        """Rebuild missing or corrupt index files by scanning the segment; like Kafka (which
+        recovers a segment whose offset index is missing), bytes that do not frame as valid
+        batches are cut, but never silently (see ``recover``)."""
+        self.recover(during="an index rebuild")
+
+    def _why_invalid(self, pos: int, next_offset: int) -> str:
+        """What is wrong with the bytes at ``pos``, where ``recover`` stopped."""
+        size = self.size
+        if pos + RECORD_BATCH_OVERHEAD > size:
+            return f"{size - pos} bytes left, too few for a batch"
+        h = read_header(os.pread(self.file.fileno(), RECORD_BATCH_OVERHEAD, pos))
+        problem = _header_problem(h, pos, size, next_offset)
+        if problem is None and h.base_offset + h.last_offset_delta - self.base_offset > INT32_MAX:
+            problem = f"offset {h.base_offset} is too far above the segment's base offset"
+        return problem or "CRC mismatch"
+
+    def _cut_damaged_tail(self, valid: int, next_offset: int, during: str) -> None:
+        """Move the bytes from ``valid`` on to a side file, then truncate the segment there."""
+        size = self.size
+        why = self._why_invalid(valid, next_offset)
+        side = self._copy_aside(valid, size)
+        try:
+            os.ftruncate(self.file.fileno(), valid)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot truncate {self.log_path}: {e}") from e
+        log.error(
+            "removed %d bytes (offsets %d and up) from %s at position %d during %s: %s; "
+            "the removed bytes are in %s",
+            size - valid, next_offset, self.log_path, valid, during, why, side,
+        )  # fmt: skip
+
+    def _copy_aside(self, start: int, end: int) -> Path:
+        """Copy bytes [start, end) of the log file to a new, fsynced side file."""
+        side = side_file_path(self.log_path)
+        src = self.file.fileno()
+        try:
+            out = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                pos = start
+                while pos < end:
+                    chunk = os.pread(src, min(_COPY_CHUNK, end - pos), pos)
+                    if not chunk:
+                        break
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(out, view) :]
+                    pos += len(chunk)
+                fsync(out)
+            finally:
+                os.close(out)
+        except OSError as e:  # keep the bytes in the segment rather than lose them
+            raise KafkaStorageError(f"cannot save damaged bytes of {self.log_path}: {e}") from e
+        return side
+
+    def move_aside(self, reason: str) -> None:
+        """Take the whole segment out of the log: its log file becomes a side file (its
+        indexes are deleted); an empty segment is simply deleted."""
+        self.close()
+        size = os.stat(self.log_path).st_size if self.log_path.exists() else 0
+        for p in (self.index_path, self.timeindex_path, self.txn_index_path):
+            p.unlink(missing_ok=True)
+        if size == 0:
+            self.log_path.unlink(missing_ok=True)
+            return
+        side = side_file_path(self.log_path)
+        try:
+            os.rename(self.log_path, side)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot move {self.log_path} aside: {e}") from e
+        log.error("removed %s (%d bytes, offsets %d and up) from the log: %s; it is now %s",
+                  self.log_path, size, self.base_offset, reason, side)  # fmt: skip
 
     # --- deletion ------------------------------------------------------------------------------
 
