@@ -32,6 +32,9 @@ GROUP_OVERRIDES = {
     "group.min.session.timeout.ms": 1000,
     "group.consumer.session.timeout.ms": 6000,
     "group.consumer.heartbeat.interval.ms": 500,
+    # Kafka's lower bounds (45 s, 5 s) would refuse the two above at start-up
+    "group.consumer.min.session.timeout.ms": 1000,
+    "group.consumer.min.heartbeat.interval.ms": 100,
 }
 
 # Kafka error codes

@@ -29,6 +29,7 @@ from strom.cluster.image import BrokerInfo
 from strom.cluster.metadata_log import MetadataLog
 from strom.common.tasks import cancel_all, cancel_and_wait
 from strom.config.broker import BrokerConfig
+from strom.config.checks import check_startup
 from strom.config.defs import ConfigError
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import precompile
@@ -325,6 +326,7 @@ def run_broker(config_path: Path | None, overrides: Mapping[str, str]) -> int:
     raise_fd_limit()
     try:
         config = BrokerConfig.load(config_path, overrides)
+        check_startup(config)
         try:
             import uvloop
 

@@ -6,7 +6,6 @@ Resolution order, as in Kafka: dynamic per-broker > dynamic cluster default > st
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,6 @@ from strom.config.topic import (
     ResolvedValue,
 )
 
-log = logging.getLogger(__name__)
 T = ConfigType
 
 BROKER_CONFIGS = ConfigRegistry()
@@ -58,11 +56,13 @@ BROKER_CONFIGS.add(
               read_only=True),
     ConfigDef("max.connections", T.INT, INT_MAX, "max connections", at_least(0)),
     ConfigDef("num.network.threads", T.INT, 3, "accepted for compatibility; Strom uses one event loop",
-              at_least(1)),
+              at_least(1), implemented=False),
     ConfigDef("num.io.threads", T.INT, 8, "accepted for compatibility; Strom uses one event loop",
-              at_least(1)),
-    ConfigDef("queued.max.requests", T.INT, 500, "requests read ahead per connection", at_least(1),
-              read_only=True),
+              at_least(1), implemented=False),
+    ConfigDef("queued.max.requests", T.INT, 500,
+              "size of Kafka's queue between network and I/O threads (Strom has no such queue; "
+              "it answers a connection's requests one at a time)", at_least(1), read_only=True,
+              implemented=False),
     # logs
     ConfigDef("log.dirs", T.LIST, None, "directories holding the partition logs", read_only=True),
     ConfigDef("log.dir", T.STRING, "/tmp/kafka-logs", "log directory when log.dirs is unset",
@@ -93,7 +93,9 @@ BROKER_CONFIGS.add(
     ConfigDef("log.flush.offset.checkpoint.interval.ms", T.INT, 60000,
               "how often recovery points are checkpointed", at_least(0), read_only=True),
     ConfigDef("log.flush.start.offset.checkpoint.interval.ms", T.INT, 60000,
-              "how often log start offsets are checkpointed", at_least(0), read_only=True),
+              "how often log start offsets are checkpointed (Strom writes them with the recovery "
+              "points, every log.flush.offset.checkpoint.interval.ms)", at_least(0), read_only=True,
+              implemented=False),
     ConfigDef("log.segment.delete.delay.ms", T.LONG, 60000, "delay before deleting files", at_least(0)),
     ConfigDef("log.cleanup.policy", T.LIST, ["delete"], "default cleanup policy",
               one_of("compact", "delete")),
@@ -103,7 +105,8 @@ BROKER_CONFIGS.add(
               at_least(0)),
     ConfigDef("log.message.timestamp.after.max.ms", T.LONG, 3600000, "timestamp upper bound",
               at_least(0)),
-    ConfigDef("log.preallocate", T.BOOLEAN, False, "preallocate segments"),
+    ConfigDef("log.preallocate", T.BOOLEAN, False,
+              "preallocate segments (Strom never preallocates segment files)", implemented=False),
     ConfigDef("log.cleaner.enable", T.BOOLEAN, True, "run the log cleaner", read_only=True),
     ConfigDef("log.cleaner.delete.retention.ms", T.LONG, 86400000, "tombstone retention", at_least(0)),
     ConfigDef("log.cleaner.min.compaction.lag.ms", T.LONG, 0, "min compaction lag", at_least(0)),
@@ -213,10 +216,12 @@ BROKER_CONFIGS.add(
               at_least(1), read_only=True),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", T.LONG, 5000,
               "how often high watermarks are checkpointed", at_least(1), read_only=True),
-    ConfigDef("controlled.shutdown.max.retries", T.INT, 3, "controlled shutdown attempts",
-              at_least(0), read_only=True),
+    ConfigDef("controlled.shutdown.max.retries", T.INT, 3,
+              "controlled shutdown attempts (Strom makes one, bounded by "
+              "zookeeper.session.timeout.ms)", at_least(0), read_only=True, implemented=False),
     ConfigDef("controlled.shutdown.retry.backoff.ms", T.LONG, 5000,
-              "pause between controlled shutdown attempts", at_least(0), read_only=True),
+              "pause between controlled shutdown attempts (Strom makes one)", at_least(0),
+              read_only=True, implemented=False),
     ConfigDef("controlled.shutdown.enable", T.BOOLEAN, True, "move leaders before stopping",
               read_only=True),
     ConfigDef("auto.leader.rebalance.enable", T.BOOLEAN, True, "preferred leader rebalancing",
@@ -227,9 +232,6 @@ BROKER_CONFIGS.add(
               "share of a broker's preferred partitions it may not lead before a rebalance",
               between(0, 100), read_only=True),
 )
-
-# Names Kafka knows that Strom accepts in server.properties without acting on them.
-_IGNORED_PREFIXES = ("log4j.", "ssl.", "sasl.", "metric.", "metrics.", "kafka.metrics.", "confluent.")
 
 
 @dataclass
@@ -243,6 +245,8 @@ class BrokerConfig:
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
+        """Parse and validate each value; names Strom does not know are kept in `unknown` (the
+        broker's start-up checks, strom.config.checks, warn about them or refuse them)."""
         raw: dict[str, str] = {}
         if path is not None:
             raw.update(read_properties(path))
@@ -253,8 +257,6 @@ class BrokerConfig:
                 cfg.static[name] = BROKER_CONFIGS.parse(name, value)
             else:
                 cfg.unknown[name] = value
-                if not name.startswith(_IGNORED_PREFIXES):
-                    log.warning("config %s is not used by Strom", name)
         return cfg
 
     def source_of(self, name: str) -> tuple[Any, ConfigSource]:

@@ -53,6 +53,10 @@ Validator = Callable[[str, Any], None]
 
 @dataclass(frozen=True)
 class ConfigDef:
+    """One Kafka config. `implemented=False` marks a name Strom accepts (Kafka users copy whole
+    config files and tools set topic configs) but does not act on; the broker names such configs
+    in a WARN at start-up and docs/configuration.md lists them, both from this flag."""
+
     name: str
     type: ConfigType
     default: Any
@@ -60,6 +64,7 @@ class ConfigDef:
     validator: Validator | None = None
     sensitive: bool = False
     read_only: bool = False
+    implemented: bool = True
 
     def parse(self, raw: Any) -> Any:
         """Turn a string (or an already typed value) into this config's type, then validate it."""
@@ -164,6 +169,10 @@ class ConfigRegistry:
 
     def names(self) -> Iterable[str]:
         return self.defs.keys()
+
+    def unimplemented(self) -> list[ConfigDef]:
+        """The configs accepted without effect, in definition order."""
+        return [d for d in self.defs.values() if not d.implemented]
 
     def parse(self, name: str, raw: Any) -> Any:
         d = self.defs.get(name)

@@ -36,8 +36,10 @@ TOPIC_CONFIGS.add(
               at_least(0)),
     ConfigDef("flush.messages", T.LONG, LONG_MAX, "fsync after this many messages", at_least(1)),
     ConfigDef("flush.ms", T.LONG, LONG_MAX, "fsync after this much time", at_least(0)),
-    ConfigDef("follower.replication.throttled.replicas", T.LIST, [], "throttled follower replicas"),
-    ConfigDef("leader.replication.throttled.replicas", T.LIST, [], "throttled leader replicas"),
+    ConfigDef("follower.replication.throttled.replicas", T.LIST, [],
+              "throttled follower replicas (Strom does not throttle replication)", implemented=False),
+    ConfigDef("leader.replication.throttled.replicas", T.LIST, [],
+              "throttled leader replicas (Strom does not throttle replication)", implemented=False),
     ConfigDef("index.interval.bytes", T.INT, 4096, "bytes of log between offset index entries", at_least(0)),
     ConfigDef("max.compaction.lag.ms", T.LONG, LONG_MAX, "max time a message stays uncompacted", at_least(1)),
     ConfigDef("max.message.bytes", T.INT, 1048588, "largest record batch size allowed", at_least(0)),
@@ -51,7 +53,8 @@ TOPIC_CONFIGS.add(
               between(0, 1)),
     ConfigDef("min.compaction.lag.ms", T.LONG, 0, "min time a message stays uncompacted", at_least(0)),
     ConfigDef("min.insync.replicas", T.INT, 1, "replicas that must acknowledge acks=all writes", at_least(1)),
-    ConfigDef("preallocate", T.BOOLEAN, False, "preallocate segment files"),
+    ConfigDef("preallocate", T.BOOLEAN, False,
+              "preallocate segment files (Strom never preallocates segment files)", implemented=False),
     ConfigDef("retention.bytes", T.LONG, -1, "max partition size before old segments go (-1: no limit)"),
     ConfigDef("retention.ms", T.LONG, 604800000, "max age of a segment before it goes (-1: no limit)",
               at_least(-1)),
@@ -60,6 +63,21 @@ TOPIC_CONFIGS.add(
     ConfigDef("segment.jitter.ms", T.LONG, 0, "random jitter subtracted from segment.ms", at_least(0)),
     ConfigDef("segment.ms", T.LONG, 604800000, "time after which a segment is rolled", at_least(1)),
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "allow out-of-sync replicas to lead"),
+    ConfigDef("message.downconversion.enable", T.BOOLEAN, True,
+              "no-op, as in Kafka 4.0 and newer (no down-conversion)", implemented=False),
+    # Tiered storage (KIP-405) is not implemented: remote.storage.enable=true is refused, as Kafka
+    # refuses it on a broker without remote.log.storage.system.enable; the rest are accepted.
+    ConfigDef("remote.storage.enable", T.BOOLEAN, False,
+              "tiered storage (Strom: only false is accepted)", implemented=False),
+    ConfigDef("local.retention.ms", T.LONG, -2, "local retention with tiered storage (-2: retention.ms)",
+              at_least(-2), implemented=False),
+    ConfigDef("local.retention.bytes", T.LONG, -2,
+              "local retention with tiered storage (-2: retention.bytes)", at_least(-2),
+              implemented=False),
+    ConfigDef("remote.log.copy.disable", T.BOOLEAN, False, "stop copying to tiered storage",
+              implemented=False),
+    ConfigDef("remote.log.delete.on.disable", T.BOOLEAN, False,
+              "delete tiered data when tiered storage is disabled", implemented=False),
 )
 
 # Topic config -> the broker configs it takes its default from, strongest first (Kafka's synonyms).
@@ -102,7 +120,11 @@ UNIT_FACTORS: dict[str, int] = {
 
 
 def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
-    """Parse and validate topic overrides; unknown names and bad values raise ConfigError."""
+    """Parse and validate topic overrides; unknown names and bad values raise ConfigError.
+
+    Configs Strom does not act on (`implemented=False`) are accepted, since Kafka's tools set
+    them, except remote.storage.enable=true: data the user expects tiered would stay local.
+    """
     parsed: dict[str, Any] = {}
     for name, raw in configs.items():
         if name not in TOPIC_CONFIGS:
@@ -110,6 +132,10 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
         if raw is None:
             raise ConfigError(f"Null value not supported for topic configs: {name}")
         parsed[name] = TOPIC_CONFIGS.parse(name, raw)
+    if parsed.get("remote.storage.enable"):
+        raise ConfigError("Tiered Storage functionality is disabled in the broker. Topic cannot be "
+                          "configured with remote log storage. (Strom does not implement tiered "
+                          "storage.)")
     return parsed
 
 

@@ -1,0 +1,167 @@
+"""Start-up checks: unimplemented configs are named in a WARN, dangerous ones refused."""
+
+import dataclasses
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from strom.config.broker import BROKER_CONFIGS, BrokerConfig
+from strom.config.checks import check_startup
+from strom.config.defs import ConfigError
+from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs
+from strom.storage.config import LogConfig
+
+ROOT = Path(__file__).resolve().parents[3]
+CHECKS = "strom.config.checks"
+
+
+def check(overrides: dict[str, str]) -> None:
+    check_startup(BrokerConfig.load(None, overrides))
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records
+            if r.name == CHECKS and r.levelno == logging.WARNING]
+
+
+def test_unimplemented_config_is_named_in_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=CHECKS):
+        check({"log.preallocate": "true", "controlled.shutdown.max.retries": "5",
+               "num.partitions": "3"})
+    assert warnings(caplog) == [
+        "config log.preallocate is accepted but not implemented by Strom; it has no effect",
+        "config controlled.shutdown.max.retries is accepted but not implemented by Strom; "
+        "it has no effect",
+    ]
+
+
+def test_unknown_names_keep_their_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=CHECKS):
+        check({"metric.reporters": "x", "no.such.thing": "1"})
+    assert warnings(caplog) == ["config metric.reporters is not used by Strom",
+                                "config no.such.thing is not used by Strom"]
+
+
+def test_shipped_server_properties_start_without_warnings(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger=CHECKS):
+        check_startup(BrokerConfig.load(ROOT / "config" / "server.properties"))
+    assert warnings(caplog) == []
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    ({"listeners": "SASL_SSL://127.0.0.1:9093"},
+     "listener SASL_SSL://127.0.0.1:9093 uses security protocol SASL_SSL, which Strom does not "
+     "implement (only PLAINTEXT)"),
+    ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "SSL://host:9093"},
+     "listener SSL://host:9093 uses security protocol SSL"),
+    ({"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT"},
+     "listener PLAINTEXT://:9092 uses security protocol SASL_PLAINTEXT"),
+    ({"listeners": "CLIENT://:9092"},
+     "listener CLIENT://:9092 has no security protocol: CLIENT is not in "
+     "listener.security.protocol.map"),
+    ({"listeners": "CLIENT://:9092", "listener.security.protocol.map": "CLIENT:PLAINTEXT,B:SSL",
+      "inter.broker.listener.name": "b"}, "listener inter.broker.listener.name=B uses security protocol SSL"),
+    ({"ssl.keystore.location": "/etc/kafka/keystore.jks"},
+     "ssl.keystore.location is set, but Strom implements no TLS or SASL (only PLAINTEXT)"),
+    ({"sasl.enabled.mechanisms": "PLAIN"}, "sasl.enabled.mechanisms is set"),
+    ({"listener.name.client.plain.sasl.jaas.config": "x"},
+     "listener.name.client.plain.sasl.jaas.config is set"),
+    ({"listener.name.client.ssl.keystore.location": "/k"},
+     "listener.name.client.ssl.keystore.location is set"),
+    ({"security.inter.broker.protocol": "SSL"},
+     "security.inter.broker.protocol=SSL is not implemented by Strom (only PLAINTEXT)"),
+    ({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"},
+     "authorizer.class.name is set, but ACLs are not implemented"),
+    ({"super.users": "User:admin"}, "super.users is set, but ACLs are not implemented"),
+    ({"client.quota.callback.class": "x.Y"}, "client quotas are not implemented"),
+    ({"remote.log.storage.system.enable": "true"}, "remote.log.storage.system.enable=true"),
+    ({"group.consumer.session.timeout.ms": "6000"},
+     "group.consumer.min.session.timeout.ms (45000) must be less than or equal to "
+     "group.consumer.session.timeout.ms (6000)"),
+    ({"group.consumer.heartbeat.interval.ms": "50000", "group.consumer.max.heartbeat.interval.ms":
+      "60000"}, "group.consumer.heartbeat.interval.ms (50000) must be less than "
+     "group.consumer.session.timeout.ms (45000)"),
+])
+def test_dangerous_settings_are_refused(overrides: dict[str, str], expected: str) -> None:
+    with pytest.raises(ConfigError, match=r"^refusing to start: ") as info:
+        check(overrides)
+    assert expected in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_every_refusal_is_in_one_message() -> None:
+    with pytest.raises(ConfigError) as info:
+        check({"listeners": "SSL://:9093", "sasl.jaas.config": "x", "super.users": "User:a"})
+    message = str(info.value)
+    assert all(name in message for name in ("SSL://:9093", "sasl.jaas.config", "super.users"))
+
+
+@pytest.mark.parametrize("overrides", [
+    {},
+    {"listeners": "CLIENT://127.0.0.1:9092", "advertised.listeners": "CLIENT://host:9092",
+     "listener.security.protocol.map": "client:plaintext,OTHER:SSL",
+     "inter.broker.listener.name": "CLIENT"},
+    {"security.inter.broker.protocol": "plaintext", "authorizer.class.name": "",
+     "remote.log.storage.system.enable": "false"},
+    {"group.consumer.session.timeout.ms": "6000", "group.consumer.heartbeat.interval.ms": "500",
+     "group.consumer.min.session.timeout.ms": "1000",
+     "group.consumer.min.heartbeat.interval.ms": "100"},
+])
+def test_plaintext_and_consistent_settings_start(overrides: dict[str, str]) -> None:
+    check(overrides)
+
+
+def test_malformed_protocol_map_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"listener\.security\.protocol\.map"):
+        check({"listener.security.protocol.map": "PLAINTEXT:TLS"})
+
+
+def test_topic_configs_without_effect_are_accepted_but_tiered_storage_is_refused() -> None:
+    accepted = {"preallocate": "true", "message.downconversion.enable": "false",
+                "remote.storage.enable": "false", "local.retention.ms": "-2",
+                "leader.replication.throttled.replicas": "*"}
+    assert validate_topic_configs(accepted)["preallocate"] is True
+    with pytest.raises(ConfigError, match="Tiered Storage functionality is disabled"):
+        validate_topic_configs({"remote.storage.enable": "true"})
+
+
+def _quoted_in_source(name: str) -> bool:
+    """Whether code outside the config definitions reads `name` by its literal."""
+    defs = {"broker.py", "topic.py", "defs.py"}
+    for path in (ROOT / "src" / "strom").rglob("*.py"):
+        if path.parent.name == "config" and path.name in defs:
+            continue
+        if f'"{name}"' in path.read_text():
+            return True
+    return False
+
+
+# Broker configs read without their literal name elsewhere, and why.
+_READ_INDIRECTLY = {
+    "log.dir": "BrokerConfig.log_dirs",
+    "log.dirs": "BrokerConfig.log_dirs",
+    "max.connections": "the network server (being implemented alongside these checks)",
+}
+
+
+def test_configs_marked_implemented_are_read_somewhere() -> None:
+    """The `implemented` flag stays honest: a config nobody reads must say so."""
+    log_fields = {f.name.replace("_", ".") for f in dataclasses.fields(LogConfig)}
+    implemented_topic = {n for n in TOPIC_CONFIGS.names() if TOPIC_CONFIGS[n].implemented}
+    via_topic = {s for topic in implemented_topic for s in BROKER_SYNONYMS.get(topic, ())}
+    unread = [n for n in BROKER_CONFIGS.names()
+              if BROKER_CONFIGS[n].implemented and n not in via_topic and n not in _READ_INDIRECTLY
+              and not _quoted_in_source(n)]
+    unread += [n for n in implemented_topic if n not in log_fields and not _quoted_in_source(n)]
+    assert unread == []
+
+
+def test_configs_docs_list_every_config_without_effect() -> None:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    section = text.split("## Configs Strom accepts but does not act on", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `([a-z0-9.]+)`", section, re.M))
+    expected = {d.name for d in BROKER_CONFIGS.unimplemented()}
+    expected |= {d.name for d in TOPIC_CONFIGS.unimplemented()}
+    assert listed == expected
