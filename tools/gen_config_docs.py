@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from strom.config.broker import BROKER_CONFIGS
+from strom.config.checks import REFUSED_NAMES, REFUSED_PREFIXES, REFUSED_UNLESS
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS
 
 INTRO = """# Configuration
@@ -15,7 +16,11 @@ through AlterConfigs / IncrementalAlterConfigs (for broker id `""` = cluster def
 broker's id) are applied live and persist in the metadata log; read-only ones need a restart.
 
 Unknown names in server.properties are logged as unused and ignored, as Kafka does; unknown or
-invalid topic configs are rejected with INVALID_CONFIG.
+invalid topic configs are rejected with INVALID_CONFIG. Configs Strom knows but does not act on are
+listed [below](#configs-strom-accepts-but-does-not-act-on): set in server.properties or with
+`--override`, each gets a WARN naming it at start-up. Settings whose silent ignoring would leave a
+broker less secure or less protected than its operator believes stop the broker at start-up with
+one message naming them all (see the same section).
 
 One default differs from Kafka's on purpose: `socket.receive.buffer.bytes` is -1 (the OS
 default) instead of 102400. A fixed receive buffer switches off Linux's autotuning, so every
@@ -41,8 +46,53 @@ def main() -> None:
         d = BROKER_CONFIGS[name]
         lines.append(f"| `{name}` | {d.type.name.lower()} | `{d.render(d.default)}` "
                      f"| {'no' if d.read_only else 'yes'} | {d.doc} |")
+    lines += unimplemented_section()
     out = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
     out.write_text("\n".join(lines) + "\n")
+
+
+UNIMPLEMENTED_INTRO = """
+## Configs Strom accepts but does not act on
+
+These names are Kafka's and Strom takes them (a copied server.properties starts, Kafka tools can
+set the topic configs), but setting them changes nothing. A broker config from this list set in
+server.properties or with `--override` is named in a WARN at start-up (`config log.preallocate is
+accepted but not implemented by Strom; it has no effect`). Dynamic broker configs and topic configs
+from this list are accepted without a warning, with one exception: `remote.storage.enable=true` is
+rejected with INVALID_CONFIG, as Kafka rejects it on a broker without tiered storage, since the
+data would otherwise stay on local disk.
+
+| name | kind | meaning |
+|---|---|---|"""
+
+REFUSED_INTRO = """
+Refused at start-up (the broker exits with status 1 and one line, `strom broker: refusing to
+start: ...`), because ignoring them would leave security, quotas, throttling or tiered storage
+silently off:
+
+- every `{prefixes}` config, also behind `listener.name.<listener>.`: Strom implements no TLS or
+  SASL;
+- a listener in `listeners`, `advertised.listeners` or `inter.broker.listener.name` whose
+  security protocol (its name, looked up in `listener.security.protocol.map`) is not PLAINTEXT,
+  e.g. `SASL_SSL://:9093`; a listener name missing from that map is refused too, as in Kafka;
+{names}
+- {unless};
+- `group.consumer.session.timeout.ms` or `group.consumer.heartbeat.interval.ms` outside their
+  `group.consumer.min/max.*` bounds, or the heartbeat interval not below the session timeout
+  (Kafka's start-up rule; these bounds have no other use in Strom, which has no group configs).
+"""
+
+
+def unimplemented_section() -> list[str]:
+    lines = [UNIMPLEMENTED_INTRO]
+    for kind, registry in (("broker", BROKER_CONFIGS), ("topic", TOPIC_CONFIGS)):
+        lines += [f"| `{d.name}` | {kind} | {d.doc} |" for d in registry.unimplemented()]
+    names = "\n".join(f"- `{name}` set to anything but empty: {why};"
+                        for name, why in REFUSED_NAMES.items())
+    unless = "; ".join(f"`{name}` other than `{value}`" for name, value in REFUSED_UNLESS.items())
+    prefixes = "`, `".join(f"{p}*" for p in REFUSED_PREFIXES)
+    lines.append(REFUSED_INTRO.format(prefixes=prefixes, names=names, unless=unless))
+    return lines
 
 
 if __name__ == "__main__":
