@@ -1,0 +1,248 @@
+"""Produce: validation of the request and its batches, offsets, idempotence, acks."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.broker.server import CloseConnection
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+from strom.protocol.records import COMPRESSION_GZIP
+
+FUTURE = 4_000_000_000_000  # year 2096: beyond message.timestamp.after.max.ms (1 h)
+
+
+def _pid(h) -> tuple[int, int]:
+    r = h.request(ApiKey.INIT_PRODUCER_ID, 4, {"transactional_id": None,
+                                                "transaction_timeout": 60000})
+    assert r.error_code == 0
+    return r.producer_id, r.producer_epoch
+
+
+def _fetch_records(h, topic: str, partition: int = 0, offset: int = 0) -> bytes:
+    r = h.request(ApiKey.FETCH, 12, {"replica_id": -1, "max_wait": 0, "min_bytes": 0,
+                                     "max_bytes": 1 << 20, "topics": [{"topic": topic, "partitions": [
+                                         {"partition": partition, "fetch_offset": offset,
+                                          "partition_max_bytes": 1 << 20}]}]})
+    return bytes(r.responses[0].partitions[0].records)
+
+
+def test_batches_get_consecutive_offsets(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    first = h.produce("t", 0, h.batch(b"a", b"b", b"c"))
+    second = h.produce("t", 0, h.batch(b"d"))
+    assert (first.error_code, first.base_offset, first.log_start_offset) == (0, 0, 0)
+    assert (second.error_code, second.base_offset) == (0, 3)
+    assert first.log_append_time == -1  # CreateTime topic
+    assert len(_fetch_records(h, "t")) > 0
+
+
+def test_log_append_time_topics_report_the_append_time(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", configs={"message.timestamp.type": "LogAppendTime"})
+    r = h.produce("t", 0, h.batch(b"a"))
+    assert r.error_code == 0
+    assert r.log_append_time > 1_700_000_000_000
+
+
+def test_compressed_batches_are_accepted(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    r = h.produce("t", 0, h.batch(b"a" * 1000, b"b", compression=COMPRESSION_GZIP))
+    assert (r.error_code, r.base_offset) == (0, 0)
+    assert h.produce("t", 0, h.batch(b"c")).base_offset == 2
+
+
+@pytest.mark.parametrize("version", [3, 8, 9, 11])
+def test_every_version_round_trips(broker_harness, version: int) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    r = h.produce("t", 0, h.batch(b"a"), version=version)
+    assert (r.error_code, r.base_offset) == (0, 0)
+
+
+def test_unknown_topic_is_unknown_topic_or_partition(broker_harness) -> None:
+    r = broker_harness.produce("nope", 0, broker_harness.batch(b"a"))
+    assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    assert r.base_offset == -1
+
+
+def test_unknown_partition_is_unknown_topic_or_partition(broker_harness) -> None:
+    broker_harness.create_topic("t")
+    r = broker_harness.produce("t", 5, broker_harness.batch(b"a"))
+    assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_produce_does_not_auto_create_topics(broker_harness) -> None:
+    broker_harness.produce("auto", 0, broker_harness.batch(b"a"))
+    assert "auto" not in broker_harness.broker.image.topics
+
+
+@pytest.mark.parametrize("acks", [2, -2, 5])
+def test_bad_acks_is_invalid_required_acks(broker_harness, acks: int) -> None:
+    broker_harness.create_topic("t")
+    r = broker_harness.produce("t", 0, broker_harness.batch(b"a"), acks=acks)
+    assert r.error_code == ErrorCode.INVALID_REQUIRED_ACKS
+    assert broker_harness.broker.partitions.get("t", 0).log_end_offset == 0
+
+
+def test_writing_to_an_internal_topic_is_invalid_topic(broker_harness) -> None:
+    h = broker_harness
+    h.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": ["g"]})
+    assert "__consumer_offsets" in h.broker.image.topics
+    r = h.produce("__consumer_offsets", 0, h.batch(b"junk"))
+    # Kafka: InvalidTopicException "Cannot append to internal topic __consumer_offsets"
+    assert r.error_code == ErrorCode.INVALID_TOPIC_EXCEPTION
+
+
+@pytest.mark.broker_config(**{"message.max.bytes": "200"})
+def test_a_batch_over_message_max_bytes_is_message_too_large(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    assert h.produce("t", 0, h.batch(b"small")).error_code == 0
+    r = h.produce("t", 0, h.batch(b"x" * 500))
+    assert r.error_code == ErrorCode.MESSAGE_TOO_LARGE
+    assert h.broker.partitions.get("t", 0).log_end_offset == 1
+
+
+def test_a_batch_over_the_topics_max_message_bytes_is_message_too_large(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", configs={"max.message.bytes": "100"})
+    r = h.produce("t", 0, h.batch(b"x" * 500))
+    assert r.error_code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_a_batch_with_a_bad_crc_is_corrupt_message(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    data = bytearray(h.batch(b"value"))
+    data[-1] ^= 0xFF  # a record byte: covered by the CRC
+    r = h.produce("t", 0, bytes(data))
+    assert r.error_code == ErrorCode.CORRUPT_MESSAGE
+    assert h.broker.partitions.get("t", 0).log_end_offset == 0
+
+
+def test_a_truncated_batch_is_rejected(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    r = h.produce("t", 0, h.batch(b"value")[:-3])
+    # Kafka: the batch's length field overruns the records -> CORRUPT_MESSAGE (or INVALID_RECORD)
+    assert r.error_code in (ErrorCode.CORRUPT_MESSAGE, ErrorCode.INVALID_RECORD)
+    assert h.broker.partitions.get("t", 0).log_end_offset == 0
+
+
+def test_no_records_is_invalid_record(broker_harness) -> None:
+    # Kafka (ProduceRequest.validateRecords): "must have at least one record batch" ->
+    # InvalidRecordException -> INVALID_RECORD
+    broker_harness.create_topic("t")
+    assert broker_harness.produce("t", 0, b"").error_code == ErrorCode.INVALID_RECORD
+
+
+@pytest.mark.xfail(strict=True, reason="Strom appends every batch of a partition's records")
+def test_two_batches_in_one_partition_are_invalid_record(broker_harness) -> None:
+    # Kafka (ProduceRequest.validateRecords, v3+): exactly one record batch per partition
+    h = broker_harness
+    h.create_topic("t")
+    two = h.batch(b"a") + h.batch(b"b")
+    r = h.produce("t", 0, two)
+    assert r.error_code == ErrorCode.INVALID_RECORD
+    assert h.broker.partitions.get("t", 0).log_end_offset == 0
+
+
+def test_an_old_magic_batch_is_invalid_record(broker_harness) -> None:
+    # Kafka: v3+ requests must carry magic v2 batches -> INVALID_RECORD
+    h = broker_harness
+    h.create_topic("t")
+    data = bytearray(h.batch(b"a"))
+    data[16] = 1  # the magic byte
+    assert h.produce("t", 0, bytes(data)).error_code == ErrorCode.INVALID_RECORD
+
+
+def test_a_timestamp_far_in_the_future_is_invalid_timestamp(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    r = h.produce("t", 0, h.batch(b"a", timestamp=FUTURE))
+    assert r.error_code == ErrorCode.INVALID_TIMESTAMP
+
+
+def test_a_record_without_a_key_on_a_compacted_topic_is_invalid_record(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", configs={"cleanup.policy": "compact"})
+    assert h.produce("t", 0, h.batch(b"v", key=b"k")).error_code == 0
+    assert h.produce("t", 0, h.batch(b"v")).error_code == ErrorCode.INVALID_RECORD
+
+
+def test_acks_all_below_min_insync_replicas_is_not_enough_replicas(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", configs={"min.insync.replicas": "2"})
+    assert h.produce("t", 0, h.batch(b"a"), acks=-1).error_code == ErrorCode.NOT_ENOUGH_REPLICAS
+    assert h.produce("t", 0, h.batch(b"a"), acks=1).error_code == 0  # acks=1 does not care
+
+
+def test_acks_zero_gets_no_reply(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    body = _raw_produce(h, "t", h.batch(b"a"), acks=0)
+    assert h.send_frame(ApiKey.PRODUCE, 9, body) is None
+    assert h.broker.partitions.get("t", 0).log_end_offset == 1
+
+
+def test_acks_zero_with_an_error_closes_the_connection(broker_harness) -> None:
+    # Kafka closes the connection: the only way to tell an acks=0 producer something failed
+    h = broker_harness
+    body = _raw_produce(h, "nope", h.batch(b"a"), acks=0)
+    with pytest.raises(CloseConnection):
+        h.send_frame(ApiKey.PRODUCE, 9, body)
+
+
+def _raw_produce(h, topic: str, batch: bytes, acks: int) -> bytes:
+    from strom.protocol.codec import request_codec
+
+    return request_codec(ApiKey.PRODUCE, 9).encode({
+        "transactional_id": None, "acks": acks, "timeout": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}]})
+
+
+def test_a_partly_bad_request_writes_the_good_partitions(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", partitions=2)
+    r = h.request(ApiKey.PRODUCE, 9, {"acks": -1, "timeout": 5000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": h.batch(b"a")},
+                                         {"index": 7, "records": h.batch(b"b")}]},
+        {"name": "nope", "partition_data": [{"index": 0, "records": h.batch(b"c")}]}]})
+    codes = [(t.name, p.index, p.error_code) for t in r.responses for p in t.partition_responses]
+    assert codes == [("t", 0, 0), ("t", 7, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+                     ("nope", 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)]
+
+
+# -- idempotence -------------------------------------------------------------------------------
+
+
+def test_an_idempotent_retry_gets_its_original_offset(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    pid, epoch = _pid(h)
+    first = h.batch(b"a", b"b", producer_id=pid, producer_epoch=epoch, base_sequence=0)
+    assert h.produce("t", 0, first).base_offset == 0
+    retry = h.produce("t", 0, first)
+    assert (retry.error_code, retry.base_offset) == (0, 0)
+    assert h.broker.partitions.get("t", 0).log_end_offset == 2  # written once
+
+
+def test_a_sequence_gap_is_out_of_order_sequence(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    pid, epoch = _pid(h)
+    h.produce("t", 0, h.batch(b"a", producer_id=pid, producer_epoch=epoch, base_sequence=0))
+    r = h.produce("t", 0, h.batch(b"c", producer_id=pid, producer_epoch=epoch, base_sequence=5))
+    assert r.error_code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+def test_an_older_producer_epoch_is_invalid_producer_epoch(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    pid, _ = _pid(h)
+    h.produce("t", 0, h.batch(b"a", producer_id=pid, producer_epoch=3, base_sequence=0))
+    r = h.produce("t", 0, h.batch(b"b", producer_id=pid, producer_epoch=2, base_sequence=1))
+    assert r.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
