@@ -12,6 +12,7 @@ The schemas are data (a tiny declarative codec below), not hand-written per reco
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -390,3 +391,18 @@ def topic_partitions(assignment: dict[uuid.UUID, set[int]] | dict[uuid.UUID, lis
 
 def assignment_from(entries: list[dict[str, Any]] | None) -> dict[uuid.UUID, set[int]]:
     return {e["topic_id"]: set(e["partitions"]) for e in entries or () if e["partitions"]}
+
+
+def member_tombstones(group: str, member: str) -> list[KeyValue]:
+    """Tombstones of one consumer-group member: its current and target assignment, metadata."""
+    return [consumer_group_record(t, group, member, None)
+            for t in (CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                      CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, CONSUMER_GROUP_MEMBER_METADATA)]
+
+
+def consumer_group_tombstones(group: str, members: Iterable[str]) -> list[KeyValue]:
+    """Tombstones of a whole consumer group: every member's records, then the group's."""
+    records = [r for member in members for r in member_tombstones(group, member)]
+    return records + [consumer_group_record(t, group, None, None)
+                      for t in (CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
+                                CONSUMER_GROUP_PARTITION_METADATA, CONSUMER_GROUP_METADATA)]

@@ -19,6 +19,11 @@ CONSUMER_PROTOCOL_TYPE = "consumer"
 CLASSIC = "classic"
 CONSUMER = "consumer"
 
+# DescribeGroups/ConsumerGroupDescribe: READ, DELETE and DESCRIBE, what a group allows when no
+# authorizer is configured, and Kafka's "not asked for" value
+GROUP_AUTHORIZED_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
+UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
+
 
 @dataclass
 class OffsetAndMetadata:
@@ -344,6 +349,15 @@ def consumer_subscription_topics(metadata: bytes) -> list[str] | None:
 Assignment = dict[uuid.UUID, set[int]]
 
 
+def copy_assignment(a: Assignment) -> Assignment:
+    """A deep copy without empty topics (members are replaced, never mutated in place)."""
+    return {t: set(ps) for t, ps in a.items() if ps}
+
+
+def same_assignment(a: Assignment, b: Assignment) -> bool:
+    return copy_assignment(a) == copy_assignment(b)
+
+
 class MemberState(IntEnum):
     STABLE = 0
     UNREVOKED_PARTITIONS = 1
@@ -410,6 +424,8 @@ class ConsumerGroup:
     subscription_metadata: dict[str, tuple[uuid.UUID, int]] = field(default_factory=dict)
     state_ts: int = -1
     deleted: bool = False
+    # the topics-view version the subscription metadata was last computed at (not persisted)
+    metadata_version: int | None = None
 
     type = CONSUMER
     protocol_type = CONSUMER_PROTOCOL_TYPE

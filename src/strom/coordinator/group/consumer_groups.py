@@ -15,7 +15,8 @@ RE2/J; the common subset is the same) against the user topics, refreshed wheneve
 State changes are written to `__consumer_offsets` as Kafka's ConsumerGroup* records (types 3-8)
 and replayed on load, so a broker restart keeps members, epochs and assignments.
 
-This is a mixin of `GroupCoordinator` (it uses its shards, store, timers and topics view).
+`ConsumerGroupManager` serves the consumer groups of the shared `GroupShards` (its shards,
+store, timers and topics view); the reconciliation itself is `reconciliation.reconcile`.
 """
 
 from __future__ import annotations
@@ -24,36 +25,30 @@ import logging
 import re
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.assignors import ASSIGNORS
+from strom.coordinator.group.reconciliation import reconcile
+from strom.coordinator.group.shards import GroupShards, Shard
 from strom.coordinator.group.state import (
+    GROUP_AUTHORIZED_OPERATIONS,
     LEAVE_GROUP_MEMBER_EPOCH,
     LEAVE_GROUP_STATIC_MEMBER_EPOCH,
+    UNKNOWN_AUTHORIZED_OPERATIONS,
     Assignment,
     ClassicGroup,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
+    copy_assignment,
+    same_assignment,
 )
 from strom.protocol.errors import ErrorCode, KafkaError
 
-if TYPE_CHECKING:
-    from strom.coordinator.group.coordinator import Shard
-
 log = logging.getLogger(__name__)
 
-UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 MEMBER_TYPE_CONSUMER = 1
-
-
-def _copy(a: Assignment) -> Assignment:
-    return {t: set(ps) for t, ps in a.items() if ps}
-
-
-def _same(a: Assignment, b: Assignment) -> bool:
-    return _copy(a) == _copy(b)
 
 
 def owned_from_request(entries: list[Any] | None) -> Assignment | None:
@@ -68,19 +63,18 @@ def owned_from_request(entries: list[Any] | None) -> Assignment | None:
     return out
 
 
-class ConsumerGroupProtocol:
-    """Mixin: KIP-848 consumer groups (needs the attributes GroupCoordinator sets up)."""
+class ConsumerGroupManager:
+    """KIP-848 consumer groups of the shards in `state`."""
 
-    # -- set up by GroupCoordinator ----------------------------------------------------------
-    config: Any
-    topics: Any
-    store: Any
-    timers: Any
-    shards: dict[int, Shard]
-
-    def _init_consumer_protocol(self) -> None:
+    def __init__(self, state: GroupShards) -> None:
+        self.state = state
+        self.config = state.config
+        self.topics = state.topics
+        self.store = state.store
+        self.timers = state.timers
+        self.now_ms = state.now_ms
+        # regex -> (topics-view version, matching topic names)
         self._regex_cache: dict[str, tuple[int, frozenset[str]]] = {}
-        self._metadata_versions: dict[str, int] = {}
 
     # ========================================================================================
     # ConsumerGroupHeartbeat
@@ -101,7 +95,7 @@ class ConsumerGroupProtocol:
                                      rebalance_timeout, subscribed_topic_names,
                                      subscribed_topic_regex, server_assignor, topic_partitions,
                                      version)
-            shard = self._shard(group_id)
+            shard = self.state.serving(group_id)
             if member_epoch in (LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH):
                 return self._consumer_leave(shard, group_id, member_id, member_epoch, instance_id)
             return self._consumer_heartbeat(
@@ -113,9 +107,11 @@ class ConsumerGroupProtocol:
                     "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
                     "assignment": None}
 
-    def _validate_heartbeat(self, group_id, member_id, epoch, instance_id, rack_id,
-                            rebalance_timeout, names, regex, assignor, topic_partitions,
-                            version) -> None:
+    def _validate_heartbeat(self, group_id: str, member_id: str, epoch: int,
+                            instance_id: str | None, rack_id: str | None,
+                            rebalance_timeout: int, names: list[str] | None, regex: str | None,
+                            assignor: str | None, topic_partitions: list[Any] | None,
+                            version: int) -> None:
         def invalid(message: str) -> KafkaError:
             return KafkaError(ErrorCode.INVALID_REQUEST, message)
 
@@ -156,9 +152,10 @@ class ConsumerGroupProtocol:
         return [a for a in self.config.consumer_assignors if a in ASSIGNORS] or ["uniform"]
 
     def _consumer_heartbeat(self, shard: Shard, group_id: str, member_id: str, epoch: int,
-                            instance_id, rack_id, rebalance_timeout, names, regex, assignor,
-                            owned: Assignment | None, client_id: str, client_host: str
-                            ) -> dict[str, Any]:
+                            instance_id: str | None, rack_id: str | None,
+                            rebalance_timeout: int, names: list[str] | None, regex: str | None,
+                            assignor: str | None, owned: Assignment | None, client_id: str,
+                            client_host: str) -> dict[str, Any]:
         records: list[rec.KeyValue] = []
         now = self.now_ms()
         group = shard.groups.get(group_id)
@@ -186,8 +183,8 @@ class ConsumerGroupProtocol:
             member_id = str(uuid.uuid4())
         old = self._member_for_heartbeat(group, member_id, epoch, instance_id, owned, records)
         member = ConsumerMember(**{**old.__dict__})
-        member.assigned = _copy(old.assigned)
-        member.pending_revocation = _copy(old.pending_revocation)
+        member.assigned = copy_assignment(old.assigned)
+        member.pending_revocation = copy_assignment(old.pending_revocation)
         member.member_id = member_id
         if instance_id is not None:
             member.instance_id = instance_id
@@ -211,8 +208,8 @@ class ConsumerGroupProtocol:
         group.put_member(member)
         # 1. subscription metadata and group epoch
         version = self.topics.version()
-        if bump or self._metadata_versions.get(group_id) != version:
-            self._metadata_versions[group_id] = version
+        if bump or group.metadata_version != version:
+            group.metadata_version = version
             metadata = self._subscription_metadata(group)
             if metadata != group.subscription_metadata:
                 group.subscription_metadata = metadata
@@ -227,7 +224,7 @@ class ConsumerGroupProtocol:
         if group.group_epoch > group.assignment_epoch:
             records += self._update_target_assignment(group)
         # 3. reconcile the member towards its target
-        updated = self._reconcile(group, member, owned)
+        updated = reconcile(group, member, owned)
         if updated is not member or is_new:
             group.put_member(updated)
             records.append(self._current_assignment_record(group_id, updated))
@@ -243,7 +240,7 @@ class ConsumerGroupProtocol:
             "heartbeat_interval": self.config.consumer_heartbeat_interval, "assignment": None}
         full = epoch == 0 or (rebalance_timeout != -1 and names is not None
                               and owned is not None)
-        if full or not _same(old.assigned, updated.assigned):
+        if full or not same_assignment(old.assigned, updated.assigned):
             response["assignment"] = {"topic_partitions": rec.topic_partitions(updated.assigned)}
         return response
 
@@ -281,10 +278,10 @@ class ConsumerGroupProtocol:
             replacement = ConsumerMember(**{**existing.__dict__})
             replacement.member_id = member_id
             replacement.member_epoch = replacement.previous_member_epoch = 0
-            replacement.assigned = _copy(existing.assigned)
+            replacement.assigned = copy_assignment(existing.assigned)
             replacement.pending_revocation = {}
             target = group.target.get(existing.member_id)
-            records += self._member_tombstones(group.group_id, existing.member_id)
+            records += rec.member_tombstones(group.group_id, existing.member_id)
             group.remove_member(existing.member_id)
             self.timers.cancel(("session", group.group_id, existing.member_id))
             self.timers.cancel(("rebalance", group.group_id, existing.member_id))
@@ -377,7 +374,7 @@ class ConsumerGroupProtocol:
         records = []
         for mid in group.members:
             target = new.get(mid, {})
-            if not _same(group.target.get(mid, {}), target) or mid not in group.target:
+            if not same_assignment(group.target.get(mid, {}), target) or mid not in group.target:
                 records.append(rec.consumer_group_record(
                     rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group.group_id, mid,
                     {"topic_partitions": rec.topic_partitions(target)}))
@@ -389,88 +386,6 @@ class ConsumerGroupProtocol:
         log.info("group %s: new target assignment at epoch %d with the %s assignor",
                  group.group_id, group.assignment_epoch, name)
         return records
-
-    def _reconcile(self, group: ConsumerGroup, member: ConsumerMember,
-                   owned: Assignment | None) -> ConsumerMember:
-        """Kafka's CurrentAssignmentBuilder; returns `member` itself when nothing changes."""
-        epoch = group.assignment_epoch
-        if member.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH or \
-                member.is_reconciled_to(epoch):
-            return member
-        target = group.target.get(member.member_id, {})
-
-        def owns_any(revoking: Assignment) -> bool:
-            if owned is None:
-                return True
-            return any(p in revoking.get(t, ()) for t, ps in owned.items() for p in ps)
-
-        def next_state(member_epoch: int, current: Assignment) -> ConsumerMember:
-            assigned: Assignment = {}
-            revoking: Assignment = {}
-            pending: Assignment = {}
-            unreleased = False
-            for topic_id in set(target) | set(current):
-                want = target.get(topic_id, set())
-                have = current.get(topic_id, set())
-                keep = have & want
-                gone = have - keep
-                add = set()
-                for p in want - keep:
-                    if group.current_partition_epoch(topic_id, p) != -1 and \
-                            (topic_id, p) not in own_claims:
-                        unreleased = True
-                    else:
-                        add.add(p)
-                if keep:
-                    assigned[topic_id] = keep
-                if gone:
-                    revoking[topic_id] = gone
-                if add:
-                    pending[topic_id] = add
-            new = ConsumerMember(**{**member.__dict__})
-            if revoking and owns_any(revoking):
-                new.state = MemberState.UNREVOKED_PARTITIONS
-                new.previous_member_epoch, new.member_epoch = member.member_epoch, member_epoch
-                new.assigned, new.pending_revocation = assigned, revoking
-                return new
-            for topic_id, ps in pending.items():
-                assigned.setdefault(topic_id, set()).update(ps)
-            new.state = MemberState.UNRELEASED_PARTITIONS if unreleased else MemberState.STABLE
-            new.previous_member_epoch, new.member_epoch = member.member_epoch, epoch
-            new.assigned, new.pending_revocation = assigned, {}
-            return new
-
-        # Partitions this member itself holds (assigned or being revoked) are not "taken".
-        own_claims = {(t, p) for a in (member.assigned, member.pending_revocation)
-                      for t, ps in a.items() for p in ps}
-        if member.state == MemberState.STABLE:
-            new = next_state(member.member_epoch, member.assigned)
-        elif member.state == MemberState.UNREVOKED_PARTITIONS:
-            if owns_any(member.pending_revocation):
-                return member
-            own_claims = {(t, p) for t, ps in member.assigned.items() for p in ps}
-            # the revoked partitions are released before computing what can be added
-            released = ConsumerMember(**{**member.__dict__})
-            released.pending_revocation = {}
-            group.put_member(released)
-            new = next_state(member.member_epoch + 1, member.assigned)
-        elif member.state == MemberState.UNRELEASED_PARTITIONS:
-            new = next_state(member.member_epoch, member.assigned)
-        else:
-            if owned is None or owned:
-                raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
-                                 "The consumer group member is in an unknown state. The member "
-                                 "must abandon all its partitions and rejoin.")
-            new = next_state(epoch, member.assigned)
-        if (new.state, new.member_epoch, new.previous_member_epoch) == (
-                member.state, member.member_epoch, member.previous_member_epoch) and \
-                _same(new.assigned, member.assigned) and \
-                _same(new.pending_revocation, member.pending_revocation):
-            return member
-        log.debug("group %s: member %s -> epoch %d state %s assigned %s revoking %s",
-                  group.group_id, member.member_id, new.member_epoch, new.state.name,
-                  new.assigned, new.pending_revocation)
-        return new
 
     def _current_assignment_record(self, group_id: str, m: ConsumerMember) -> rec.KeyValue:
         return rec.consumer_group_record(
@@ -508,7 +423,7 @@ class ConsumerGroupProtocol:
             left = ConsumerMember(**{**member.__dict__})
             left.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH
             left.pending_revocation = {}
-            left.assigned = _copy(member.assigned)
+            left.assigned = copy_assignment(member.assigned)
             self.store.append(shard.partition, [self._current_assignment_record(group_id, left)])
             group.put_member(left)
             self.timers.cancel(("rebalance", group_id, member_id))
@@ -520,7 +435,7 @@ class ConsumerGroupProtocol:
     def _fence_member(self, shard: Shard, group: ConsumerGroup, member: ConsumerMember) -> None:
         """Remove a member and bump the group epoch so the others get its partitions."""
         gid, mid = group.group_id, member.member_id
-        records = self._member_tombstones(gid, mid)
+        records = rec.member_tombstones(gid, mid)
         group.remove_member(mid)
         self.timers.cancel(("session", gid, mid))
         self.timers.cancel(("rebalance", gid, mid))
@@ -536,30 +451,6 @@ class ConsumerGroupProtocol:
         except KafkaError as exc:
             log.warning("group %s: cannot persist the removal of member %s: %s", gid, mid, exc)
 
-    def _member_tombstones(self, group_id: str, member_id: str) -> list[rec.KeyValue]:
-        return [rec.consumer_group_record(t, group_id, member_id, None)
-                for t in (rec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT,
-                          rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER,
-                          rec.CONSUMER_GROUP_MEMBER_METADATA)]
-
-    def _consumer_group_tombstones(self, group: ConsumerGroup) -> list[rec.KeyValue]:
-        records = []
-        for mid in set(group.members) | set(group.target):
-            records += self._member_tombstones(group.group_id, mid)
-        records += [rec.consumer_group_record(t, group.group_id, None, None)
-                    for t in (rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
-                              rec.CONSUMER_GROUP_PARTITION_METADATA,
-                              rec.CONSUMER_GROUP_METADATA)]
-        return records
-
-    def _delete_consumer_group_state(self, shard: Shard, group: ConsumerGroup) -> None:
-        """Drop an empty consumer group (its offsets stay), e.g. before a classic group takes
-        over its id."""
-        self.store.append(shard.partition, self._consumer_group_tombstones(group))
-        shard.groups.pop(group.group_id, None)
-        self.timers.cancel_group(group.group_id)
-        self._metadata_versions.pop(group.group_id, None)
-
     def _session_expired(self, group_id: str, member_id: str) -> None:
         self._fence_if_present(group_id, member_id, None, "its session expired")
 
@@ -570,7 +461,7 @@ class ConsumerGroupProtocol:
 
     def _fence_if_present(self, group_id: str, member_id: str, epoch: int | None,
                           why: str) -> None:
-        shard = self.shards.get(self._partition_of(group_id))
+        shard = self.state.shard_of(group_id)
         if shard is None or shard.loading:
             return
         group = shard.groups.get(group_id)
@@ -581,9 +472,6 @@ class ConsumerGroupProtocol:
             return
         log.info("group %s: member %s fenced because %s", group_id, member_id, why)
         self._fence_member(shard, group, member)
-
-    def _partition_of(self, group_id: str) -> int:
-        return self.partition_for(group_id)  # type: ignore[attr-defined]
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timers.schedule(("session", group_id, member_id),
@@ -597,47 +485,12 @@ class ConsumerGroupProtocol:
         self.timers.schedule(("rebalance", group_id, mid), timeout,
                              lambda: self._rebalance_expired(group_id, mid, epoch))
 
-    # -- offsets validation --------------------------------------------------------------------
-
-    @staticmethod
-    def _validate_consumer_commit(group: ConsumerGroup, member_id: str, epoch: int,
-                                  api_version: int) -> None:
-        if epoch < 0 and not group.members:
-            return
-        member = group.members.get(member_id)
-        if member is None:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
-                             f"Member {member_id} is not a member of group {group.group_id}.")
-        if api_version < 9:
-            raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
-                             "OffsetCommit version 9 or above must be used by members using "
-                             "the consumer group protocol")
-        if epoch != member.member_epoch:
-            raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
-                             f"The received member epoch {epoch} does not match the expected "
-                             f"member epoch {member.member_epoch}.")
-
-    @staticmethod
-    def _validate_consumer_fetch(group: ConsumerGroup, member_id: str | None, epoch: int) -> None:
-        if member_id is None and epoch < 0:
-            return
-        member = group.members.get(member_id or "")
-        if member is None:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
-                             f"Member {member_id} is not a member of group {group.group_id}.")
-        if epoch != member.member_epoch:
-            raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
-                             f"The received member epoch {epoch} does not match the expected "
-                             f"member epoch {member.member_epoch}.")
-
     # ========================================================================================
     # ConsumerGroupDescribe
     # ========================================================================================
 
     def consumer_group_describe(self, group_ids: list[str], *,
                                 include_authorized_operations: bool) -> list[dict[str, Any]]:
-        from strom.coordinator.group.coordinator import GROUP_AUTHORIZED_OPERATIONS
-
         ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations \
             else UNKNOWN_AUTHORIZED_OPERATIONS
         out = []
@@ -648,7 +501,7 @@ class ConsumerGroupProtocol:
                                      "authorized_operations": ops}
             out.append(entry)
             try:
-                shard = self._shard(gid)
+                shard = self.state.serving(gid)
             except KafkaError as exc:
                 entry.update(error_code=int(exc.code), error_message=exc.message)
                 continue
@@ -683,7 +536,8 @@ class ConsumerGroupProtocol:
     # Load
     # ========================================================================================
 
-    def _replay_consumer_record(self, shard: Shard, r: rec.CoordinatorRecord) -> None:
+    def replay(self, shard: Shard, r: rec.CoordinatorRecord) -> None:
+        """A ConsumerGroup* record (types 3-8) or its tombstone read back from the log."""
         gid = r.key["group_id"]
         group = shard.groups.get(gid)
         if r.value is None:
@@ -749,7 +603,8 @@ class ConsumerGroupProtocol:
             member.pending_revocation = rec.assignment_from(v["partitions_pending_revocation"])
             group.put_member(member)
 
-    def _on_consumer_group_loaded(self, group: ConsumerGroup, now: int) -> None:
+    def on_loaded(self, group: ConsumerGroup) -> None:
+        """Arm the session (and pending revocation) timers of a loaded group's members."""
         for member in group.members.values():
             self._schedule_session_timeout(group.group_id, member.member_id)
             if member.state == MemberState.UNREVOKED_PARTITIONS:

@@ -1,0 +1,61 @@
+"""The broker configs the group coordinator reads, under Kafka's names and defaults.
+
+A module of its own because all three group managers (classic, consumer, offsets) and the
+shared shard state read it, and none of them should import another just for its settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+INT_MAX = 2147483647
+
+T = TypeVar("T")
+
+
+@dataclass
+class GroupConfig:
+    """The broker configs the coordinator uses (Kafka's names in comments)."""
+
+    offsets_partitions: int = 50  # offsets.topic.num.partitions
+    min_session_timeout: int = 6000  # group.min.session.timeout.ms
+    max_session_timeout: int = 1800000  # group.max.session.timeout.ms
+    initial_rebalance_delay: int = 3000  # group.initial.rebalance.delay.ms
+    max_group_size: int = INT_MAX  # group.max.size
+    offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
+    offsets_retention_check_interval: int = 600000  # offsets.retention.check.interval.ms
+    offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    consumer_session_timeout: int = 45000  # group.consumer.session.timeout.ms
+    consumer_heartbeat_interval: int = 5000  # group.consumer.heartbeat.interval.ms
+    consumer_max_size: int = INT_MAX  # group.consumer.max.size
+    consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
+    rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
+    new_member_join_timeout: int = 300000  # Kafka's fixed 5 minutes
+
+    @classmethod
+    def from_config(cls, get: Callable[[str], object]) -> GroupConfig:
+        def opt(name: str, default: T) -> T:
+            try:
+                value = get(name)
+            except KeyError:
+                return default
+            return default if value is None else value  # the config registry typed it
+
+        return cls(
+            offsets_partitions=opt("offsets.topic.num.partitions", 50),
+            min_session_timeout=opt("group.min.session.timeout.ms", 6000),
+            max_session_timeout=opt("group.max.session.timeout.ms", 1800000),
+            initial_rebalance_delay=opt("group.initial.rebalance.delay.ms", 3000),
+            max_group_size=opt("group.max.size", INT_MAX),
+            offsets_retention_ms=opt("offsets.retention.minutes", 10080) * 60000,
+            offsets_retention_check_interval=opt("offsets.retention.check.interval.ms", 600000),
+            offset_metadata_max_bytes=opt("offset.metadata.max.bytes", 4096),
+            consumer_session_timeout=opt("group.consumer.session.timeout.ms", 45000),
+            consumer_heartbeat_interval=opt("group.consumer.heartbeat.interval.ms", 5000),
+            consumer_max_size=opt("group.consumer.max.size", INT_MAX),
+            consumer_assignors=tuple(opt("group.consumer.assignors", ["uniform", "range"])),
+            rebalance_protocols=tuple(p.lower() for p in opt(
+                "group.coordinator.rebalance.protocols", ["classic", "consumer"])),
+        )
