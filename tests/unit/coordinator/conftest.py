@@ -1,4 +1,5 @@
-"""A group coordinator on a fake clock, writing to real partition logs in a temp dir."""
+"""Fixtures of the coordinator tests: a fake clock and loop (both coordinators), and a group
+coordinator on it writing to real partition logs in a temp dir (`env`, helpers in `h`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator, JoinRequest
+from strom.coordinator.group.offsets import OffsetManager
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 
@@ -206,8 +208,41 @@ def join_req(group: str, member_id: str = "", *, instance: str | None = None,
                        session, rebalance, client, "/127.0.0.1", require_known_member_id=v4)
 
 
+def commit(c: GroupCoordinator | OffsetManager, group: str, offsets: dict[tuple[str, int], Any], *, generation: int = -1,
+           member: str = "", version: int = 8, instance: str | None = None,
+           retention: int = -1) -> dict[tuple[str, int], int]:
+    """offsets: {(topic, partition): offset} -> {(topic, partition): error code}."""
+    by_topic: dict[str, list] = {}
+    for (t, p), o in offsets.items():
+        meta = o[1] if isinstance(o, tuple) else None
+        by_topic.setdefault(t, []).append((p, o[0] if isinstance(o, tuple) else o, 3, meta))
+    result = c.commit_offsets(group, generation, member, instance, retention,
+                              list(by_topic.items()), version)
+    return {(t, p): code for t, rows in result for p, code in rows}
+
+
+def fetched(c: GroupCoordinator | OffsetManager, group: str,
+            topics: list[tuple[str, list[int]]] | None = None, **kw: Any) -> dict[tuple[str, int], int]:
+    return {(t, p): off for t, rows in c.fetch_offsets(group, topics, **kw) for p, off, _, _ in rows}
+
+
+def one_member(env: Env, h: SimpleNamespace, group: str) -> str:
+    c = env.coordinator
+    first = h.Reply()
+    c.join_group(h.join_req(group), first)
+    mid = first.value["member_id"]
+    join = h.Reply()
+    c.join_group(h.join_req(group, mid), join)
+    env.loop.advance(0)
+    s = h.Reply()
+    c.sync_group(group, 1, mid, None, None, None, [(mid, b"a")], s)
+    assert s.value["error_code"] == 0
+    return mid
+
+
 @pytest.fixture(scope="session")
 def h() -> SimpleNamespace:
     """Helpers for the tests (a fixture, so test modules need not import conftest)."""
     return SimpleNamespace(Reply=Reply, join_req=join_req, FakeLoop=FakeLoop, LogsTopic=LogsTopic,
-                           FakeTopics=FakeTopics, Env=Env)
+                           FakeTopics=FakeTopics, Env=Env, commit=commit, fetched=fetched,
+                           one_member=one_member)

@@ -274,21 +274,14 @@ def test_leave_group_batch_and_errors(env, h):
     assert c.group("g").state == ClassicState.EMPTY
 
 
-def test_not_coordinator_and_loading(env, h):
+def test_a_parked_join_learns_the_broker_is_no_longer_the_coordinator(env, h):
     c = env.coordinator
-    gid = "somegroup"
-    p = c.partition_for(gid)
-    c.on_leadership(p, False)
-    assert c.heartbeat(gid, 1, "m", None) == E.NOT_COORDINATOR
-    r = h.Reply()
-    c.join_group(h.join_req(gid), r)
-    assert r.value["error_code"] == E.NOT_COORDINATOR
-    c.on_leadership(p, True, 1)  # the log is empty: loads at once
-    assert c.heartbeat(gid, 1, "m", None) == E.UNKNOWN_MEMBER_ID
-    # with records in the log, the partition answers LOAD_IN_PROGRESS until replay is done
-    c.commit_offsets(gid, -1, "", None, -1, [("t", [(0, 5, -1, None)])], 8)
-    c.on_leadership(p, False)
-    c.on_leadership(p, True, 2)
-    assert c.heartbeat(gid, 1, "m", None) == E.COORDINATOR_LOAD_IN_PROGRESS
-    env.loop.advance(0)
-    assert c.fetch_offsets(gid, [("t", [0])]) == [("t", [(0, 5, -1, "")])]
+    first = h.Reply()
+    c.join_group(h.join_req("g"), first)
+    parked = h.Reply()
+    c.join_group(h.join_req("g", first.value["member_id"]), parked)
+    assert not parked.done  # waits for the (initial) rebalance delay
+    c.on_leadership(c.partition_for("g"), False)
+    assert parked.value["error_code"] == E.NOT_COORDINATOR
+    env.loop.advance(60_000)  # and its timers went with the partition
+    assert len(parked.values) == 1 and env.loop.pending() == 0
