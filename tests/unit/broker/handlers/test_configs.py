@@ -1,0 +1,240 @@
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs."""
+
+from __future__ import annotations
+
+import pytest
+
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+
+TOPIC, BROKER, BROKER_LOGGER = 2, 4, 8
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG = 1, 4, 5
+
+
+def _describe(h, resource_type: int, name: str, keys: list[str] | None = None,
+              synonyms: bool = False):
+    r = h.request(ApiKey.DESCRIBE_CONFIGS, 4, {
+        "resources": [{"resource_type": resource_type, "resource_name": name,
+                       "configuration_keys": keys}],
+        "include_synonyms": synonyms, "include_documentation": False})
+    return r.results[0]
+
+
+def _topic_value(h, topic: str, name: str) -> tuple[str | None, int]:
+    (entry,) = _describe(h, TOPIC, topic, [name]).configs
+    return entry.value, entry.config_source
+
+
+def _alter(h, resource_type: int, name: str, configs: dict[str, str | None],
+           validate_only: bool = False):
+    r = h.request(ApiKey.ALTER_CONFIGS, 2, {"resources": [{
+        "resource_type": resource_type, "resource_name": name,
+        "configs": [{"name": k, "value": v} for k, v in configs.items()]}],
+        "validate_only": validate_only})
+    return r.responses[0]
+
+
+def _incremental(h, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
+                 validate_only: bool = False):
+    r = h.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+        "resource_type": resource_type, "resource_name": name,
+        "configs": [{"name": n, "config_operation": op, "value": v} for n, op, v in ops]}],
+        "validate_only": validate_only})
+    return r.responses[0]
+
+
+# -- DescribeConfigs ---------------------------------------------------------------------------
+
+
+def test_describe_a_topic_with_an_override(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", configs={"retention.ms": "1234"})
+    result = _describe(h, TOPIC, "t")
+    assert result.error_code == 0
+    configs = {c.name: c for c in result.configs}
+    assert (configs["retention.ms"].value, configs["retention.ms"].config_source) == (
+        "1234", DYNAMIC_TOPIC_CONFIG)
+    assert configs["cleanup.policy"].config_source == DEFAULT_CONFIG
+
+
+def test_describe_only_the_keys_asked_for(broker_harness) -> None:
+    broker_harness.create_topic("t")
+    result = _describe(broker_harness, TOPIC, "t", ["segment.bytes", "retention.ms"])
+    assert sorted(c.name for c in result.configs) == ["retention.ms", "segment.bytes"]
+
+
+def test_synonyms_name_the_broker_config_behind_a_topic_default(broker_harness) -> None:
+    broker_harness.create_topic("t")
+    (entry,) = _describe(broker_harness, TOPIC, "t", ["retention.ms"], synonyms=True).configs
+    assert [(s.name, s.source) for s in entry.synonyms][-1] == ("log.retention.hours",
+                                                                 DEFAULT_CONFIG)
+
+
+def test_describe_an_unknown_topic_is_unknown_topic_or_partition(broker_harness) -> None:
+    result = _describe(broker_harness, TOPIC, "nope")
+    assert (result.error_code, result.configs) == (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, [])
+
+
+@pytest.mark.broker_config(**{"log.retention.hours": "5"})
+def test_describe_this_broker(broker_harness) -> None:
+    result = _describe(broker_harness, BROKER, "1", ["log.retention.hours", "broker.id"])
+    configs = {c.name: c for c in result.configs}
+    assert result.error_code == 0
+    assert (configs["log.retention.hours"].value,
+            configs["log.retention.hours"].config_source) == ("5", STATIC_BROKER_CONFIG)
+    assert configs["broker.id"].read_only
+
+
+def test_describe_another_broker_is_invalid_request(broker_harness) -> None:
+    # Kafka: "Unexpected broker id, expected 1 or empty string, but received 7"
+    assert _describe(broker_harness, BROKER, "7").error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_describe_an_unknown_resource_type_is_invalid_request(broker_harness) -> None:
+    assert _describe(broker_harness, 99, "x").error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_describe_broker_loggers_is_empty(broker_harness) -> None:
+    result = _describe(broker_harness, BROKER_LOGGER, "1")
+    assert (result.error_code, result.configs) == (0, [])
+
+
+def test_every_version_round_trips(broker_harness) -> None:
+    broker_harness.create_topic("t")
+    for version in (1, 2, 3, 4):
+        r = broker_harness.request(ApiKey.DESCRIBE_CONFIGS, version, {"resources": [
+            {"resource_type": TOPIC, "resource_name": "t", "configuration_keys": None}]})
+        assert r.results[0].error_code == 0
+        assert len(r.results[0].configs) > 10
+
+
+# -- AlterConfigs ------------------------------------------------------------------------------
+
+
+def test_alter_replaces_the_topics_overrides(broker_harness) -> None:
+    # AlterConfigs is not incremental: what the request leaves out goes back to its default
+    h = broker_harness
+    h.create_topic("t", configs={"retention.ms": "1000"})
+    assert _alter(h, TOPIC, "t", {"segment.ms": "60000"}).error_code == 0
+    assert _topic_value(h, "t", "segment.ms") == ("60000", DYNAMIC_TOPIC_CONFIG)
+    assert _topic_value(h, "t", "retention.ms")[1] == DEFAULT_CONFIG
+
+
+def test_alter_reaches_the_partition_log(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    _alter(h, TOPIC, "t", {"max.message.bytes": "100"})
+    assert h.produce("t", 0, h.batch(b"x" * 500)).error_code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_alter_with_validate_only_changes_nothing(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    assert _alter(h, TOPIC, "t", {"retention.ms": "5"}, validate_only=True).error_code == 0
+    assert _topic_value(h, "t", "retention.ms")[1] == DEFAULT_CONFIG
+
+
+@pytest.mark.parametrize("configs", [{"retention.ms": "soon"}, {"no.such.config": "1"}])
+def test_alter_with_an_invalid_config_is_invalid_config(broker_harness, configs: dict) -> None:
+    h = broker_harness
+    h.create_topic("t", configs={"retention.ms": "1000"})
+    assert _alter(h, TOPIC, "t", configs).error_code == ErrorCode.INVALID_CONFIG
+    assert _topic_value(h, "t", "retention.ms") == ("1000", DYNAMIC_TOPIC_CONFIG)
+
+
+def test_alter_an_unknown_topic_is_unknown_topic_or_partition(broker_harness) -> None:
+    r = _alter(broker_harness, TOPIC, "nope", {"retention.ms": "5"})
+    assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_alter_a_static_broker_config_is_invalid_request(broker_harness) -> None:
+    # Kafka (DynamicBrokerConfig.validateConfigs): "Cannot update these configs dynamically",
+    # answered with INVALID_REQUEST
+    assert _alter(broker_harness, BROKER, "1", {"log.dirs": "/x"}).error_code == \
+        ErrorCode.INVALID_REQUEST
+
+
+def test_alter_a_dynamic_broker_config(broker_harness) -> None:
+    h = broker_harness
+    assert _alter(h, BROKER, "1", {"log.retention.ms": "5000"}).error_code == 0
+    (entry,) = _describe(h, BROKER, "1", ["log.retention.ms"]).configs
+    assert (entry.value, entry.config_source) == ("5000", 2)  # DYNAMIC_BROKER_CONFIG
+
+
+def test_alter_another_broker_is_invalid_request(broker_harness) -> None:
+    r = _alter(broker_harness, BROKER, "7", {"log.retention.ms": "5000"})
+    assert r.error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_alter_an_unknown_resource_type_is_invalid_request(broker_harness) -> None:
+    assert _alter(broker_harness, 99, "x", {"a": "b"}).error_code == ErrorCode.INVALID_REQUEST
+
+
+# -- IncrementalAlterConfigs -------------------------------------------------------------------
+
+
+def test_set_and_delete(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", configs={"retention.ms": "1000"})
+    r = _incremental(h, TOPIC, "t", [("segment.ms", SET, "60000"), ("retention.ms", DELETE, None)])
+    assert r.error_code == 0
+    assert _topic_value(h, "t", "segment.ms") == ("60000", DYNAMIC_TOPIC_CONFIG)
+    assert _topic_value(h, "t", "retention.ms")[1] == DEFAULT_CONFIG
+
+
+def test_append_and_subtract_on_a_list(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    assert _incremental(h, TOPIC, "t", [("cleanup.policy", APPEND, "compact")]).error_code == 0
+    assert _topic_value(h, "t", "cleanup.policy")[0] == "delete,compact"
+    assert _incremental(h, TOPIC, "t", [("cleanup.policy", SUBTRACT, "delete")]).error_code == 0
+    assert _topic_value(h, "t", "cleanup.policy")[0] == "compact"
+
+
+def test_append_to_a_non_list_is_invalid_config(broker_harness) -> None:
+    # Kafka: "Config value append is not allowed for config key: retention.ms"
+    broker_harness.create_topic("t")
+    r = _incremental(broker_harness, TOPIC, "t", [("retention.ms", APPEND, "5")])
+    assert r.error_code == ErrorCode.INVALID_CONFIG
+
+
+def test_a_key_twice_is_invalid_request(broker_harness) -> None:
+    # Kafka: "Error due to duplicate config keys"
+    broker_harness.create_topic("t")
+    r = _incremental(broker_harness, TOPIC, "t", [("retention.ms", SET, "5"),
+                                                  ("retention.ms", SET, "6")])
+    assert r.error_code == ErrorCode.INVALID_REQUEST
+    assert _topic_value(broker_harness, "t", "retention.ms")[1] == DEFAULT_CONFIG
+
+
+def test_set_to_null_is_invalid_request(broker_harness) -> None:
+    # Kafka: "Null value not supported for : retention.ms"
+    broker_harness.create_topic("t")
+    r = _incremental(broker_harness, TOPIC, "t", [("retention.ms", SET, None)])
+    assert r.error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_incremental_with_a_bad_value_is_invalid_config(broker_harness) -> None:
+    broker_harness.create_topic("t")
+    r = _incremental(broker_harness, TOPIC, "t", [("min.insync.replicas", SET, "zero")])
+    assert r.error_code == ErrorCode.INVALID_CONFIG
+
+
+def test_incremental_on_an_unknown_topic_is_unknown_topic_or_partition(broker_harness) -> None:
+    r = _incremental(broker_harness, TOPIC, "nope", [("retention.ms", SET, "5")])
+    assert r.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+def test_incremental_with_validate_only_changes_nothing(broker_harness) -> None:
+    broker_harness.create_topic("t")
+    r = _incremental(broker_harness, TOPIC, "t", [("retention.ms", SET, "5")], validate_only=True)
+    assert r.error_code == 0
+    assert _topic_value(broker_harness, "t", "retention.ms")[1] == DEFAULT_CONFIG
+
+
+def test_incremental_on_the_default_broker_resource(broker_harness) -> None:
+    h = broker_harness
+    assert _incremental(h, BROKER, "", [("log.retention.ms", SET, "7000")]).error_code == 0
+    (entry,) = _describe(h, BROKER, "", ["log.retention.ms"]).configs
+    assert (entry.value, entry.config_source) == ("7000", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
