@@ -2,11 +2,17 @@
 
 All writes go to ``<file>.tmp`` then ``rename`` so a crash leaves the old or the new content,
 never a torn file; ``fsync=True`` also makes the new content durable before the rename.
+
+A file that cannot be read or parsed (empty, garbled, unreadable) reads as absent, with a WARN
+naming it: everything in these files can be recovered from the logs, and deleting the file is
+all an operator could do about it anyway. (Kafka reads an empty checkpoint as empty but stops
+the log dir on a garbled one.)
 """
 
 from __future__ import annotations
 
 import base64
+import logging
 import os
 import uuid
 from collections.abc import Iterable, Mapping
@@ -22,6 +28,8 @@ LEADER_EPOCH_CHECKPOINT = "leader-epoch-checkpoint"
 PARTITION_METADATA = "partition.metadata"
 ZERO_UUID = uuid.UUID(int=0)
 
+log = logging.getLogger(__name__)
+
 
 def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
     tmp = path.with_name(path.name + ".tmp")
@@ -36,36 +44,45 @@ def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
         raise KafkaStorageError(f"cannot write {path}: {e}") from e
 
 
+def _ignore(path: Path, why: object) -> None:
+    log.warning("ignoring unreadable %s (%s): reading it as absent and recovering from the logs",
+                path, why)  # fmt: skip
+
+
 def _read_lines(path: Path) -> list[str] | None:
+    """The file's lines; None when it is missing or cannot be read (the latter with a WARN)."""
     try:
         return path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as e:
+        _ignore(path, e)
+        return None
 
 
-def _parse_versioned(path: Path, lines: list[str], fields: int) -> list[list[str]]:
+def _parse_versioned(lines: list[str], fields: int) -> list[list[str]]:
     """Parse `0`, `count`, then `count` lines of ``fields`` space-separated values."""
-    try:
-        if int(lines[0]) != 0:
-            raise ValueError(f"unsupported version {lines[0]!r}")
-        count = int(lines[1])
-        rows = [ln.split() for ln in lines[2 : 2 + count]]
-        if len(rows) != count or any(len(r) != fields for r in rows):
-            raise ValueError("wrong number of entries")
-        return rows
-    except (ValueError, IndexError) as e:
-        raise KafkaStorageError(f"malformed checkpoint file {path}: {e}") from e
+    if not lines:
+        raise ValueError("the file is empty")
+    if lines[0].strip() != "0":
+        raise ValueError(f"unsupported version {lines[0]!r}")
+    count = int(lines[1]) if len(lines) > 1 else -1
+    rows = [ln.split() for ln in lines[2 : 2 + count]] if count >= 0 else []
+    if count < 0 or len(rows) != count or any(len(r) != fields for r in rows):
+        raise ValueError("wrong number of entries")
+    return rows
 
 
 def read_offset_checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """``topic partition offset`` entries; a missing file is empty."""
+    """``topic partition offset`` entries; a missing or unreadable file is empty."""
     lines = _read_lines(path)
     if lines is None:
         return {}
     try:
-        return {(t, int(p)): int(o) for t, p, o in _parse_versioned(path, lines, 3)}
+        return {(t, int(p)): int(o) for t, p, o in _parse_versioned(lines, 3)}
     except ValueError as e:
-        raise KafkaStorageError(f"malformed checkpoint file {path}: {e}") from e
+        _ignore(path, e)
+        return {}
 
 
 def write_offset_checkpoint(
@@ -75,15 +92,21 @@ def write_offset_checkpoint(
     write_atomic(path, f"0\n{len(offsets)}\n{body}", fsync=fsync)
 
 
-def read_leader_epoch_checkpoint(path: Path) -> list[tuple[int, int]]:
-    """``epoch startOffset`` entries; a missing file is empty."""
+def read_leader_epoch_checkpoint(path: Path) -> list[tuple[int, int]] | None:
+    """``epoch startOffset`` entries; None when the file is missing or unreadable (the caller
+    rebuilds the entries from the log)."""
     lines = _read_lines(path)
     if lines is None:
-        return []
+        return None
     try:
-        return [(int(e), int(o)) for e, o in _parse_versioned(path, lines, 2)]
+        entries = [(int(e), int(o)) for e, o in _parse_versioned(lines, 2)]
     except ValueError as e:
-        raise KafkaStorageError(f"malformed checkpoint file {path}: {e}") from e
+        _ignore(path, e)
+        return None
+    if any(e < 0 or o < 0 for e, o in entries):
+        _ignore(path, "negative epoch or offset")
+        return None
+    return entries
 
 
 def write_leader_epoch_checkpoint(
@@ -107,6 +130,8 @@ def topic_id_from_str(s: str) -> uuid.UUID:
 
 
 def read_partition_metadata(path: Path) -> uuid.UUID | None:
+    """The partition's topic id; None when missing or unreadable (the broker's metadata then
+    supplies the id, and the file is rewritten)."""
     lines = _read_lines(path)
     if not lines:  # missing, or left empty by a crash right after the partition was created
         return None
@@ -115,8 +140,11 @@ def read_partition_metadata(path: Path) -> uuid.UUID | None:
         if fields["version"].strip() != "0":
             raise ValueError(f"unsupported version {fields['version']!r}")
         return topic_id_from_str(fields["topic_id"].strip())
-    except (KeyError, ValueError) as e:
-        raise KafkaStorageError(f"malformed {path}: {e}") from e
+    except KeyError as e:
+        _ignore(path, f"no {e} field")
+    except ValueError as e:
+        _ignore(path, e)
+    return None
 
 
 def write_partition_metadata(

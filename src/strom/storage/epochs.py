@@ -18,15 +18,18 @@ UNDEFINED_EPOCH_OFFSET = -1
 class LeaderEpochCache:
     """Entries (epoch, start offset), both strictly increasing; persisted on every change."""
 
-    __slots__ = ("_epochs", "_offsets", "path")
+    __slots__ = ("_epochs", "_offsets", "loaded", "path")
 
     def __init__(self, path: Path | None, entries: list[tuple[int, int]] | None = None) -> None:
+        """``entries`` None: read them from ``path``; ``loaded`` tells whether that worked (a
+        missing or unreadable file leaves the cache empty, for the log to rebuild)."""
         self.path = path
         self._epochs: list[int] = []
         self._offsets: list[int] = []
-        loaded = entries if entries is not None else (
-            read_leader_epoch_checkpoint(path) if path is not None else [])  # fmt: skip
-        for e, o in loaded:
+        if entries is None and path is not None:
+            entries = read_leader_epoch_checkpoint(path)
+        self.loaded = entries is not None
+        for e, o in entries or ():
             self._assign(e, o)
 
     def entries(self) -> list[tuple[int, int]]:
@@ -97,6 +100,14 @@ class LeaderEpochCache:
         self._offsets.insert(0, start_offset)
         self.write()
 
+    def replace(self, entries: list[tuple[int, int]]) -> None:
+        """Start over with ``entries`` (rebuilt from the log); persisted as by ``assign``."""
+        self._epochs.clear()
+        self._offsets.clear()
+        for e, o in entries:
+            self._assign(e, o)
+        self.write()
+
     def clear(self) -> None:
         if self._epochs:
             self._epochs.clear()
@@ -126,6 +137,14 @@ class DeferredEpochCache(LeaderEpochCache):
     def note(self, epoch: int, start_offset: int) -> None:
         if self._assign(epoch, start_offset):
             self._dirty = True
+
+    def replace(self, entries: list[tuple[int, int]]) -> None:
+        """As the base class, but written at the next flush or close (a crash rebuilds again)."""
+        self._epochs.clear()
+        self._offsets.clear()
+        for e, o in entries:
+            self._assign(e, o)
+        self._dirty = True
 
     def write(self, *, fsync: bool = True) -> None:
         super().write(fsync=fsync)

@@ -165,6 +165,9 @@ class PartitionLog:
         self.log_end_offset: int = self._active.next_offset
         leo = self.log_end_offset
         self.log_start_offset: int = min(max(log_start_offset, segs[0].base_offset), leo)
+        if not self.epochs.loaded and self.recovered_segments < len(segs) and \
+                leo > segs[0].base_offset:  # fmt: skip
+            self._rebuild_epochs()  # (a recovery from the first segment noted them all)
         self.epochs.truncate_from_end(leo)
         self.epochs.truncate_from_start(self.log_start_offset)
         self.recovery_point: int = leo if clean_shutdown else min(recovery_point, leo)
@@ -686,6 +689,32 @@ class PartitionLog:
             # replay within the active segment is left to the next roll or close to save: a
             # crash before then re-reads that segment anyway.
             ps.take_snapshot(sync=False)
+
+    def _rebuild_epochs(self) -> None:
+        """Leader epochs from the batch headers, as leader-epoch-checkpoint was missing or
+        unreadable. Epochs never decrease along a log, so a segment whose first batch has the
+        epoch of the next segment's first batch holds no change and is not walked."""
+        firsts = [next((h for _p, h in self._replay_headers(s, 0)), None) for s in self._segments]
+        entries: list[tuple[int, int]] = []
+
+        def note(h: BatchHeader) -> None:
+            e = h.partition_leader_epoch
+            if e >= 0 and (not entries or e > entries[-1][0]):
+                entries.append((e, h.base_offset))
+
+        for i, seg in enumerate(self._segments):
+            first = firsts[i]
+            if first is None:
+                continue
+            nxt = firsts[i + 1] if i + 1 < len(firsts) else None
+            if nxt is not None and nxt.partition_leader_epoch == first.partition_leader_epoch:
+                note(first)
+                continue
+            for _p, h in self._replay_headers(seg, 0):
+                note(h)
+        log.info("rebuilt the leader epochs of %s-%d from its batches: %s", self.topic,
+                 self.partition, entries)  # fmt: skip
+        self.epochs.replace(entries)
 
     def _replay_headers(self, seg: LogSegment, pos: int) -> Iterator[tuple[int, BatchHeader]]:
         """The segment's batch headers from ``pos``, stopping at a damaged batch with an ERROR
