@@ -63,6 +63,32 @@ def owned_from_request(entries: list[Any] | None) -> Assignment | None:
     return out
 
 
+def _updated_member(old: ConsumerMember, member_id: str, instance_id: str | None,
+                    rack_id: str | None, rebalance_timeout: int, assignor: str | None,
+                    names: list[str] | None, regex: str | None, client_id: str,
+                    client_host: str) -> ConsumerMember:
+    """A copy of the member with what the heartbeat sent (absent fields keep their value)."""
+    member = ConsumerMember(**{**old.__dict__})
+    member.assigned = copy_assignment(old.assigned)
+    member.pending_revocation = copy_assignment(old.pending_revocation)
+    member.member_id = member_id
+    if instance_id is not None:
+        member.instance_id = instance_id
+    if rack_id is not None:
+        member.rack_id = rack_id
+    if rebalance_timeout != -1:
+        member.rebalance_timeout = rebalance_timeout
+    if assignor is not None:
+        member.server_assignor = assignor
+    if names is not None:
+        member.subscribed_topic_names = list(names)
+    if regex is not None:
+        member.subscribed_topic_regex = regex or None
+    member.client_id = client_id
+    member.client_host = client_host
+    return member
+
+
 class ConsumerGroupManager:
     """KIP-848 consumer groups of the shards in `state`."""
 
@@ -157,7 +183,41 @@ class ConsumerGroupManager:
                             assignor: str | None, owned: Assignment | None, client_id: str,
                             client_host: str) -> dict[str, Any]:
         records: list[rec.KeyValue] = []
-        now = self.now_ms()
+        group = self._group_for_heartbeat(shard, group_id, epoch, records)
+        self._check_capacity(group, member_id, instance_id)
+        if not member_id:
+            member_id = str(uuid.uuid4())
+        old = self._member_for_heartbeat(group, member_id, epoch, instance_id, owned, records)
+        member = _updated_member(old, member_id, instance_id, rack_id, rebalance_timeout,
+                                 assignor, names, regex, client_id, client_host)
+        is_new = member_id not in group.members
+        if is_new or member.metadata_fields() != old.metadata_fields():
+            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_MEMBER_METADATA, group_id,
+                                                     member_id, member.metadata_fields()))
+        group.put_member(member)
+        # 1. subscription metadata and group epoch
+        self._maybe_bump_group_epoch(
+            group, member.subscription_key() != old.subscription_key(), records)
+        # 2. target assignment
+        if group.group_epoch > group.assignment_epoch:
+            records += self._update_target_assignment(group)
+        # 3. reconcile the member towards its target
+        updated = self._reconcile_member(group, member, owned, is_new, records)
+        self.store.append(shard.partition, records)
+        self._schedule_session_timeout(group_id, member_id)
+        response: dict[str, Any] = {
+            "error_code": 0, "error_message": None, "member_id": member_id,
+            "member_epoch": updated.member_epoch,
+            "heartbeat_interval": self.config.consumer_heartbeat_interval, "assignment": None}
+        full = epoch == 0 or (rebalance_timeout != -1 and names is not None
+                              and owned is not None)
+        if full or not same_assignment(old.assigned, updated.assigned):
+            response["assignment"] = {"topic_partitions": rec.topic_partitions(updated.assigned)}
+        return response
+
+    def _group_for_heartbeat(self, shard: Shard, group_id: str, epoch: int,
+                             records: list[rec.KeyValue]) -> ConsumerGroup:
+        """The consumer group, created on a first join (an empty classic group is converted)."""
         group = shard.groups.get(group_id)
         if isinstance(group, ClassicGroup):
             if not group.is_empty or group.pending_members:
@@ -172,41 +232,22 @@ class ConsumerGroupManager:
             if epoch != 0:
                 raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                                  f"Consumer group {group_id} not found.")
-            group = ConsumerGroup(group_id, now)
+            group = ConsumerGroup(group_id, self.now_ms())
             shard.groups[group_id] = group
+        return group
+
+    def _check_capacity(self, group: ConsumerGroup, member_id: str,
+                        instance_id: str | None) -> None:
+        """group.consumer.max.size: only members not in the group yet are refused."""
         if len(group.members) >= self.config.consumer_max_size and \
                 member_id not in group.members and group.static_member(instance_id) is None:
             raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
                              f"The consumer group has reached its maximum capacity of "
                              f"{self.config.consumer_max_size} members.")
-        if not member_id:
-            member_id = str(uuid.uuid4())
-        old = self._member_for_heartbeat(group, member_id, epoch, instance_id, owned, records)
-        member = ConsumerMember(**{**old.__dict__})
-        member.assigned = copy_assignment(old.assigned)
-        member.pending_revocation = copy_assignment(old.pending_revocation)
-        member.member_id = member_id
-        if instance_id is not None:
-            member.instance_id = instance_id
-        if rack_id is not None:
-            member.rack_id = rack_id
-        if rebalance_timeout != -1:
-            member.rebalance_timeout = rebalance_timeout
-        if assignor is not None:
-            member.server_assignor = assignor
-        if names is not None:
-            member.subscribed_topic_names = list(names)
-        if regex is not None:
-            member.subscribed_topic_regex = regex or None
-        member.client_id = client_id
-        member.client_host = client_host
-        is_new = member_id not in group.members
-        if is_new or member.metadata_fields() != old.metadata_fields():
-            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_MEMBER_METADATA, group_id,
-                                                     member_id, member.metadata_fields()))
-        bump = member.subscription_key() != old.subscription_key()
-        group.put_member(member)
-        # 1. subscription metadata and group epoch
+
+    def _maybe_bump_group_epoch(self, group: ConsumerGroup, bump: bool,
+                                records: list[rec.KeyValue]) -> None:
+        """Bump the group epoch when a subscription, or a subscribed topic, changed."""
         version = self.topics.version()
         if bump or group.metadata_version != version:
             group.metadata_version = version
@@ -217,32 +258,24 @@ class ConsumerGroupManager:
                 bump = True
         if bump:
             group.group_epoch += 1
-            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_METADATA, group_id, None,
+            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_METADATA,
+                                                     group.group_id, None,
                                                      {"epoch": group.group_epoch}))
-            log.info("group %s: bumped group epoch to %d", group_id, group.group_epoch)
-        # 2. target assignment
-        if group.group_epoch > group.assignment_epoch:
-            records += self._update_target_assignment(group)
-        # 3. reconcile the member towards its target
+            log.info("group %s: bumped group epoch to %d", group.group_id, group.group_epoch)
+
+    def _reconcile_member(self, group: ConsumerGroup, member: ConsumerMember,
+                          owned: Assignment | None, is_new: bool,
+                          records: list[rec.KeyValue]) -> ConsumerMember:
+        """Move the member towards its target; arm or clear its revocation deadline."""
         updated = reconcile(group, member, owned)
         if updated is not member or is_new:
             group.put_member(updated)
-            records.append(self._current_assignment_record(group_id, updated))
+            records.append(self._current_assignment_record(group.group_id, updated))
             if updated.state == MemberState.UNREVOKED_PARTITIONS:
-                self._schedule_rebalance_timeout(group_id, updated)
+                self._schedule_rebalance_timeout(group.group_id, updated)
             else:
-                self.timers.cancel(("rebalance", group_id, member_id))
-        self.store.append(shard.partition, records)
-        self._schedule_session_timeout(group_id, member_id)
-        response: dict[str, Any] = {
-            "error_code": 0, "error_message": None, "member_id": member_id,
-            "member_epoch": updated.member_epoch,
-            "heartbeat_interval": self.config.consumer_heartbeat_interval, "assignment": None}
-        full = epoch == 0 or (rebalance_timeout != -1 and names is not None
-                              and owned is not None)
-        if full or not same_assignment(old.assigned, updated.assigned):
-            response["assignment"] = {"topic_partitions": rec.topic_partitions(updated.assigned)}
-        return response
+                self.timers.cancel(("rebalance", group.group_id, member.member_id))
+        return updated
 
     def _member_for_heartbeat(self, group: ConsumerGroup, member_id: str, epoch: int,
                               instance_id: str | None, owned: Assignment | None,
