@@ -6,6 +6,7 @@ from the leader's. Semantics follow Kafka's LeaderEpochFileCache.
 
 from __future__ import annotations
 
+import threading
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
@@ -126,12 +127,19 @@ class DeferredEpochCache(LeaderEpochCache):
     itself notes the epochs it finds the same way (it leaves the recovery point where it was), so
     a broker restarted after kill -9 does not fsync one checkpoint per partition. Every other
     change (a new leader's epoch, truncation) is still written at once by the base class.
+
+    Flushes may write the file from a worker thread (``take_dirty`` on the event loop, then
+    ``write_version`` in the thread): every write carries a version and holds a lock, so a slow
+    background write never lands over a newer one the loop made meanwhile.
     """
 
-    __slots__ = ("_dirty",)
+    __slots__ = ("_dirty", "_lock", "_version", "_written")
 
     def __init__(self, path: Path, entries: list[tuple[int, int]] | None = None) -> None:
         self._dirty = False
+        self._lock = threading.Lock()
+        self._version = 0  # bumped for every content handed to a writer
+        self._written = 0  # the newest version in the file
         super().__init__(path, entries)
 
     def note(self, epoch: int, start_offset: int) -> None:
@@ -147,9 +155,32 @@ class DeferredEpochCache(LeaderEpochCache):
         self._dirty = True
 
     def write(self, *, fsync: bool = True) -> None:
-        super().write(fsync=fsync)
+        self._version += 1
+        self.write_version(self._version, self.entries(), fsync=fsync)
         self._dirty = False
 
     def sync(self, *, fsync: bool = True) -> None:
         if self._dirty:
             self.write(fsync=fsync)
+
+    def take_dirty(self) -> tuple[int, list[tuple[int, int]]] | None:
+        """The entries a flush must write (with their version), or None when the file is
+        current; the cache counts as clean from here on (``mark_dirty`` if the write fails)."""
+        if not self._dirty:
+            return None
+        self._dirty = False
+        self._version += 1
+        return self._version, self.entries()
+
+    def mark_dirty(self) -> None:
+        self._dirty = True
+
+    def write_version(
+        self, version: int, entries: list[tuple[int, int]], *, fsync: bool = True
+    ) -> None:
+        """Write ``entries`` unless a newer version is already in the file (any thread)."""
+        with self._lock:
+            if version <= self._written or self.path is None:
+                return
+            write_leader_epoch_checkpoint(self.path, entries, fsync=fsync)
+            self._written = version

@@ -1,11 +1,14 @@
 """PartitionLog: one partition's segments, offsets, leader epochs, retention and recovery.
 
-Single-threaded by design (call it from the event loop); ``flush`` calls ``fsync`` and may
-block, so callers that care run it in an executor while no append is in flight.
+Single-threaded by design (call it from the event loop). ``flush`` calls ``fsync`` and
+blocks; a broker flushes in the background instead (``flush_in_background``, started on every
+roll and by the periodic flush): what to sync is decided on the loop, the fsyncs run in a worker
+thread on pinned descriptors, and the recovery point moves back on the loop once they are done.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -24,6 +27,7 @@ from strom.protocol.records import (
     CorruptRecordError,
     decode_records,
 )
+from strom.storage import files
 from strom.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
     PARTITION_METADATA,
@@ -34,12 +38,13 @@ from strom.storage.checkpoints import (
 from strom.storage.config import LogConfig
 from strom.storage.epochs import DeferredEpochCache
 from strom.storage.errors import KafkaStorageError, OffsetOutOfRangeError
-from strom.storage.files import FileBudget, FileSlice, fsync
+from strom.storage.files import FileBudget, FileSlice, SegmentFile, fsync
 from strom.storage.producer_state import (
     DEFAULT_EXPIRATION_MS,
     BatchMetadata,
     CompletedTxn,
     ProducerStateManager,
+    fsync_paths,
 )
 from strom.storage.recovery import open_segments
 from strom.storage.segment import (
@@ -50,7 +55,7 @@ from strom.storage.segment import (
     LogSegment,
     segment_name,
 )
-from strom.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn
+from strom.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionIndex
 from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION, validate_append
 
 log = logging.getLogger(__name__)
@@ -68,6 +73,9 @@ class AppendResult:
     log_start_offset: int
     record_count: int
     duplicate: bool = False  # an idempotent retry: nothing written, offsets of the original
+    # log.flush.interval.messages was reached and the flush runs in the background: done once
+    # this append is on disk (Kafka answers the produce after that flush)
+    flushed: asyncio.Future[None] | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +84,39 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+
+
+@dataclass(slots=True)
+class FlushJob:
+    """One flush, captured on the event loop: ``sync`` (any thread) only fsyncs descriptors
+    pinned for it and files named by path, so it needs no lock on the log's state.
+
+    Kafka runs the same work on its scheduler threads (``flushUptoOffsetExclusive`` after a
+    roll, the log flusher), never on a request handler."""
+
+    files: list[tuple[SegmentFile, int]]  # log files, pinned until the flush ends
+    txn_indexes: list[TransactionIndex]
+    snapshots: list[Path]  # producer snapshots written without an fsync
+    epochs: tuple[int, list[tuple[int, int]]] | None  # leader-epoch checkpoint to write
+    upto: int  # the recovery point once everything above is durable
+    generation: int  # the log's truncation count when captured
+    rolled: list[LogSegment]
+    messages: int  # unflushed messages it covers (counted again if it fails)
+    epoch_cache: DeferredEpochCache
+
+    def sync(self) -> None:
+        for f, fd in self.files:
+            try:
+                files.fsync(fd)
+            except OSError as e:
+                raise KafkaStorageError(f"fsync of {f.path} failed: {e}") from e
+        try:
+            fsync_paths([t.path for t in self.txn_indexes])
+            fsync_paths(self.snapshots)
+        except OSError as e:
+            raise KafkaStorageError(f"fsync failed: {e}") from e
+        if self.epochs is not None:
+            self.epoch_cache.write_version(*self.epochs)
 
 
 def _make_dir(path: Path) -> bool:
@@ -179,6 +220,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = now_ms
         self._rolled_unflushed: list[LogSegment] = []
+        self._inflight: FlushJob | None = None  # the background flush running now
+        self._inflight_done: asyncio.Future[None] | None = None
+        self._want_full_flush = False  # a full flush was asked for while one was in flight
+        self._generation = 0  # truncations so far: a flush captured before one advances nothing
         self._pending_deletes: list[tuple[int, list[Path], LogSegment]] = []
         self.producer_state = ProducerStateManager(
             self.dir, expiration_ms=producer_id_expiration_ms, fresh=fresh
@@ -295,13 +340,14 @@ class PartitionLog:
         if self.hw_follows_leo:
             self.high_watermark = leo
         self._unflushed_messages += v.record_count
+        flushed = None
         if self._unflushed_messages >= self.config.flush_messages:
-            self.flush()
+            flushed = self._flush_messages_due(leo)
         if self.on_append is not None:
             self.on_append()
         return AppendResult(
             v.first_offset, v.last_offset, v.log_append_time, v.max_timestamp,
-            self.log_start_offset, v.record_count,
+            self.log_start_offset, v.record_count, flushed=flushed,
         )  # fmt: skip
 
     def _duplicate_result(self, dup: BatchMetadata) -> AppendResult:
@@ -333,6 +379,7 @@ class PartitionLog:
         ps = self.producer_state
         ps.map_end_offset = max(ps.map_end_offset, base)
         ps.take_snapshot(sync=False)  # fsynced with the rolled segment
+        self.flush_in_background()  # as Kafka's roll schedules flushUptoOffsetExclusive
         return seg
 
     def _new_segment(self, base: int, *, fresh: bool = False) -> LogSegment:
@@ -620,6 +667,7 @@ class PartitionLog:
         if offset < self._segments[0].base_offset or offset < self.log_start_offset:
             self.truncate_fully_and_start_at(offset)
             return
+        self._generation += 1
         doomed = [s for s in self._segments if s.base_offset > offset]
         if doomed:
             keep = len(self._segments) - len(doomed)
@@ -641,6 +689,7 @@ class PartitionLog:
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment and restart the log empty at ``offset``."""
         self._check_open()
+        self._generation += 1
         doomed = list(self._segments)
         self._segments.clear()
         self._bases.clear()
@@ -871,10 +920,12 @@ class PartitionLog:
     def flush(self, *, sync: bool = True) -> None:
         """fsync everything written so far; the recovery point moves to the log end.
 
-        ``sync=False`` writes indexes and checkpoints but leaves the fsyncs to the caller, who
-        must sync the whole filesystem before it records the new recovery point (a clean
-        shutdown does, once for every log)."""
+        Blocks on the fsyncs (tests, shutdown, the metadata log); a broker serving requests
+        uses ``flush_in_background``. ``sync=False`` writes indexes and checkpoints but leaves
+        the fsyncs to the caller, who must sync the whole filesystem before it records the new
+        recovery point (a clean shutdown does, once for every log)."""
         self._check_open()
+        self._cover_inflight(sync)
         for seg in self._rolled_unflushed:
             seg.flush(sync=sync)
         self._rolled_unflushed.clear()
@@ -886,9 +937,28 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = self._now_ms()
 
+    def _cover_inflight(self, sync: bool) -> None:
+        """A blocking flush claims what a background one has not synced yet: do its work too
+        (its epochs as a newer version, so the late background write is skipped)."""
+        job = self._inflight
+        if job is None:
+            return
+        if job.epochs is not None:
+            self.epochs.write(fsync=sync)
+        if sync:
+            for f, fd in job.files:
+                try:
+                    files.fsync(fd)
+                except OSError as e:
+                    raise KafkaStorageError(f"fsync of {f.path} failed: {e}") from e
+            for t in job.txn_indexes:
+                fsync_paths([t.path])
+            fsync_paths(job.snapshots)
+
     def flush_rolled(self) -> None:
         """fsync segments rolled since the last flush (Kafka flushes them after a roll)."""
-        if self._rolled_unflushed and not self._closed:
+        if (self._rolled_unflushed or self._inflight is not None) and not self._closed:
+            self._cover_inflight(True)
             for seg in self._rolled_unflushed:
                 seg.flush()
             self._rolled_unflushed.clear()
@@ -904,6 +974,160 @@ class PartitionLog:
         else:
             self.flush_rolled()
         self.purge_deleted(now_ms)
+
+    # --- background flush ----------------------------------------------------------------------
+
+    @property
+    def flushing(self) -> bool:
+        """A background flush is running."""
+        return self._inflight is not None
+
+    def flush_if_due_in_background(self, now_ms: int) -> asyncio.Future[None] | None:
+        """The periodic flush without blocking: rolled segments, and everything once
+        log.flush.interval.ms has passed. Returns the flush's future (None: nothing to do)."""
+        if self._closed:
+            return None
+        full = bool(self._unflushed_messages) and \
+            now_ms - self._last_flush_ms >= self.config.flush_ms
+        done = self.flush_in_background(full=full)
+        self.purge_deleted(now_ms)
+        return done
+
+    def flush_in_background(self, *, full: bool = False) -> asyncio.Future[None] | None:
+        """Start syncing the rolled segments (``full``: everything up to the log end) in a
+        worker thread; the future is done when the recovery point has moved (never fails:
+        an error is logged and the work is left for the next flush). Only one runs at a time:
+        asked again meanwhile, the running one's future is returned and the next starts when
+        it ends. None: nothing to flush, or no running event loop (a blocking caller flushes
+        with ``flush``)."""
+        if self._closed:
+            return None
+        if self._inflight_done is not None:
+            self._want_full_flush = self._want_full_flush or full
+            return self._inflight_done
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        job = self._begin_flush(full)
+        if job is None:
+            return None
+        done = self._inflight_done = loop.create_future()
+
+        def work() -> None:  # in the worker thread
+            error: BaseException | None = None
+            try:
+                job.sync()
+            except BaseException as e:
+                error = e
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is the broker
+                loop.call_soon_threadsafe(self._end_flush, job, error)
+
+        loop.run_in_executor(None, work)
+        return done
+
+    def _flush_messages_due(self, leo: int) -> asyncio.Future[None] | None:
+        """log.flush.interval.messages reached: flush everything, in the background when a
+        loop runs. The future is done once ``leo`` is durable."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return None
+        done = self.flush_in_background(full=True)
+        return None if done is None else self._durable_after(done, leo)
+
+    def _durable_after(self, running: asyncio.Future[None], offset: int) -> asyncio.Future[None]:
+        """A future done once the recovery point reaches ``offset`` (a flush that started
+        before it was written is followed by the next one); it fails with KafkaStorageError
+        when the flush failed."""
+        waiter = running.get_loop().create_future()
+
+        def check(f: asyncio.Future[None]) -> None:
+            if waiter.done():
+                return
+            nxt = self._inflight_done
+            if self.recovery_point >= offset or self._closed:
+                waiter.set_result(None)
+            elif nxt is None or nxt is f:
+                waiter.set_exception(KafkaStorageError(
+                    f"flush of {self.topic}-{self.partition} up to offset {offset} failed"))
+            else:
+                nxt.add_done_callback(check)
+
+        running.add_done_callback(check)
+        return waiter
+
+    def _begin_flush(self, full: bool) -> FlushJob | None:
+        """Capture on the loop what a background flush syncs (None: nothing)."""
+        rolled = self._rolled_unflushed
+        if not rolled and not (full and self._unflushed_messages):
+            return None
+        segs = [*rolled, self._active] if full else list(rolled)
+        upto = self.log_end_offset if full else self._active.base_offset
+        pinned: list[tuple[SegmentFile, int]] = []
+        txns: list[TransactionIndex] = []
+        try:
+            for seg in segs:
+                if not seg.file.created:  # never written: no file yet
+                    continue
+                seg.persist_indexes()  # small writes, kept on the loop: they touch index state
+                seg.file.pin()
+                pinned.append((seg.file, seg.file.fileno()))
+                txn = seg._txn  # only a loaded transaction index can have unsynced appends
+                if txn is not None and txn._dirty:
+                    txn._dirty = False
+                    txns.append(txn)
+        except BaseException:
+            for f, _fd in pinned:
+                f.unpin()
+            for t in txns:
+                t._dirty = True
+            raise
+        job = FlushJob(
+            pinned, txns, self.producer_state.take_unsynced(), self.epochs.take_dirty(), upto,
+            self._generation, list(rolled), self._unflushed_messages if full else 0, self.epochs,
+        )  # fmt: skip
+        rolled.clear()
+        if full:
+            self._unflushed_messages = 0
+            self._last_flush_ms = self._now_ms()
+        self._inflight = job
+        return job
+
+    def _end_flush(self, job: FlushJob, error: BaseException | None) -> None:
+        """Back on the loop: unpin, then move the recovery point, or requeue the work."""
+        self._inflight = None
+        done, self._inflight_done = self._inflight_done, None
+        for f, _fd in job.files:
+            f.unpin()
+        if self._closed:
+            pass  # closing synced (or syncfs'd) everything itself
+        elif error is None:
+            if job.generation == self._generation:  # no truncation while it ran
+                self.recovery_point = max(self.recovery_point, min(job.upto, self.log_end_offset))
+        else:
+            self._requeue(job)
+            log.error("flush of %s-%d failed; the recovery point stays at %d and the flush is "
+                      "retried: %s", self.topic, self.partition, self.recovery_point, error)  # fmt: skip
+        if done is not None and not done.done():
+            done.set_result(None)
+        if error is None and not self._closed and (self._rolled_unflushed or self._want_full_flush):
+            full, self._want_full_flush = self._want_full_flush, False
+            self.flush_in_background(full=full)
+
+    def _requeue(self, job: FlushJob) -> None:
+        live = set(map(id, self._segments))
+        active = self._active
+        self._rolled_unflushed[:0] = [
+            s for s in job.rolled if id(s) in live and s is not active
+        ]  # fmt: skip
+        for t in job.txn_indexes:
+            t._dirty = True
+        self.producer_state.requeue(job.snapshots)
+        if job.epochs is not None:
+            self.epochs.mark_dirty()
+        self._unflushed_messages += job.messages
 
     def close(self, *, sync: bool = True) -> None:
         """Write indexes (with the active segment's final time-index entry) and close files;

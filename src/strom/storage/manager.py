@@ -8,8 +8,10 @@ renamed to ``<topic>-<partition>.<uuidhex>-delete`` so a crash mid-delete never 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -33,6 +35,10 @@ from strom.storage.log import PartitionLog
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
 
 CLEAN_SHUTDOWN_MARKER = ".strom_cleanshutdown"
+# background flushes the periodic flush keeps running at once (Kafka's background.threads is 10)
+FLUSHES_IN_FLIGHT = 8
+
+Offsets = dict[tuple[str, int], int]
 DELETE_DIR_SUFFIX = "-delete"
 
 
@@ -71,6 +77,9 @@ class LogManager:
         self.loaded_clean: dict[Path, bool] = {}
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.replicated = replicated
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_version = 0  # taken on the loop for each checkpoint's contents
+        self._checkpoint_written = 0  # the newest version in the files
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -195,22 +204,62 @@ class LogManager:
         return self._dir_of.get((topic, partition))
 
     def flush_if_due(self, now_ms: int) -> None:
+        """The periodic flush, blocking (tests); a broker awaits ``flush_in_background``."""
         for log in list(self._logs.values()):
             log.flush_if_due(now_ms)
 
+    async def flush_in_background(self, now_ms: int) -> None:
+        """The periodic flush (rolled segments; everything once log.flush.interval.ms has
+        passed) with the fsyncs in worker threads, at most ``FLUSHES_IN_FLIGHT`` logs at a time
+        so ten thousand rolled partitions do not pin ten thousand descriptors at once."""
+        running: set[asyncio.Future[None]] = set()
+        for log in list(self._logs.values()):
+            done = log.flush_if_due_in_background(now_ms)
+            if done is None:
+                continue
+            running.add(done)
+            if len(running) >= FLUSHES_IN_FLIGHT:
+                _, pending = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+                running = set(pending)
+        if running:
+            await asyncio.wait(running)
+
     def checkpoint(self) -> None:
-        """Write the three offset checkpoint files of every log dir."""
-        for d in self.log_dirs:
-            rps, lsos, hws = {}, {}, {}
-            for tp, log in self._logs.items():
-                if self._dir_of.get(tp) != d:
-                    continue
-                rps[tp] = log.recovery_point
-                lsos[tp] = log.log_start_offset
-                hws[tp] = log.high_watermark
-            write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, rps)
-            write_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, lsos)
-            write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, hws)
+        """Write the three offset checkpoint files of every log dir (blocking: fsyncs)."""
+        self._write_checkpoints(self._checkpoint_contents())
+
+    async def checkpoint_in_background(self) -> None:
+        """``checkpoint`` with the file writes and fsyncs in a worker thread; the offsets are
+        read on the loop first, so the files hold one consistent moment."""
+        await asyncio.to_thread(self._write_checkpoints, self._checkpoint_contents())
+
+    def _checkpoint_contents(self) -> tuple[int, list[tuple[Path, list[Offsets]]]]:
+        """(version, per log dir: recovery points, log start offsets, high watermarks)."""
+        per_dir: dict[Path, list[Offsets]] = {d: [{}, {}, {}] for d in self.log_dirs}
+        dir_of = self._dir_of
+        for tp, log in self._logs.items():
+            maps = per_dir.get(dir_of.get(tp))  # type: ignore[arg-type]
+            if maps is None:
+                continue
+            maps[0][tp] = log.recovery_point
+            maps[1][tp] = log.log_start_offset
+            maps[2][tp] = log.high_watermark
+        self._checkpoint_version += 1
+        return self._checkpoint_version, list(per_dir.items())
+
+    def _write_checkpoints(self, contents: tuple[int, list[tuple[Path, list[Offsets]]]]) -> None:
+        """Write one version of the checkpoints (any thread). A slow background write that
+        finishes after a newer one (e.g. shutdown's) must not replace it: older versions are
+        skipped."""
+        version, per_dir = contents
+        with self._checkpoint_lock:
+            if version <= self._checkpoint_written:
+                return
+            for d, (rps, lsos, hws) in per_dir:
+                write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, rps)
+                write_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, lsos)
+                write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, hws)
+            self._checkpoint_written = version
 
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown markers.

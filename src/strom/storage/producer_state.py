@@ -358,16 +358,16 @@ class ProducerStateManager:
 
     def sync_snapshots(self) -> None:
         """fsync snapshots written without it (called when the log flushes)."""
+        fsync_paths(self.take_unsynced())
+
+    def take_unsynced(self) -> list[Path]:
+        """Snapshots written without an fsync, handed to a flush (which may run them through
+        ``fsync_paths`` in a worker thread, and gives them back with ``requeue`` if it fails)."""
         pending, self._unsynced = self._unsynced, []
-        for path in pending:
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                continue
-            try:
-                files.fsync(fd)
-            finally:
-                os.close(fd)
+        return pending
+
+    def requeue(self, paths: list[Path]) -> None:
+        self._unsynced[:0] = paths
 
     # --- loading and truncation ----------------------------------------------------------------
 
@@ -558,6 +558,19 @@ class ProducerStateManager:
 
 
 # --- snapshot files ----------------------------------------------------------------------------
+
+
+def fsync_paths(paths: list[Path]) -> None:
+    """fsync each file; one deleted meanwhile (its segment went) is skipped. Thread-safe."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            files.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_snapshot(path: Path, entries, *, fsync: bool = True) -> None:
