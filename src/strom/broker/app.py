@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import inspect
 import logging
 import os
 import resource
@@ -141,11 +142,15 @@ def make_servers(broker: Broker) -> list[BrokerServer]:
 
 
 async def _periodic(interval_ms: int, fn, name: str) -> None:
+    """Call ``fn`` every interval (awaiting it when it returns an awaitable: disk work that
+    runs in worker threads, so the next round starts after this one's fsyncs)."""
     interval = max(interval_ms, 10) / 1000
     while True:
         await asyncio.sleep(interval)
         try:
-            fn()
+            result = fn()
+            if inspect.isawaitable(result):
+                await result
         except Exception:
             log.exception("background task %s failed", name)
 
@@ -278,9 +283,10 @@ async def serve(config: BrokerConfig) -> None:
         asyncio.create_task(_periodic(config.get("log.retention.check.interval.ms"),
                                       lambda: logs.run_retention(broker.now_ms()), "retention")),
         asyncio.create_task(_periodic(min(config.get("log.flush.scheduler.interval.ms"), 1000),
-                                      lambda: logs.flush_if_due(broker.now_ms()), "flush")),
+                                      lambda: logs.flush_in_background(broker.now_ms()),
+                                      "flush")),
         asyncio.create_task(_periodic(config.get("log.flush.offset.checkpoint.interval.ms"),
-                                      logs.checkpoint, "checkpoint")),
+                                      logs.checkpoint_in_background, "checkpoint")),
         asyncio.create_task(_periodic(
             config.get("producer.id.expiration.check.interval.ms"),
             lambda: logs.remove_expired_producers(broker.now_ms()), "producer-expiry")),

@@ -52,7 +52,7 @@ async def run_replication(broker: Any) -> None:
             try:
                 replicas.check_isr()
                 if loop.time() >= next_checkpoint:
-                    broker.logs.checkpoint()
+                    await broker.logs.checkpoint_in_background()
                     next_checkpoint = loop.time() + checkpoint_interval
             except Exception:
                 log.exception("replication housekeeping failed")
