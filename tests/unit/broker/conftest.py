@@ -109,6 +109,22 @@ class BrokerHarness:
         assert pos == len(data), f"{len(data) - pos} trailing bytes after the response"
         return decoded
 
+    def start(self, api_key: ApiKey, version: int, body: Mapping[str, Any]) -> asyncio.Task:
+        """Dispatch a request that waits (a JoinGroup, a long poll) without waiting for it;
+        `finish` gives its decoded response."""
+        correlation_id = next(self._correlation)
+        frame = bytearray(encode_request_header(api_key, version, correlation_id, "unit-test")
+                          + request_codec(api_key, version).encode(body))
+        task = self.loop.create_task(self._dispatch(api_key, version, correlation_id, frame))
+        self.run(0)  # let it reach the point where it waits
+        return task
+
+    def finish(self, task: asyncio.Task, api_key: ApiKey, version: int) -> Struct:
+        data = _join(self.loop.run_until_complete(asyncio.wait_for(task, REQUEST_TIMEOUT_S)))
+        decoded, pos = response_codec(api_key, version).decode(data)
+        assert pos == len(data)
+        return decoded
+
     def run(self, seconds: float) -> None:
         """Let the broker's event loop run (timers of the coordinators)."""
         self.loop.run_until_complete(asyncio.sleep(seconds))
