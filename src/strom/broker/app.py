@@ -35,7 +35,7 @@ from strom.config.defs import ConfigError
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import precompile
 from strom.storage.cleaner import CleanerConfig, LogCleaner
-from strom.storage.errors import KafkaStorageError
+from strom.storage.errors import KafkaStorageError, StorageError
 from strom.storage.manager import LogManager
 
 log = logging.getLogger("strom.broker")
@@ -43,6 +43,20 @@ log = logging.getLogger("strom.broker")
 
 class StartupError(Exception):
     """The broker cannot start; the message tells the operator why."""
+
+
+_SERVING = threading.Event()  # set once the broker serves: later failures are not start-up's
+
+
+def _read_meta(meta: Path) -> dict[str, str]:
+    """meta.properties as a dict; an unreadable one stops the start-up with one clear line (it
+    holds the cluster id, which nothing else can supply)."""
+    try:
+        text = meta.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise StartupError(f"cannot read {meta}: {e}") from e
+    return dict(line.split("=", 1) for line in text.splitlines()
+                if "=" in line and not line.startswith("#"))  # fmt: skip
 
 
 def setup_logging() -> None:
@@ -70,9 +84,10 @@ def cluster_id_for(log_dirs: list[Path], broker_id: int, expected: str | None = 
         d.mkdir(parents=True, exist_ok=True)
         meta = d / "meta.properties"
         if meta.exists():
-            props = dict(line.split("=", 1) for line in meta.read_text().splitlines()
-                         if "=" in line and not line.startswith("#"))
+            props = _read_meta(meta)
             node = props.get("node.id", props.get("broker.id"))
+            if node is not None and not node.strip().lstrip("-").isdigit():
+                raise StartupError(f"{meta} has node.id={node}, which is not a number")
             if node is not None and int(node) != broker_id:
                 raise StartupError(
                     f"{meta} belongs to broker {node}, but this broker is broker.id={broker_id}")
@@ -263,7 +278,11 @@ async def serve(config: BrokerConfig) -> None:
     broker.transaction_coordinator.start()
     # -- end transaction coordinator --
     for server in servers:
-        await server.start()
+        try:
+            await server.start()
+        except OSError as e:
+            raise StartupError(f"cannot listen on {server.host}:{server.port}: "
+                               f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
     if broker.info.port == 0 and servers:  # port 0: advertise the port the OS chose
         broker.info.port = servers[0].port
     if cluster is not None:  # others may fetch from us now: register, then take part
@@ -278,6 +297,7 @@ async def serve(config: BrokerConfig) -> None:
     print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "
           f"(advertised {broker.info.host}:{broker.info.port}), data in {dirs}, "
           f"cluster id {broker.cluster_id}", flush=True)
+    _SERVING.set()
     logs = broker.logs
     tasks = [
         asyncio.create_task(_periodic(config.get("log.retention.check.interval.ms"),
@@ -341,6 +361,12 @@ def run_broker(config_path: Path | None, overrides: Mapping[str, str]) -> int:
             runner = asyncio.run
         runner(serve(config))
         return 0
-    except (ConfigError, StartupError, OSError) as exc:
+    except (ConfigError, StartupError, OSError, StorageError) as exc:
         print(f"strom broker: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if _SERVING.is_set():
+            raise
+        log.debug("start-up failed", exc_info=True)  # STROM_LOG_LEVEL=DEBUG shows where
+        print(f"strom broker: cannot start: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
