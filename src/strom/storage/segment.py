@@ -339,13 +339,15 @@ class LogSegment:
         return None
 
     def batch_end_within(self, start: int, cap: int) -> int:
-        """Largest batch boundary in [start, cap], walking headers from the nearest index entry."""
+        """Largest batch boundary in [start, cap], walking headers from the nearest index entry
+        (stopping before a damaged batch: a read ends there, the next one reports it)."""
         pos = max(start, self.offset_index.floor_position(cap))
-        for p, h in self.iter_headers(pos):
-            nxt = p + LOG_OVERHEAD + h.length
-            if nxt > cap:
-                break
-            pos = nxt
+        with contextlib.suppress(CorruptSegmentError):
+            for p, h in self.iter_headers(pos):
+                nxt = p + LOG_OVERHEAD + h.length
+                if nxt > cap:
+                    break
+                pos = nxt
         return pos
 
     # --- writing -------------------------------------------------------------------------------
