@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from strom.broker.context import RequestContext
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import request_codec, response_codec, supported_versions
 from strom.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
@@ -57,9 +58,6 @@ class Route:
 
 class Router:
     def __init__(self, broker: Broker, modules: list[Any]) -> None:
-        from strom.broker.server import RequestContext  # local: server imports router
-
-        self._context_type = RequestContext
         self.broker = broker
         self.routes: dict[int, Route] = {}
         for module in modules:
@@ -108,7 +106,7 @@ class Router:
             raise ProtocolError(f"unsupported version {version} of api key {api_key}")
         header, pos = decode_request_header(memoryview(frame), 0,
                                             self._header_version(api_key, version, False))
-        ctx = self._context_type(api_key, version, correlation_id, header.client_id, conn.peer,
+        ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.peer,
                                  conn.cid)
         body = memoryview(frame)[pos:]
         if spec.raw:

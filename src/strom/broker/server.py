@@ -18,9 +18,9 @@ import os
 import socket
 import struct
 from collections.abc import Awaitable
-from dataclasses import dataclass
 from typing import Any
 
+from strom.broker.context import CloseConnection, Parts
 from strom.broker.router import Router
 from strom.common.tasks import cancel_all
 from strom.protocol.errors import ProtocolError
@@ -34,28 +34,6 @@ _READ_CHUNK = 256 * 1024
 _GATHER_BYTES = 64 * 1024
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
-
-
-class CloseConnection(Exception):
-    """Raised by a handler to drop the connection without a reply (e.g. errors on acks=0)."""
-
-
-@dataclass(slots=True)
-class RequestContext:
-    api_key: int
-    api_version: int
-    correlation_id: int
-    client_id: str | None
-    peer: str
-    connection_id: int
-
-
-@dataclass(slots=True)
-class Parts:
-    """A reply made of byte chunks and file slices (anything with file/position/length)."""
-
-    parts: list[Any]
-    size: int
 
 
 class BrokerServer:

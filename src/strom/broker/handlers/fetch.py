@@ -13,8 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from strom.broker.context import Parts
 from strom.broker.router import handles
-from strom.broker.server import Parts
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import (

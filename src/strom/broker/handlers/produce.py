@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from strom.broker.context import CloseConnection
 from strom.broker.router import handles
-from strom.broker.server import CloseConnection
 from strom.cluster.image import INTERNAL_TOPICS
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode

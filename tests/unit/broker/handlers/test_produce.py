@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from strom.broker.server import CloseConnection
+from strom.broker.context import CloseConnection
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.protocol.records import COMPRESSION_GZIP

@@ -1,0 +1,34 @@
+"""What passes between the network layer, the router and the handlers for one request.
+
+These live apart from ``server`` (which reads frames) and ``router`` (which dispatches them) so
+that both, and every handler, depend on this small module rather than on each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to drop the connection without a reply (e.g. errors on acks=0)."""
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """Who sent a request and how: the header's fields and the connection it came on."""
+
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    peer: str
+    connection_id: int
+
+
+@dataclass(slots=True)
+class Parts:
+    """A reply made of byte chunks and file slices (anything with file/position/length)."""
+
+    parts: list[Any]
+    size: int
