@@ -27,6 +27,18 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[list[Change]], None]
 PRODUCER_ID_BLOCK = 1000
+# Kafka's controller writes at most this many records for one user operation
+# (QuorumController.MAX_RECORDS_PER_USER_OP): a 40-byte request must not be able to ask for a
+# million partitions. CreateTopics counts the partitions a request would create in total.
+MAX_RECORDS_PER_USER_OP = 10_000
+
+
+def too_many_records(count: int, message: str) -> KafkaError | None:
+    """The error (POLICY_VIOLATION, as Kafka) for an operation that would write more than
+    MAX_RECORDS_PER_USER_OP records; checked before anything is planned or built."""
+    if count > MAX_RECORDS_PER_USER_OP:
+        return KafkaError(ErrorCode.POLICY_VIOLATION, message)
+    return None
 
 
 class Controller(Protocol):

@@ -6,6 +6,7 @@ from collections import Counter
 from typing import Any
 
 from strom.broker.router import handles
+from strom.cluster.controller import too_many_records
 from strom.cluster.image import TopicState
 from strom.config.defs import ConfigError
 from strom.config.topic import TOPIC_CONFIGS, validate_topic_configs
@@ -49,14 +50,34 @@ def describe_topic_configs(broker: Any, topic: TopicState) -> list[dict[str, Any
     return out
 
 
+def _requested_partitions(topics: Any, default_partitions: int) -> int:
+    """Partitions a CreateTopics request would create, counted as Kafka's controller counts
+    them: the default for -1, explicit counts, or the number of explicit assignments."""
+    total = 0
+    for t in topics:
+        if t.assignments:
+            total += len(t.assignments)
+        elif t.num_partitions == -1:
+            total += default_partitions
+        elif t.num_partitions > 0:
+            total += t.num_partitions
+    return total
+
+
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
 async def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
+    # a request over the cap fails as a whole, as in Kafka
+    too_large = too_many_records(
+        _requested_partitions(request.topics, broker.config.get("num.partitions")),
+        "Excessively large number of partitions per request.")
     results = []
     for t in request.topics:
         result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None,
                                   "num_partitions": -1, "replication_factor": -1}
         try:
+            if too_large is not None:
+                raise too_large
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Create topics request from client {ctx.client_id} contains "
@@ -115,13 +136,28 @@ class _NameOnly:
         self.topic_id = None
 
 
+def _added_partitions(image: Any, topics: Any) -> int:
+    """Partitions a CreatePartitions request would add (one metadata record each)."""
+    added = 0
+    for t in topics:
+        topic = image.topics.get(t.name)
+        if topic is not None:
+            added += max(0, t.count - len(topic.partitions))
+    return added
+
+
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
+    # a request over the cap fails as a whole, as in Kafka
+    too_large = too_many_records(_added_partitions(broker.image, request.topics),
+                                 "Unable to perform excessively large batch operation.")
     results = []
     for t in request.topics:
         result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
         try:
+            if too_large is not None:
+                raise too_large
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate topic {t.name}")
             topic = broker.image.topics.get(t.name)

@@ -248,3 +248,38 @@ def test_a_topic_named_twice_in_one_grow_is_invalid_request(broker_harness) -> N
                     {"name": "g", "count": 3, "assignments": None})
     assert {r.error_code for r in results} == {ErrorCode.INVALID_REQUEST}
     assert len(broker_harness.broker.image.topics["g"].partitions) == 1
+
+
+# -- the cap on records per operation (Kafka's MAX_RECORDS_PER_USER_OP) ------------------------
+
+
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_a_million_partitions_is_refused_as_a_whole_before_anything_is_built(
+        broker_harness, validate_only: bool) -> None:
+    # Kafka (ReplicationControlManager.validateTotalNumberOfPartitions): more than 10,000
+    # partitions in one CreateTopics fails every topic of the request with POLICY_VIOLATION.
+    results = _create(broker_harness, {"name": "huge", "num_partitions": 1_000_000},
+                      {"name": "small"}, validate_only=validate_only)
+    assert [(t.name, t.error_code) for t in results] == [
+        ("huge", ErrorCode.POLICY_VIOLATION), ("small", ErrorCode.POLICY_VIOLATION)]
+    assert "Excessively large number of partitions per request." in results[0].error_message
+    assert "small" not in broker_harness.broker.image.topics
+
+
+def test_the_cap_counts_every_topic_of_the_request(broker_harness) -> None:
+    results = _create(broker_harness, {"name": "a", "num_partitions": 5_000},
+                      {"name": "b", "num_partitions": 5_001}, validate_only=True)
+    assert {t.error_code for t in results} == {ErrorCode.POLICY_VIOLATION}
+    results = _create(broker_harness, {"name": "a", "num_partitions": 5_000},
+                      {"name": "b", "num_partitions": 5_000}, validate_only=True)
+    assert {t.error_code for t in results} == {ErrorCode.NONE}
+
+
+@pytest.mark.parametrize("validate_only", [False, True])
+def test_growing_by_a_million_partitions_is_refused(broker_harness, validate_only: bool) -> None:
+    broker_harness.create_topic("grow")
+    (r,) = _grow(broker_harness, {"name": "grow", "count": 1_000_001, "assignments": None},
+                 validate_only=validate_only)
+    assert r.error_code == ErrorCode.POLICY_VIOLATION
+    assert "Unable to perform excessively large batch operation." in r.error_message
+    assert len(broker_harness.broker.image.topics["grow"].partitions) == 1
