@@ -318,12 +318,13 @@ class LogSegment:
                 if len(buf) < RECORD_BATCH_OVERHEAD:
                     raise self.corrupt_at(pos, "the file is shorter than the segment")
             h = read_header(buf, off)
-            problem = _header_problem(h, pos, end, min_offset)
-            if problem is not None:
-                raise self.corrupt_at(pos, problem)
+            nxt = pos + LOG_OVERHEAD + h.length
+            if (h.length < MIN_BATCH_LENGTH or nxt > end or h.magic != MAGIC_V2
+                    or h.base_offset < min_offset or h.last_offset_delta < 0):  # fmt: skip
+                raise self.corrupt_at(pos, _header_problem(h, pos, end, min_offset) or "")
             yield pos, h
             min_offset = h.base_offset + h.last_offset_delta + 1
-            pos += LOG_OVERHEAD + h.length
+            pos = nxt
 
     def corrupt_at(self, pos: int, why: str) -> CorruptSegmentError:
         return CorruptSegmentError(
