@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGES = ["strom.coordinator"]
+PACKAGES = ["strom"]  # every package of Strom, so strom.broker and strom.cluster too
 
 
 def _modules(package: str) -> dict[str, Path]:

@@ -3,31 +3,28 @@
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import inspect
 import logging
 import os
 import resource
 import signal
-import socket
 import sys
 import threading
 import time
 import traceback
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import strom
+from strom.broker.connection_limits import ConnectionLimits, MemoryPool, parse_ip_overrides
 from strom.broker.core import Broker
 from strom.broker.handlers import MODULES
-from strom.broker.partitions import PartitionManager
+from strom.broker.replicas import run_replication
 from strom.broker.router import Router
 from strom.broker.server import BrokerServer
-from strom.cluster.controller import LocalController
-from strom.cluster.image import BrokerInfo
-from strom.cluster.metadata_log import MetadataLog
+from strom.broker.wiring import StartupError, build_local_node, wire_broker
 from strom.common.tasks import cancel_all, cancel_and_wait
 from strom.config.broker import BrokerConfig
 from strom.config.checks import check_startup
@@ -36,27 +33,14 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import precompile
 from strom.storage.cleaner import CleanerConfig, LogCleaner
 from strom.storage.errors import KafkaStorageError, StorageError
-from strom.storage.manager import LogManager
+
+if TYPE_CHECKING:
+    from strom.broker.zk_mode import ClusterParts
 
 log = logging.getLogger("strom.broker")
 
 
-class StartupError(Exception):
-    """The broker cannot start; the message tells the operator why."""
-
-
 _SERVING = threading.Event()  # set once the broker serves: later failures are not start-up's
-
-
-def _read_meta(meta: Path) -> dict[str, str]:
-    """meta.properties as a dict; an unreadable one stops the start-up with one clear line (it
-    holds the cluster id, which nothing else can supply)."""
-    try:
-        text = meta.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise StartupError(f"cannot read {meta}: {e}") from e
-    return dict(line.split("=", 1) for line in text.splitlines()
-                if "=" in line and not line.startswith("#"))  # fmt: skip
 
 
 def setup_logging() -> None:
@@ -76,36 +60,6 @@ def raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
-def cluster_id_for(log_dirs: list[Path], broker_id: int, expected: str | None = None) -> str:
-    """Read or create meta.properties in every log dir; all must agree (as Kafka requires).
-    A new log dir takes ``expected`` (a cluster's id from ZooKeeper) when given."""
-    found: dict[str, str] = {}
-    for d in log_dirs:
-        d.mkdir(parents=True, exist_ok=True)
-        meta = d / "meta.properties"
-        if meta.exists():
-            props = _read_meta(meta)
-            node = props.get("node.id", props.get("broker.id"))
-            if node is not None and not node.strip().lstrip("-").isdigit():
-                raise StartupError(f"{meta} has node.id={node}, which is not a number")
-            if node is not None and int(node) != broker_id:
-                raise StartupError(
-                    f"{meta} belongs to broker {node}, but this broker is broker.id={broker_id}")
-            if "cluster.id" in props:
-                found[str(d)] = props["cluster.id"]
-    ids = set(found.values())
-    if len(ids) > 1:
-        raise StartupError(f"log dirs belong to different clusters: {found}")
-    cluster_id = ids.pop() if ids else (
-        expected or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])
-    for d in log_dirs:
-        meta = d / "meta.properties"
-        if not meta.exists():
-            meta.write_text(f"#Written by Strom {strom.__version__}\nversion=1\n"
-                            f"cluster.id={cluster_id}\nnode.id={broker_id}\n")
-    return cluster_id
-
-
 def cleaner_config(config: BrokerConfig) -> CleanerConfig:
     return CleanerConfig(
         enabled=config.get("log.cleaner.enable"),
@@ -116,42 +70,27 @@ def cleaner_config(config: BrokerConfig) -> CleanerConfig:
     )
 
 
-def build_broker(config: BrokerConfig) -> tuple[Broker, list[BrokerServer]]:
-    broker_id = config.broker_id
-    log_dirs = config.log_dirs
-    cluster_id = cluster_id_for(log_dirs, broker_id)
-    logs = LogManager(log_dirs, max_open_files=config.get("max.open.files"),
-                      producer_id_expiration_ms=config.get("producer.id.expiration.ms"))
-    started = time.monotonic()
-    logs.load()
-    metadata_log = MetadataLog(logs)
-    image = metadata_log.load(cluster_id)
-    advertised = config.advertised_listeners()
-    _, adv_host, adv_port = advertised[0]
-    info = BrokerInfo(broker_id, adv_host or socket.gethostname(), adv_port,
-                      config.get("broker.rack"))
-    controller = LocalController(metadata_log, image, info)
-    partitions = PartitionManager(broker_id, config, image, logs)
-    partitions.refresh_dynamic_broker_configs()
-    partitions.sync_all()
-    controller.subscribe(partitions.on_changes)
-    broker = Broker(config, broker_id, cluster_id, info, image, controller, partitions, logs)
-    servers = make_servers(broker)
-    log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
-             len(image.topics), time.monotonic() - started)
-    return broker, servers
+def build_broker(config: BrokerConfig, loop: asyncio.AbstractEventLoop) -> Broker:
+    """A single-node broker, complete with its coordinators (not yet started)."""
+    return wire_broker(build_local_node(config), loop)
 
 
-def make_servers(broker: Broker) -> list[BrokerServer]:
-    config = broker.config
-    broker.router = Router(broker, MODULES)
+def make_servers(router: Router, config: BrokerConfig) -> list[BrokerServer]:
+    # one set of limits for every listener: max.connections and the memory pool are broker-wide
+    limits = ConnectionLimits(
+        max_connections=config.get("max.connections"),
+        max_per_ip=config.get("max.connections.per.ip"),
+        per_ip_overrides=parse_ip_overrides(config.get("max.connections.per.ip.overrides")),
+        max_waiting=config.get("socket.listen.backlog.size"))
+    memory = MemoryPool(config.get("queued.max.request.bytes"))
     return [
-        BrokerServer(broker.router, host or "0.0.0.0", port,
+        BrokerServer(router, host or "0.0.0.0", port,
                      max_request_bytes=config.get("socket.request.max.bytes"),
                      send_buffer=config.get("socket.send.buffer.bytes"),
                      receive_buffer=config.get("socket.receive.buffer.bytes"),
                      backlog=config.get("socket.listen.backlog.size"),
-                     max_idle_ms=config.get("connections.max.idle.ms"))
+                     max_idle_ms=config.get("connections.max.idle.ms"),
+                     limits=limits, memory=memory)
         for _, host, port in config.listeners()
     ]
 
@@ -256,27 +195,16 @@ async def _step(name: str, awaitable) -> None:
 
 async def serve(config: BrokerConfig) -> None:
     precompile(_HOT_APIS, latest_only=True)
-    cluster = None
+    cluster: ClusterParts | None = None
     if config.get("zookeeper.connect"):
-        from strom.broker.zk_mode import build_cluster_broker
+        from strom.broker.zk_mode import build_cluster_broker  # kazoo: only for a cluster
 
         broker, cluster = await build_cluster_broker(config)
-        servers = make_servers(broker)
     else:
-        broker, servers = build_broker(config)
-    # -- group coordinator: serves the __consumer_offsets partitions this broker leads --
-    from strom.broker.handlers.groups import build_group_coordinator
-
-    broker.groups = build_group_coordinator(broker, asyncio.get_running_loop())
-    broker.groups.start()
-    # -- end group coordinator --
-    # -- transaction coordinator: serves the __transaction_state partitions this broker leads --
-    from strom.broker.handlers.transactions import build_transaction_coordinator
-
-    broker.transaction_coordinator = build_transaction_coordinator(
-        broker, asyncio.get_running_loop())
-    broker.transaction_coordinator.start()
-    # -- end transaction coordinator --
+        broker = build_broker(config, asyncio.get_running_loop())
+    broker.start()
+    router = Router(broker, MODULES)
+    servers = make_servers(router, config)
     for server in servers:
         try:
             await server.start()
@@ -285,13 +213,11 @@ async def serve(config: BrokerConfig) -> None:
                                f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
     if broker.info.port == 0 and servers:  # port 0: advertise the port the OS chose
         broker.info.port = servers[0].port
-    if cluster is not None:  # others may fetch from us now: register, then take part
-        from strom.broker.replicas import run_replication
-
-        await cluster.controller.register()
+    if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
+        await cluster.controller.register()  # register, then take part
         cluster.controller.start()
-        replication_task = asyncio.create_task(run_replication(broker))
-        broker._prefetch_block()
+        replication_task = asyncio.create_task(run_replication(broker.replicas, broker))
+        broker.producer_ids.prefetch()
     listener = ", ".join(f"PLAINTEXT://{s.host}:{s.port}" for s in servers)
     dirs = ", ".join(str(d) for d in config.log_dirs)
     print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "
@@ -329,8 +255,7 @@ async def serve(config: BrokerConfig) -> None:
     await _step("log cleaner", cleaner.stop())
     for server in servers:
         await _step("listener", server.stop())
-    broker.groups.shutdown()
-    broker.transaction_coordinator.shutdown()
+    broker.stop()
     if cluster is not None:
         await _step("replication", cancel_and_wait(replication_task))
         await _step("controller", cluster.controller.stop())

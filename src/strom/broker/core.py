@@ -1,30 +1,34 @@
-"""The broker's shared state, handed to every handler."""
+"""The broker's shared state, handed to every handler.
+
+Two layers, so that nothing is filled in after construction: a `Node` is this broker's own
+parts (identity, config, metadata image, controller, storage); the coordinators and the
+replica manager are built from a Node (`strom.broker.wiring`), and a `Broker` is a Node with
+them, complete when constructed.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
 
 from strom.broker.partitions import PartitionManager
 from strom.cluster.controller import Controller
 from strom.cluster.image import BrokerInfo, MetadataImage
+from strom.cluster.replication.manager import ReplicaManager
 from strom.common.immediate import run_now, run_or_start
 from strom.config.broker import BrokerConfig
+from strom.coordinator.group.coordinator import GroupCoordinator
+from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.storage.manager import LogManager
 
 PREFETCH_BELOW = 100  # producer ids left in the block when the next one is asked for
 
 
-def internal_rf(broker: Any, configured: int) -> int:
-    """Replication factor of an internal topic: as configured in a cluster (creation fails
-    while fewer brokers are live, as with Kafka); a single node has only itself."""
-    return configured if not broker.controller.immediate else min(configured, 1)
-
-
 @dataclass
-class Broker:
+class Node:
+    """This broker's own parts: what the coordinators and the replica manager are built on."""
+
     config: BrokerConfig
     broker_id: int
     cluster_id: str
@@ -33,51 +37,89 @@ class Broker:
     controller: Controller
     partitions: PartitionManager
     logs: LogManager
-    router: Any = None
-    # per-topic encoded Metadata parts, keyed by (version, topic name); cleared on image change
-    metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
-    metadata_cache_version: int = -1
-    producer_ids: list[int] = field(default_factory=lambda: [0, 0])  # [next, end) of our block
-    groups: Any = None  # the GroupCoordinator (strom.coordinator.group), set up by app.serve
-    # the TransactionCoordinator (strom.coordinator.transaction), set up by app.serve
-    transaction_coordinator: Any = None
-    # the ReplicaManager (strom.cluster.replication) in a cluster; None on a single node
-    replicas: Any = None
-    next_block: tuple[int, int] | None = None  # (first, count): prefetched producer ids
-    fetching_block: bool = False
 
     @staticmethod
     def now_ms() -> int:
         return int(time.time() * 1000)
 
-    def next_producer_id(self) -> int:
-        """Producer ids come in blocks from the controller, unique cluster-wide. In a cluster
-        the next block is fetched in the background before this one runs out; while none is
-        at hand, the caller gets COORDINATOR_LOAD_IN_PROGRESS and retries (as with Kafka)."""
-        nxt, end = self.producer_ids
-        if nxt >= end and self.next_block is not None:
-            (nxt, size), self.next_block = self.next_block, None
+
+def internal_rf(node: Node, configured: int) -> int:
+    """Replication factor of an internal topic: as configured in a cluster (creation fails
+    while fewer brokers are live, as with Kafka); a single node has only itself."""
+    return configured if not node.controller.immediate else min(configured, 1)
+
+
+class ProducerIds:
+    """Producer ids come in blocks from the controller, unique cluster-wide (Kafka's
+    ProducerIdManager). In a cluster the next block is fetched in the background before this
+    one runs out; while none is at hand, the caller gets COORDINATOR_LOAD_IN_PROGRESS and
+    retries (as with Kafka)."""
+
+    def __init__(self, controller: Controller, broker_id: int) -> None:
+        self._controller = controller
+        self._broker_id = broker_id
+        self._next = self._end = 0  # [next, end) of our block
+        self._next_block: tuple[int, int] | None = None  # (first, count): prefetched
+        self._fetching = False
+
+    def next(self) -> int:
+        nxt, end = self._next, self._end
+        if nxt >= end and self._next_block is not None:
+            (nxt, size), self._next_block = self._next_block, None
             end = nxt + size
-        if nxt >= end and self.controller.immediate:
-            nxt, size = run_now(self.controller.allocate_producer_ids(self.broker_id))
+        if nxt >= end and self._controller.immediate:
+            nxt, size = run_now(self._controller.allocate_producer_ids(self._broker_id))
             end = nxt + size
-        if not self.controller.immediate and end - nxt < PREFETCH_BELOW:
-            self._prefetch_block()
+        if not self._controller.immediate and end - nxt < PREFETCH_BELOW:
+            self.prefetch()
         if nxt >= end:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                              "the next block of producer ids is on its way")
-        self.producer_ids = [nxt + 1, end]
+        self._next, self._end = nxt + 1, end
         return nxt
 
-    def _prefetch_block(self) -> None:
-        if self.next_block is not None or self.fetching_block:
+    def prefetch(self) -> None:
+        """Ask the controller for the next block in the background (once at a time)."""
+        if self._next_block is not None or self._fetching:
             return
-        self.fetching_block = True
+        self._fetching = True
 
         async def fetch() -> None:
             try:
-                self.next_block = await self.controller.allocate_producer_ids(self.broker_id)
+                self._next_block = await self._controller.allocate_producer_ids(self._broker_id)
             finally:
-                self.fetching_block = False
+                self._fetching = False
 
         run_or_start(False, fetch, "allocating producer ids")
+
+
+@dataclass
+class Broker(Node):
+    """A Node with its coordinators: what every handler receives."""
+
+    groups: GroupCoordinator
+    transactions: TransactionCoordinator
+    replicas: ReplicaManager | None  # a cluster's replication; None on a single node
+    producer_ids: ProducerIds
+    # per-topic encoded Metadata parts, keyed by (version, topic name); cleared on image change
+    metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
+    metadata_cache_version: int = -1
+
+    @classmethod
+    def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,
+           replicas: ReplicaManager | None, producer_ids: ProducerIds) -> Broker:
+        parts = {f.name: getattr(node, f.name) for f in fields(Node)}
+        return cls(**parts, groups=groups, transactions=transactions, replicas=replicas,
+                   producer_ids=producer_ids)
+
+    def next_producer_id(self) -> int:
+        return self.producer_ids.next()
+
+    def start(self) -> None:
+        """Start the coordinators (they load their partitions as leadership arrives)."""
+        self.groups.start()
+        self.transactions.start()
+
+    def stop(self) -> None:
+        self.groups.shutdown()
+        self.transactions.shutdown()

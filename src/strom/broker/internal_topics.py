@@ -6,25 +6,24 @@ The coordinators differ only in the topic's name and settings, which subclasses 
 
 from __future__ import annotations
 
-from typing import Any
-
-from strom.broker.core import internal_rf
+from strom.broker.core import Node, internal_rf
 from strom.common.immediate import run_or_start
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.storage.log import PartitionLog
 
 
 class InternalTopic:
     name: str
 
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
+    def __init__(self, node: Node) -> None:
+        self.node = node
 
     def settings(self) -> tuple[int, int, dict[str, str]]:
         """(partitions, configured replication factor, topic configs)."""
         raise NotImplementedError
 
     def num_partitions(self) -> int | None:
-        topic = self.broker.image.topics.get(self.name)
+        topic = self.node.image.topics.get(self.name)
         return len(topic.partitions) if topic is not None else None
 
     def create(self) -> int:
@@ -35,10 +34,10 @@ class InternalTopic:
         if existing:
             return existing
         partitions, rf, configs = self.settings()
-        controller = self.broker.controller
+        controller = self.node.controller
         try:
             done, topic = run_or_start(controller.immediate, lambda: controller.create_topic(
-                self.name, partitions, internal_rf(self.broker, rf), None, configs),
+                self.name, partitions, internal_rf(self.node, rf), None, configs),
                 f"creating {self.name}")
             if not done:
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
@@ -52,13 +51,13 @@ class InternalTopic:
                              f"cannot create {self.name}: {exc}") from None
         return len(topic.partitions)
 
-    def log(self, partition: int) -> Any:
+    def log(self, partition: int) -> PartitionLog | None:
         """The partition's log if this broker leads it, else None."""
-        topic = self.broker.image.topics.get(self.name)
+        topic = self.node.image.topics.get(self.name)
         state = topic.partitions.get(partition) if topic is not None else None
-        if state is None or state.leader != self.broker.broker_id:
+        if state is None or state.leader != self.node.broker_id:
             return None
-        return self.broker.partitions.get(self.name, partition)
+        return self.node.partitions.get(self.name, partition)
 
     def leader_epoch(self, partition: int) -> int:
-        return self.broker.partitions.leader_epoch(self.name, partition)
+        return self.node.partitions.leader_epoch(self.name, partition)

@@ -11,39 +11,73 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import Any
 
+from strom.broker.core import Node
 from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.transaction.markers import MarkerResults, TopicPartition, TxnMarker
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, ProtocolError
+from strom.protocol.records import control_batch
+from strom.storage.errors import StorageError
+from strom.storage.validator import ORIGIN_COORDINATOR
 
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_VERSION = 1
+OFFSETS_TOPIC = "__consumer_offsets"
+
+
+def write_marker(node: Node, groups: GroupCoordinator, topic: str, partition: int,
+                 producer_id: int, producer_epoch: int, coordinator_epoch: int,
+                 commit: bool) -> int:
+    """Append one COMMIT/ABORT control batch to a partition this broker leads (Kafka's
+    WriteTxnMarkers on the partition leader); returns a Kafka error code. The group
+    coordinator hears of markers in `__consumer_offsets` (transactional offset commits)."""
+    t = node.image.topics.get(topic)
+    state = t.partitions.get(partition) if t is not None else None
+    if state is None:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    plog = node.partitions.get(topic, partition)
+    if plog is None or state.leader != node.broker_id:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    now = node.now_ms()
+    batch = control_batch(commit=commit, producer_id=producer_id, producer_epoch=producer_epoch,
+                          coordinator_epoch=coordinator_epoch, timestamp=now)
+    try:
+        plog.append(memoryview(bytearray(batch)), leader_epoch=state.leader_epoch, now_ms=now,
+                    origin=ORIGIN_COORDINATOR)
+    except StorageError as exc:
+        log.warning("cannot write the %s marker of producer %d to %s-%d: %s",
+                    "COMMIT" if commit else "ABORT", producer_id, topic, partition, exc)
+        return exc.error_code
+    node.partitions.waiters.notify((topic, partition))
+    if topic == OFFSETS_TOPIC:
+        groups.on_transaction_completed(partition, producer_id, commit)
+    return ErrorCode.NONE
 
 
 class ClusterMarkerWriter:
     """`MarkerWriter` for any partition: local writes for ours, WriteTxnMarkers for others."""
 
-    def __init__(self, broker: Any, write_local: Callable[..., int]) -> None:
-        self.broker = broker
-        self._write_local = write_local
+    def __init__(self, node: Node, groups: GroupCoordinator) -> None:
+        self.node = node
+        self._groups = groups
         self._clients: dict[int, BrokerClient] = {}
 
     def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
         results: MarkerResults = {}
         remote: dict[int, list[TopicPartition]] = {}
-        image = self.broker.image
+        image = self.node.image
         for tp in marker.partitions:
             topic = image.topics.get(tp[0])
             state = topic.partitions.get(tp[1]) if topic is not None else None
             if state is None:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-            elif state.leader == self.broker.broker_id:
-                results[tp] = self._write_local(
-                    self.broker, tp[0], tp[1], marker.producer_id, marker.producer_epoch,
-                    marker.coordinator_epoch, marker.commit)
+            elif state.leader == self.node.broker_id:
+                results[tp] = write_marker(
+                    self.node, self._groups, tp[0], tp[1], marker.producer_id,
+                    marker.producer_epoch, marker.coordinator_epoch, marker.commit)
             elif state.leader not in image.brokers:
                 results[tp] = ErrorCode.LEADER_NOT_AVAILABLE
             else:
@@ -62,7 +96,7 @@ class ClusterMarkerWriter:
         asyncio.get_running_loop().create_task(send_all())
 
     def _client(self, leader: int) -> BrokerClient | None:
-        info = self.broker.image.brokers.get(leader)
+        info = self.node.image.brokers.get(leader)
         if info is None:
             return None
         client = self._clients.get(leader)
@@ -70,8 +104,8 @@ class ClusterMarkerWriter:
             if client is not None:
                 client.close()
             client = self._clients[leader] = BrokerClient(
-                info.host, info.port, client_id=f"strom-txn-markers-{self.broker.broker_id}",
-                timeout_s=self.broker.config.get("replica.socket.timeout.ms") / 1000)
+                info.host, info.port, client_id=f"strom-txn-markers-{self.node.broker_id}",
+                timeout_s=self.node.config.get("replica.socket.timeout.ms") / 1000)
         return client
 
     async def _send(self, leader: int, marker: TxnMarker,

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
+from strom.broker.core import Node
 from strom.cluster.replication.fetcher import FetcherSettings
 from strom.cluster.replication.manager import ReplicaManager
 
 log = logging.getLogger(__name__)
 
 
-def build_replica_manager(broker: Any) -> ReplicaManager:
-    config = broker.config
+def build_replica_manager(node: Node) -> ReplicaManager:
+    config = node.config
     settings = FetcherSettings(
-        broker_id=broker.broker_id,
+        broker_id=node.broker_id,
         max_wait_ms=config.get("replica.fetch.wait.max.ms"),
         min_bytes=config.get("replica.fetch.min.bytes"),
         max_bytes=config.get("replica.fetch.response.max.bytes"),
@@ -26,21 +26,20 @@ def build_replica_manager(broker: Any) -> ReplicaManager:
     )
 
     def min_isr_for(topic_name: str) -> int:
-        topic = broker.image.topics.get(topic_name)
+        topic = node.image.topics.get(topic_name)
         if topic is None:
             return 1
-        return int(broker.partitions.resolve(topic, "min.insync.replicas").value)
+        return int(node.partitions.resolve(topic, "min.insync.replicas").value)
 
     return ReplicaManager(
-        broker.broker_id, broker.image, broker.controller, broker.partitions.get,
-        broker.partitions.waiters, settings, lag_max_ms=config.get("replica.lag.time.max.ms"),
+        node.broker_id, node.image, node.controller, node.partitions.get,
+        node.partitions.waiters, settings, lag_max_ms=config.get("replica.lag.time.max.ms"),
         min_isr_for=min_isr_for)
 
 
-async def run_replication(broker: Any) -> None:
+async def run_replication(replicas: ReplicaManager, node: Node) -> None:
     """Start replication and run its periodic work until cancelled."""
-    replicas: ReplicaManager = broker.replicas
-    config = broker.config
+    config = node.config
     replicas.start()
     isr_interval = max(config.get("replica.lag.time.max.ms") / 2, 10) / 1000
     checkpoint_interval = max(config.get("replica.high.watermark.checkpoint.interval.ms"), 10) / 1000
@@ -52,7 +51,7 @@ async def run_replication(broker: Any) -> None:
             try:
                 replicas.check_isr()
                 if loop.time() >= next_checkpoint:
-                    await broker.logs.checkpoint_in_background()
+                    await node.logs.checkpoint_in_background()
                     next_checkpoint = loop.time() + checkpoint_interval
             except Exception:
                 log.exception("replication housekeeping failed")

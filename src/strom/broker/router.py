@@ -1,22 +1,31 @@
 """Routes requests to handlers by API key; ApiVersions is derived from what is registered.
 
-A handler is a function marked with `@handles(ApiKey.X, min, max)`. Generic handlers receive the
-decoded request (a Struct from the schema codec) and return a mapping that the response codec
-encodes for the request's version. Raw handlers (the hot paths) get the body bytes and return
-reply bytes (or Parts) themselves.
+A handler is a function marked with `@handles(ApiKey.X, min, max)`, called as
+``handler(broker, ctx, request)``. Generic handlers receive the decoded request (a Struct from
+the schema codec, with every field of the API: see `strom.broker.requests`) and return a
+mapping that the response codec encodes for the request's version. Raw handlers (the hot
+paths) get the body bytes and return reply bytes (or Parts) themselves. Either may return an
+awaitable of its reply.
+
+Every request passes `Router.dispatch`, which is also the one place where request hooks run
+(`RequestHook`): authorization, quotas and metrics plug in there, not in the handlers.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol
 
-from strom.broker.context import RequestContext
+from strom.broker.context import CloseConnection, Parts, RequestContext
+from strom.broker.handlers.api_versions import check_request
+from strom.broker.requests import complete_request
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.codec import request_codec, response_codec, supported_versions
+from strom.protocol.codec import Codec, request_codec, response_codec, supported_versions
 from strom.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
 from strom.protocol.header import (
     decode_request_header,
@@ -29,7 +38,40 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+Reply = bytes | Parts | None
+# (broker, ctx, decoded request or body view) -> a reply, a mapping to encode, or an awaitable
 HandlerFn = Callable[..., Any]
+
+API_VERSIONS_MAX = 4
+
+
+class Connection(Protocol):
+    """What the router reads from the connection a request came on."""
+
+    peer: str
+    cid: int
+
+
+class RequestHook(Protocol):
+    """Runs around every request the router dispatches, in the order the hooks were given.
+
+    This is where authorization, quotas and metrics plug in: one place per request instead of
+    one per handler. `before` sees the request's context before its handler runs; it returns
+    None to let the request through, or an error to refuse it (it may also raise
+    `CloseConnection`). A refused request of a generic API whose response has a top-level
+    ``error_code`` is answered with that error; any other refused request closes the
+    connection. (An authorizer will later need per-API error responses, as Kafka's
+    ``AbstractRequest.getErrorResponse``: per-partition or per-resource errors; the refusal
+    path in `Router._refuse` is where that mapping will live.) `after` runs once the reply is
+    ready (before it is written), with the seconds spent since the request was dispatched,
+    also when the handler raised. Hooks run on the event loop and must not block.
+
+    With no hooks (the default) the router does nothing extra per request.
+    """
+
+    def before(self, ctx: RequestContext) -> ErrorCode | None: ...
+
+    def after(self, ctx: RequestContext, elapsed_s: float) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -40,7 +82,8 @@ class ApiSpec:
     raw: bool
 
 
-def handles(api_key: ApiKey, min_version: int, max_version: int, *, raw: bool = False):
+def handles(api_key: ApiKey, min_version: int, max_version: int, *,
+            raw: bool = False) -> Callable[[HandlerFn], HandlerFn]:
     """Mark a function as the handler of api_key for [min_version, max_version]."""
 
     def mark(fn: HandlerFn) -> HandlerFn:
@@ -57,9 +100,12 @@ class Route:
 
 
 class Router:
-    def __init__(self, broker: Broker, modules: list[Any]) -> None:
+    def __init__(self, broker: Broker, modules: Iterable[ModuleType],
+                 hooks: Sequence[RequestHook] = ()) -> None:
         self.broker = broker
+        self.hooks = tuple(hooks)
         self.routes: dict[int, Route] = {}
+        self._register(ApiSpec(ApiKey.API_VERSIONS, 0, API_VERSIONS_MAX, True), self._api_versions)
         for module in modules:
             for _, fn in inspect.getmembers(module, callable):
                 spec = getattr(fn, "__strom_api__", None)
@@ -94,8 +140,8 @@ class Router:
             return correlation_id.to_bytes(4, "big", signed=True) + b"\x00"
         return correlation_id.to_bytes(4, "big", signed=True)
 
-    def dispatch(self, conn: Any, api_key: int, version: int, correlation_id: int,
-                 frame: bytearray) -> Any:
+    def dispatch(self, conn: Connection, api_key: int, version: int, correlation_id: int,
+                 frame: bytearray) -> Reply | Awaitable[Reply]:
         route = self.routes.get(api_key)
         if route is None:
             raise ProtocolError(f"unknown or unsupported api key {api_key}")
@@ -107,20 +153,88 @@ class Router:
         header, pos = decode_request_header(memoryview(frame), 0,
                                             self._header_version(api_key, version, False))
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.peer,
-                                 conn.cid)
+                             conn.cid)
         body = memoryview(frame)[pos:]
-        if spec.raw:
+        if self.hooks:
+            return self._hooked(route, ctx, body)
+        return self._call(route, ctx, body)
+
+    def _call(self, route: Route, ctx: RequestContext,
+              body: memoryview) -> Reply | Awaitable[Reply]:
+        if route.spec.raw:
             return route.fn(self.broker, ctx, body)
+        api_key, version = ctx.api_key, ctx.api_version
         request, _ = request_codec(api_key, version).decode(body)
+        complete_request(api_key, version, request)
         result = route.fn(self.broker, ctx, request)
         codec = response_codec(api_key, version)
         if isinstance(result, Awaitable):
             return self._finish(result, codec)
         return None if result is None else codec.encode(result)
 
-    async def _finish(self, pending: Awaitable[Any], codec: Any) -> bytes | None:
+    async def _finish(self, pending: Awaitable[Any], codec: Codec) -> bytes | None:
         result = await pending
         return None if result is None else codec.encode(result)
+
+    # -- hooks ------------------------------------------------------------------------------
+
+    def _hooked(self, route: Route, ctx: RequestContext,
+                body: memoryview) -> Reply | Awaitable[Reply]:
+        started = time.monotonic()
+        ran: list[RequestHook] = []
+        try:
+            for hook in self.hooks:
+                ran.append(hook)
+                refused = hook.before(ctx)
+                if refused is not None:
+                    reply: Reply | Awaitable[Reply] = self._refuse(route, ctx, refused)
+                    break
+            else:
+                reply = self._call(route, ctx, body)
+        except BaseException:
+            self._after(ran, ctx, started)
+            raise
+        if isinstance(reply, Awaitable):
+            return self._finish_hooked(reply, ran, ctx, started)
+        self._after(ran, ctx, started)
+        return reply
+
+    async def _finish_hooked(self, pending: Awaitable[Reply], ran: list[RequestHook],
+                             ctx: RequestContext, started: float) -> Reply:
+        try:
+            return await pending
+        finally:
+            self._after(ran, ctx, started)
+
+    @staticmethod
+    def _after(ran: list[RequestHook], ctx: RequestContext, started: float) -> None:
+        elapsed = time.monotonic() - started
+        for hook in reversed(ran):
+            try:
+                hook.after(ctx, elapsed)
+            except Exception:
+                log.exception("request hook %r failed after %s", hook, ApiKey(ctx.api_key).name)
+
+    def _refuse(self, route: Route, ctx: RequestContext, error: ErrorCode) -> bytes:
+        """The reply to a request a hook refused: the error in the response's top-level
+        ``error_code`` where the API has one; otherwise the connection is closed."""
+        if not route.spec.raw:
+            codec = response_codec(ctx.api_key, ctx.api_version)
+            if any(f.name == "error_code" for f in codec.schema.fields):
+                return codec.encode({"error_code": int(error)})
+        log.info("closing connection %d: %s v%d refused with %s", ctx.connection_id,
+                 ApiKey(ctx.api_key).name, ctx.api_version, ErrorCode(error).name)
+        raise CloseConnection()
+
+    # -- ApiVersions ------------------------------------------------------------------------
+
+    def _api_versions(self, broker: Broker, ctx: RequestContext, body: memoryview) -> bytes:
+        """ApiVersions: exactly what this router has handlers for (encoded once)."""
+        error = check_request(ctx, body)
+        if error:
+            return response_codec(ApiKey.API_VERSIONS, ctx.api_version).encode(
+                {"error_code": int(error), "api_keys": [], "throttle_time": 0})
+        return self.api_versions_reply(ctx.api_version)
 
     def _unsupported_api_versions(self) -> bytes:
         """Kafka answers an ApiVersions version it lacks in v0 format, listing what it has."""

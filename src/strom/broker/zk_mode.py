@@ -8,20 +8,21 @@ filled by the ZooKeeper mirror instead of the embedded metadata log, the control
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import logging
-import socket
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from kazoo.exceptions import NodeExistsError
 
-from strom.broker.core import Broker
+from strom.broker.core import Broker, Node
 from strom.broker.partitions import PartitionManager
 from strom.broker.replicas import build_replica_manager
-from strom.cluster.image import BrokerInfo, MetadataImage
+from strom.broker.wiring import StartupError, advertised_info, cluster_id_for, wire_broker
+from strom.cluster.image import MetadataImage
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import ZkClient
 from strom.cluster.zk.controller import ZkController, unclean_from
@@ -64,8 +65,8 @@ async def cluster_id_from_zookeeper(zk: ZkClient, log_dirs: list[Path]) -> str:
 
 
 async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterParts]:
-    from strom.broker.app import StartupError, cluster_id_for  # app imports this module
-
+    """The broker, complete with its replica manager, and the cluster parts `serve` starts and
+    stops (the controller registers only once the broker listens)."""
     broker_id = config.broker_id
     session_ms = config.get("zookeeper.session.timeout.ms")
     zk = ZkClient(config.get("zookeeper.connect"), session_timeout_ms=session_ms,
@@ -84,9 +85,7 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
                       replicated=True)
     logs.load()
     image = MetadataImage(cluster_id=cluster_id)
-    _, adv_host, adv_port = config.advertised_listeners()[0]
-    info = BrokerInfo(broker_id, adv_host or socket.gethostname(), adv_port,
-                      config.get("broker.rack"))
+    info = advertised_info(config)
     mirror = ZkMirror(zk, image)
     partitions = PartitionManager(broker_id, config, image, logs)
     controller = ZkController(
@@ -98,7 +97,8 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
     partitions.refresh_dynamic_broker_configs()
     partitions.sync_all()
     mirror.subscribe(partitions.on_changes)
-    broker = Broker(config, broker_id, cluster_id, info, image, controller, partitions, logs)
-    broker.replicas = build_replica_manager(broker)
-    mirror.subscribe(broker.replicas.on_changes)
+    node = Node(config, broker_id, cluster_id, info, image, controller, partitions, logs)
+    replicas = build_replica_manager(node)
+    mirror.subscribe(replicas.on_changes)
+    broker = wire_broker(node, asyncio.get_running_loop(), replicas)
     return broker, ClusterParts(zk, mirror, controller)

@@ -25,8 +25,8 @@ import pytest
 from strom.broker.app import build_broker
 from strom.broker.context import Parts
 from strom.broker.core import Broker
-from strom.broker.handlers.groups import build_group_coordinator
-from strom.broker.handlers.transactions import build_transaction_coordinator
+from strom.broker.handlers import MODULES
+from strom.broker.router import Router
 from strom.config.broker import BrokerConfig
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct, request_codec, response_codec
@@ -65,10 +65,12 @@ class FakeConnection:
 
 
 class BrokerHarness:
-    """Sends requests to a real broker's router; `request` returns the decoded response."""
+    """Sends requests to a real broker's router (as `strom broker` builds it, no request
+    hooks; a test may replace `router`); `request` returns the decoded response."""
 
     def __init__(self, broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
         self.broker = broker
+        self.router = Router(broker, MODULES)
         self.loop = loop
         self.conn = FakeConnection()
         self._correlation = itertools.count(1)
@@ -88,7 +90,7 @@ class BrokerHarness:
             return None
         data = _join(reply)
         # the header as the server writes it, checked on the way back
-        header = self.broker.router.response_header(api_key, version, correlation_id)
+        header = self.router.response_header(api_key, version, correlation_id)
         got, pos = decode_response_header(header + data, 0,
                                           response_header_version(api_key, version))
         assert got == correlation_id
@@ -97,7 +99,7 @@ class BrokerHarness:
 
     async def _dispatch(self, api_key: int, version: int, correlation_id: int,
                         frame: bytearray) -> Any:
-        reply = self.broker.router.dispatch(self.conn, api_key, version, correlation_id, frame)
+        reply = self.router.dispatch(self.conn, api_key, version, correlation_id, frame)
         if asyncio.iscoroutine(reply) or isinstance(reply, asyncio.Future):
             reply = await reply
         return reply
@@ -185,22 +187,17 @@ def _join(reply: Any) -> bytes:
 
 def _start_broker(log_dir: Path, overrides: Mapping[str, str],
                   loop: asyncio.AbstractEventLoop) -> Broker:
-    """Build the broker as `strom broker` does (app.build_broker), then its coordinators as
-    app.serve does. serve itself is not used: it waits for SIGTERM/SIGINT and arms a watchdog
-    that ends the process (os._exit) after shutdown, which would end the test run. The servers
-    build_broker returns are never started: no socket is opened."""
+    """Build and start the broker as `strom broker` does (app.build_broker, Broker.start).
+    serve itself is not used: it waits for SIGTERM/SIGINT and arms a watchdog that ends the
+    process (os._exit) after shutdown, which would end the test run; no socket is opened."""
     config = BrokerConfig.load(None, {**_BASE_CONFIG, "log.dirs": str(log_dir), **overrides})
-    broker, _servers = build_broker(config)
-    broker.groups = build_group_coordinator(broker, loop)
-    broker.groups.start()
-    broker.transaction_coordinator = build_transaction_coordinator(broker, loop)
-    broker.transaction_coordinator.start()
+    broker = build_broker(config, loop)
+    broker.start()
     return broker
 
 
 def _stop_broker(broker: Broker, loop: asyncio.AbstractEventLoop) -> None:
-    broker.groups.shutdown()
-    broker.transaction_coordinator.shutdown()
+    broker.stop()
     leftovers = [t for t in asyncio.all_tasks(loop) if not t.done()]
     for task in leftovers:
         task.cancel()

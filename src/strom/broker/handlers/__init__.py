@@ -1,7 +1,9 @@
-"""One module per API (or small family of APIs); the router collects the marked functions."""
+"""One module per API (or small family of APIs); the router collects the marked functions.
+
+ApiVersions is answered by the router itself (it lists its own routes), after
+`api_versions.check_request`."""
 
 from strom.broker.handlers import (
-    api_versions,
     cluster,
     configs,
     consumer_groups,
@@ -15,5 +17,5 @@ from strom.broker.handlers import (
     transactions,
 )
 
-MODULES = [api_versions, cluster, configs, consumer_groups, fetch, groups, metadata, offsets, produce,
+MODULES = [cluster, configs, consumer_groups, fetch, groups, metadata, offsets, produce,
            reassignments, topics, transactions]

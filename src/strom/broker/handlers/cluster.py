@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -12,7 +14,7 @@ UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-def describe_cluster(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     if getattr(request, "endpoint_type", 1) not in (1,):
         return {"error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
                 "error_message": "Strom has no controller endpoints", "endpoint_type": 1}
@@ -32,7 +34,7 @@ def describe_cluster(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
-def init_producer_id(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Kafka's rules: a non-transactional producer always gets a fresh id with epoch 0 (an
     idempotent producer bumps its epoch itself, KIP-360); a given id/epoch must come as a pair.
     Transactional ids go to the transaction coordinator (v6's two-phase commit, KIP-939, is
@@ -45,10 +47,7 @@ def init_producer_id(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
     if tid is not None:
         if tid == "":
             return _init_pid_error(ErrorCode.INVALID_REQUEST)
-        coordinator = getattr(broker, "transaction_coordinator", None)
-        if coordinator is None:  # seam: transactions plug in here
-            return _init_pid_error(ErrorCode.COORDINATOR_NOT_AVAILABLE)
-        return coordinator.init_producer_id(tid, request.transaction_timeout,
+        return broker.transactions.init_producer_id(tid, request.transaction_timeout,
                                             pid if pid != -1 else None, epoch)
     return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id(),
             "producer_epoch": 0}
@@ -59,7 +58,7 @@ def _init_pid_error(code: int) -> dict[str, Any]:
 
 
 @handles(ApiKey.ELECT_LEADERS, 0, 2)
-async def elect_leaders(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def elect_leaders(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Preferred (0) or unclean (1) leader election; v0 has no election type (preferred)."""
     election_type = getattr(request, "election_type", 0)
     if election_type not in (0, 1):

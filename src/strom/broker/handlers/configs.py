@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.config.broker import BROKER_CONFIGS
 from strom.config.defs import ConfigError, ConfigSource, ConfigType
@@ -34,7 +36,7 @@ def _entry(name: str, value: str | None, source: int, *, read_only: bool, sensit
     }
 
 
-def _broker_synonyms(broker: Any, names: tuple[str, ...]) -> list[dict[str, Any]]:
+def _broker_synonyms(broker: Broker, names: tuple[str, ...]) -> list[dict[str, Any]]:
     """Every layer that sets one of these broker configs, strongest first, then the default."""
     config = broker.config
     out = []
@@ -54,7 +56,7 @@ def _broker_synonyms(broker: Any, names: tuple[str, ...]) -> list[dict[str, Any]
     return out
 
 
-def describe_topic(broker: Any, topic_name: str, keys: list[str] | None, synonyms: bool,
+def describe_topic(broker: Broker, topic_name: str, keys: list[str] | None, synonyms: bool,
                    docs: bool) -> list[dict[str, Any]]:
     topic = broker.image.topics.get(topic_name)
     if topic is None:
@@ -78,7 +80,7 @@ def describe_topic(broker: Any, topic_name: str, keys: list[str] | None, synonym
     return out
 
 
-def describe_broker(broker: Any, resource_name: str, keys: list[str] | None, synonyms: bool,
+def describe_broker(broker: Broker, resource_name: str, keys: list[str] | None, synonyms: bool,
                     docs: bool) -> list[dict[str, Any]]:
     default_only = resource_name == ""
     if not default_only and resource_name != str(broker.broker_id):
@@ -105,7 +107,7 @@ def describe_broker(broker: Any, resource_name: str, keys: list[str] | None, syn
 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
-def describe_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     synonyms = bool(getattr(request, "include_synonyms", False))
     docs = bool(getattr(request, "include_documentation", False))
     results = []
@@ -133,7 +135,7 @@ def describe_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 # -- altering ------------------------------------------------------------------------------
 
 
-def _current_overrides(broker: Any, resource_type: int, name: str) -> dict[str, str]:
+def _current_overrides(broker: Broker, resource_type: int, name: str) -> dict[str, str]:
     if resource_type == TOPIC:
         topic = broker.image.topics.get(name)
         if topic is None:
@@ -165,7 +167,7 @@ def _validate(resource_type: int, wanted: dict[str, str]) -> None:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
-async def _apply(broker: Any, resource_type: int, name: str, current: dict[str, str],
+async def _apply(broker: Broker, resource_type: int, name: str, current: dict[str, str],
            wanted: dict[str, str], validate_only: bool) -> None:
     _validate(resource_type, wanted)
     if validate_only:
@@ -177,7 +179,7 @@ async def _apply(broker: Any, resource_type: int, name: str, current: dict[str, 
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
-async def alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     responses = []
     for r in request.resources:
         response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
@@ -198,7 +200,7 @@ def _list_type(resource_type: int, key: str) -> bool:
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def incremental_alter_configs(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     responses = []
     for r in request.resources:
         response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
@@ -243,7 +245,7 @@ async def incremental_alter_configs(broker: Any, ctx: Any, request: Any) -> dict
     return {"throttle_time": 0, "responses": responses}
 
 
-def _default_list(broker: Any, resource: Any, key: str) -> list[str]:
+def _default_list(broker: Broker, resource: Any, key: str) -> list[str]:
     if resource.resource_type == TOPIC:
         value = broker.config.topic_default(key).value
     else:

@@ -7,21 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from strom.broker.handlers.groups import _groups, client_host
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
+from strom.broker.handlers.groups import client_host
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import KafkaError
 
 
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
-def consumer_group_heartbeat(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
-    try:
-        groups = _groups(broker)
-    except KafkaError as exc:
-        return {"throttle_time": 0, "error_code": int(exc.code), "error_message": exc.message,
-                "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
-                "assignment": None}
-    result = groups.consumer_group_heartbeat(
+def consumer_group_heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    result = broker.groups.consumer_group_heartbeat(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, instance_id=request.instance_id,
         rack_id=request.rack_id, rebalance_timeout=request.rebalance_timeout,
@@ -36,10 +32,10 @@ def consumer_group_heartbeat(broker: Any, ctx: Any, request: Any) -> dict[str, A
 
 
 @handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-def consumer_group_describe(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def consumer_group_describe(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     include = request.include_authorized_operations
     try:
-        groups = _groups(broker).consumer_group_describe(
+        groups = broker.groups.consumer_group_describe(
             list(request.group_ids), include_authorized_operations=include)
     except KafkaError as exc:
         groups = [{"group_id": g, "error_code": int(exc.code), "error_message": exc.message}

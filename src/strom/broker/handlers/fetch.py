@@ -13,7 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from strom.broker.context import Parts
+from strom.broker.context import Parts, RequestContext
+from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -36,7 +37,7 @@ def check_leader_epoch(current: int, leader_epoch: int) -> int:
 
 
 @handles(ApiKey.FETCH, 4, 17, raw=True)
-async def fetch(broker: Any, ctx: Any, body: memoryview) -> Parts:
+async def fetch(broker: Broker, ctx: RequestContext, body: memoryview) -> Parts:
     version = ctx.api_version
     request = decode_fetch_request(body, version)
     if request.session_id != 0:  # we never grant sessions, so an incremental fetch is unknown
@@ -57,14 +58,14 @@ async def fetch(broker: Any, ctx: Any, body: memoryview) -> Parts:
         await broker.partitions.waiters.wait_any(names, remaining)
 
 
-def _topic_name(broker: Any, t: Any) -> str | None:
+def _topic_name(broker: Broker, t: Any) -> str | None:
     if t.topic is not None:
         return t.topic
     topic = broker.image.topics_by_id.get(t.topic_id)
     return topic.name if topic else None
 
 
-def _read_all(broker: Any, request: Any, version: int,
+def _read_all(broker: Broker, request: Any, version: int,
               max_bytes: int) -> tuple[list[FetchTopicResponse], int, bool]:
     image = broker.image
     partitions = broker.partitions

@@ -1,5 +1,5 @@
 """Group APIs: FindCoordinator, Join/Sync/Heartbeat/LeaveGroup, OffsetCommit/Fetch/Delete,
-ListGroups, DescribeGroups and DeleteGroups, plus the wiring of the group coordinator.
+ListGroups, DescribeGroups and DeleteGroups (the group coordinator is wired in `wiring.py`).
 
 The handlers only translate between the wire (every version kio knows) and
 `strom.coordinator.group.GroupCoordinator`; the group semantics live there. Topic names and
@@ -12,76 +12,16 @@ import asyncio
 import uuid
 from typing import Any
 
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
 from strom.broker.handlers.transactions import transaction_coordinator_node
-from strom.broker.internal_topics import InternalTopic
+from strom.broker.markers import OFFSETS_TOPIC
 from strom.broker.router import handles
-from strom.cluster.image import INTERNAL_TOPICS
-from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator, JoinRequest
+from strom.coordinator.group.coordinator import JoinRequest
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 
-OFFSETS_TOPIC = "__consumer_offsets"
 GROUP_KEY, TRANSACTION_KEY = 0, 1
-
-
-# --------------------------------------------------------------------------------------------
-# Wiring: the coordinator sees the broker only through these two adapters.
-# --------------------------------------------------------------------------------------------
-
-
-class OffsetsTopicAdapter(InternalTopic):
-    """`__consumer_offsets` with Kafka's settings for it."""
-
-    name = OFFSETS_TOPIC
-
-    def settings(self) -> tuple[int, int, dict[str, str]]:
-        config = self.broker.config
-        return (config.get("offsets.topic.num.partitions"),
-                config.get("offsets.topic.replication.factor"),
-                {"cleanup.policy": "compact",
-                 "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
-                 "compression.type": "producer"})
-
-
-class TopicsAdapter:
-    """The metadata image as the coordinator's `TopicsView`."""
-
-    def __init__(self, broker: Any) -> None:
-        self.broker = broker
-
-    def version(self) -> int:
-        return self.broker.image.version
-
-    def topic(self, name: str) -> tuple[uuid.UUID, int] | None:
-        t = self.broker.image.topics.get(name)
-        return (t.topic_id, len(t.partitions)) if t is not None else None
-
-    def topic_name(self, topic_id: uuid.UUID) -> str | None:
-        t = self.broker.image.topics_by_id.get(topic_id)
-        return t.name if t is not None else None
-
-    def names(self) -> list[str]:
-        return [n for n in self.broker.image.topics if n not in INTERNAL_TOPICS]
-
-
-def build_group_coordinator(broker: Any, loop: asyncio.AbstractEventLoop) -> GroupCoordinator:
-    """The broker's group coordinator, subscribed to leadership of `__consumer_offsets`."""
-    coordinator = GroupCoordinator(GroupConfig.from_config(broker.config.get),
-                                   OffsetsTopicAdapter(broker), TopicsAdapter(broker), loop,
-                                   broker.now_ms)
-
-    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
-        if topic == OFFSETS_TOPIC:
-            coordinator.on_leadership(partition, leader, epoch)
-
-    def on_changes(changes: list[Any]) -> None:
-        deleted = {c.topic.name for c in changes if c.kind == "topic_deleted" and c.topic}
-        if deleted:
-            coordinator.on_topics_deleted(deleted)
-
-    broker.partitions.add_leadership_listener(on_leadership)
-    broker.controller.subscribe(on_changes)
-    return coordinator
 
 
 # --------------------------------------------------------------------------------------------
@@ -89,13 +29,7 @@ def build_group_coordinator(broker: Any, loop: asyncio.AbstractEventLoop) -> Gro
 # --------------------------------------------------------------------------------------------
 
 
-def _groups(broker: Any) -> GroupCoordinator:
-    if broker.groups is None:
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is starting")
-    return broker.groups
-
-
-def client_host(ctx: Any) -> str:
+def client_host(ctx: RequestContext) -> str:
     """Kafka shows a member's host as `/<address>`."""
     host = ctx.peer.rsplit(":", 1)[0] if ctx.peer else ""
     return "/" + host.strip("[]")
@@ -113,7 +47,7 @@ async def _wait(start: Any) -> dict[str, Any]:
     return await fut
 
 
-def _partition_known(broker: Any, topic: str, partition: int) -> bool:
+def _partition_known(broker: Broker, topic: str, partition: int) -> bool:
     t = broker.image.topics.get(topic)
     return t is not None and partition in t.partitions
 
@@ -123,7 +57,7 @@ def _partition_known(broker: Any, topic: str, partition: int) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _coordinator_for(broker: Any, key_type: int, key: str) -> dict[str, Any]:
+def _coordinator_for(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                            "error_message": None}
     try:
@@ -133,7 +67,7 @@ def _coordinator_for(broker: Any, key_type: int, key: str) -> dict[str, Any]:
             return out
         if key_type != GROUP_KEY:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported key type {key_type}.")
-        groups = _groups(broker)
+        groups = broker.groups
         groups.ensure_offsets_topic()
         partition = groups.partition_for(key)
         topic = broker.image.topics.get(OFFSETS_TOPIC)
@@ -149,7 +83,7 @@ def _coordinator_for(broker: Any, key_type: int, key: str) -> dict[str, Any]:
 
 
 @handles(ApiKey.FIND_COORDINATOR, 0, 6)
-def find_coordinator(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     key_type = getattr(request, "key_type", GROUP_KEY)
     if ctx.api_version >= 4:
         return {"throttle_time": 0,
@@ -165,12 +99,9 @@ def find_coordinator(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.JOIN_GROUP, 0, 9)
-async def join_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
-    try:
-        groups = _groups(broker)
-    except KafkaError as exc:
-        return _join_reply(version, {"error_code": int(exc.code), "member_id": request.member_id})
+    groups = broker.groups
     req = JoinRequest(
         group_id=request.group_id, member_id=request.member_id,
         instance_id=getattr(request, "group_instance_id", None),
@@ -195,11 +126,8 @@ def _join_reply(version: int, result: dict[str, Any]) -> dict[str, Any]:
 
 
 @handles(ApiKey.SYNC_GROUP, 0, 5)
-async def sync_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
-    try:
-        groups = _groups(broker)
-    except KafkaError as exc:
-        return {"throttle_time": 0, "error_code": int(exc.code), "assignment": b""}
+async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+    groups = broker.groups
     assignments = [(a.member_id, bytes(a.assignment)) for a in request.assignments]
     result = await _wait(lambda respond: groups.sync_group(
         request.group_id, request.generation_id, request.member_id,
@@ -209,9 +137,9 @@ async def sync_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.HEARTBEAT, 0, 4)
-def heartbeat(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     try:
-        code = _groups(broker).heartbeat(request.group_id, request.generation_id,
+        code = broker.groups.heartbeat(request.group_id, request.generation_id,
                                          request.member_id,
                                          getattr(request, "group_instance_id", None))
     except KafkaError as exc:
@@ -220,7 +148,7 @@ def heartbeat(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.LEAVE_GROUP, 0, 5)
-def leave_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def leave_group(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     if version < 3:
         members = [(request.member_id, None, None)]
@@ -228,7 +156,7 @@ def leave_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
         members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None))
                    for m in request.members]
     try:
-        error, results = _groups(broker).leave_group(request.group_id, members)
+        error, results = broker.groups.leave_group(request.group_id, members)
     except KafkaError as exc:
         error, results = exc.code, []
     if version < 3 and not error and results:
@@ -241,7 +169,7 @@ def leave_group(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _topic_of(broker: Any, t: Any, version: int, min_ids: int) -> tuple[str | None, int]:
+def _topic_of(broker: Broker, t: Any, version: int, min_ids: int) -> tuple[str | None, int]:
     """(name, error) of a request topic given by name, or by id from version `min_ids`."""
     if version >= min_ids:
         topic = broker.image.topics_by_id.get(t.topic_id)
@@ -250,7 +178,7 @@ def _topic_of(broker: Any, t: Any, version: int, min_ids: int) -> tuple[str | No
 
 
 @handles(ApiKey.OFFSET_COMMIT, 2, 10)
-def offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     out_topics: list[dict[str, Any]] = []
     commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
@@ -278,7 +206,7 @@ def offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
             commit.append((name, wanted))
     if commit:
         try:
-            results = _groups(broker).commit_offsets(
+            results = broker.groups.commit_offsets(
                 request.group_id, request.generation_id_or_member_epoch, request.member_id,
                 getattr(request, "group_instance_id", None),
                 getattr(request, "retention_time", -1), commit, version)
@@ -303,11 +231,11 @@ _COMMIT_REPLICATION_ERRORS = {
 }
 
 
-async def _answer_once_replicated(broker: Any, group_id: str, slots: dict[Any, dict[str, Any]],
+async def _answer_once_replicated(broker: Broker, group_id: str, slots: dict[Any, dict[str, Any]],
                                   out_topics: list[dict[str, Any]]) -> dict[str, Any]:
     """In a cluster a commit is acknowledged once its `__consumer_offsets` partition's ISR has
     it (Kafka appends offset commits with acks=all), so a coordinator failover keeps it."""
-    key = (OFFSETS_TOPIC, _groups(broker).partition_for(group_id))
+    key = (OFFSETS_TOPIC, broker.groups.partition_for(group_id))
     plog = broker.partitions.get(*key)
     if plog is not None:
         code = await broker.replicas.wait_for_replication(
@@ -320,7 +248,7 @@ async def _answer_once_replicated(broker: Any, group_id: str, slots: dict[Any, d
     return {"throttle_time": 0, "topics": out_topics}
 
 
-def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_id: str | None,
+def _fetch_group(broker: Broker, version: int, group_id: str, topics: Any, member_id: str | None,
                  member_epoch: int, require_stable: bool = False) -> dict[str, Any]:
     """One group of an OffsetFetch: {group_id, topics, error_code}."""
     requested: list[tuple[str, list[int]]] | None = None
@@ -340,13 +268,13 @@ def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_i
             if version >= 10:
                 id_of[name] = t.topic_id
     try:
-        rows = _groups(broker).fetch_offsets(group_id, requested, member_id, member_epoch)
+        rows = broker.groups.fetch_offsets(group_id, requested, member_id, member_epoch)
         error = 0
     except KafkaError as exc:
         error = int(exc.code)
         rows = [(name, [(p, -1, -1, "") for p in parts]) for name, parts in requested or []]
     # -- transactions: offsets of an open transaction are unstable for require_stable --
-    unstable = _groups(broker).unstable_offsets(group_id) if require_stable and not error \
+    unstable = broker.groups.unstable_offsets(group_id) if require_stable and not error \
         else set()
     # -- end transactions --
     out_topics = []
@@ -368,7 +296,7 @@ def _fetch_group(broker: Any, version: int, group_id: str, topics: Any, member_i
 
 
 @handles(ApiKey.OFFSET_FETCH, 1, 10)
-def offset_fetch(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     version = ctx.api_version
     if version >= 8:
         stable = getattr(request, "require_stable", False)
@@ -383,7 +311,7 @@ def offset_fetch(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.OFFSET_DELETE, 0, 0)
-def offset_delete(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     out_topics = []
     wanted = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
@@ -402,7 +330,7 @@ def offset_delete(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
         if keep:
             wanted.append((t.name, keep))
     try:
-        results = _groups(broker).delete_offsets(request.group_id, wanted)
+        results = broker.groups.delete_offsets(request.group_id, wanted)
     except KafkaError as exc:
         return {"throttle_time": 0, "error_code": int(exc.code), "topics": []}
     for name, rows in results:
@@ -417,9 +345,9 @@ def offset_delete(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.LIST_GROUPS, 0, 5)
-def list_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def list_groups(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     try:
-        error, groups = _groups(broker).list_groups(getattr(request, "states_filter", ()),
+        error, groups = broker.groups.list_groups(getattr(request, "states_filter", ()),
                                                     getattr(request, "types_filter", ()))
     except KafkaError as exc:
         error, groups = exc.code, []
@@ -427,10 +355,10 @@ def list_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
-def describe_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     include = getattr(request, "include_authorized_operations", False)
     try:
-        groups = _groups(broker).describe_groups(list(request.groups),
+        groups = broker.groups.describe_groups(list(request.groups),
                                                  include_authorized_operations=include,
                                                  version=ctx.api_version)
     except KafkaError as exc:
@@ -441,10 +369,10 @@ def describe_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.DELETE_GROUPS, 0, 2)
-def delete_groups(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def delete_groups(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     names = list(request.groups_names)
     try:
-        results = _groups(broker).delete_groups(names)
+        results = broker.groups.delete_groups(names)
     except KafkaError as exc:
         results = [(g, exc.code) for g in names]
     return {"throttle_time": 0,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
 from strom.broker.handlers.topics import create_topic
 from strom.broker.router import handles
 from strom.cluster.image import TopicState
@@ -28,7 +30,7 @@ from strom.protocol.metadata import (
 log = logging.getLogger(__name__)
 
 
-def _topic_entry(broker: Any, version: int, topic: TopicState) -> bytes:
+def _topic_entry(broker: Broker, version: int, topic: TopicState) -> bytes:
     cache = broker.metadata_cache
     if broker.metadata_cache_version != broker.image.version:
         cache.clear()
@@ -58,7 +60,7 @@ def _error_entry(version: int, code: int, name: str | None, topic_id: Any = None
 
 
 @handles(ApiKey.METADATA, 0, 13, raw=True)
-def metadata(broker: Any, ctx: Any, body: memoryview) -> bytes:
+def metadata(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes:
     version = ctx.api_version
     request = decode_metadata_request(body, version)
     image = broker.image

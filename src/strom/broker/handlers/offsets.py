@@ -6,6 +6,8 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
 from strom.broker.handlers.fetch import check_leader_epoch
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
@@ -18,7 +20,7 @@ READ_COMMITTED = 1
 DEBUG_REPLICA_ID = -2  # Kafka's ListOffsets from a tool that may ask any replica
 
 
-def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
+def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str,
                     fn: Callable[[Any, Any, Any, dict[str, Any]], None], *,
                     reject_duplicates: bool = False,
                     any_replica: bool = False) -> list[dict[str, Any]]:
@@ -53,7 +55,7 @@ def _each_partition(broker: Any, topics: Any, name_attr: str, index_attr: str,
 
 
 @handles(ApiKey.LIST_OFFSETS, 1, 10)
-def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     replica_id = getattr(request, "replica_id", -1)
     from_replica = replica_id >= 0
@@ -91,7 +93,7 @@ def list_offsets(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
-def offset_for_leader_epoch(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def offset_for_leader_epoch(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     def lookup(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result.update(leader_epoch=-1, end_offset=-1)
         error = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
@@ -106,7 +108,7 @@ def offset_for_leader_epoch(broker: Any, ctx: Any, request: Any) -> dict[str, An
 
 
 @handles(ApiKey.DELETE_RECORDS, 0, 2)
-def delete_records(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     def delete(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result["low_watermark"] = -1
         target = log.high_watermark if p.offset == -1 else p.offset

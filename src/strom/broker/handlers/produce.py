@@ -15,7 +15,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from strom.broker.context import CloseConnection
+from strom.broker.context import CloseConnection, RequestContext
+from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.cluster.image import INTERNAL_TOPICS
 from strom.protocol.api_keys import ApiKey
@@ -33,7 +34,7 @@ VALID_ACKS = (0, 1, -1)
 
 
 @handles(ApiKey.PRODUCE, 3, 11, raw=True)
-def produce(broker: Any, ctx: Any, body: memoryview) -> bytes | None:
+def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | None:
     version = ctx.api_version
     request = decode_produce_request(body, version)
     acks = request.acks
@@ -127,13 +128,12 @@ _RETRIABLE_VERIFY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILA
                      ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS)
 
 
-def _verify_transaction(broker: Any, transactional_id: str, log: Any, topic: str,
+def _verify_transaction(broker: Broker, transactional_id: str, log: Any, topic: str,
                         partition: int, records: Any, version: int) -> int:
     """0, or the error for a transactional batch whose transaction does not include this
     partition (per the coordinator). Only the first batch of each transaction is checked; a
     coordinator on another broker is not asked (a cluster will send it AddPartitionsToTxn v4)."""
-    coordinator = getattr(broker, "transaction_coordinator", None)
-    if coordinator is None or len(records) < RECORD_BATCH_OVERHEAD:
+    if len(records) < RECORD_BATCH_OVERHEAD:
         return 0
     header = HEADER_STRUCT.unpack_from(records, 0)
     if not header[5] & TRANSACTIONAL_MASK:
@@ -142,7 +142,7 @@ def _verify_transaction(broker: Any, transactional_id: str, log: Any, topic: str
     entry = log.producer_state.producers.get(pid)
     if entry is not None and entry.epoch == epoch and entry.txn_first_offset >= 0:
         return 0  # this transaction already wrote here
-    code = coordinator.verify_partition(transactional_id, pid, epoch, topic, partition)
+    code = broker.transactions.verify_partition(transactional_id, pid, epoch, topic, partition)
     if not code:
         return 0
     if code in _RETRIABLE_VERIFY:

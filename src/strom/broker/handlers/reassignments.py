@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
 
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
-async def alter_partition_reassignments(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     allow = bool(getattr(request, "allow_replication_factor_change", True))
     wanted: dict[tuple[str, int], list[int] | None] = {}
     duplicates: set[tuple[str, int]] = set()
@@ -52,7 +54,7 @@ async def alter_partition_reassignments(broker: Any, ctx: Any, request: Any) -> 
 
 
 @handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
-def list_partition_reassignments(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def list_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Partitions with a reassignment under way (all, or among those asked for); partitions
     that do not exist or are not moving are left out, as Kafka does."""
     image = broker.image

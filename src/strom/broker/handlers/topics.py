@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.cluster.controller import too_many_records
 from strom.cluster.image import TopicState
@@ -14,7 +16,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 
 
-async def create_topic(broker: Any, name: str, num_partitions: int, replication_factor: int,
+async def create_topic(broker: Broker, name: str, num_partitions: int, replication_factor: int,
                        assignments: dict[int, list[int]] | None, configs: dict[str, str], *,
                        validate_only: bool = False) -> TopicState:
     """Shared by CreateTopics and auto-creation: defaults, config validation, then the controller."""
@@ -40,7 +42,7 @@ def _has_leaders(name: str, topic_id: Any) -> Any:
     return ready
 
 
-def describe_topic_configs(broker: Any, topic: TopicState) -> list[dict[str, Any]]:
+def describe_topic_configs(broker: Broker, topic: TopicState) -> list[dict[str, Any]]:
     out = []
     for name in TOPIC_CONFIGS.names():
         d = TOPIC_CONFIGS[name]
@@ -65,7 +67,7 @@ def _requested_partitions(topics: Any, default_partitions: int) -> int:
 
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
-async def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     # a request over the cap fails as a whole, as in Kafka
     too_large = too_many_records(
@@ -101,7 +103,7 @@ async def create_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
-async def delete_topics(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     image = broker.image
     responses = []
     entries = list(request.topics) if getattr(request, "topics", None) else [
@@ -147,7 +149,7 @@ def _added_partitions(image: Any, topics: Any) -> int:
 
 
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def create_partitions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     # a request over the cap fails as a whole, as in Kafka
     too_large = too_many_records(_added_partitions(broker.image, request.topics),

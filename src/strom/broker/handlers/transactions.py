@@ -1,118 +1,32 @@
 """Transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
-WriteTxnMarkers, DescribeTransactions and ListTransactions, plus the wiring of the transaction
-coordinator (InitProducerId lives in `cluster.py`, FindCoordinator in `groups.py`).
+WriteTxnMarkers, DescribeTransactions and ListTransactions (InitProducerId lives in
+`cluster.py`, FindCoordinator in `groups.py`).
 
 The handlers translate between the wire and `strom.coordinator.transaction`; the semantics live
-there. The coordinator reaches this broker through two adapters: `TxnTopicAdapter`
-(`__transaction_state`) and `strom.broker.markers.ClusterMarkerWriter`, which writes COMMIT/ABORT
-control batches into partitions this broker leads and sends WriteTxnMarkers to the leaders of
-the others; the WriteTxnMarkers handler below is the receiving end of that.
+there. The coordinator is wired in `strom.broker.wiring`: it reaches this broker through
+`TxnTopicAdapter` (`__transaction_state`) and `strom.broker.markers.ClusterMarkerWriter`, which
+writes COMMIT/ABORT control batches into partitions this broker leads and sends WriteTxnMarkers
+to the leaders of the others; the WriteTxnMarkers handler below is the receiving end of that.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-from collections.abc import Callable
 from typing import Any
 
-from strom.broker.internal_topics import InternalTopic
-from strom.broker.markers import ClusterMarkerWriter
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
+from strom.broker.markers import OFFSETS_TOPIC, write_marker
 from strom.broker.router import handles
-from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
+from strom.cluster.image import BrokerInfo
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.protocol.records import control_batch
-from strom.storage.errors import StorageError
-from strom.storage.validator import ORIGIN_COORDINATOR
-
-log = logging.getLogger(__name__)
-
-OFFSETS_TOPIC = "__consumer_offsets"
-DEFAULT_SEGMENT_BYTES = 104857600
 
 
-def _config_getter(config: Any) -> Callable[[str], Any]:
-    """Broker config lookup; every name the coordinator reads is a registered broker config."""
-    return config.get
-
-
-# --------------------------------------------------------------------------------------------
-# Wiring: the coordinator sees the broker only through these adapters.
-# --------------------------------------------------------------------------------------------
-
-
-class TxnTopicAdapter(InternalTopic):
-    """`__transaction_state` with Kafka's enforced settings: compacted, uncompressed, no
-    unclean leader election."""
-
-    name = TRANSACTION_STATE_TOPIC
-
-    def settings(self) -> tuple[int, int, dict[str, str]]:
-        get = _config_getter(self.broker.config)
-
-        def opt(name: str, default: Any) -> Any:
-            try:
-                return get(name)
-            except KeyError:
-                return default
-
-        configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
-                   "unclean.leader.election.enable": "false",
-                   "segment.bytes": str(opt("transaction.state.log.segment.bytes",
-                                            DEFAULT_SEGMENT_BYTES)),
-                   "min.insync.replicas": str(opt("transaction.state.log.min.isr", 1))}
-        return (int(opt("transaction.state.log.num.partitions", 50)),
-                int(opt("transaction.state.log.replication.factor", 1)), configs)
-
-
-def write_marker(broker: Any, topic: str, partition: int, producer_id: int, producer_epoch: int,
-                 coordinator_epoch: int, commit: bool) -> int:
-    """Append one COMMIT/ABORT control batch to a partition this broker leads (Kafka's
-    WriteTxnMarkers on the partition leader); returns a Kafka error code."""
-    t = broker.image.topics.get(topic)
-    state = t.partitions.get(partition) if t is not None else None
-    if state is None:
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    plog = broker.partitions.get(topic, partition)
-    if plog is None or state.leader != broker.broker_id:
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER
-    now = broker.now_ms()
-    batch = control_batch(commit=commit, producer_id=producer_id, producer_epoch=producer_epoch,
-                          coordinator_epoch=coordinator_epoch, timestamp=now)
-    try:
-        plog.append(memoryview(bytearray(batch)), leader_epoch=state.leader_epoch, now_ms=now,
-                    origin=ORIGIN_COORDINATOR)
-    except StorageError as exc:
-        log.warning("cannot write the %s marker of producer %d to %s-%d: %s",
-                    "COMMIT" if commit else "ABORT", producer_id, topic, partition, exc)
-        return exc.error_code
-    broker.partitions.waiters.notify((topic, partition))
-    if topic == OFFSETS_TOPIC and broker.groups is not None:
-        broker.groups.on_transaction_completed(partition, producer_id, commit)
-    return ErrorCode.NONE
-
-
-def build_transaction_coordinator(broker: Any,
-                                  loop: asyncio.AbstractEventLoop) -> TransactionCoordinator:
-    """The broker's transaction coordinator, subscribed to leadership of `__transaction_state`."""
-    coordinator = TransactionCoordinator(
-        TxnConfig.from_config(_config_getter(broker.config)), TxnTopicAdapter(broker),
-        ClusterMarkerWriter(broker, write_marker), broker.next_producer_id, loop, broker.now_ms)
-
-    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
-        if topic == TRANSACTION_STATE_TOPIC:
-            coordinator.on_leadership(partition, leader, epoch)
-
-    broker.partitions.add_leadership_listener(on_leadership)
-    return coordinator
-
-
-def transaction_coordinator_node(broker: Any, transactional_id: str) -> Any:
+def transaction_coordinator_node(broker: Broker, transactional_id: str) -> BrokerInfo:
     """FindCoordinator(key type transaction): the leader of the id's `__transaction_state`
     partition (the topic is created on first use). Raises KafkaError."""
-    coordinator = _coordinator(broker)
+    coordinator = broker.transactions
     if not transactional_id:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "The transactional id must not be empty.")
     coordinator.ensure_topic()
@@ -131,15 +45,7 @@ def transaction_coordinator_node(broker: Any, transactional_id: str) -> Any:
 # --------------------------------------------------------------------------------------------
 
 
-def _coordinator(broker: Any) -> TransactionCoordinator:
-    coordinator = getattr(broker, "transaction_coordinator", None)
-    if coordinator is None:
-        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                         "the transaction coordinator is starting")
-    return coordinator
-
-
-def _known(broker: Any, topic: str, partition: int) -> bool:
+def _known(broker: Broker, topic: str, partition: int) -> bool:
     t = broker.image.topics.get(topic)
     return t is not None and partition in t.partitions
 
@@ -149,7 +55,7 @@ def _known(broker: Any, topic: str, partition: int) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _add_partitions_result(broker: Any, tid: str, pid: int, epoch: int, topics: Any,
+def _add_partitions_result(broker: Broker, tid: str, pid: int, epoch: int, topics: Any,
                            verify_only: bool, version: int) -> dict[str, list[tuple[int, int]]]:
     """{topic: [(partition, error)]} for one transaction of an AddPartitionsToTxn request."""
     wanted = [(t.name, p) for t in topics for p in t.partitions]
@@ -159,7 +65,7 @@ def _add_partitions_result(broker: Any, tid: str, pid: int, epoch: int, topics: 
                       else ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     else:
         try:
-            coordinator = _coordinator(broker)
+            coordinator = broker.transactions
             if verify_only:
                 codes = coordinator.verify_partitions(tid, pid, epoch, wanted)
                 if version < 5:  # TRANSACTION_ABORTABLE is new in v5 (KIP-890)
@@ -184,7 +90,7 @@ def _topic_results(by_topic: dict[str, list[tuple[int, int]]]) -> list[dict[str,
 
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
-def add_partitions_to_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     """v0-3: one transaction (clients); v4+: a batch of transactions, possibly verify-only (the
     shape brokers use to check a partition is in a transaction before appending, KIP-890)."""
     version = ctx.api_version
@@ -204,18 +110,16 @@ def add_partitions_to_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
-def add_offsets_to_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     """Adds the group's `__consumer_offsets` partition to the transaction (Kafka's way of
     making TxnOffsetCommit part of it)."""
     try:
         groups = broker.groups
-        if groups is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is starting")
         if not request.group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID)
         groups.ensure_offsets_topic()
         partition = groups.partition_for(request.group_id)
-        code = _coordinator(broker).add_partitions(request.transactional_id, request.producer_id,
+        code = broker.transactions.add_partitions(request.transactional_id, request.producer_id,
                                                    request.producer_epoch,
                                                    [(OFFSETS_TOPIC, partition)])
     except KafkaError as exc:
@@ -224,10 +128,10 @@ def add_offsets_to_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.END_TXN, 0, 4)
-def end_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def end_txn(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     """v5 (transaction version 2, where EndTxn bumps the epoch) is not offered."""
     try:
-        code = _coordinator(broker).end_transaction(request.transactional_id, request.producer_id,
+        code = broker.transactions.end_transaction(request.transactional_id, request.producer_id,
                                                     request.producer_epoch, request.committed)
     except KafkaError as exc:
         code = exc.code
@@ -240,7 +144,7 @@ def end_txn(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
-def txn_offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     out_topics: list[dict[str, Any]] = []
     commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
@@ -263,20 +167,16 @@ def txn_offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
         return {"throttle_time": 0, "topics": out_topics}
     try:
         groups = broker.groups
-        if groups is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is starting")
         if not request.group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID)
         # KIP-890's check: the group's offsets partition must be in the transaction
-        coordinator = getattr(broker, "transaction_coordinator", None)
-        if coordinator is not None:
-            code = coordinator.verify_partition(
-                request.transactional_id, request.producer_id, request.producer_epoch,
-                OFFSETS_TOPIC, groups.partition_for(request.group_id))
-            if code == ErrorCode.TRANSACTION_ABORTABLE:
-                code = ErrorCode.INVALID_TXN_STATE  # TRANSACTION_ABORTABLE needs v5
-            if code:
-                raise KafkaError(code)
+        code = broker.transactions.verify_partition(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            OFFSETS_TOPIC, groups.partition_for(request.group_id))
+        if code == ErrorCode.TRANSACTION_ABORTABLE:
+            code = ErrorCode.INVALID_TXN_STATE  # TRANSACTION_ABORTABLE needs v5
+        if code:
+            raise KafkaError(code)
         results = groups.commit_transactional_offsets(
             request.group_id, request.producer_id, request.producer_epoch,
             getattr(request, "member_id", "") or "", getattr(request, "generation_id", -1),
@@ -296,14 +196,14 @@ def txn_offset_commit(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
-def write_txn_markers(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def write_txn_markers(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     markers = []
     for m in request.markers:
         topics = []
         for t in m.topics:
             topics.append({"name": t.name, "partitions": [
                 {"partition_index": p,
-                 "error_code": int(write_marker(broker, t.name, p, m.producer_id,
+                 "error_code": int(write_marker(broker, broker.groups, t.name, p, m.producer_id,
                                                 m.producer_epoch, m.coordinator_epoch,
                                                 m.transaction_result))}
                 for p in t.partition_indexes]})
@@ -317,10 +217,10 @@ def write_txn_markers(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
 
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
-def describe_transactions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def describe_transactions(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     ids = list(request.transactional_ids)
     try:
-        states = _coordinator(broker).describe_transactions(ids)
+        states = broker.transactions.describe_transactions(ids)
     except KafkaError as exc:
         states = [{"transactional_id": tid, "error_code": int(exc.code), "transaction_state": "",
                    "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
@@ -329,9 +229,9 @@ def describe_transactions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]
 
 
 @handles(ApiKey.LIST_TRANSACTIONS, 0, 2)
-def list_transactions(broker: Any, ctx: Any, request: Any) -> dict[str, Any]:
+def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     try:
-        result = _coordinator(broker).list_transactions(
+        result = broker.transactions.list_transactions(
             list(request.state_filters), list(request.producer_id_filters),
             getattr(request, "duration_filter", -1),
             getattr(request, "transactional_id_pattern", None))

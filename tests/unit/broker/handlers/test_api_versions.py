@@ -57,7 +57,7 @@ def test_an_invalid_client_software_name_is_invalid_request(broker_harness) -> N
 
 def test_every_served_api_answers_a_minimal_request_at_its_newest_version(broker_harness) -> None:
     """Smoke: each handler decodes, runs and encodes a reply for an empty-ish request."""
-    routes = broker_harness.broker.router.api_versions()
+    routes = broker_harness.router.api_versions()
     for api_key, _, max_version in routes:
         body = request_codec(api_key, max_version).encode({})
         reply = broker_harness.send_frame(api_key, max_version, body)

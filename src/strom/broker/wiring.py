@@ -1,0 +1,233 @@
+"""Putting a broker together, once, at start-up: its `Node` (identity, storage, metadata,
+controller), then the coordinators built from it, then the complete `Broker`.
+
+Both ways a broker runs use this module: the single node (`build_local_node`, here) and a
+member of a ZooKeeper cluster (`strom.broker.zk_mode`); both end in `wire_broker`, the one
+place the coordinators are constructed. The coordinators see the broker only through the
+adapters below, never through the Broker itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import socket
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import strom
+from strom.broker.core import Broker, Node, ProducerIds
+from strom.broker.internal_topics import InternalTopic
+from strom.broker.markers import OFFSETS_TOPIC, ClusterMarkerWriter
+from strom.broker.partitions import PartitionManager
+from strom.cluster.controller import LocalController
+from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo
+from strom.cluster.metadata_log import MetadataLog
+from strom.cluster.records import Change
+from strom.cluster.replication.manager import ReplicaManager
+from strom.config.broker import BrokerConfig
+from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
+from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
+from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
+from strom.storage.manager import LogManager
+
+log = logging.getLogger("strom.broker")
+
+DEFAULT_SEGMENT_BYTES = 104857600
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message tells the operator why."""
+
+
+# --------------------------------------------------------------------------------------------
+# The log dirs' identity (meta.properties)
+# --------------------------------------------------------------------------------------------
+
+
+def _read_meta(meta: Path) -> dict[str, str]:
+    """meta.properties as a dict; an unreadable one stops the start-up with one clear line (it
+    holds the cluster id, which nothing else can supply)."""
+    try:
+        text = meta.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise StartupError(f"cannot read {meta}: {e}") from e
+    return dict(line.split("=", 1) for line in text.splitlines()
+                if "=" in line and not line.startswith("#"))  # fmt: skip
+
+
+def cluster_id_for(log_dirs: list[Path], broker_id: int, expected: str | None = None) -> str:
+    """Read or create meta.properties in every log dir; all must agree (as Kafka requires).
+    A new log dir takes ``expected`` (a cluster's id from ZooKeeper) when given."""
+    found: dict[str, str] = {}
+    for d in log_dirs:
+        d.mkdir(parents=True, exist_ok=True)
+        meta = d / "meta.properties"
+        if meta.exists():
+            props = _read_meta(meta)
+            node = props.get("node.id", props.get("broker.id"))
+            if node is not None and not node.strip().lstrip("-").isdigit():
+                raise StartupError(f"{meta} has node.id={node}, which is not a number")
+            if node is not None and int(node) != broker_id:
+                raise StartupError(
+                    f"{meta} belongs to broker {node}, but this broker is broker.id={broker_id}")
+            if "cluster.id" in props:
+                found[str(d)] = props["cluster.id"]
+    ids = set(found.values())
+    if len(ids) > 1:
+        raise StartupError(f"log dirs belong to different clusters: {found}")
+    cluster_id = ids.pop() if ids else (
+        expected or base64.urlsafe_b64encode(uuid.uuid4().bytes).decode()[:22])
+    for d in log_dirs:
+        meta = d / "meta.properties"
+        if not meta.exists():
+            meta.write_text(f"#Written by Strom {strom.__version__}\nversion=1\n"
+                            f"cluster.id={cluster_id}\nnode.id={broker_id}\n")
+    return cluster_id
+
+
+def advertised_info(config: BrokerConfig) -> BrokerInfo:
+    """This broker as others reach it: the first advertised listener (host defaults to ours)."""
+    _, host, port = config.advertised_listeners()[0]
+    return BrokerInfo(config.broker_id, host or socket.gethostname(), port,
+                      config.get("broker.rack"))
+
+
+# --------------------------------------------------------------------------------------------
+# The single node: metadata in the embedded metadata log, a LocalController
+# --------------------------------------------------------------------------------------------
+
+
+def build_local_node(config: BrokerConfig) -> Node:
+    broker_id = config.broker_id
+    cluster_id = cluster_id_for(config.log_dirs, broker_id)
+    logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
+                      producer_id_expiration_ms=config.get("producer.id.expiration.ms"))
+    started = time.monotonic()
+    logs.load()
+    metadata_log = MetadataLog(logs)
+    image = metadata_log.load(cluster_id)
+    info = advertised_info(config)
+    controller = LocalController(metadata_log, image, info)
+    partitions = PartitionManager(broker_id, config, image, logs)
+    partitions.refresh_dynamic_broker_configs()
+    partitions.sync_all()
+    controller.subscribe(partitions.on_changes)
+    log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
+             len(image.topics), time.monotonic() - started)
+    return Node(config, broker_id, cluster_id, info, image, controller, partitions, logs)
+
+
+# --------------------------------------------------------------------------------------------
+# The coordinators
+# --------------------------------------------------------------------------------------------
+
+
+def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
+                replicas: ReplicaManager | None = None) -> Broker:
+    """The complete broker: its coordinators built on `node` (not started: `Broker.start`)."""
+    producer_ids = ProducerIds(node.controller, node.broker_id)
+    groups = build_group_coordinator(node, loop)
+    transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop)
+    return Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
+                     producer_ids=producer_ids)
+
+
+class OffsetsTopicAdapter(InternalTopic):
+    """`__consumer_offsets` with Kafka's settings for it."""
+
+    name = OFFSETS_TOPIC
+
+    def settings(self) -> tuple[int, int, dict[str, str]]:
+        config = self.node.config
+        return (config.get("offsets.topic.num.partitions"),
+                config.get("offsets.topic.replication.factor"),
+                {"cleanup.policy": "compact",
+                 "segment.bytes": str(config.get("offsets.topic.segment.bytes")),
+                 "compression.type": "producer"})
+
+
+class TopicsAdapter:
+    """The metadata image as the group coordinator's `TopicsView`."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def version(self) -> int:
+        return self.node.image.version
+
+    def topic(self, name: str) -> tuple[uuid.UUID, int] | None:
+        t = self.node.image.topics.get(name)
+        return (t.topic_id, len(t.partitions)) if t is not None else None
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        t = self.node.image.topics_by_id.get(topic_id)
+        return t.name if t is not None else None
+
+    def names(self) -> list[str]:
+        return [n for n in self.node.image.topics if n not in INTERNAL_TOPICS]
+
+
+def build_group_coordinator(node: Node, loop: asyncio.AbstractEventLoop) -> GroupCoordinator:
+    """The group coordinator, subscribed to leadership of `__consumer_offsets`."""
+    coordinator = GroupCoordinator(GroupConfig.from_config(node.config.get),
+                                   OffsetsTopicAdapter(node), TopicsAdapter(node), loop,
+                                   node.now_ms)
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if topic == OFFSETS_TOPIC:
+            coordinator.on_leadership(partition, leader, epoch)
+
+    def on_changes(changes: list[Change]) -> None:
+        deleted = {c.topic.name for c in changes if c.kind == "topic_deleted" and c.topic}
+        if deleted:
+            coordinator.on_topics_deleted(deleted)
+
+    node.partitions.add_leadership_listener(on_leadership)
+    node.controller.subscribe(on_changes)
+    return coordinator
+
+
+class TxnTopicAdapter(InternalTopic):
+    """`__transaction_state` with Kafka's enforced settings: compacted, uncompressed, no
+    unclean leader election."""
+
+    name = TRANSACTION_STATE_TOPIC
+
+    def settings(self) -> tuple[int, int, dict[str, str]]:
+        get = self.node.config.get
+
+        def opt(name: str, default: Any) -> Any:
+            try:
+                return get(name)
+            except KeyError:
+                return default
+
+        configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                   "unclean.leader.election.enable": "false",
+                   "segment.bytes": str(opt("transaction.state.log.segment.bytes",
+                                            DEFAULT_SEGMENT_BYTES)),
+                   "min.insync.replicas": str(opt("transaction.state.log.min.isr", 1))}
+        return (int(opt("transaction.state.log.num.partitions", 50)),
+                int(opt("transaction.state.log.replication.factor", 1)), configs)
+
+
+def build_transaction_coordinator(node: Node, groups: GroupCoordinator,
+                                  next_producer_id: Callable[[], int],
+                                  loop: asyncio.AbstractEventLoop) -> TransactionCoordinator:
+    """The transaction coordinator, subscribed to leadership of `__transaction_state`; its
+    markers reach `groups` when they land in `__consumer_offsets`."""
+    coordinator = TransactionCoordinator(
+        TxnConfig.from_config(node.config.get), TxnTopicAdapter(node),
+        ClusterMarkerWriter(node, groups), next_producer_id, loop, node.now_ms)
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if topic == TRANSACTION_STATE_TOPIC:
+            coordinator.on_leadership(partition, leader, epoch)
+
+    node.partitions.add_leadership_listener(on_leadership)
+    return coordinator
