@@ -9,6 +9,12 @@ a blocking fsync on the event loop costs everyone whose request waited behind it
 
     .venv/bin/python -m bench.roll_latency                 # 20 s at 4000 x 1 KiB records/s
     .venv/bin/python -m bench.roll_latency --seconds 10 --rate 2000 --runs 3
+    .venv/bin/python -m bench.roll_latency --syscalls      # also: disk syscalls per thread
+
+On a busy shared machine the latency tail mostly measures CPU contention. ``--syscalls``
+attaches ``strace`` to the broker while it is loaded and adds, for the event-loop thread and
+for all other threads, the count, total and longest time of fsync and the file calls around
+it: a figure that does not depend on the neighbours.
 """
 
 from __future__ import annotations
@@ -16,16 +22,23 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import time
+from collections import defaultdict
 from pathlib import Path
 
 from bench.admin import create_topic
 from bench.brokers import BrokerProcess, strom_spec
 
 TOPIC = "roll-latency"
+TRACED = ("fsync", "fdatasync", "syncfs", "openat", "pwrite64", "rename", "unlink", "ftruncate")
+# "<tid> <time> call(args) = result <seconds>", or the "<... call resumed>" half of one
+_TRACE_LINE = re.compile(r"^(\d+)\s+\S+\s+(?:<\.\.\. )?(\w+)(?:\(| resumed>).*<([\d.]+)>$")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -64,22 +77,61 @@ def _produce(bootstrap: str, seconds: float, rate: int, size: int, partitions: i
     return latencies
 
 
-def run_once(args: argparse.Namespace, workdir: Path) -> dict[str, float]:
+def _start_strace(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """Follow every thread of ``pid``, timing the calls in ``TRACED``."""
+    argv = ["strace", "-f", "-p", str(pid), "--seccomp-bpf", "-T", "-tt",
+            "-e", "trace=" + ",".join(TRACED), "-o", str(out)]  # fmt: skip
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 10
+    while not out.exists() and time.monotonic() < deadline:  # attached once it writes
+        time.sleep(0.05)
+    return proc
+
+
+def _syscall_table(trace: Path, loop_tid: int) -> list[str]:
+    """Per (thread kind, call): count, total ms, longest ms."""
+    agg: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    with open(trace, errors="replace") as f:
+        for line in f:
+            m = _TRACE_LINE.match(line.strip())
+            if m is None:
+                continue
+            who = "loop" if int(m.group(1)) == loop_tid else "other"
+            a = agg[(who, m.group(2))]
+            secs = float(m.group(3))
+            a[0] += 1
+            a[1] += secs
+            a[2] = max(a[2], secs)
+    return [f"    {who:5s} {call:9s} n={n:6.0f} total={tot * 1000:8.1f} ms longest={mx * 1000:6.2f} ms"
+            for (who, call), (n, tot, mx) in sorted(agg.items())]  # fmt: skip
+
+
+def run_once(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, float], list[str]]:
     overrides = [f"log.segment.bytes={args.segment_bytes}", *args.override]
     broker = BrokerProcess(strom_spec(args.strom_bin, overrides=overrides), workdir)
     broker.start()
+    table: list[str] = []
     try:
         broker.wait_ready()
         create_topic(broker.bootstrap, TOPIC, args.partitions)
-        lat = sorted(_produce(broker.bootstrap, args.seconds, args.rate, args.size,
-                              args.partitions))  # fmt: skip
+        trace = workdir / f"strace-{broker.pid}.txt"
+        strace = _start_strace(broker.pid, trace) if args.syscalls else None
+        try:
+            lat = sorted(_produce(broker.bootstrap, args.seconds, args.rate, args.size,
+                                  args.partitions))  # fmt: skip
+        finally:
+            if strace is not None:
+                strace.send_signal(signal.SIGINT)  # detaches; the broker runs on
+                strace.wait(30)
+        if strace is not None:
+            table = _syscall_table(trace, broker.pid)
         segments = sum(1 for _ in (broker.data_dir / "logs").glob(f"{TOPIC}-*/*.log"))
     finally:
         broker.close()
     return {
         "records": len(lat), "segments": segments, "p50": _percentile(lat, 0.5),
         "p99": _percentile(lat, 0.99), "p99.9": _percentile(lat, 0.999), "max": lat[-1],
-    }  # fmt: skip
+    }, table  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -94,14 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--strom-bin", default=str(Path(sys.executable).with_name("strom")))
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                     help="another broker setting (repeatable)")
+    ap.add_argument("--syscalls", action="store_true",
+                    help="strace the broker: disk syscalls of the event loop vs other threads")
     args = ap.parse_args(argv)
     workdir = Path(tempfile.mkdtemp(prefix="strom-roll-"))
     print("run  records  segments   p50 ms   p99 ms  p99.9 ms   max ms", flush=True)
     try:
         for i in range(args.runs):
-            r = run_once(args, workdir)
+            r, table = run_once(args, workdir)
             print(f"{i + 1:3d} {r['records']:8.0f} {r['segments']:9.0f} {r['p50']:8.2f} "
                   f"{r['p99']:8.2f} {r['p99.9']:9.2f} {r['max']:8.2f}", flush=True)  # fmt: skip
+            for row in table:
+                print(row, flush=True)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0

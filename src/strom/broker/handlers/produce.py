@@ -13,6 +13,7 @@ write of a fenced or aborted transaction cannot open a transaction nobody will e
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any
 
 from strom.broker.context import CloseConnection, RequestContext
@@ -27,10 +28,18 @@ from strom.protocol.produce import (
     decode_produce_request,
     encode_produce_response,
 )
-from strom.protocol.records import HEADER_STRUCT, RECORD_BATCH_OVERHEAD, TRANSACTIONAL_MASK
+from strom.protocol.records import (
+    HEADER_STRUCT,
+    LENGTH_OFFSET,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
+    RECORD_BATCH_OVERHEAD,
+    TRANSACTIONAL_MASK,
+)
 from strom.storage.errors import StorageError
 
 VALID_ACKS = (0, 1, -1)
+_unpack_i32 = struct.Struct(">i").unpack_from
 
 
 @handles(ApiKey.PRODUCE, 3, 11, raw=True)
@@ -45,6 +54,7 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
     topics_out = []
     replicas = broker.replicas  # a cluster: acks=all waits for the ISR
     pending: list[tuple[tuple[str, int], int, ProducePartitionResponse]] = []
+    flushes: list[tuple[asyncio.Future[None], ProducePartitionResponse]] = []
     for t in request.topics:
         topic = image.topics.get(t.name) if t.name is not None else (
             image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
@@ -76,6 +86,11 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
                 result.error_code = ErrorCode.INVALID_RECORD
                 result.error_message = "Produce request carries no record batch"
                 continue
+            if len(p.records) > _first_batch_size(p.records) and _second_batch(p.records):
+                result.error_code = ErrorCode.INVALID_RECORD
+                result.error_message = ("Produce requests are only allowed to contain exactly "
+                                        "one record batch per partition")
+                continue
             if request.transactional_id is not None:  # -- transactions --
                 code = _verify_transaction(broker, request.transactional_id, log, topic.name,
                                            p.index, p.records, version)
@@ -94,6 +109,8 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
             result.log_start_offset = appended.log_start_offset
             if not appended.duplicate:
                 partitions.waiters.notify((topic.name, p.index))
+            if appended.flushed is not None:  # log.flush.interval.messages: answer once synced
+                flushes.append((appended.flushed, result))
             if acks == -1 and replicas is not None:
                 pending.append(((topic.name, p.index), appended.last_offset + 1, result))
         failed = failed or any(r.error_code for r in results)
@@ -102,8 +119,26 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
         if failed:  # Kafka closes the connection: the only way to tell an acks=0 producer
             raise CloseConnection()
         return None
+    if flushes:
+        return _await_flushes(flushes, replicas, pending, request.timeout_ms, version, topics_out)
     if pending:
         return _await_replication(replicas, pending, request.timeout_ms, version, topics_out)
+    return encode_produce_response(version, topics_out)
+
+
+async def _await_flushes(flushes: list, replicas: Any, pending: list, timeout_ms: int,
+                         version: int, topics_out: list[ProduceTopicResponse]) -> bytes:
+    """Kafka flushes in the request thread when log.flush.interval.messages is reached and
+    answers after; the flush runs in a worker thread here, so the answer waits for it."""
+    for done, result in flushes:
+        try:
+            await done
+        except StorageError as exc:
+            result.error_code = exc.error_code
+            result.error_message = str(exc)
+            result.base_offset = -1
+    if pending:
+        return await _await_replication(replicas, pending, timeout_ms, version, topics_out)
     return encode_produce_response(version, topics_out)
 
 
@@ -119,6 +154,24 @@ async def _await_replication(replicas: Any, pending: list, timeout_ms: int, vers
             result.error_code = code
             result.base_offset = -1
     return encode_produce_response(version, topics_out)
+
+
+def _first_batch_size(records: memoryview) -> int:
+    """The first batch's size from its length field (the whole records if too short to say)."""
+    if len(records) < LOG_OVERHEAD:
+        return len(records)
+    return _unpack_i32(records, LENGTH_OFFSET)[0] + LOG_OVERHEAD
+
+
+def _second_batch(records: memoryview) -> bool:
+    """Whether a second batch follows the first, as Kafka's batch iterator in
+    ProduceRequest.validateRecords sees it: a length field that fits in the bytes after the
+    first batch. Shorter or nonsensical trailing bytes are left to the log (CORRUPT_MESSAGE)."""
+    first = _first_batch_size(records)
+    rest = len(records) - first
+    if first < RECORD_BATCH_OVERHEAD or rest < LOG_OVERHEAD:
+        return False
+    return MIN_BATCH_LENGTH <= _unpack_i32(records, first + LENGTH_OFFSET)[0] <= rest - LOG_OVERHEAD
 
 
 # -- transactions: KIP-890 verification of a transaction's first write to a partition --------
