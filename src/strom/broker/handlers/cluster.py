@@ -11,13 +11,20 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
+BROKER_ENDPOINT = 1
+ENDPOINT_TYPES = {BROKER_ENDPOINT: "BROKER", 2: "CONTROLLER"}  # Kafka's EndpointType
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 def describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    if getattr(request, "endpoint_type", 1) not in (1,):
-        return {"error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
-                "error_message": "Strom has no controller endpoints", "endpoint_type": 1}
+    wanted = getattr(request, "endpoint_type", BROKER_ENDPOINT)
+    if wanted != BROKER_ENDPOINT:  # as Kafka (AuthHelper.computeDescribeClusterResponse)
+        if wanted not in ENDPOINT_TYPES:
+            return {"error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                    "error_message": f"Unsupported endpoint type {wanted}"}
+        return {"error_code": ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                "error_message": "The request was sent to an endpoint of type BROKER, but we "
+                                 f"wanted an endpoint of type {ENDPOINT_TYPES[wanted]}"}
     image = broker.image
     return {
         "error_code": ErrorCode.NONE,

@@ -10,6 +10,7 @@ from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.fetch import check_leader_epoch
 from strom.broker.router import handles
+from strom.cluster.image import INTERNAL_TOPICS
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.storage.errors import StorageError
@@ -111,6 +112,9 @@ def offset_for_leader_epoch(broker: Broker, ctx: RequestContext, request: Any) -
 def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
     def delete(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result["low_watermark"] = -1
+        if log.topic in INTERNAL_TOPICS:  # as Kafka: committed offsets, transaction states
+            result["error_code"] = ErrorCode.INVALID_TOPIC_EXCEPTION
+            return
         target = log.high_watermark if p.offset == -1 else p.offset
         if target < 0 or target > log.high_watermark:
             result["error_code"] = ErrorCode.OFFSET_OUT_OF_RANGE

@@ -108,11 +108,20 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> di
     responses = []
     entries = list(request.topics) if getattr(request, "topics", None) else [
         _NameOnly(n) for n in getattr(request, "topic_names", [])]
+    duplicates = _duplicate_keys(entries)
     for entry in entries:
         name = getattr(entry, "name", None)
         topic_id = getattr(entry, "topic_id", None)
         response: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0,
                                     "error_message": None}
+        key = _delete_key(entry)
+        if key in duplicates:  # as Kafka: one INVALID_REQUEST per duplicated name or id
+            if duplicates[key]:
+                duplicates[key] = False
+                response.update(error_code=ErrorCode.INVALID_REQUEST, error_message=(
+                    "Duplicate topic id." if key[0] == "id" else "Duplicate topic name."))
+                responses.append(response)
+            continue
         if topic_id is not None and topic_id.int != 0:
             topic = image.topics_by_id.get(topic_id)
             missing = ErrorCode.UNKNOWN_TOPIC_ID
@@ -130,6 +139,21 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> di
             await broker.controller.delete_topic(topic)
         responses.append(response)
     return {"throttle_time": 0, "responses": responses}
+
+
+def _delete_key(entry: Any) -> tuple[str, Any]:
+    """How a DeleteTopics entry names its topic: by id when it gives one, else by name."""
+    topic_id = getattr(entry, "topic_id", None)
+    if topic_id is not None and topic_id.int != 0:
+        return ("id", topic_id)
+    return ("name", getattr(entry, "name", None))
+
+
+def _duplicate_keys(entries: list[Any]) -> dict[tuple[str, Any], bool]:
+    """Names and ids given more than once (Kafka deletes none of them), each mapped to
+    whether its one answer is still to be sent."""
+    counts = Counter(_delete_key(e) for e in entries)
+    return {key: True for key, n in counts.items() if n > 1 and key[1] is not None}
 
 
 class _NameOnly:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import pytest
-
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
@@ -38,7 +36,6 @@ def test_describe_cluster_v0(broker_harness) -> None:
     assert (r.error_code, r.controller_id) == (0, 1)
 
 
-@pytest.mark.xfail(strict=True, reason="Strom answers UNSUPPORTED_ENDPOINT_TYPE")
 def test_describe_cluster_for_controllers_is_mismatched_endpoint_type(broker_harness) -> None:
     # Kafka (AuthHelper.computeDescribeClusterResponse): a known endpoint type that is not the
     # listener's own is MISMATCHED_ENDPOINT_TYPE (v1+); only unknown types are UNSUPPORTED

@@ -156,7 +156,6 @@ def test_delete_of_an_unknown_topic_is_unknown_topic_or_partition(broker_harness
     assert _delete(broker_harness, "nope", 0).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-@pytest.mark.xfail(strict=True, reason="Strom deletes records of internal topics")
 def test_delete_of_an_internal_topic_is_invalid_topic(broker_harness) -> None:
     # Kafka (ReplicaManager.deleteRecordsOnLocalLog): "Cannot delete records of internal topic"
     # -> INVALID_TOPIC_EXCEPTION; committed offsets must not be deletable this way

@@ -184,7 +184,6 @@ def test_delete_when_disabled_is_topic_deletion_disabled(broker_harness) -> None
     assert "kept" in broker_harness.broker.image.topics
 
 
-@pytest.mark.xfail(strict=True, reason="Strom deletes a topic named twice in one request")
 def test_a_topic_named_twice_in_one_delete_is_invalid_request_and_kept(broker_harness) -> None:
     # Kafka (ControllerApis.deleteTopics): every entry of a name given twice gets INVALID_REQUEST
     # "Duplicate topic name." and the topic is not deleted
@@ -192,6 +191,28 @@ def test_a_topic_named_twice_in_one_delete_is_invalid_request_and_kept(broker_ha
     responses = _delete_names(broker_harness, "twice", "twice")
     assert {r.error_code for r in responses} == {ErrorCode.INVALID_REQUEST}
     assert "twice" in broker_harness.broker.image.topics
+
+
+def test_a_name_given_twice_is_answered_once_and_other_topics_are_deleted(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("twice")
+    h.create_topic("once")
+    responses = _delete_names(h, "twice", "once", "twice")
+    assert sorted((r.name, r.error_code) for r in responses) == [
+        ("once", 0), ("twice", ErrorCode.INVALID_REQUEST)]
+    assert "twice" in h.broker.image.topics and "once" not in h.broker.image.topics
+
+
+def test_a_topic_id_given_twice_is_invalid_request_and_kept(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    topic_id = h.topic_id("t")
+    (r,) = h.request(ApiKey.DELETE_TOPICS, 6, {"topics": [
+        {"name": None, "topic_id": topic_id}, {"name": None, "topic_id": topic_id}],
+        "timeout": 5000}).responses
+    assert (r.error_code, r.error_message, r.topic_id) == (
+        ErrorCode.INVALID_REQUEST, "Duplicate topic id.", topic_id)
+    assert "t" in h.broker.image.topics
 
 
 def test_a_deleted_topic_can_be_created_again(broker_harness) -> None:
