@@ -379,7 +379,7 @@ class PartitionLog:
         ps = self.producer_state
         ps.map_end_offset = max(ps.map_end_offset, base)
         ps.take_snapshot(sync=False)  # fsynced with the rolled segment
-        self.flush_in_background()  # as Kafka's roll schedules flushUptoOffsetExclusive
+        self._start_flush(False)  # as Kafka's roll schedules flushUptoOffsetExclusive
         return seg
 
     def _new_segment(self, base: int, *, fresh: bool = False) -> LogSegment:
@@ -989,9 +989,9 @@ class PartitionLog:
             return None
         full = bool(self._unflushed_messages) and \
             now_ms - self._last_flush_ms >= self.config.flush_ms
-        done = self.flush_in_background(full=full)
+        done = self._start_flush(full)
         self.purge_deleted(now_ms)
-        return done
+        return None if done is None else asyncio.shield(done)
 
     def flush_in_background(self, *, full: bool = False) -> asyncio.Future[None] | None:
         """Start syncing the rolled segments (``full``: everything up to the log end) in a
@@ -999,7 +999,11 @@ class PartitionLog:
         an error is logged and the work is left for the next flush). Only one runs at a time:
         asked again meanwhile, the running one's future is returned and the next starts when
         it ends. None: nothing to flush, or no running event loop (a blocking caller flushes
-        with ``flush``)."""
+        with ``flush``). Cancelling the returned future does not cancel the flush."""
+        done = self._start_flush(full)
+        return None if done is None else asyncio.shield(done)
+
+    def _start_flush(self, full: bool) -> asyncio.Future[None] | None:
         if self._closed:
             return None
         if self._inflight_done is not None:
@@ -1034,7 +1038,7 @@ class PartitionLog:
         except RuntimeError:
             self.flush()
             return None
-        done = self.flush_in_background(full=True)
+        done = self._start_flush(True)
         return None if done is None else self._durable_after(done, leo)
 
     def _durable_after(self, running: asyncio.Future[None], offset: int) -> asyncio.Future[None]:
@@ -1114,7 +1118,7 @@ class PartitionLog:
             done.set_result(None)
         if error is None and not self._closed and (self._rolled_unflushed or self._want_full_flush):
             full, self._want_full_flush = self._want_full_flush, False
-            self.flush_in_background(full=full)
+            self._start_flush(full)
 
     def _requeue(self, job: FlushJob) -> None:
         live = set(map(id, self._segments))

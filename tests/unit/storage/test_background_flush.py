@@ -79,6 +79,21 @@ def test_roll_flushes_in_background_and_moves_recovery_point_after_the_sync(h, t
     asyncio.run(main())
 
 
+def test_cancelling_a_waiter_does_not_cancel_the_flush(h, tmp_path, gated):
+    async def main():
+        log = h.open_log(tmp_path / "t-0", LogConfig(flush_messages=2, segment_bytes=400))
+        _append(h, log, 2)  # rolls, and reaches flush.messages while the roll's flush runs
+        waiter = log.flush_in_background()
+        waiter.cancel()
+        res = log.append(bytearray(h.make_batch(1)), leader_epoch=0, now_ms=0)
+        gated.release()
+        await res.flushed
+        assert log.recovery_point == log.log_end_offset == 3
+        log.close()
+
+    asyncio.run(main())
+
+
 def test_the_event_loop_keeps_ticking_during_a_slow_fsync(h, tmp_path, monkeypatch):
     """A 0.3 s fsync in the background flush must not stall the loop (the blocking flush it
     replaces does: checked too, so the lag measurement itself is known to work)."""
@@ -138,6 +153,7 @@ def test_truncation_during_an_inflight_flush(h, tmp_path, gated):
         doomed = log.segments[-1]
         log.truncate_to(1)  # drops the segments at 2 and 3 (their files are pinned)
         assert doomed not in log.segments and doomed.file.is_open
+        log.update_config(LogConfig(file_delete_delay_ms=0))  # no more rolls (and flushes)
         _append(h, log, 5)  # new data above the truncation point, never synced
         gated.release()
         await done
