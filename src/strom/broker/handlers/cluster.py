@@ -6,6 +6,11 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.request_types import (
+    DescribeClusterRequest,
+    ElectLeadersRequest,
+    InitProducerIdRequest,
+)
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -16,8 +21,9 @@ ENDPOINT_TYPES = {BROKER_ENDPOINT: "BROKER", 2: "CONTROLLER"}  # Kafka's Endpoin
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
-def describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    wanted = getattr(request, "endpoint_type", BROKER_ENDPOINT)
+def describe_cluster(broker: Broker, ctx: RequestContext,
+                     request: DescribeClusterRequest) -> dict[str, Any]:
+    wanted = request.endpoint_type  # v0: BROKER
     if wanted != BROKER_ENDPOINT:  # as Kafka (AuthHelper.computeDescribeClusterResponse)
         if wanted not in ENDPOINT_TYPES:
             return {"error_code": ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
@@ -41,13 +47,13 @@ def describe_cluster(broker: Broker, ctx: RequestContext, request: Any) -> dict[
 
 
 @handles(ApiKey.INIT_PRODUCER_ID, 0, 5)
-def init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def init_producer_id(broker: Broker, ctx: RequestContext,
+                     request: InitProducerIdRequest) -> dict[str, Any]:
     """Kafka's rules: a non-transactional producer always gets a fresh id with epoch 0 (an
     idempotent producer bumps its epoch itself, KIP-360); a given id/epoch must come as a pair.
     Transactional ids go to the transaction coordinator (v6's two-phase commit, KIP-939, is
     not offered)."""
-    pid = getattr(request, "producer_id", -1)
-    epoch = getattr(request, "producer_epoch", -1)
+    pid, epoch = request.producer_id, request.producer_epoch  # v0-2: -1, -1
     if (pid == -1) != (epoch == -1):
         return _init_pid_error(ErrorCode.INVALID_REQUEST)
     tid = request.transactional_id
@@ -55,7 +61,7 @@ def init_producer_id(broker: Broker, ctx: RequestContext, request: Any) -> dict[
         if tid == "":
             return _init_pid_error(ErrorCode.INVALID_REQUEST)
         return broker.transactions.init_producer_id(tid, request.transaction_timeout,
-                                            pid if pid != -1 else None, epoch)
+                                                    pid if pid != -1 else None, epoch)
     return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id(),
             "producer_epoch": 0}
 
@@ -65,9 +71,10 @@ def _init_pid_error(code: int) -> dict[str, Any]:
 
 
 @handles(ApiKey.ELECT_LEADERS, 0, 2)
-async def elect_leaders(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def elect_leaders(broker: Broker, ctx: RequestContext,
+                        request: ElectLeadersRequest) -> dict[str, Any]:
     """Preferred (0) or unclean (1) leader election; v0 has no election type (preferred)."""
-    election_type = getattr(request, "election_type", 0)
+    election_type = request.election_type  # v0: preferred (0)
     if election_type not in (0, 1):
         return {"throttle_time": 0, "error_code": ErrorCode.INVALID_REQUEST,
                 "replica_election_results": []}

@@ -6,6 +6,11 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.request_types import (
+    AlterConfigsRequest,
+    DescribeConfigsRequest,
+    IncrementalAlterConfigsRequest,
+)
 from strom.broker.router import handles
 from strom.config.broker import BROKER_CONFIGS
 from strom.config.defs import ConfigError, ConfigSource, ConfigType
@@ -107,9 +112,9 @@ def describe_broker(broker: Broker, resource_name: str, keys: list[str] | None, 
 
 
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
-def describe_configs(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    synonyms = bool(getattr(request, "include_synonyms", False))
-    docs = bool(getattr(request, "include_documentation", False))
+def describe_configs(broker: Broker, ctx: RequestContext,
+                     request: DescribeConfigsRequest) -> dict[str, Any]:
+    synonyms, docs = request.include_synonyms, request.include_documentation
     results = []
     for r in request.resources:
         keys = list(r.configuration_keys) if r.configuration_keys is not None else None
@@ -179,7 +184,8 @@ async def _apply(broker: Broker, resource_type: int, name: str, current: dict[st
 
 
 @handles(ApiKey.ALTER_CONFIGS, 0, 2)
-async def alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def alter_configs(broker: Broker, ctx: RequestContext,
+                        request: AlterConfigsRequest) -> dict[str, Any]:
     responses = []
     for r in request.resources:
         response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,
@@ -200,7 +206,8 @@ def _list_type(resource_type: int, key: str) -> bool:
 
 
 @handles(ApiKey.INCREMENTAL_ALTER_CONFIGS, 0, 1)
-async def incremental_alter_configs(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def incremental_alter_configs(broker: Broker, ctx: RequestContext,
+                                    request: IncrementalAlterConfigsRequest) -> dict[str, Any]:
     responses = []
     for r in request.resources:
         response = {"error_code": 0, "error_message": None, "resource_type": r.resource_type,

@@ -10,19 +10,21 @@ from typing import Any
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.groups import client_host
+from strom.broker.request_types import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import KafkaError
 
 
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
-def consumer_group_heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def consumer_group_heartbeat(broker: Broker, ctx: RequestContext,
+                             request: ConsumerGroupHeartbeatRequest) -> dict[str, Any]:
     result = broker.groups.consumer_group_heartbeat(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, instance_id=request.instance_id,
         rack_id=request.rack_id, rebalance_timeout=request.rebalance_timeout,
         subscribed_topic_names=request.subscribed_topic_names,
-        subscribed_topic_regex=getattr(request, "subscribed_topic_regex", None),
+        subscribed_topic_regex=request.subscribed_topic_regex,
         server_assignor=request.server_assignor,
         topic_partitions=None if request.topic_partitions is None else [
             {"topic_id": t.topic_id, "partitions": list(t.partitions)}
@@ -32,7 +34,8 @@ def consumer_group_heartbeat(broker: Broker, ctx: RequestContext, request: Any) 
 
 
 @handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-def consumer_group_describe(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def consumer_group_describe(broker: Broker, ctx: RequestContext,
+                            request: ConsumerGroupDescribeRequest) -> dict[str, Any]:
     include = request.include_authorized_operations
     try:
         groups = broker.groups.consumer_group_describe(

@@ -11,7 +11,6 @@ waiters (woken by appends) until the data arrives or `max_wait_ms` passes; no po
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from strom.broker.context import Parts, RequestContext
 from strom.broker.core import Broker
@@ -20,6 +19,8 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import (
     FetchPartitionResponse,
+    FetchRequest,
+    FetchTopic,
     FetchTopicResponse,
     decode_fetch_request,
     encode_fetch_response,
@@ -58,14 +59,14 @@ async def fetch(broker: Broker, ctx: RequestContext, body: memoryview) -> Parts:
         await broker.partitions.waiters.wait_any(names, remaining)
 
 
-def _topic_name(broker: Broker, t: Any) -> str | None:
+def _topic_name(broker: Broker, t: FetchTopic) -> str | None:
     if t.topic is not None:
         return t.topic
     topic = broker.image.topics_by_id.get(t.topic_id)
     return topic.name if topic else None
 
 
-def _read_all(broker: Broker, request: Any, version: int,
+def _read_all(broker: Broker, request: FetchRequest, version: int,
               max_bytes: int) -> tuple[list[FetchTopicResponse], int, bool]:
     image = broker.image
     partitions = broker.partitions

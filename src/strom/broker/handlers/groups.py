@@ -16,6 +16,19 @@ from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.transactions import transaction_coordinator_node
 from strom.broker.markers import OFFSETS_TOPIC
+from strom.broker.request_types import (
+    DeleteGroupsRequest,
+    DescribeGroupsRequest,
+    FindCoordinatorRequest,
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    ListGroupsRequest,
+    OffsetCommitRequest,
+    OffsetDeleteRequest,
+    OffsetFetchRequest,
+    SyncGroupRequest,
+)
 from strom.broker.router import handles
 from strom.coordinator.group.coordinator import JoinRequest
 from strom.protocol.api_keys import ApiKey
@@ -83,8 +96,9 @@ def _coordinator_for(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
 
 
 @handles(ApiKey.FIND_COORDINATOR, 0, 6)
-def find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    key_type = getattr(request, "key_type", GROUP_KEY)
+def find_coordinator(broker: Broker, ctx: RequestContext,
+                     request: FindCoordinatorRequest) -> dict[str, Any]:
+    key_type = request.key_type  # v0: groups only (GROUP_KEY)
     if ctx.api_version >= 4:
         return {"throttle_time": 0,
                 "coordinators": [_coordinator_for(broker, key_type, k)
@@ -99,19 +113,20 @@ def find_coordinator(broker: Broker, ctx: RequestContext, request: Any) -> dict[
 
 
 @handles(ApiKey.JOIN_GROUP, 0, 9)
-async def join_group(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def join_group(broker: Broker, ctx: RequestContext,
+                     request: JoinGroupRequest) -> dict[str, Any]:
     version = ctx.api_version
     groups = broker.groups
     req = JoinRequest(
         group_id=request.group_id, member_id=request.member_id,
-        instance_id=getattr(request, "group_instance_id", None),
+        instance_id=request.group_instance_id,
         protocol_type=request.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in request.protocols],
         session_timeout=request.session_timeout,
-        rebalance_timeout=getattr(request, "rebalance_timeout", -1),
+        rebalance_timeout=request.rebalance_timeout,  # v0: -1, the session timeout
         client_id=ctx.client_id or "", client_host=client_host(ctx),
         require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
-        reason=getattr(request, "reason", None))
+        reason=request.reason)
     result = await _wait(lambda respond: groups.join_group(req, respond))
     return _join_reply(version, result)
 
@@ -126,34 +141,34 @@ def _join_reply(version: int, result: dict[str, Any]) -> dict[str, Any]:
 
 
 @handles(ApiKey.SYNC_GROUP, 0, 5)
-async def sync_group(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def sync_group(broker: Broker, ctx: RequestContext,
+                     request: SyncGroupRequest) -> dict[str, Any]:
     groups = broker.groups
     assignments = [(a.member_id, bytes(a.assignment)) for a in request.assignments]
     result = await _wait(lambda respond: groups.sync_group(
         request.group_id, request.generation_id, request.member_id,
-        getattr(request, "group_instance_id", None), getattr(request, "protocol_type", None),
-        getattr(request, "protocol_name", None), assignments, respond))
+        request.group_instance_id, request.protocol_type, request.protocol_name, assignments,
+        respond))
     return {"throttle_time": 0, **result}
 
 
 @handles(ApiKey.HEARTBEAT, 0, 4)
-def heartbeat(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def heartbeat(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) -> dict[str, Any]:
     try:
         code = broker.groups.heartbeat(request.group_id, request.generation_id,
-                                         request.member_id,
-                                         getattr(request, "group_instance_id", None))
+                                         request.member_id, request.group_instance_id)
     except KafkaError as exc:
         code = exc.code
     return {"throttle_time": 0, "error_code": int(code)}
 
 
 @handles(ApiKey.LEAVE_GROUP, 0, 5)
-def leave_group(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> dict[str, Any]:
     version = ctx.api_version
     if version < 3:
         members = [(request.member_id, None, None)]
     else:
-        members = [(m.member_id, m.group_instance_id, getattr(m, "reason", None))
+        members = [(m.member_id, m.group_instance_id, m.reason)
                    for m in request.members]
     try:
         error, results = broker.groups.leave_group(request.group_id, members)
@@ -178,7 +193,8 @@ def _topic_of(broker: Broker, t: Any, version: int, min_ids: int) -> tuple[str |
 
 
 @handles(ApiKey.OFFSET_COMMIT, 2, 10)
-def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def offset_commit(broker: Broker, ctx: RequestContext,
+                  request: OffsetCommitRequest) -> dict[str, Any]:
     version = ctx.api_version
     out_topics: list[dict[str, Any]] = []
     commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
@@ -187,7 +203,7 @@ def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict[str
         name, error = _topic_of(broker, t, version, 10)
         parts = []
         out_topics.append({"name": t.name if version < 10 else name or "",
-                           "topic_id": getattr(t, "topic_id", None), "partitions": parts})
+                           "topic_id": t.topic_id, "partitions": parts})
         wanted = []
         for p in t.partitions:
             slot = {"partition_index": p.partition_index, "error_code": int(error)}
@@ -199,8 +215,8 @@ def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict[str
                 slot["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             slots[(name, p.partition_index)] = slot
-            wanted.append((p.partition_index, p.committed_offset,
-                           getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+            wanted.append((p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                           p.committed_metadata))
         if wanted:
             assert name is not None
             commit.append((name, wanted))
@@ -208,8 +224,7 @@ def offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict[str
         try:
             results = broker.groups.commit_offsets(
                 request.group_id, request.generation_id_or_member_epoch, request.member_id,
-                getattr(request, "group_instance_id", None),
-                getattr(request, "retention_time", -1), commit, version)
+                request.group_instance_id, request.retention_time, commit, version)
             for name, rows in results:
                 for partition, code in rows:
                     slots[(name, partition)]["error_code"] = int(code)
@@ -296,22 +311,22 @@ def _fetch_group(broker: Broker, version: int, group_id: str, topics: Any, membe
 
 
 @handles(ApiKey.OFFSET_FETCH, 1, 10)
-def offset_fetch(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def offset_fetch(broker: Broker, ctx: RequestContext,
+                 request: OffsetFetchRequest) -> dict[str, Any]:
     version = ctx.api_version
     if version >= 8:
-        stable = getattr(request, "require_stable", False)
-        groups = [_fetch_group(broker, version, g.group_id, g.topics,
-                               getattr(g, "member_id", None), getattr(g, "member_epoch", -1),
-                               stable)
+        groups = [_fetch_group(broker, version, g.group_id, g.topics, g.member_id,
+                               g.member_epoch, request.require_stable)
                   for g in request.groups]
         return {"throttle_time": 0, "groups": groups}
     one = _fetch_group(broker, version, request.group_id, request.topics, None, -1,
-                       getattr(request, "require_stable", False))
+                       request.require_stable)
     return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
 
 @handles(ApiKey.OFFSET_DELETE, 0, 0)
-def offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def offset_delete(broker: Broker, ctx: RequestContext,
+                  request: OffsetDeleteRequest) -> dict[str, Any]:
     out_topics = []
     wanted = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
@@ -345,18 +360,18 @@ def offset_delete(broker: Broker, ctx: RequestContext, request: Any) -> dict[str
 
 
 @handles(ApiKey.LIST_GROUPS, 0, 5)
-def list_groups(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest) -> dict[str, Any]:
     try:
-        error, groups = broker.groups.list_groups(getattr(request, "states_filter", ()),
-                                                    getattr(request, "types_filter", ()))
+        error, groups = broker.groups.list_groups(request.states_filter, request.types_filter)
     except KafkaError as exc:
         error, groups = exc.code, []
     return {"throttle_time": 0, "error_code": int(error), "groups": groups}
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
-def describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    include = getattr(request, "include_authorized_operations", False)
+def describe_groups(broker: Broker, ctx: RequestContext,
+                    request: DescribeGroupsRequest) -> dict[str, Any]:
+    include = request.include_authorized_operations
     try:
         groups = broker.groups.describe_groups(list(request.groups),
                                                  include_authorized_operations=include,
@@ -369,7 +384,8 @@ def describe_groups(broker: Broker, ctx: RequestContext, request: Any) -> dict[s
 
 
 @handles(ApiKey.DELETE_GROUPS, 0, 2)
-def delete_groups(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def delete_groups(broker: Broker, ctx: RequestContext,
+                  request: DeleteGroupsRequest) -> dict[str, Any]:
     names = list(request.groups_names)
     try:
         results = broker.groups.delete_groups(names)

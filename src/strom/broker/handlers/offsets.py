@@ -9,6 +9,11 @@ from typing import Any
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.fetch import check_leader_epoch
+from strom.broker.request_types import (
+    DeleteRecordsRequest,
+    ListOffsetsRequest,
+    OffsetForLeaderEpochRequest,
+)
 from strom.broker.router import handles
 from strom.cluster.image import INTERNAL_TOPICS
 from strom.protocol.api_keys import ApiKey
@@ -56,14 +61,15 @@ def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str
 
 
 @handles(ApiKey.LIST_OFFSETS, 1, 10)
-def list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
-    replica_id = getattr(request, "replica_id", -1)
+def list_offsets(broker: Broker, ctx: RequestContext,
+                 request: ListOffsetsRequest) -> dict[str, Any]:
+    committed = request.isolation_level == READ_COMMITTED
+    replica_id = request.replica_id
     from_replica = replica_id >= 0
 
     def lookup(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result.update(timestamp=-1, offset=-1, leader_epoch=-1)
-        error = check_leader_epoch(getattr(p, "current_leader_epoch", -1), state.leader_epoch)
+        error = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
         if error:
             result["error_code"] = error
             return
@@ -94,7 +100,8 @@ def list_offsets(broker: Broker, ctx: RequestContext, request: Any) -> dict[str,
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)
-def offset_for_leader_epoch(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def offset_for_leader_epoch(broker: Broker, ctx: RequestContext,
+                            request: OffsetForLeaderEpochRequest) -> dict[str, Any]:
     def lookup(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result.update(leader_epoch=-1, end_offset=-1)
         error = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
@@ -109,7 +116,8 @@ def offset_for_leader_epoch(broker: Broker, ctx: RequestContext, request: Any) -
 
 
 @handles(ApiKey.DELETE_RECORDS, 0, 2)
-def delete_records(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def delete_records(broker: Broker, ctx: RequestContext,
+                   request: DeleteRecordsRequest) -> dict[str, Any]:
     def delete(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result["low_watermark"] = -1
         if log.topic in INTERNAL_TOPICS:  # as Kafka: committed offsets, transaction states

@@ -11,14 +11,19 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.request_types import (
+    AlterPartitionReassignmentsRequest,
+    ListPartitionReassignmentsRequest,
+)
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
 
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
-async def alter_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
-    allow = bool(getattr(request, "allow_replication_factor_change", True))
+async def alter_partition_reassignments(broker: Broker, ctx: RequestContext,
+                                        request: AlterPartitionReassignmentsRequest) -> dict[str, Any]:
+    allow = request.allow_replication_factor_change  # v0: True
     wanted: dict[tuple[str, int], list[int] | None] = {}
     duplicates: set[tuple[str, int]] = set()
     for topic in request.topics:
@@ -54,7 +59,8 @@ async def alter_partition_reassignments(broker: Broker, ctx: RequestContext, req
 
 
 @handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
-def list_partition_reassignments(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def list_partition_reassignments(broker: Broker, ctx: RequestContext,
+                                 request: ListPartitionReassignmentsRequest) -> dict[str, Any]:
     """Partitions with a reassignment under way (all, or among those asked for); partitions
     that do not exist or are not moving are left out, as Kafka does."""
     image = broker.image

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import uuid
 from collections import Counter
 from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.request_types import (
+    CreatePartitionsRequest,
+    CreateTopicsRequest,
+    DeleteTopicsRequest,
+)
 from strom.broker.router import handles
 from strom.cluster.controller import too_many_records
 from strom.cluster.image import TopicState
@@ -14,6 +20,7 @@ from strom.config.defs import ConfigError
 from strom.config.topic import TOPIC_CONFIGS, validate_topic_configs
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.primitives import ZERO_UUID
 
 
 async def create_topic(broker: Broker, name: str, num_partitions: int, replication_factor: int,
@@ -67,7 +74,8 @@ def _requested_partitions(topics: Any, default_partitions: int) -> int:
 
 
 @handles(ApiKey.CREATE_TOPICS, 2, 7)
-async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def create_topics(broker: Broker, ctx: RequestContext,
+                        request: CreateTopicsRequest) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     # a request over the cap fails as a whole, as in Kafka
     too_large = too_many_records(
@@ -92,6 +100,8 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> di
                 # as Kafka: answer once the topic has its leaders (or at the request's timeout)
                 await broker.controller.wait_until(_has_leaders(t.name, topic.topic_id),
                                                    max(request.timeout, 0) / 1000)
+            if not request.validate_only:  # answer once the local logs exist (made in slices)
+                await broker.partitions.settled()
             first = next(iter(topic.partitions.values()))
             result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
                           replication_factor=len(first.replicas),
@@ -102,16 +112,21 @@ async def create_topics(broker: Broker, ctx: RequestContext, request: Any) -> di
     return {"throttle_time": 0, "topics": results}
 
 
+_Entry = tuple[str | None, uuid.UUID]  # a DeleteTopics entry: (name, id), the zero id if none
+
+
 @handles(ApiKey.DELETE_TOPICS, 1, 6)
-async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def delete_topics(broker: Broker, ctx: RequestContext,
+                        request: DeleteTopicsRequest) -> dict[str, Any]:
     image = broker.image
     responses = []
-    entries = list(request.topics) if getattr(request, "topics", None) else [
-        _NameOnly(n) for n in getattr(request, "topic_names", [])]
+    # v6 names each topic by name or id; v1-5 by name
+    entries: list[_Entry] = ([(t.name, t.topic_id) for t in request.topics]
+                             if ctx.api_version >= 6
+                             else [(n, ZERO_UUID) for n in request.topic_names])
     duplicates = _duplicate_keys(entries)
     for entry in entries:
-        name = getattr(entry, "name", None)
-        topic_id = getattr(entry, "topic_id", None)
+        name, topic_id = entry
         response: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0,
                                     "error_message": None}
         key = _delete_key(entry)
@@ -122,7 +137,7 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> di
                     "Duplicate topic id." if key[0] == "id" else "Duplicate topic name."))
                 responses.append(response)
             continue
-        if topic_id is not None and topic_id.int != 0:
+        if topic_id.int != 0:
             topic = image.topics_by_id.get(topic_id)
             missing = ErrorCode.UNKNOWN_TOPIC_ID
         else:
@@ -141,25 +156,19 @@ async def delete_topics(broker: Broker, ctx: RequestContext, request: Any) -> di
     return {"throttle_time": 0, "responses": responses}
 
 
-def _delete_key(entry: Any) -> tuple[str, Any]:
+def _delete_key(entry: _Entry) -> tuple[str, str | uuid.UUID | None]:
     """How a DeleteTopics entry names its topic: by id when it gives one, else by name."""
-    topic_id = getattr(entry, "topic_id", None)
-    if topic_id is not None and topic_id.int != 0:
+    name, topic_id = entry
+    if topic_id.int != 0:
         return ("id", topic_id)
-    return ("name", getattr(entry, "name", None))
+    return ("name", name)
 
 
-def _duplicate_keys(entries: list[Any]) -> dict[tuple[str, Any], bool]:
+def _duplicate_keys(entries: list[_Entry]) -> dict[tuple[str, Any], bool]:
     """Names and ids given more than once (Kafka deletes none of them), each mapped to
     whether its one answer is still to be sent."""
     counts = Counter(_delete_key(e) for e in entries)
     return {key: True for key, n in counts.items() if n > 1 and key[1] is not None}
-
-
-class _NameOnly:
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.topic_id = None
 
 
 def _added_partitions(image: Any, topics: Any) -> int:
@@ -173,7 +182,8 @@ def _added_partitions(image: Any, topics: Any) -> int:
 
 
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
-async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+async def create_partitions(broker: Broker, ctx: RequestContext,
+                            request: CreatePartitionsRequest) -> dict[str, Any]:
     counts = Counter(t.name for t in request.topics)
     # a request over the cap fails as a whole, as in Kafka
     too_large = too_many_records(_added_partitions(broker.image, request.topics),
@@ -194,6 +204,8 @@ async def create_partitions(broker: Broker, ctx: RequestContext, request: Any) -
                            if t.assignments is not None else None)
             await broker.controller.create_partitions(topic, t.count, assignments,
                                                 validate_only=request.validate_only)
+            if not request.validate_only:  # answer once the local logs exist (made in slices)
+                await broker.partitions.settled()
         except KafkaError as exc:
             result.update(error_code=int(exc.code), error_message=str(exc))
         results.append(result)

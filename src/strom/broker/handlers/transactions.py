@@ -16,6 +16,15 @@ from typing import Any
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.markers import OFFSETS_TOPIC, write_marker
+from strom.broker.request_types import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    DescribeTransactionsRequest,
+    EndTxnRequest,
+    ListTransactionsRequest,
+    TxnOffsetCommitRequest,
+    WriteTxnMarkersRequest,
+)
 from strom.broker.router import handles
 from strom.cluster.image import BrokerInfo
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
@@ -90,7 +99,8 @@ def _topic_results(by_topic: dict[str, list[tuple[int, int]]]) -> list[dict[str,
 
 
 @handles(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5)
-def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def add_partitions_to_txn(broker: Broker, ctx: RequestContext,
+                          request: AddPartitionsToTxnRequest) -> dict[str, Any]:
     """v0-3: one transaction (clients); v4+: a batch of transactions, possibly verify-only (the
     shape brokers use to check a partition is in a transaction before appending, KIP-890)."""
     version = ctx.api_version
@@ -110,7 +120,8 @@ def add_partitions_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> 
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
-def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def add_offsets_to_txn(broker: Broker, ctx: RequestContext,
+                       request: AddOffsetsToTxnRequest) -> dict[str, Any]:
     """Adds the group's `__consumer_offsets` partition to the transaction (Kafka's way of
     making TxnOffsetCommit part of it)."""
     try:
@@ -128,7 +139,7 @@ def add_offsets_to_txn(broker: Broker, ctx: RequestContext, request: Any) -> dic
 
 
 @handles(ApiKey.END_TXN, 0, 4)
-def end_txn(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> dict[str, Any]:
     """v5 (transaction version 2, where EndTxn bumps the epoch) is not offered."""
     try:
         code = broker.transactions.end_transaction(request.transactional_id, request.producer_id,
@@ -144,7 +155,8 @@ def end_txn(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]
 
 
 @handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
-def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def txn_offset_commit(broker: Broker, ctx: RequestContext,
+                      request: TxnOffsetCommitRequest) -> dict[str, Any]:
     out_topics: list[dict[str, Any]] = []
     commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
@@ -159,8 +171,8 @@ def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict
                 slot["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
             slots[(t.name, p.partition_index)] = slot
-            wanted.append((p.partition_index, p.committed_offset,
-                           getattr(p, "committed_leader_epoch", -1), p.committed_metadata))
+            wanted.append((p.partition_index, p.committed_offset, p.committed_leader_epoch,
+                           p.committed_metadata))
         if wanted:
             commit.append((t.name, wanted))
     if not commit:
@@ -179,8 +191,7 @@ def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict
             raise KafkaError(code)
         results = groups.commit_transactional_offsets(
             request.group_id, request.producer_id, request.producer_epoch,
-            getattr(request, "member_id", "") or "", getattr(request, "generation_id", -1),
-            getattr(request, "group_instance_id", None), commit)
+            request.member_id, request.generation_id, request.group_instance_id, commit)
         for name, rows in results:
             for partition, code in rows:
                 slots[(name, partition)]["error_code"] = int(code)
@@ -196,7 +207,8 @@ def txn_offset_commit(broker: Broker, ctx: RequestContext, request: Any) -> dict
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
-def write_txn_markers(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def write_txn_markers(broker: Broker, ctx: RequestContext,
+                      request: WriteTxnMarkersRequest) -> dict[str, Any]:
     markers = []
     for m in request.markers:
         topics = []
@@ -217,7 +229,8 @@ def write_txn_markers(broker: Broker, ctx: RequestContext, request: Any) -> dict
 
 
 @handles(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0)
-def describe_transactions(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def describe_transactions(broker: Broker, ctx: RequestContext,
+                          request: DescribeTransactionsRequest) -> dict[str, Any]:
     ids = list(request.transactional_ids)
     try:
         states = broker.transactions.describe_transactions(ids)
@@ -229,12 +242,12 @@ def describe_transactions(broker: Broker, ctx: RequestContext, request: Any) -> 
 
 
 @handles(ApiKey.LIST_TRANSACTIONS, 0, 2)
-def list_transactions(broker: Broker, ctx: RequestContext, request: Any) -> dict[str, Any]:
+def list_transactions(broker: Broker, ctx: RequestContext,
+                      request: ListTransactionsRequest) -> dict[str, Any]:
     try:
         result = broker.transactions.list_transactions(
             list(request.state_filters), list(request.producer_id_filters),
-            getattr(request, "duration_filter", -1),
-            getattr(request, "transactional_id_pattern", None))
+            request.duration_filter, request.transactional_id_pattern)
     except KafkaError as exc:
         result = {"error_code": int(exc.code), "unknown_state_filters": [],
                   "transaction_states": []}
