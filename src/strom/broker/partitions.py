@@ -3,12 +3,22 @@
 Kafka's ReplicaManager in miniature: it creates a log for every partition this broker hosts,
 removes logs of deleted topics, pushes config changes into the logs, and wakes fetch waiters on
 every append. Handlers go through it, never to the LogManager directly.
+
+Creating a log costs a directory and a few files (~0.2 ms); a topic of ten thousand partitions
+would stall every client for seconds. So when a metadata change brings more than
+`INLINE_CREATES` new local partitions, their logs are created by a background task in slices
+of at most `SLICE_S` of work, yielding to the loop in between. Until then a partition is
+pending: a lookup (`get`) creates its log on the spot, so clients see no difference, and its
+leadership is announced when its log exists, as for any partition. `settled()` waits for the
+logs pending when it is called (CreateTopics answers once they exist).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +29,7 @@ from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigSource
 from strom.config.topic import TOPIC_CONFIGS, ResolvedValue
 from strom.storage.config import LogConfig
+from strom.storage.errors import StorageError
 from strom.storage.log import PartitionLog
 from strom.storage.manager import LogManager
 
@@ -28,6 +39,8 @@ log = logging.getLogger(__name__)
 LeadershipListener = Callable[[str, int, bool, int], None]
 
 _LOG_CONFIG_FIELDS = [f.name for f in dataclasses.fields(LogConfig)]
+INLINE_CREATES = 32  # a change bringing more new local partitions creates their logs in slices
+SLICE_S = 0.005  # work per slice of background log creation before yielding to the loop
 
 
 class PartitionManager:
@@ -41,6 +54,11 @@ class PartitionManager:
         self._local: dict[tuple[str, int], PartitionLog] = {}
         self._leading: dict[tuple[str, int], int] = {}  # partitions we lead -> leader epoch
         self._leadership_listeners: list[LeadershipListener] = []
+        # partitions whose log is still to be created -> (topic, sequence number), oldest first
+        self._pending: dict[tuple[str, int], tuple[TopicState, int]] = {}
+        self._sequence = 0
+        self._settle_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._creator: asyncio.Task[None] | None = None
 
     # -- configs --------------------------------------------------------------------------
 
@@ -73,6 +91,7 @@ class PartitionManager:
             for p in topic.partitions.values():
                 if self.broker_id in p.replicas:
                     wanted.add((topic.name, p.partition))
+                    self._pending.pop((topic.name, p.partition), None)
                     self._ensure(topic, p, config)
         for partition_log in list(self.logs.logs()):
             key = (partition_log.topic, partition_log.partition)
@@ -85,27 +104,30 @@ class PartitionManager:
                 self._local.pop(key, None)
         for key in list(self._leading.keys() | self._local.keys()):
             self._update_leadership(*key)
+        self._wake_settled()
 
     def on_changes(self, changes: list[Change]) -> None:
         configs: dict[str, LogConfig] = {}  # a new topic brings one change per partition
+        first_new = self._sequence
         for change in changes:
             topic = change.topic
             if change.kind == "topic_deleted" and topic is not None:
                 for p in change.partitions:
+                    self._pending.pop((topic.name, p), None)
                     self._local.pop((topic.name, p), None)
                     self._update_leadership(topic.name, p)
                     if self.logs.get(topic.name, p) is not None:
                         self.logs.delete_partition(topic.name, p)
                     self.waiters.notify((topic.name, p))
             elif change.kind in ("partitions_created", "partition_changed") and topic is not None:
-                config = configs.get(topic.name)
-                if config is None:
-                    config = configs[topic.name] = self.log_config(topic)
                 for p in change.partitions:
-                    state = topic.partitions[p]
-                    if self.broker_id in state.replicas:
-                        self._ensure(topic, state, config)
-                    elif (topic.name, p) in self._local:
+                    key = (topic.name, p)
+                    if self.broker_id in topic.partitions[p].replicas:
+                        existing = self._local.get(key)
+                        if existing is None or existing.topic_id != topic.topic_id:
+                            self._defer(key, topic)
+                            continue
+                    elif key in self._local or key in self._pending:
                         self._drop(topic, p)  # reassigned away from this broker
                     self._update_leadership(topic.name, p)
             elif change.kind == "topic_configs" and topic is not None:
@@ -117,6 +139,103 @@ class PartitionManager:
             elif change.kind == "broker_configs":
                 self.refresh_dynamic_broker_configs()
                 configs.clear()
+        self._create_new(first_new)
+
+    def _defer(self, key: tuple[str, int], topic: TopicState) -> None:
+        """Mark a partition's log as to be created (a log of an older incarnation stops
+        serving now; creating the new one replaces it)."""
+        if key in self._local:
+            del self._local[key]
+            self._update_leadership(*key)
+        queued = self._pending.get(key)
+        if queued is not None and queued[0].topic_id == topic.topic_id:
+            self._pending[key] = (topic, queued[1])  # keeps its place in the queue
+            return
+        self._pending.pop(key, None)
+        self._sequence += 1
+        self._pending[key] = (topic, self._sequence)
+
+    def _create_new(self, first_new: int) -> None:
+        """Create the logs deferred since sequence `first_new`: now when few or when no loop
+        runs (tests, start-up), else in the background."""
+        if not self._pending:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is not None and self._sequence - first_new > INLINE_CREATES:
+            self._start_creator(loop)
+            return
+        new = []
+        for key, (_topic, seq) in reversed(self._pending.items()):
+            if seq <= first_new:
+                break
+            new.append(key)
+        configs: dict[str, LogConfig] = {}
+        for key in reversed(new):
+            self._create_pending(key, configs)
+        self._wake_settled()
+
+    def _start_creator(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._creator is None or self._creator.done():  # done: cancelled before it ran
+            self._creator = loop.create_task(self._create_in_slices(),
+                                             name="create-partition-logs")
+
+    async def _create_in_slices(self) -> None:
+        """Create pending logs, oldest first, yielding to the loop every SLICE_S."""
+        try:
+            while self._pending:
+                deadline = time.perf_counter() + SLICE_S
+                configs: dict[str, LogConfig] = {}
+                while self._pending and time.perf_counter() < deadline:
+                    self._create_pending(next(iter(self._pending)), configs)
+                self._wake_settled()
+                await asyncio.sleep(0)
+        finally:
+            self._creator = None
+            self._wake_settled()
+
+    def _create_pending(self, key: tuple[str, int],
+                        configs: dict[str, LogConfig] | None = None) -> PartitionLog | None:
+        """Create a pending partition's log now and announce its leadership. A storage error
+        is logged: the partition stays without a local log (clients are told it is not here)."""
+        topic, _seq = self._pending.pop(key)
+        config = configs.get(topic.name) if configs is not None else None
+        if config is None:
+            config = self.log_config(topic)
+            if configs is not None:
+                configs[topic.name] = config
+        try:
+            self._local[key] = self.logs.create(topic.name, key[1], topic.topic_id, config)
+        except (OSError, StorageError) as exc:
+            log.error("cannot create the log of %s-%d: %s", *key, exc)
+            return None
+        self._update_leadership(*key)
+        return self._local.get(key)
+
+    async def settled(self) -> None:
+        """Return once every log pending now has been created (or is no longer wanted)."""
+        if not self._pending:
+            return
+        loop = asyncio.get_running_loop()
+        self._start_creator(loop)  # e.g. after one was cancelled
+        waiter = loop.create_future()
+        self._settle_waiters.append((self._sequence, waiter))
+        await waiter
+
+    def _wake_settled(self) -> None:
+        if not self._settle_waiters:
+            return
+        oldest = next(iter(self._pending.values()))[1] if self._pending else self._sequence + 1
+        still = []
+        for upto, waiter in self._settle_waiters:
+            if upto < oldest:
+                if not waiter.done():
+                    waiter.set_result(None)
+            else:
+                still.append((upto, waiter))
+        self._settle_waiters = still
 
     def refresh_dynamic_broker_configs(self) -> None:
         from strom.config.broker import BROKER_CONFIGS
@@ -137,7 +256,10 @@ class PartitionManager:
         """This broker is no longer a replica: delete its copy (Kafka's StopReplica with
         deletion); readers waiting on it wake and find it gone."""
         key = (topic.name, partition)
-        partition_log = self._local.pop(key)
+        self._pending.pop(key, None)
+        partition_log = self._local.pop(key, None)
+        if partition_log is None:  # its log was never created
+            return
         if partition_log.topic_id == topic.topic_id:
             log.info("%s-%d is no longer assigned to broker %d: deleting its log", *key,
                      self.broker_id)
@@ -185,7 +307,11 @@ class PartitionManager:
     # -- lookups --------------------------------------------------------------------------
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
-        return self._local.get((topic, partition))
+        """The local log of a partition; one still pending is created now."""
+        key = (topic, partition)
+        if self._pending and key in self._pending:
+            return self._create_pending(key)
+        return self._local.get(key)
 
     def leader_epoch(self, topic: str, partition: int) -> int:
         t = self.image.topics.get(topic)

@@ -8,19 +8,22 @@ the same methods over ZooKeeper, and listeners (the partition manager) react to 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
+import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from strom.cluster import records as rec
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
-from strom.cluster.metadata_log import MetadataLog
+from strom.cluster.metadata_log import MetadataLog, encode_batch
 from strom.cluster.placement import assign_replicas
 from strom.cluster.reassignment import Assignment, reassign
 from strom.cluster.records import Change
 from strom.cluster.validation import check_topic_name, colliding
+from strom.common.immediate import must_complete_now
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -31,6 +34,12 @@ PRODUCER_ID_BLOCK = 1000
 # (QuorumController.MAX_RECORDS_PER_USER_OP): a 40-byte request must not be able to ask for a
 # million partitions. CreateTopics counts the partitions a request would create in total.
 MAX_RECORDS_PER_USER_OP = 10_000
+# The single node prepares a commit of more records than this (thousands of partitions) in a
+# worker thread, so other clients are not stalled while it is encoded (see LocalController).
+LARGE_COMMIT = 500
+
+T = TypeVar("T")
+Record = dict[str, Any]
 
 
 def too_many_records(count: int, message: str) -> KafkaError | None:
@@ -199,7 +208,17 @@ def plan_partitions(current: dict[int, list[int]], total: int,
 
 
 class LocalController:
-    """Single-node controller: this broker leads every partition; changes go to the metadata log."""
+    """Single-node controller: this broker leads every partition; changes go to the metadata log.
+
+    A commit is normally synchronous: log, fsync, image, listeners, all before the call returns
+    (callers on synchronous paths rely on it, see common/immediate.py). Creating thousands of
+    partitions would stall every client for seconds that way, so a large commit is prepared
+    in a worker thread (records built, encoded and applied to a private image), then written
+    and merged into the image in one step on the loop, and fsynced in a worker thread.
+    Small commits that arrive meanwhile are simply ordered before it: the large one checks
+    again, at that step, that it is still valid, so the log and the image see every commit
+    whole and in the same order. Large commits run one at a time.
+    """
 
     immediate = True  # every change is in the image when the call returns (nothing is awaited)
 
@@ -208,16 +227,75 @@ class LocalController:
         self.image = image
         self._broker = broker
         self._listeners: list[Listener] = []
+        self._large = asyncio.Lock()
         image.brokers = {broker.broker_id: broker}
         image.controller_id = broker.broker_id
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def _commit(self, records: list[dict[str, Any]]) -> None:
+    def _commit(self, records: list[Record]) -> None:
         changes = self._log.append(self.image, records)
         for listener in self._listeners:
             listener(changes)
+
+    async def _off_loop(self, size: int, fn: Callable[..., T], *args: Any) -> T:
+        """fn(*args), in a worker thread when `size` makes it a large commit's work."""
+        if size <= LARGE_COMMIT or must_complete_now():
+            return fn(*args)
+        return await asyncio.to_thread(fn, *args)
+
+    async def _commit_topic_records(self, records: list[Record], recheck: Callable[[], None],
+                                    existing: TopicState | None = None) -> None:
+        """Commit records that create a topic or add partitions to `existing`: synchronously
+        when few, else as a large commit (`recheck` raises if it is no longer valid)."""
+        if len(records) <= LARGE_COMMIT or must_complete_now():
+            self._commit(records)
+            return
+        async with self._large:
+            shadow = MetadataImage(cluster_id=self.image.cluster_id)
+            if existing is not None:  # the new partitions are applied to a stand-in
+                stand_in = TopicState(existing.name, existing.topic_id,
+                                      configs=dict(existing.configs))
+                shadow.topics[stand_in.name] = stand_in
+                shadow.topics_by_id[stand_in.topic_id] = stand_in
+            now_ms = int(time.time() * 1000)
+            batch, changes = await asyncio.to_thread(_prepare, shadow, records, now_ms)
+            recheck()
+            end = self._log.write(batch, now_ms)
+            merged = self._merge(shadow, changes, len(records))
+            self._log.applied(self.image, len(records))
+            for listener in self._listeners:
+                listener(merged)
+            await self._log.sync(end)
+
+    def _merge(self, shadow: MetadataImage, changes: list[Change | None],
+               count: int) -> list[Change]:
+        """Move what `_prepare` applied to `shadow` into the image: a new topic as it is, new
+        partitions into the existing topic; the changes, one per kind and topic, name the
+        image's topics."""
+        image = self.image
+        real: dict[uuid.UUID, TopicState] = {}
+        for topic in shadow.topics_by_id.values():
+            current = image.topics_by_id.get(topic.topic_id)
+            if current is None:
+                image.topics[topic.name] = topic
+                image.topics_by_id[topic.topic_id] = topic
+                current = topic
+            else:
+                current.partitions.update(topic.partitions)
+            real[topic.topic_id] = current
+        image.version += count
+        grouped: list[tuple[str, TopicState | None, list[int]]] = []
+        for change in changes:
+            if change is None:
+                continue
+            topic = real[change.topic.topic_id] if change.topic is not None else None
+            if grouped and grouped[-1][0] == change.kind and grouped[-1][1] is topic:
+                grouped[-1][2].extend(change.partitions)
+            else:
+                grouped.append((change.kind, topic, list(change.partitions)))
+        return [Change(kind, topic, tuple(ps)) for kind, topic, ps in grouped]
 
     async def wait_until(self, predicate: Callable[[MetadataImage], bool],
                          timeout_s: float) -> bool:
@@ -231,17 +309,12 @@ class LocalController:
         check_new_topic(self.image, name, [])
         plan = plan_topic(num_partitions, replication_factor, assignments,
                           sorted(self.image.brokers))
-        topic_id = uuid.uuid4()
-        topic = TopicState(name, topic_id, configs=dict(configs))
-        for p, replicas in plan.items():
-            topic.partitions[p] = PartitionState(p, replicas, list(replicas), replicas[0])
+        topic, records = await self._off_loop(len(plan), _new_topic, name, uuid.uuid4(), plan,
+                                              dict(configs))
         if validate_only:
             return topic
-        records = [rec.topic_record(name, topic_id)]
-        records += [rec.config_record("topic", name, k, v) for k, v in configs.items()]
-        records += [rec.partition_record(topic_id, p) for p in topic.partitions.values()]
-        self._commit(records)
-        log.info("created topic %s (%s) with %d partitions", name, topic_id, len(plan))
+        await self._commit_topic_records(records, lambda: check_new_topic(self.image, name, []))
+        log.info("created topic %s (%s) with %d partitions", name, topic.topic_id, len(plan))
         return self.image.topics[name]
 
     async def delete_topic(self, topic: TopicState) -> None:
@@ -253,8 +326,19 @@ class LocalController:
         plan = plan_partitions(current, total, assignments, sorted(self.image.brokers))
         if validate_only:
             return
-        self._commit([rec.partition_record(topic.topic_id, PartitionState(p, r, list(r), r[0]))
-                      for p, r in plan.items()])
+        records = await self._off_loop(len(plan), _partition_records, topic.topic_id, plan)
+
+        def recheck() -> None:
+            now = self.image.topics_by_id.get(topic.topic_id)
+            if now is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"The topic '{topic.name}' was deleted meanwhile.")
+            if len(now.partitions) != len(current):
+                raise KafkaError(ErrorCode.INVALID_PARTITIONS,
+                                 f"Topic '{topic.name}' went from {len(current)} to "
+                                 f"{len(now.partitions)} partitions meanwhile.")
+
+        await self._commit_topic_records(records, recheck, topic)
 
     # -- configs, ids and ISR -------------------------------------------------------------
 
@@ -320,6 +404,32 @@ class LocalController:
         new = dataclasses.replace(state, isr=list(isr), partition_epoch=partition_epoch + 1)
         self._commit([rec.partition_record(t.topic_id, new)])
         return t.partitions[partition]
+
+
+def _new_topic(name: str, topic_id: uuid.UUID, plan: Mapping[int, list[int]],
+               configs: dict[str, str]) -> tuple[TopicState, list[Record]]:
+    """The planned topic and the records that create it (pure: may run in a worker thread)."""
+    topic = TopicState(name, topic_id, configs=configs)
+    for p, replicas in plan.items():
+        topic.partitions[p] = PartitionState(p, replicas, list(replicas), replicas[0])
+    records = [rec.topic_record(name, topic_id)]
+    records += [rec.config_record("topic", name, k, v) for k, v in configs.items()]
+    records += [rec.partition_record(topic_id, p) for p in topic.partitions.values()]
+    return topic, records
+
+
+def _partition_records(topic_id: uuid.UUID, plan: Mapping[int, list[int]]) -> list[Record]:
+    """The records of partitions added to a topic (pure: may run in a worker thread)."""
+    return [rec.partition_record(topic_id, PartitionState(p, r, list(r), r[0]))
+            for p, r in plan.items()]
+
+
+def _prepare(shadow: MetadataImage, records: list[Record],
+             now_ms: int) -> tuple[bytes, list[Change | None]]:
+    """A large commit's work off the loop: its batch, and its records applied to `shadow`, an
+    image of its own (nothing here touches the broker's image)."""
+    batch = encode_batch(records, now_ms)
+    return batch, [rec.apply(shadow, r) for r in records]
 
 
 def check_isr_update(state: PartitionState, leader_epoch: int, partition_epoch: int,

@@ -88,15 +88,18 @@ class MetadataImage:
         return self.topics.get(name)
 
     def to_snapshot(self) -> dict[str, Any]:
+        """The image as plain data, independent of it (the metadata log encodes it in a worker
+        thread): config dicts are copied; replica lists are shared, as records replace a
+        PartitionState instead of changing its lists."""
         return {
             "cluster_id": self.cluster_id,
             "next_producer_id": self.next_producer_id,
-            "broker_configs": self.broker_configs,
+            "broker_configs": {k: dict(v) for k, v in self.broker_configs.items()},
             "topics": [
                 {
                     "name": t.name,
                     "topic_id": str(t.topic_id),
-                    "configs": t.configs,
+                    "configs": dict(t.configs),
                     "partitions": [
                         {
                             "partition": p.partition,

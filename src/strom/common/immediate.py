@@ -11,20 +11,31 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
+from contextvars import ContextVar
 from typing import Any, TypeVar
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 _background: set[asyncio.Task[Any]] = set()
+_RUNNING_NOW: ContextVar[bool] = ContextVar("strom_run_now", default=False)
+
+
+def must_complete_now() -> bool:
+    """True while `run_now` drives a call: work the single node's controller would otherwise
+    move off the loop (a very large commit) must then be done on the spot."""
+    return _RUNNING_NOW.get()
 
 
 def run_now(coro: Coroutine[Any, Any, T]) -> T:
     """Result of a coroutine that completes without awaiting anything."""
+    token = _RUNNING_NOW.set(True)
     try:
         coro.send(None)
     except StopIteration as stop:
         return stop.value
+    finally:
+        _RUNNING_NOW.reset(token)
     coro.close()
     raise RuntimeError("a call expected to complete at once awaited something")
 
