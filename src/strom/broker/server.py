@@ -2,10 +2,12 @@
 
 Each connection is an `asyncio.BufferedProtocol` plus one task that handles its requests strictly
 in order, as Kafka does (the next request waits until the previous response is handed to the
-kernel). The event loop reads straight into the connection's reusable buffer (no per-read
-future or poll registration, no per-read `bytes`); frames are copied out as `bytearray`s so the
-produce path can patch base offsets in place, and a frame that is not complete yet is received
-straight into its own buffer. Replies go out through the transport, which sends at once when the
+kernel). The event loop reads into one scratch buffer shared by every connection (no per-read
+future or poll registration, no per-read `bytes`, no buffer held by an idle connection), and
+each read is cut into frames at once: frames are copied out as `bytearray`s so the produce path
+can patch base offsets in place, and the missing part of a large frame is received straight
+into its own buffer, which grows as the bytes arrive. Connection counts and request memory
+are limited broker-wide (connection_limits.py). Replies go out through the transport, which sends at once when the
 socket has room. Fetch replies mix byte chunks with file slices: small ones are gathered into one
 send, large ones go out with `os.sendfile` (zero-copy) between the chunks.
 """
@@ -17,9 +19,11 @@ import logging
 import os
 import socket
 import struct
+from collections import deque
 from collections.abc import Awaitable
 from typing import Any
 
+from strom.broker.connection_limits import ConnectionLimits, MemoryPool
 from strom.broker.context import CloseConnection, Parts
 from strom.broker.router import Router
 from strom.common.tasks import cancel_all
@@ -28,6 +32,14 @@ from strom.protocol.errors import ProtocolError
 log = logging.getLogger(__name__)
 
 _READ_CHUNK = 256 * 1024
+# A frame's buffer is allocated up to this size at once (a default-sized produce request, 1 MiB,
+# arrives in one piece without copies); beyond it the buffer grows as the bytes arrive, so a
+# client announcing 100 MiB and sending nothing costs ~1 MiB, not 100.
+_EAGER_BYTES = 1024 * 1024 + 64 * 1024
+# While this much of a frame is still missing, reads go straight into its buffer.
+_DIRECT_BYTES = 64 * 1024
+# Complete requests read ahead of the one being handled, before reading pauses.
+_QUEUED_BYTES = 256 * 1024
 # A reply whose file slices add up to at most this is read and sent as one buffer: one send
 # instead of a send per chunk plus a sendfile per slice (each costs a syscall and, on loopback,
 # the receiver's wake-up) outweighs copying a few KiB.
@@ -39,13 +51,20 @@ _HEAD = struct.Struct(">hhi")
 class BrokerServer:
     def __init__(self, router: Router, host: str, port: int, *, max_request_bytes: int,
                  send_buffer: int = -1, receive_buffer: int = -1, backlog: int = 50,
-                 max_idle_ms: int = 600_000) -> None:
+                 max_idle_ms: int = 600_000, limits: ConnectionLimits | None = None,
+                 memory: MemoryPool | None = None) -> None:
         self.router = router
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
         self.send_buffer, self.receive_buffer = send_buffer, receive_buffer
         self.backlog = backlog
         self.max_idle = max_idle_ms / 1000
+        # shared by every listener of a broker (max.connections counts them all)
+        self.limits = limits if limits is not None else ConnectionLimits(max_waiting=backlog)
+        self.memory = memory if memory is not None else MemoryPool()
+        # Every read lands here first (the loop calls get_buffer, reads, then buffer_updated,
+        # back to back), so an idle connection holds no buffer of its own.
+        self.scratch = memoryview(bytearray(_READ_CHUNK))
         self._reaper: asyncio.Task[None] | None = None
         self._live: dict[int, Connection] = {}
         self._server: asyncio.AbstractServer | None = None
@@ -69,7 +88,7 @@ class BrokerServer:
             loop = asyncio.get_running_loop()
             # the event loop listens and accepts (uvloop: in C), calling _new_connection
             self._server = await loop.create_server(self._new_connection, sock=sock,
-                                                    backlog=max(self.backlog, 128))
+                                                    backlog=self.backlog)
         except BaseException:
             sock.close()
             raise
@@ -93,12 +112,19 @@ class BrokerServer:
         task = connection.loop.create_task(connection.run())
         self._connections[cid] = task
         self._live[cid] = connection
-        task.add_done_callback(self._forget(cid))
+        task.add_done_callback(self._forget(connection))
 
-    def _forget(self, cid: int):
+    def _hold_for_memory(self) -> None:
+        """queued.max.request.bytes is used up: connections not in the middle of a request
+        stop reading (Kafka mutes them likewise) until a handled request gives memory back."""
+        for connection in self._live.values():
+            connection.hold_for_memory()
+
+    def _forget(self, connection: Connection):
         def done(_task: asyncio.Task[None]) -> None:
-            self._connections.pop(cid, None)
-            self._live.pop(cid, None)
+            self._connections.pop(connection.cid, None)
+            self._live.pop(connection.cid, None)
+            connection.release()
 
         return done
 
@@ -117,29 +143,39 @@ class BrokerServer:
 
 
 class Connection(asyncio.BufferedProtocol):
-    """One client: the event loop fills ``_buf`` (or a large frame in place), ``run`` drains it.
+    """One client: the event loop's reads are cut into frames here, ``run`` handles them.
 
-    Reading stops (``pause_reading``) only when the buffer holds nothing but unhandled bytes; the
-    write buffer limit is 0, so ``pause_writing`` means "the kernel did not take it all yet".
+    A read lands in the server's shared scratch buffer and is cut into frames at once; only a
+    frame still arriving keeps a buffer (allocated up to _EAGER_BYTES at once, grown as more of
+    it arrives, and received straight into while a large part is missing). Complete frames wait
+    in a queue; reading pauses while it holds _QUEUED_BYTES, or while the memory pool is used
+    up. The write buffer limit is 0, so ``pause_writing`` means "the kernel did not take it all
+    yet".
     """
 
     def __init__(self, server: BrokerServer, cid: int) -> None:
         self.server = server
         self._peer: str | None = None
+        self._address: str | None = None  # counted against max.connections.per.ip
+        self._admitted = False  # counted against max.connections
         self.cid = cid
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self._fd = -1
-        self._buf = bytearray(_READ_CHUNK)
-        self._start = 0
-        self._end = 0
-        self._big: bytearray | None = None  # a frame being received in place
-        self._big_got = 0
+        self._frames: deque[bytearray] = deque()  # complete, not handled yet
+        self._queued = 0  # their bytes
+        self._head = bytearray()  # a size prefix split across reads
+        self._frame: bytearray | None = None  # the frame being received
+        self._size = 0  # its declared size
+        self._got = 0  # its bytes received so far
+        self._direct = False  # the last get_buffer handed out the frame itself
+        self._charged = 0  # bytes taken from the memory pool and not given back
         self._waiter: asyncio.Future[None] | None = None  # run() waiting for bytes or room
-        self._reading_paused = False
+        self._paused_for: set[str] = set()  # why reading is paused: "queue", "memory"
         self._writing_paused = False
         self._eof = False
         self._lost = False
+        self._refused = False
         self.last_active = self.loop.time()
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
 
@@ -158,32 +194,62 @@ class Connection(asyncio.BufferedProtocol):
             self._fd = self.transport.get_extra_info("socket").fileno()  # type: ignore[union-attr]
         return self._fd
 
+    # -- admission (connection limits) -----------------------------------------------------
+
+    def admit(self) -> None:
+        """A connection slot is ours: start serving (reading was held back while waiting)."""
+        self._admitted = True
+        if self._lost:
+            return
+        if self.server.memory.exhausted():
+            self.hold_for_memory()
+        self._resume("slot")
+        self.server._opened(self)
+
+    def release(self) -> None:
+        """The connection ended: give back its slot and any request memory it held."""
+        self.server.limits.close(self, self._address, admitted=self._admitted)
+        self._admitted = False
+        self._frames.clear()
+        self._frame = None
+        self._give_back(self._charged)
+
     # -- protocol callbacks (called by the event loop) -------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
         transport.set_write_buffer_limits(high=0)
-        self.server._opened(self)
+        limits = self.server.limits
+        if limits.tracks_addresses:
+            name = transport.get_extra_info("peername")
+            self._address = name[0] if name else "?"
+        self._pause("slot")  # until admitted (at once, unless max.connections is reached)
+        if not limits.open(self, self._address):
+            self._refused = True
+            self._address = None
+            transport.close()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        big = self._big
-        if big is not None:
-            return memoryview(big)[self._big_got :]
-        if self._end == len(self._buf):
-            self._compact()
-        return memoryview(self._buf)[self._end :]
+        frame = self._frame
+        if frame is not None and self._size - self._got >= _DIRECT_BYTES:
+            if self._got == len(frame):
+                frame = self._grow(frame)
+            self._direct = True
+            return memoryview(frame)[self._got :]
+        self._direct = False
+        return self.server.scratch
 
     def buffer_updated(self, nbytes: int) -> None:
-        big = self._big
-        if big is not None:
-            self._big_got += nbytes
-            if self._big_got == len(big):
-                self._big = None  # complete: later bytes go to the buffer again
+        if self._direct:
+            self._got += nbytes
+            if self._got == self._size:
+                self._complete()
         else:
-            self._end += nbytes
-            if self._end == len(self._buf) and self._start == 0:
-                self._reading_paused = True
-                self.transport.pause_reading()  # type: ignore[union-attr]
+            try:
+                self._cut(self.server.scratch[:nbytes])
+            except CloseConnection:
+                self.transport.close()  # type: ignore[union-attr]
+                self._lost = True
         self._wake()
 
     def eof_received(self) -> bool:
@@ -194,6 +260,9 @@ class Connection(asyncio.BufferedProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
         self._writing_paused = False
+        if not self._admitted and not self._refused:  # it closed while waiting for a slot
+            self.server.limits.close(self, self._address, admitted=False)
+            self._address = None
         self._wake()
 
     def pause_writing(self) -> None:
@@ -217,16 +286,117 @@ class Connection(asyncio.BufferedProtocol):
         waiter = self._waiter = self.loop.create_future()
         await waiter
 
+    # -- cutting reads into frames ---------------------------------------------------------
+
+    def _cut(self, data: memoryview) -> None:
+        """Split the bytes of one read into frames; the rest of a frame goes to its buffer."""
+        pos, end = 0, len(data)
+        while pos < end:
+            frame = self._frame
+            if frame is None:
+                if self._head or end - pos < 4:  # a size prefix split across reads
+                    take = min(4 - len(self._head), end - pos)
+                    self._head += data[pos : pos + take]
+                    pos += take
+                    if len(self._head) < 4:
+                        return
+                    (size,) = _SIZE.unpack(self._head)
+                    self._head.clear()
+                else:
+                    (size,) = _SIZE.unpack_from(data, pos)
+                    pos += 4
+                frame = self._begin(size)
+            take = min(self._size - self._got, end - pos)
+            if self._got + take > len(frame):
+                frame = self._grow(frame)
+            frame[self._got : self._got + take] = data[pos : pos + take]
+            self._got += take
+            pos += take
+            if self._got == self._size:
+                self._complete()
+
+    def _begin(self, size: int) -> bytearray:
+        if size < 0 or size > self.server.max_request_bytes:
+            log.warning("closing connection %s: request size %d is outside 0..%d "
+                        "(socket.request.max.bytes)", self.peer, size, self.server.max_request_bytes)
+            raise CloseConnection()
+        frame = self._frame = bytearray(min(size, _EAGER_BYTES))
+        self._size, self._got = size, 0
+        self._charge(len(frame))
+        return frame
+
+    def _grow(self, frame: bytearray) -> bytearray:
+        """More of a large frame arrived: double its buffer (a new one: the old may be exported)."""
+        bigger = bytearray(min(self._size, 2 * len(frame)))
+        bigger[: self._got] = memoryview(frame)[: self._got]
+        self._charge(len(bigger) - len(frame))
+        self._frame = bigger
+        return bigger
+
+    def _complete(self) -> None:
+        frame = self._frame
+        assert frame is not None
+        self._frame = None
+        self._frames.append(frame)
+        self._queued += len(frame)
+        if self._queued >= _QUEUED_BYTES:
+            self._pause("queue")
+        if self.server.memory.exhausted():
+            self.hold_for_memory()
+
+    def _take(self) -> bytearray:
+        frame = self._frames.popleft()
+        self._queued -= len(frame)
+        if self._queued < _QUEUED_BYTES:
+            self._resume("queue")
+        return frame
+
+    # -- flow control and request memory ---------------------------------------------------
+
+    def _pause(self, reason: str) -> None:
+        if not self._paused_for and self.transport is not None:
+            self.transport.pause_reading()
+        self._paused_for.add(reason)
+
+    def _resume(self, reason: str) -> None:
+        if reason in self._paused_for:
+            self._paused_for.discard(reason)
+            if not self._paused_for and not self._lost:
+                self.transport.resume_reading()  # type: ignore[union-attr]
+
+    def _charge(self, size: int) -> None:
+        memory = self.server.memory
+        if memory.bounded:
+            memory.take(size)
+            self._charged += size
+            if memory.exhausted():
+                self.server._hold_for_memory()
+
+    def hold_for_memory(self) -> None:
+        """The pool is used up: read no new request until memory is given back (a frame
+        already arriving keeps its buffer and is read to its end, as in Kafka)."""
+        if "memory" not in self._paused_for and self._frame is None and not self._lost:
+            self._pause("memory")
+            self.server.memory.wait(lambda: self._resume("memory"))
+
+    def _give_back(self, size: int) -> None:
+        if size:
+            self._charged -= size
+            self.server.memory.give_back(size)
+
     # -- the request loop ------------------------------------------------------------------
 
     async def run(self) -> None:
         try:
             while True:
-                frame = await self._read_frame()
+                frame = await self._next_frame()
                 if frame is None:
                     return
                 self.busy = True
-                await self._handle(frame)
+                try:
+                    await self._handle(frame)
+                finally:
+                    self._give_back(min(len(frame), self._charged))
                 self.busy = False
                 self.last_active = self.loop.time()
         except (ConnectionError, CloseConnection):
@@ -241,64 +411,15 @@ class Connection(asyncio.BufferedProtocol):
             if self.transport is not None:
                 self.transport.close()
 
-    # -- reading --------------------------------------------------------------------------
-
-    def _compact(self) -> None:
-        """Move the unhandled bytes to the front of the buffer."""
-        start, end = self._start, self._end
-        if start:
-            self._buf[: end - start] = self._buf[start:end]
-            self._start, self._end = 0, end - start
-
-    def _consumed(self) -> None:
-        if self._reading_paused:
-            self._compact()
-            self._reading_paused = False
-            self.transport.resume_reading()  # type: ignore[union-attr]
-
-    async def _fill(self, need: int) -> bool:
-        """Ensure `need` buffered bytes; False on a clean EOF before any of them."""
-        while self._end - self._start < need:
+    async def _next_frame(self) -> bytearray | None:
+        """The next complete request; None on a clean EOF between requests."""
+        while not self._frames:
             if self._eof or self._lost:
-                if self._end == self._start:
-                    return False
+                if self._frame is None and not self._head:
+                    return None
                 raise ConnectionError("connection closed mid-frame")
-            if len(self._buf) - self._start < need:
-                self._compact()
-            self._consumed()
             await self._wait()
-        return True
-
-    async def _read_frame(self) -> bytearray | None:
-        if not await self._fill(4):
-            return None
-        (size,) = _SIZE.unpack_from(self._buf, self._start)
-        self._start += 4
-        if size < 0 or size > self.server.max_request_bytes:
-            log.warning("closing connection %s: request size %d is outside 0..%d "
-                        "(socket.request.max.bytes)", self.peer, size, self.server.max_request_bytes)
-            raise CloseConnection()
-        start = self._start
-        available = self._end - start
-        if available >= size:
-            self._start = start + size
-            frame = self._buf[start : self._start]
-            self._consumed()
-            return frame
-        # Not all here yet: copy what we have, then let the loop receive the rest in place.
-        frame = bytearray(size)
-        frame[:available] = self._buf[start : self._end]
-        self._start = self._end = 0
-        self._big, self._big_got = frame, available
-        self._consumed()
-        try:
-            while self._big_got < size:
-                if self._eof or self._lost:
-                    raise ConnectionError("connection closed mid-frame")
-                await self._wait()
-        finally:
-            self._big = None
-        return frame
+        return self._take()
 
     # -- dispatch -------------------------------------------------------------------------
 

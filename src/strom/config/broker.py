@@ -51,10 +51,25 @@ BROKER_CONFIGS.add(
     # loopback, the OS default gave 15-25% more 10 KiB produce MB/s for 10-25% less broker CPU.
     ConfigDef("socket.receive.buffer.bytes", T.INT, -1,
               "SO_RCVBUF (-1: OS default with autotuning; Kafka's default is 102400)", read_only=True),
-    ConfigDef("socket.listen.backlog.size", T.INT, 50, "accept backlog", at_least(1), read_only=True),
+    # Kafka's default is 50. Kafka accepts on a dedicated thread; Strom's event loop accepts
+    # more slowly, so bursts of connects (every client reconnecting after a restart) overflowed
+    # a 50-deep queue and waited 1 s for the kernel's SYN retry (measured: 2,000 back-to-back
+    # connects, 20-30 waited 1 s at 50, 0-1 at 1024). The kernel caps it at net.core.somaxconn.
+    ConfigDef("socket.listen.backlog.size", T.INT, 1024,
+              "accept backlog; also how many connections may wait for a max.connections slot "
+              "(Kafka's default is 50)", at_least(1), read_only=True),
     ConfigDef("connections.max.idle.ms", T.LONG, 600000, "idle connections are closed after this",
               read_only=True),
-    ConfigDef("max.connections", T.INT, INT_MAX, "max connections", at_least(0)),
+    ConfigDef("max.connections", T.INT, INT_MAX,
+              "connections the broker serves at once; more wait for a slot", at_least(0),
+              read_only=True),
+    ConfigDef("max.connections.per.ip", T.INT, INT_MAX,
+              "connections from one address; more are closed", at_least(0), read_only=True),
+    ConfigDef("max.connections.per.ip.overrides", T.STRING, "",
+              "per-address limits, 'host:limit,host:limit'", read_only=True),
+    ConfigDef("queued.max.request.bytes", T.LONG, -1,
+              "bytes that requests being read may hold before reading pauses (-1: no limit)",
+              read_only=True),
     ConfigDef("num.network.threads", T.INT, 3, "accepted for compatibility; Strom uses one event loop",
               at_least(1), implemented=False),
     ConfigDef("num.io.threads", T.INT, 8, "accepted for compatibility; Strom uses one event loop",
