@@ -142,7 +142,6 @@ def _quoted_in_source(name: str) -> bool:
 _READ_INDIRECTLY = {
     "log.dir": "BrokerConfig.log_dirs",
     "log.dirs": "BrokerConfig.log_dirs",
-    "max.connections": "the network server (being implemented alongside these checks)",
 }
 
 
