@@ -7,13 +7,17 @@ changes, so a 10,000-partition Metadata request is mostly a join of cached bytes
 from __future__ import annotations
 
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.handlers.slices import Slicer
 from strom.broker.handlers.topics import create_topic
 from strom.broker.router import handles
+from strom.cluster.controller import MAX_RECORDS_PER_USER_OP, too_many_records
 from strom.cluster.image import TopicState
+from strom.cluster.validation import check_topic_name
 from strom.common.immediate import run_or_start
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -60,44 +64,102 @@ def _error_entry(version: int, code: int, name: str | None, topic_id: Any = None
 
 
 @handles(ApiKey.METADATA, 0, 13, raw=True)
-def metadata(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes:
+def metadata(broker: Broker, ctx: RequestContext,
+             body: memoryview) -> bytes | Coroutine[Any, Any, bytes]:
     version = ctx.api_version
     request = decode_metadata_request(body, version)
+    if request.topics is None:
+        return _answer(broker, version,
+                       [_topic_entry(broker, version, t) for t in broker.image.topics.values()])
+    wanted = list(dict.fromkeys(request.topics))  # as Kafka: each name and each id once
+    auto_create = bool(broker.config.get("auto.create.topics.enable")
+                       and (version < 4 or request.allow_auto_topic_creation))
+    missing = [n for n, _ in wanted if n is not None and n not in broker.image.topics]
+    if auto_create and missing and _over_the_cap(broker, ctx, missing):
+        auto_create = False  # none is created, as in Kafka
+    if auto_create and len(missing) > 1 and broker.controller.immediate:
+        return _create_then_answer(broker, version, wanted, missing)
+    return _answer(broker, version, _entries(broker, version, wanted, auto_create, {}))
+
+
+def _over_the_cap(broker: Broker, ctx: RequestContext, missing: list[str]) -> bool:
+    """Kafka sends a Metadata request's new topics to its controller as one CreateTopics, which
+    refuses more than MAX_RECORDS_PER_USER_OP partitions in all (POLICY_VIOLATION; the topics
+    are answered UNKNOWN_TOPIC_OR_PARTITION): 100,000 new names must not make 100,000 topics."""
+    partitions = broker.config.get("num.partitions")
+    if len(missing) * partitions <= MAX_RECORDS_PER_USER_OP:
+        return False
+    creatable = sum(1 for name in missing if _valid_name(name))  # Kafka sends only these
+    error = too_many_records(creatable * partitions,
+                             "Excessively large number of partitions per request.")
+    if error is None:
+        return False
+    log.warning("not auto-creating the %d new topics of a Metadata request from %s (%s): %s",
+                creatable, ctx.client_id, ctx.peer, error)
+    return True
+
+
+def _valid_name(name: str) -> bool:
+    try:
+        check_topic_name(name)
+    except KafkaError:
+        return False
+    return True
+
+
+async def _create_then_answer(broker: Broker, version: int, wanted: list[Any],
+                              missing: list[str]) -> bytes:
+    """Auto-create several topics, yielding to the loop between them (each costs a metadata
+    record and a log per partition), then answer from the image."""
+    failed: dict[str, int] = {}
+    slicer = Slicer()
+    for name in missing:
+        if name not in broker.image.topics:  # another request may have created it meanwhile
+            try:
+                await create_topic(broker, name, -1, -1, None, {})
+            except KafkaError as exc:
+                failed[name] = exc.code
+        await slicer.tick()
+    return _answer(broker, version, _entries(broker, version, wanted, False, failed))
+
+
+def _entries(broker: Broker, version: int, wanted: list[Any], auto_create: bool,
+             failed: dict[str, int]) -> list[bytes]:
+    """The encoded topic entries; ``failed`` holds auto-creations that already failed."""
     image = broker.image
     parts: list[bytes] = []
-    if request.topics is None:
-        for topic in image.topics.values():
-            parts.append(_topic_entry(broker, version, topic))
-    else:
-        auto_create = (broker.config.get("auto.create.topics.enable")
-                       and (version < 4 or request.allow_auto_topic_creation))
-        for name, topic_id in request.topics:
-            if name is None:
-                topic = image.topics_by_id.get(topic_id)
-                if topic is None:
-                    parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
-                else:
-                    parts.append(_topic_entry(broker, version, topic))
-                continue
-            topic = image.topics.get(name)
-            if topic is None and auto_create:
-                try:
-                    done, topic = run_or_start(
-                        broker.controller.immediate,
-                        lambda name=name: create_topic(broker, name, -1, -1, None, {}),
-                        f"auto-creating topic {name}")
-                    if not done:  # a cluster: the client retries until the topic has leaders
-                        parts.append(_error_entry(version, ErrorCode.LEADER_NOT_AVAILABLE, name))
-                        continue
-                except KafkaError as exc:
-                    code = (exc.code if exc.code == ErrorCode.INVALID_TOPIC_EXCEPTION
-                            else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-                    parts.append(_error_entry(version, code, name))
-                    continue
+    for name, topic_id in wanted:
+        if name is None:
+            topic = image.topics_by_id.get(topic_id)
             if topic is None:
-                parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name))
+                parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
             else:
                 parts.append(_topic_entry(broker, version, topic))
+            continue
+        topic = image.topics.get(name)
+        if topic is None and auto_create:
+            try:
+                done, topic = run_or_start(
+                    broker.controller.immediate,
+                    lambda name=name: create_topic(broker, name, -1, -1, None, {}),
+                    f"auto-creating topic {name}")
+                if not done:  # a cluster: the client retries until the topic has leaders
+                    parts.append(_error_entry(version, ErrorCode.LEADER_NOT_AVAILABLE, name))
+                    continue
+            except KafkaError as exc:
+                failed[name] = exc.code
+        if topic is None:
+            code = failed.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if code != ErrorCode.INVALID_TOPIC_EXCEPTION:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            parts.append(_error_entry(version, code, name))
+        else:
+            parts.append(_topic_entry(broker, version, topic))
+    return parts
+
+
+def _answer(broker: Broker, version: int, parts: list[bytes]) -> bytes:
+    image = broker.image
     brokers = [MetadataBroker(b.broker_id, b.host, b.port, b.rack) for b in image.brokers.values()]
     return encode_metadata_response_from_parts(
         version, encode_metadata_brokers(version, brokers), broker.cluster_id,

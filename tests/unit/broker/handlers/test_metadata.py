@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from tests.unit.broker.handlers.loop_probe import run_beside_a_ticker
 
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -116,3 +117,48 @@ def test_the_answer_follows_topic_changes(broker_harness) -> None:
     h.request(ApiKey.DELETE_TOPICS, 5, {"topic_names": ["a"], "timeout": 5000})
     (t,) = _metadata(h, ["a"], allow_auto=False).topics
     assert t.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# -- requests with many names: Kafka's set semantics, its creation cap, a loop shared ---------
+
+
+def test_a_name_or_id_asked_twice_is_answered_once(broker_harness) -> None:
+    # Kafka (KafkaApis.handleTopicMetadataRequest) puts the names and ids in sets: a name
+    # repeated 1,000 times must not make a 1,000-fold response
+    h = broker_harness
+    h.create_topic("a", partitions=3)
+    r = _metadata(h, ["a", "a", h.topic_id("a"), "a", h.topic_id("a")], allow_auto=False)
+    assert [t.name for t in r.topics] == ["a", "a"]  # once by name, once by id
+
+
+@pytest.mark.broker_config(**{"num.partitions": "5000"})
+def test_auto_creating_more_than_10000_partitions_creates_none(broker_harness) -> None:
+    # Kafka sends the new names to its controller as one CreateTopics, which refuses more than
+    # 10,000 partitions in all (POLICY_VIOLATION); Metadata answers UNKNOWN_TOPIC_OR_PARTITION
+    h = broker_harness
+    r = _metadata(h, ["n1", "n2", "n3"])
+    assert {(t.name, t.error_code) for t in r.topics} == {
+        (n, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION) for n in ("n1", "n2", "n3")}
+    assert not {"n1", "n2", "n3"} & set(h.broker.image.topics)
+
+
+@pytest.mark.broker_config(**{"num.partitions": "4000"})
+def test_invalid_names_do_not_count_towards_the_cap(broker_harness) -> None:
+    h = broker_harness  # 2 valid names: 8,000 partitions; the 3 invalid ones are not sent
+    r = _metadata(h, ["ok1", "bad name", "ok2", "bad!", "bad?"])
+    codes = {t.name: t.error_code for t in r.topics}
+    assert codes == {"ok1": 0, "ok2": 0, "bad name": ErrorCode.INVALID_TOPIC_EXCEPTION,
+                     "bad!": ErrorCode.INVALID_TOPIC_EXCEPTION,
+                     "bad?": ErrorCode.INVALID_TOPIC_EXCEPTION}
+    assert len(h.broker.image.topics["ok2"].partitions) == 4000
+
+
+def test_auto_creating_many_topics_shares_the_loop(broker_harness) -> None:
+    # each creation costs a metadata record and a log: 300 of them in one request must not
+    # hold every other client until the last is made
+    h = broker_harness
+    shared = run_beside_a_ticker(h, ApiKey.METADATA, 12, {
+        "topics": [{"name": f"auto{i}"} for i in range(300)], "allow_auto_topic_creation": True})
+    assert [t.error_code for t in shared.response.topics] == [0] * 300
+    assert len(h.broker.image.topics) >= 300
+    assert shared.sliced, shared
