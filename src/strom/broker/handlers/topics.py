@@ -8,13 +8,14 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.handlers.slices import Slicer
 from strom.broker.request_types import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteTopicsRequest,
 )
 from strom.broker.router import handles
-from strom.cluster.controller import too_many_records
+from strom.cluster.controller import MAX_RECORDS_PER_USER_OP, too_many_records
 from strom.cluster.image import TopicState
 from strom.config.defs import ConfigError
 from strom.config.topic import TOPIC_CONFIGS, validate_topic_configs
@@ -125,6 +126,8 @@ async def delete_topics(broker: Broker, ctx: RequestContext,
                              if ctx.api_version >= 6
                              else [(n, ZERO_UUID) for n in request.topic_names])
     duplicates = _duplicate_keys(entries)
+    deleted = 0
+    slicer = Slicer()
     for entry in entries:
         name, topic_id = entry
         response: dict[str, Any] = {"name": name, "topic_id": topic_id, "error_code": 0,
@@ -149,9 +152,16 @@ async def delete_topics(broker: Broker, ctx: RequestContext,
         elif topic is None:
             response.update(error_code=missing,
                             error_message="This server does not host this topic.")
+        elif deleted >= MAX_RECORDS_PER_USER_OP:  # as Kafka's controller: the rest fail
+            response.update(name=topic.name, topic_id=topic.topic_id,
+                            error_code=ErrorCode.UNKNOWN_SERVER_ERROR,
+                            error_message="Unable to delete more than "
+                                          f"{MAX_RECORDS_PER_USER_OP} topics in one request.")
         else:
             response.update(name=topic.name, topic_id=topic.topic_id)
             await broker.controller.delete_topic(topic)
+            deleted += 1
+            await slicer.tick()  # a deletion costs a metadata record and the logs' removal
         responses.append(response)
     return {"throttle_time": 0, "responses": responses}
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
+from tests.unit.broker.handlers.loop_probe import run_beside_a_ticker
 
+from strom.broker.handlers import topics as topics_handlers
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
@@ -213,6 +215,31 @@ def test_a_topic_id_given_twice_is_invalid_request_and_kept(broker_harness) -> N
     assert (r.error_code, r.error_message, r.topic_id) == (
         ErrorCode.INVALID_REQUEST, "Duplicate topic id.", topic_id)
     assert "t" in h.broker.image.topics
+
+
+def test_no_more_than_the_controller_cap_is_deleted_per_request(broker_harness, monkeypatch) -> None:
+    # Kafka's controller (ReplicationControlManager.deleteTopics) bounds a request's records at
+    # 10,000: the topics past it fail with UNKNOWN_SERVER_ERROR and stay; cap lowered to 2 here
+    monkeypatch.setattr(topics_handlers, "MAX_RECORDS_PER_USER_OP", 2)
+    h = broker_harness
+    for name in ("a", "b", "c"):
+        h.create_topic(name)
+    responses = _delete_names(h, "a", "b", "c")
+    assert [(r.name, r.error_code) for r in responses] == [
+        ("a", 0), ("b", 0), ("c", ErrorCode.UNKNOWN_SERVER_ERROR)]
+    assert "c" in h.broker.image.topics and "a" not in h.broker.image.topics
+
+
+def test_deleting_many_topics_shares_the_loop(broker_harness) -> None:
+    h = broker_harness
+    names = [f"d{i}" for i in range(300)]
+    for name in names:
+        h.create_topic(name)
+    shared = run_beside_a_ticker(h, ApiKey.DELETE_TOPICS, 5, {"topic_names": names,
+                                                              "timeout": 5000})
+    assert {r.error_code for r in shared.response.responses} == {0}
+    assert not set(names) & set(h.broker.image.topics)
+    assert shared.sliced, shared
 
 
 def test_a_deleted_topic_can_be_created_again(broker_harness) -> None:
