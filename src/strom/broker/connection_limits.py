@@ -48,8 +48,10 @@ def parse_ip_overrides(raw: str | None) -> dict[str, int]:
 class RateLimitedLog:
     """Logs a recurring condition at most once per interval, with how often it happened since."""
 
-    def __init__(self, level: int, interval_s: float = _WARN_EVERY_S) -> None:
+    def __init__(self, level: int, interval_s: float = _WARN_EVERY_S,
+                 logger: logging.Logger = log) -> None:
         self.level = level
+        self.logger = logger
         self.interval_s = interval_s
         self._last = float("-inf")
         self._suppressed = 0
@@ -63,7 +65,7 @@ class RateLimitedLog:
             message += " (%d more since the last report)"
             args = (*args, self._suppressed)
         self._last, self._suppressed = now, 0
-        log.log(self.level, message, *args)
+        self.logger.log(self.level, message, *args)
 
 
 class Waiting(Protocol):

@@ -17,13 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import resource
 import socket
 import struct
 from collections import deque
 from collections.abc import Awaitable
 from typing import Any
 
-from strom.broker.connection_limits import ConnectionLimits, MemoryPool
+from strom.broker.connection_limits import ConnectionLimits, MemoryPool, RateLimitedLog
 from strom.broker.context import CloseConnection, Parts
 from strom.broker.router import Router
 from strom.common.tasks import cancel_all
@@ -38,6 +39,8 @@ _READ_CHUNK = 256 * 1024
 _EAGER_BYTES = 1024 * 1024 + 64 * 1024
 # While this much of a frame is still missing, reads go straight into its buffer.
 _DIRECT_BYTES = 64 * 1024
+# Descriptors kept free for log files when connections would take the last ones.
+_FD_RESERVE = 64
 # Complete requests read ahead of the one being handled, before reading pauses.
 _QUEUED_BYTES = 256 * 1024
 # A reply whose file slices add up to at most this is read and sent as one buffer: one send
@@ -65,6 +68,14 @@ class BrokerServer:
         # Every read lands here first (the loop calls get_buffer, reads, then buffer_updated,
         # back to back), so an idle connection holds no buffer of its own.
         self.scratch = memoryview(bytearray(_READ_CHUNK))
+        # The kernel hands out the lowest free descriptor, so a new socket numbered this high
+        # means the process is about to run out: such connections are closed (and logged) so
+        # that the logs can still open their segment files. Without this, the event loop
+        # accepted and closed connections silently once descriptors ran out.
+        soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        self.fd_ceiling = (soft_limit - _FD_RESERVE if soft_limit != resource.RLIM_INFINITY
+                           else 1 << 62)
+        self._fd_error = RateLimitedLog(logging.ERROR, logger=log)
         self._reaper: asyncio.Task[None] | None = None
         self._live: dict[int, Connection] = {}
         self._server: asyncio.AbstractServer | None = None
@@ -113,6 +124,13 @@ class BrokerServer:
         self._connections[cid] = task
         self._live[cid] = connection
         task.add_done_callback(self._forget(connection))
+
+    def out_of_fds(self, fd: int) -> None:
+        self._fd_error("out of file descriptors: a new connection got descriptor %d of the "
+                       "process's limit of %d (ulimit -n), %d kept for log files; closing new "
+                       "connections until some close (%d open here). Raise the limit, or lower "
+                       "max.connections or max.open.files", fd, self.fd_ceiling + _FD_RESERVE,
+                       _FD_RESERVE, len(self._live))
 
     def _hold_for_memory(self) -> None:
         """queued.max.request.bytes is used up: connections not in the middle of a request
@@ -219,6 +237,11 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
         transport.set_write_buffer_limits(high=0)
+        if self.fd >= self.server.fd_ceiling:
+            self.server.out_of_fds(self.fd)
+            self._refused = True
+            transport.close()
+            return
         limits = self.server.limits
         if limits.tracks_addresses:
             name = transport.get_extra_info("peername")

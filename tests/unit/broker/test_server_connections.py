@@ -7,6 +7,7 @@ sockets from a worker thread, so frames really arrive split by the kernel and th
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import struct
 import time
@@ -276,3 +277,25 @@ def test_a_size_outside_the_limit_closes_only_that_connection() -> None:
         bad.close()
 
     run_with_server(client, max_request_bytes=1 << 20)
+
+
+def test_near_the_descriptor_limit_new_connections_are_closed_with_an_error(caplog) -> None:
+    def client(port: int, server: BrokerServer) -> None:
+        kept = socket.create_connection(("127.0.0.1", port))
+        kept.sendall(request(1))
+        assert read_reply(kept) == (1, 8)
+        # as if the process's limit were just above the descriptors in use now
+        probe = socket.socket()
+        server.fd_ceiling = probe.fileno() + 2
+        probe.close()
+        extra = [socket.create_connection(("127.0.0.1", port)) for _ in range(5)]
+        assert sum(closed_by_peer(s, timeout=2) for s in extra) >= 3
+        kept.sendall(request(2))  # connections already open are still served
+        assert read_reply(kept) == (2, 8)
+        for s in [kept, *extra]:
+            s.close()
+
+    with caplog.at_level(logging.ERROR, logger="strom.broker.server"):
+        run_with_server(client)
+    errors = [r for r in caplog.records if "out of file descriptors" in r.getMessage()]
+    assert len(errors) == 1  # rate-limited: one line, not one per connection
