@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from tests.unit.broker.handlers.loop_probe import run_beside_a_ticker
 
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -238,3 +239,51 @@ def test_incremental_on_the_default_broker_resource(broker_harness) -> None:
     assert _incremental(h, BROKER, "", [("log.retention.ms", SET, "7000")]).error_code == 0
     (entry,) = _describe(h, BROKER, "", ["log.retention.ms"]).configs
     assert (entry.value, entry.config_source) == ("7000", 3)  # DYNAMIC_DEFAULT_BROKER_CONFIG
+
+
+# -- requests with many resources: Kafka's record cap, a loop shared -------------------------
+
+
+@pytest.mark.parametrize("api_key, version", [(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1),
+                                              (ApiKey.ALTER_CONFIGS, 2)])
+def test_more_than_10000_config_entries_fail_the_whole_request(broker_harness, api_key,
+                                                               version) -> None:
+    # Kafka's controller writes at most 10,000 config records per request
+    # (MAX_RECORDS_PER_USER_OP) and fails all of it beyond: POLICY_VIOLATION, nothing changed
+    h = broker_harness
+    h.create_topic("t")
+    h.create_topic("u")
+    op = {"config_operation": SET} if api_key == ApiKey.INCREMENTAL_ALTER_CONFIGS else {}
+    r = h.request(api_key, version, {"resources": [
+        {"resource_type": TOPIC, "resource_name": "t",
+         "configs": [{"name": "retention.ms", "value": "1234", **op}]},
+        {"resource_type": TOPIC, "resource_name": "u",
+         "configs": [{"name": f"x{i}", "value": "1", **op} for i in range(10_000)]}],
+        "validate_only": False})
+    assert [x.error_code for x in r.responses] == [ErrorCode.POLICY_VIOLATION] * 2
+    assert _topic_value(h, "t", "retention.ms")[1] == DEFAULT_CONFIG
+
+
+def test_altering_many_resources_shares_the_loop(broker_harness) -> None:
+    h = broker_harness
+    names = [f"c{i}" for i in range(100)]
+    for name in names:
+        h.create_topic(name)
+    shared = run_beside_a_ticker(h, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [
+        {"resource_type": TOPIC, "resource_name": names[i % 100], "configs": [
+            {"name": "retention.ms", "config_operation": SET, "value": str(1000 + i)}]}
+        for i in range(1000)], "validate_only": False})
+    assert {x.error_code for x in shared.response.responses} == {0}
+    assert shared.sliced, shared
+
+
+def test_describing_many_resources_shares_the_loop(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    shared = run_beside_a_ticker(h, ApiKey.DESCRIBE_CONFIGS, 4, {"resources": [
+        {"resource_type": TOPIC, "resource_name": "t", "configuration_keys": None}] * 400,
+        "include_synonyms": True, "include_documentation": False})
+    assert len(shared.response.results) == 400
+    # the router encodes the 1.4 MB answer in one step after the handler: what is sliced here
+    # is the describing, so the longest hold is the encoding, well under the whole
+    assert shared.turns >= 3 and shared.longest_s < shared.total_s / 2, shared
