@@ -9,6 +9,7 @@ exceeded. A pinned file (e.g. during a ``sendfile``) is never closed under its u
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 from collections import OrderedDict
 from collections.abc import Iterable
@@ -98,6 +99,15 @@ class FileBudget:
         for f in list(self._open):
             f._close_fd()
 
+    def shed(self) -> bool:
+        """Out of descriptors (EMFILE/ENFILE): close the older half of the unpinned files so
+        the open that failed can be retried. True when any were closed."""
+        victims = [f for f in self._open if f._pins == 0]
+        victims = victims[: max(1, len(victims) // 2)] if victims else []
+        for f in victims:
+            f._close_fd()
+        return bool(victims)
+
 
 class SegmentFile:
     """A file opened on demand within a ``FileBudget``; ``fileno()`` (re)opens it."""
@@ -130,7 +140,12 @@ class SegmentFile:
         try:
             fd = os.open(self.path, flags, 0o644)
         except OSError as e:
-            raise KafkaStorageError(f"cannot open {self.path}: {e}") from e
+            if e.errno not in (errno.EMFILE, errno.ENFILE) or not self._budget.shed():
+                raise KafkaStorageError(f"cannot open {self.path}: {e}") from e
+            try:  # the budget gave some descriptors back: once more
+                fd = os.open(self.path, flags, 0o644)
+            except OSError as e2:
+                raise KafkaStorageError(f"cannot open {self.path}: {e2}") from e2
         self._create = False
         self._fd = fd
         self._budget._opened(self)

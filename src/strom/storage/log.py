@@ -39,6 +39,7 @@ from strom.storage.config import LogConfig
 from strom.storage.epochs import DeferredEpochCache
 from strom.storage.errors import KafkaStorageError, OffsetOutOfRangeError
 from strom.storage.files import FileBudget, FileSlice, SegmentFile, fsync
+from strom.storage.health import RateLimitedLog, describe, io_cause
 from strom.storage.producer_state import (
     DEFAULT_EXPIRATION_MS,
     BatchMetadata,
@@ -59,6 +60,10 @@ from strom.storage.txn_index import TXN_INDEX_SUFFIX, AbortedTxn, TransactionInd
 from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION, validate_append
 
 log = logging.getLogger(__name__)
+_unreported = RateLimitedLog(log)  # I/O failures of logs without a LogManager to tell
+
+# (log, what failed, the OSError): the LogManager takes a failing log dir offline
+IoErrorHandler = Callable[["PartitionLog", str, OSError], None]
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
@@ -175,6 +180,8 @@ class PartitionLog:
         self.hw_follows_leo = hw_follows_leo
         # called after every append (a leader wakes its followers' fetches, whoever wrote)
         self.on_append: Callable[[], None] | None = None
+        self.on_io_error: IoErrorHandler | None = None
+        self._offline: str | None = None  # why the log dir is offline (see take_offline)
         fresh = _make_dir(self.dir)  # a new directory: nothing on disk to load or recover
         meta_path = self.dir / PARTITION_METADATA
         stored = None if fresh else read_partition_metadata(meta_path)
@@ -287,6 +294,8 @@ class PartitionLog:
         self._active.index_interval = config.index_interval_bytes
 
     def _check_open(self) -> None:
+        if self._offline is not None:
+            raise KafkaStorageError(self._offline)
         if self._closed:
             raise KafkaStorageError(f"log {self.topic}-{self.partition} is closed")
 
@@ -300,7 +309,32 @@ class PartitionLog:
         A writable ``records`` buffer is patched in place; nothing is written when any batch
         is invalid. ``origin`` is ``client`` (producers), ``coordinator`` (internal writes,
         control batches allowed) or ``replication`` (offsets and epochs kept as sent).
+        An I/O failure raises KafkaStorageError and is reported to ``on_io_error`` (Kafka's
+        LogDirFailureChannel); a write that failed half-way has been cut off again.
         """
+        try:
+            return self._append(records, leader_epoch, now_ms, origin)
+        except (KafkaStorageError, OSError) as e:
+            err = self._io_failed("Error while appending records to "
+                                  f"{self.topic}-{self.partition} in dir {self.dir.parent}", e)
+            if err is e:
+                raise
+            raise err from e
+
+    def _io_failed(self, what: str, exc: BaseException) -> BaseException:
+        """The error to raise for ``exc`` met while doing ``what``: an I/O failure is reported
+        (the log dir goes offline, with one ERROR) and becomes a KafkaStorageError naming its
+        cause; anything else is ``exc`` itself."""
+        cause = io_cause(exc)
+        if cause is None:
+            return exc
+        if self.on_io_error is not None:
+            self.on_io_error(self, what, cause)
+        else:
+            _unreported.error(str(self.dir), "%s: %s", what, describe(cause))
+        return KafkaStorageError(f"{what}: {describe(cause)}")
+
+    def _append(self, records, leader_epoch: int, now_ms: int, origin: str) -> AppendResult:
         if self._closed:
             self._check_open()
         v = validate_append(
@@ -374,7 +408,8 @@ class PartitionLog:
         if old.size == 0:
             return old
         old.seal()
-        self._rolled_unflushed.append(old)
+        if old not in self._rolled_unflushed:  # (a roll that failed half-way is retried)
+            self._rolled_unflushed.append(old)
         seg = self._add_segment(base)
         ps = self.producer_state
         ps.map_end_offset = max(ps.map_end_offset, base)
@@ -432,6 +467,12 @@ class PartitionLog:
                 log.error("cannot read offset %d of %s-%d: %s", offset, self.topic,
                           self.partition, e)  # fmt: skip
             raise
+        except (KafkaStorageError, OSError) as e:
+            err = self._io_failed(f"Error while reading offset {offset} of {self.topic}-"
+                                  f"{self.partition} in dir {self.dir.parent}", e)  # fmt: skip
+            if err is e:
+                raise
+            raise err from e
 
     def _read(
         self, offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
@@ -1051,7 +1092,7 @@ class PartitionLog:
             if waiter.done():
                 return
             nxt = self._inflight_done
-            if self.recovery_point >= offset or self._closed:
+            if self.recovery_point >= offset or (self._closed and self._offline is None):
                 waiter.set_result(None)
             elif nxt is None or nxt is f:
                 waiter.set_exception(KafkaStorageError(
@@ -1114,6 +1155,8 @@ class PartitionLog:
             self._requeue(job)
             log.error("flush of %s-%d failed; the recovery point stays at %d and the flush is "
                       "retried: %s", self.topic, self.partition, self.recovery_point, error)  # fmt: skip
+            self._io_failed(f"Error while flushing {self.topic}-{self.partition} in dir "
+                            f"{self.dir.parent}", error)  # a failing dir goes offline
         if done is not None and not done.done():
             done.set_result(None)
         if error is None and not self._closed and (self._rolled_unflushed or self._want_full_flush):
@@ -1156,3 +1199,41 @@ class PartitionLog:
             for entry in self._pending_deletes:
                 self._remove_deleted(entry)
             self._pending_deletes.clear()
+
+    # --- offline log dir -----------------------------------------------------------------------
+
+    @property
+    def offline(self) -> str | None:
+        """Why the log's dir is offline (every request answers KAFKA_STORAGE_ERROR); None when
+        it serves."""
+        return self._offline
+
+    def take_offline(self, reason: str) -> None:
+        """Stop serving because the log dir failed: every call raises KafkaStorageError with
+        ``reason``. Files are closed without writing anything (indexes, snapshots and epochs
+        are rebuilt by ``reload`` from what is on disk, as after a crash)."""
+        self._offline = reason
+        self._closed = True
+        for seg in self._segments:
+            seg.close()
+        for _due, _paths, seg in self._pending_deletes:
+            seg.close()  # their *.deleted files are removed by the reload
+
+    def reload(self) -> None:
+        """Serve again after ``take_offline``: load the directory as start-up does after a crash
+        (segments from the recovery point on are re-validated; a batch torn by a failed write is
+        cut, saved aside and logged as an ERROR). The object stays the same, so every holder of
+        it (partition manager, coordinators, replication) sees the reloaded log."""
+        if self._inflight is not None:
+            raise KafkaStorageError(f"{self.topic}-{self.partition} is still flushing")
+        fresh = PartitionLog(
+            self.dir, self.topic, self.partition, self.topic_id, self.config,
+            budget=self._budget, clock=self._clock, clean_shutdown=False,
+            recovery_point=self.recovery_point, log_start_offset=self.log_start_offset,
+            high_watermark=self.high_watermark, hw_follows_leo=self.hw_follows_leo,
+            producer_id_expiration_ms=self.producer_state.expiration_ms,
+        )  # fmt: skip
+        fresh._generation = self._generation + 1  # a flush captured before is not counted
+        keep = {"on_append": self.on_append, "on_io_error": self.on_io_error}
+        vars(self).update(vars(fresh))
+        vars(self).update(keep)

@@ -9,6 +9,7 @@ renamed to ``<topic>-<partition>.<uuidhex>-delete`` so a crash mid-delete never 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import shutil
 import threading
@@ -29,12 +30,16 @@ from strom.storage.checkpoints import (
     write_partition_metadata,
 )
 from strom.storage.config import LogConfig
-from strom.storage.errors import KafkaStorageError
+from strom.storage.errors import KafkaStorageError, StorageError
 from strom.storage.files import FileBudget
+from strom.storage.health import RateLimitedLog, describe, io_cause, is_fd_exhaustion, probe_dir
 from strom.storage.log import PartitionLog
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
 
+log = logging.getLogger(__name__)
+
 CLEAN_SHUTDOWN_MARKER = ".strom_cleanshutdown"
+OFFLINE_CHECK_INTERVAL_S = 5.0  # how often an offline log dir is checked for recovery
 # background flushes the periodic flush keeps running at once (Kafka's background.threads is 10)
 FLUSHES_IN_FLIGHT = 8
 
@@ -80,6 +85,11 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_version = 0  # taken on the loop for each checkpoint's contents
         self._checkpoint_written = 0  # the newest version in the files
+        self._offline: dict[Path, str] = {}  # offline log dirs -> why
+        self.offline_check_interval_s = OFFLINE_CHECK_INTERVAL_S
+        self._recovery_task: asyncio.Task[None] | None = None
+        self._online_listeners: list[Callable[[Path], None]] = []
+        self._fd_log = RateLimitedLog(log)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -131,11 +141,15 @@ class LogManager:
         return list(self._logs.values())
 
     def _pick_dir(self) -> Path:
-        """The log dir holding the fewest partitions (Kafka's placement rule)."""
+        """The online log dir holding the fewest partitions (Kafka's placement rule)."""
         counts = self._dir_counts
-        return min(self.log_dirs, key=lambda d: counts.get(d, 0))
+        online = [d for d in self.log_dirs if d not in self._offline]
+        if not online:
+            raise KafkaStorageError("no log dir is online: " + "; ".join(self._offline.values()))
+        return min(online, key=lambda d: counts.get(d, 0))
 
     def _register(self, tp: tuple[str, int], log: PartitionLog, d: Path) -> None:
+        log.on_io_error = self._on_io_error
         self._logs[tp] = log
         self._dir_of[tp] = d
         self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
@@ -192,7 +206,8 @@ class LogManager:
     # --- periodic work -------------------------------------------------------------------------
 
     def run_retention(self, now_ms: int) -> int:
-        return sum(log.apply_retention(now_ms) for log in list(self._logs.values()))
+        return sum(log.apply_retention(now_ms) for log in list(self._logs.values())
+                   if not log.closed)  # fmt: skip
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Drop producer ids idle longer than producer.id.expiration.ms from every log."""
@@ -225,17 +240,27 @@ class LogManager:
             await asyncio.wait(running)
 
     def checkpoint(self) -> None:
-        """Write the three offset checkpoint files of every log dir (blocking: fsyncs)."""
-        self._write_checkpoints(self._checkpoint_contents())
+        """Write the three offset checkpoint files of every online log dir (blocking: fsyncs);
+        a dir where that fails goes offline."""
+        self._checkpoints_failed(self._write_checkpoints(self._checkpoint_contents()))
 
     async def checkpoint_in_background(self) -> None:
         """``checkpoint`` with the file writes and fsyncs in a worker thread; the offsets are
         read on the loop first, so the files hold one consistent moment."""
-        await asyncio.to_thread(self._write_checkpoints, self._checkpoint_contents())
+        failed = await asyncio.to_thread(self._write_checkpoints, self._checkpoint_contents())
+        self._checkpoints_failed(failed)
+
+    def _checkpoints_failed(self, failed: list[tuple[Path, Exception]]) -> None:
+        for d, e in failed:
+            cause = io_cause(e)
+            if cause is None:
+                raise e
+            self._dir_failed(d, f"Error while writing offset checkpoints in dir {d}", cause)
 
     def _checkpoint_contents(self) -> tuple[int, list[tuple[Path, list[Offsets]]]]:
         """(version, per log dir: recovery points, log start offsets, high watermarks)."""
-        per_dir: dict[Path, list[Offsets]] = {d: [{}, {}, {}] for d in self.log_dirs}
+        per_dir: dict[Path, list[Offsets]] = {d: [{}, {}, {}] for d in self.log_dirs
+                                              if d not in self._offline}  # fmt: skip
         dir_of = self._dir_of
         for tp, log in self._logs.items():
             maps = per_dir.get(dir_of.get(tp))  # type: ignore[arg-type]
@@ -247,19 +272,26 @@ class LogManager:
         self._checkpoint_version += 1
         return self._checkpoint_version, list(per_dir.items())
 
-    def _write_checkpoints(self, contents: tuple[int, list[tuple[Path, list[Offsets]]]]) -> None:
-        """Write one version of the checkpoints (any thread). A slow background write that
-        finishes after a newer one (e.g. shutdown's) must not replace it: older versions are
-        skipped."""
+    def _write_checkpoints(
+        self, contents: tuple[int, list[tuple[Path, list[Offsets]]]]
+    ) -> list[tuple[Path, Exception]]:
+        """Write one version of the checkpoints (any thread); returns the dirs where that
+        failed. A slow background write that finishes after a newer one (e.g. shutdown's) must
+        not replace it: older versions are skipped."""
         version, per_dir = contents
+        failed: list[tuple[Path, Exception]] = []
         with self._checkpoint_lock:
             if version <= self._checkpoint_written:
-                return
+                return failed
             for d, (rps, lsos, hws) in per_dir:
-                write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, rps)
-                write_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, lsos)
-                write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, hws)
+                try:
+                    write_offset_checkpoint(d / RECOVERY_POINT_CHECKPOINT, rps)
+                    write_offset_checkpoint(d / LOG_START_OFFSET_CHECKPOINT, lsos)
+                    write_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT, hws)
+                except (OSError, StorageError) as e:
+                    failed.append((d, e))
             self._checkpoint_written = version
+        return failed
 
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints, then the clean-shutdown markers.
@@ -269,12 +301,113 @@ class LogManager:
         producer snapshot, and the file creations they stall behind) took 15-25 s for 10,000
         partitions; one syncfs takes well under a second. Only after it succeeds do the
         recovery points and the clean-shutdown markers claim the data is on disk."""
+        if self._recovery_task is not None:
+            self._recovery_task.cancel()
         for log in self._logs.values():
             if not log.closed:
                 log.flush(sync=False)
                 log.close(sync=False)
-        files.sync_filesystems(self.log_dirs)
+        online = [d for d in self.log_dirs if d not in self._offline]
+        files.sync_filesystems(online)
         self.checkpoint()
-        for d in self.log_dirs:
-            (d / CLEAN_SHUTDOWN_MARKER).write_text("")
+        for d in online:  # an offline dir is recovered on the next start, as after a crash
+            if d not in self._offline:
+                (d / CLEAN_SHUTDOWN_MARKER).write_text("")
         self.budget.close_all()
+
+    # --- offline log dirs ----------------------------------------------------------------------
+
+    @property
+    def offline_dirs(self) -> dict[Path, str]:
+        """Offline log dirs and why they went offline."""
+        return dict(self._offline)
+
+    def add_online_listener(self, listener: Callable[[Path], None]) -> None:
+        """Call ``listener(dir)`` when an offline log dir is back online."""
+        self._online_listeners.append(listener)
+
+    def _on_io_error(self, plog: PartitionLog, what: str, cause: OSError) -> None:
+        """A log met an I/O failure. Out of file descriptors: the request fails (a rate-limited
+        ERROR names the partition), the dir is fine. Anything else: its dir goes offline."""
+        if is_fd_exhaustion(cause):
+            self._fd_log.error(
+                "fd", "%s: %s; the broker is out of file descriptors (raise `ulimit -n`, or "
+                "lower max.open.files or the number of connections); requests that need to "
+                "open files answer KAFKA_STORAGE_ERROR meanwhile", what, describe(cause))  # fmt: skip
+            return
+        d = self._dir_of.get((plog.topic, plog.partition))
+        if d is None:  # deleted meanwhile
+            log.error("%s: %s", what, describe(cause))
+            return
+        self._dir_failed(d, what, cause)
+
+    def _dir_failed(self, d: Path, what: str, cause: OSError) -> None:
+        """Take log dir ``d`` offline (Kafka's LogDirFailureChannel and handleLogDirFailure):
+        one ERROR naming the dir, the cause and the partitions; each of them answers
+        KAFKA_STORAGE_ERROR until the background check brings the dir back."""
+        if d in self._offline:
+            return
+        reason = f"log dir {d} is offline: {describe(cause)}"
+        self._offline[d] = reason
+        tps = sorted(tp for tp, dd in self._dir_of.items() if dd == d)
+        names = ", ".join(f"{t}-{p}" for t, p in tps[:10]) + (", ..." if len(tps) > 10 else "")
+        log.error("%s: %s. Log dir %s is offline: its %d partitions (%s) answer "
+                  "KAFKA_STORAGE_ERROR until it has free space and takes writes again (checked "
+                  "every %.0f s)", what, describe(cause), d, len(tps), names,
+                  self.offline_check_interval_s)  # fmt: skip
+        for tp in tps:
+            self._logs[tp].take_offline(reason)
+        self._start_recovery_checks()
+
+    def _start_recovery_checks(self) -> None:
+        task = self._recovery_task
+        if task is not None and not task.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tools, tests): check_offline_dirs is called directly
+            return
+        self._recovery_task = loop.create_task(self._check_periodically(), name="log-dir-recovery")
+
+    async def _check_periodically(self) -> None:
+        while self._offline:
+            await asyncio.sleep(self.offline_check_interval_s)
+            try:
+                await self.check_offline_dirs()
+            except Exception:
+                log.exception("checking the offline log dirs failed")
+
+    async def check_offline_dirs(self) -> list[Path]:
+        """Bring back every offline dir that has free space and takes a test write (the probe
+        runs in a worker thread); returns the dirs now online."""
+        back = []
+        for d in list(self._offline):
+            problem = await asyncio.to_thread(probe_dir, d)
+            if problem is not None:
+                log.debug("log dir %s stays offline: %s", d, problem)
+            elif d in self._offline and self.bring_online(d):
+                back.append(d)
+        return back
+
+    def bring_online(self, d: Path) -> bool:
+        """Reload every partition of offline dir ``d`` from its files, as after a crash, and
+        serve them again; all or none (a failure leaves the dir offline for the next check)."""
+        logs = [self._logs[tp] for tp, dd in sorted(self._dir_of.items()) if dd == d]
+        if any(plog.flushing for plog in logs):
+            return False  # a flush begun before the failure is still in its thread
+        reloaded: list[PartitionLog] = []
+        try:
+            for plog in logs:
+                plog.reload()
+                reloaded.append(plog)
+        except (OSError, StorageError) as e:
+            for plog in reloaded:
+                plog.take_offline(self._offline[d])
+            log.error("log dir %s takes writes again, but reloading its partitions failed; it "
+                      "stays offline: %s", d, e)  # fmt: skip
+            return False
+        del self._offline[d]
+        log.info("log dir %s is back online: %d partitions reloaded", d, len(logs))
+        for listener in list(self._online_listeners):
+            listener(d)
+        return True

@@ -99,6 +99,10 @@ def _read_all(broker: Broker, request: FetchRequest, version: int,
             if r.error_code:
                 errors = True
                 continue
+            if log.offline is not None:  # as Kafka: its log dir failed (even when caught up)
+                r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                errors = True
+                continue
             hw = log.high_watermark
             stable = log.last_stable_offset
             r.high_watermark, r.last_stable_offset = hw, stable
