@@ -32,7 +32,7 @@ from strom.protocol.api_keys import ApiKey
 CORPUS = Path(__file__).resolve().parent / "corpus"
 MAX_FRAME = 4096  # larger frames (big produce batches) add size, not shapes
 PER_KEY = 2  # distinct frames kept per (api key, version, client)
-PER_PRODUCE = 8  # Produce: enough for a batch of every compression codec
+PER_PRODUCE = 10  # Produce: enough for a batch of every compression codec
 
 
 class RecordingProxy:

@@ -363,6 +363,8 @@ def records_have_keys(batch_bytes) -> bool:
         for _ in range(h.records_count):
             length, pos = read_varint(buf, pos)
             end = pos + length
+            if length < 0 or end > len(buf):  # a negative length would walk back forever
+                raise CorruptRecordError(f"record length {length} does not fit the batch")
             pos += 1
             _, pos = read_varint(buf, pos)
             _, pos = read_varint(buf, pos)
