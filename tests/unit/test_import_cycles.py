@@ -48,6 +48,13 @@ def _imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
         else:
             continue
         out.update(t for t in targets if t in known and t != name)
+    # Importing a.b.c first runs a/__init__ and a/b/__init__: those count too, except the
+    # importer's own packages (already being imported when it runs).
+    own = {".".join(name.split(".")[:i]) for i in range(1, name.count(".") + 1)}
+    for target in list(out):
+        parts = target.split(".")
+        out.update(p for p in (".".join(parts[:i]) for i in range(1, len(parts)))
+                   if p in known and p not in own and p != name)
     return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,6 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from strom.broker.context import CloseConnection, Parts, RequestContext
-from strom.broker.handlers.api_versions import check_request
 from strom.broker.requests import complete_request
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Codec, request_codec, response_codec, supported_versions
@@ -230,7 +230,7 @@ class Router:
 
     def _api_versions(self, broker: Broker, ctx: RequestContext, body: memoryview) -> bytes:
         """ApiVersions: exactly what this router has handlers for (encoded once)."""
-        error = check_request(ctx, body)
+        error = _api_versions_error(ctx, body)
         if error:
             return response_codec(ApiKey.API_VERSIONS, ctx.api_version).encode(
                 {"error_code": int(error), "api_keys": [], "throttle_time": 0})
@@ -257,3 +257,18 @@ class Router:
                 "throttle_time": 0,
             })
         return reply
+
+
+# Kafka's pattern for client_software_name and client_software_version (v3+, KIP-511)
+_software_name = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?").fullmatch
+
+
+def _api_versions_error(ctx: RequestContext, body: memoryview) -> ErrorCode:
+    """NONE, or the error an ApiVersions request is answered with (without the API list), as
+    Kafka's ApiVersionsRequest.isValid. A malformed body raises ProtocolError: the connection
+    closes."""
+    request, _ = request_codec(ApiKey.API_VERSIONS, ctx.api_version).decode(body)
+    if ctx.api_version >= 3 and not (_software_name(request.client_software_name)
+                                     and _software_name(request.client_software_version)):
+        return ErrorCode.INVALID_REQUEST
+    return ErrorCode.NONE

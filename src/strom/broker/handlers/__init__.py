@@ -1,7 +1,7 @@
 """One module per API (or small family of APIs); the router collects the marked functions.
 
-ApiVersions is answered by the router itself (it lists its own routes), after
-`api_versions.check_request`."""
+ApiVersions is answered by the router itself (it lists its own routes and checks the client's
+software name), so this package never needs importing from the router."""
 
 from strom.broker.handlers import (
     cluster,
