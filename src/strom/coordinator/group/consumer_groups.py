@@ -22,11 +22,11 @@ store, timers and topics view); the reconciliation itself is `reconciliation.rec
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections import Counter
 from typing import Any
 
+from strom.common.regex import RegexError, compile_regex
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.assignors import ASSIGNORS
 from strom.coordinator.group.reconciliation import reconcile
@@ -168,8 +168,8 @@ class ConsumerGroupManager:
                              f"{', '.join(self._assignor_names())}.")
         if regex:
             try:
-                re.compile(regex)
-            except re.error as exc:
+                compile_regex(regex)
+            except RegexError as exc:
                 raise KafkaError(ErrorCode.INVALID_REGULAR_EXPRESSION,
                                  f"SubscribedTopicRegex `{regex}` is not a valid regular "
                                  f"expression: {exc}.") from None
@@ -363,8 +363,8 @@ class ConsumerGroupManager:
         if cached is not None and cached[0] == version:
             return cached[1]
         try:
-            pattern = re.compile(regex)
-        except re.error:
+            pattern = compile_regex(regex)
+        except RegexError:
             matched: frozenset[str] = frozenset()
         else:
             matched = frozenset(n for n in self.topics.names() if pattern.fullmatch(n))

@@ -16,11 +16,11 @@ producer epoch first, which fences the old producer everywhere the marker lands.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from strom.common.regex import RegexError, compile_regex
 from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
 from strom.coordinator.sharding import ShardedCoordinator
@@ -647,8 +647,8 @@ class TransactionCoordinator(ShardedCoordinator):
                 wanted_states.add(state)
         pids = set(producer_ids or ())
         try:
-            regex = re.compile(pattern) if pattern else None
-        except re.error:
+            regex = compile_regex(pattern) if pattern else None
+        except RegexError:
             return {"error_code": int(ErrorCode.INVALID_REQUEST), "unknown_state_filters": [],
                     "transaction_states": []}
         now = self.now_ms()

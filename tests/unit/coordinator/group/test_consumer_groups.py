@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -166,6 +167,19 @@ def test_topic_growth_and_regex_subscriptions(env):
     settle([a])
     assert a.owned == {t1: {0, 1, 2}, t2: {0}}
     assert group_of(env, "g").group_epoch == 2
+
+
+def test_a_backtracking_regex_is_matched_in_linear_time(env):
+    # With Python's re, "(a+)+$" against 26 a's and a b took 4 s (doubling per character),
+    # and any client may create such a topic and send such a pattern. RE2 (as Kafka's RE2/J)
+    # answers at once; pytest-timeout would stop a backtracking match long before it ended.
+    env.topics.add("a" * 40 + "b", 1)
+    env.topics.add("aaaa", 1)
+    started = time.process_time()
+    c = Client(env, "g", [], regex="(a+)+$")
+    c.heartbeat()
+    assert [env.topics.topic_name(t) for t in c.owned] == ["aaaa"]
+    assert time.process_time() - started < 5  # a bound on runaway work, not a speed check
 
 
 def test_invalid_requests(env):
