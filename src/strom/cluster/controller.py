@@ -25,6 +25,7 @@ from strom.cluster.records import Change
 from strom.cluster.validation import check_topic_name, colliding
 from strom.common.immediate import must_complete_now
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
@@ -235,7 +236,10 @@ class LocalController:
         self._listeners.append(listener)
 
     def _commit(self, records: list[Record]) -> None:
-        changes = self._log.append(self.image, records)
+        try:
+            changes = self._log.append(self.image, records)
+        except StorageError as exc:  # e.g. a full disk: refused, the image is untouched
+            raise KafkaError(exc.error_code, f"cannot write the metadata log: {exc}") from exc
         for listener in self._listeners:
             listener(changes)
 
@@ -262,7 +266,10 @@ class LocalController:
             now_ms = int(time.time() * 1000)
             batch, changes = await asyncio.to_thread(_prepare, shadow, records, now_ms)
             recheck()
-            end = self._log.write(batch, now_ms)
+            try:
+                end = self._log.write(batch, now_ms)
+            except StorageError as exc:  # e.g. a full disk: refused, the image is untouched
+                raise KafkaError(exc.error_code, f"cannot write the metadata log: {exc}") from exc
             merged = self._merge(shadow, changes, len(records))
             self._log.applied(self.image, len(records))
             for listener in self._listeners:
