@@ -59,6 +59,7 @@ class PartitionManager:
         self._sequence = 0
         self._settle_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._creator: asyncio.Task[None] | None = None
+        logs.add_online_listener(self._on_dir_online)
 
     # -- configs --------------------------------------------------------------------------
 
@@ -159,6 +160,7 @@ class PartitionManager:
         """Create the logs deferred since sequence `first_new`: now when few or when no loop
         runs (tests, start-up), else in the background."""
         if not self._pending:
+            self._wake_settled()  # e.g. a deletion took the last pending ones
             return
         try:
             loop = asyncio.get_running_loop()
@@ -188,8 +190,10 @@ class PartitionManager:
             while self._pending:
                 deadline = time.perf_counter() + SLICE_S
                 configs: dict[str, LogConfig] = {}
-                while self._pending and time.perf_counter() < deadline:
+                while True:  # at least one a slice
                     self._create_pending(next(iter(self._pending)), configs)
+                    if not self._pending or time.perf_counter() >= deadline:
+                        break
                 self._wake_settled()
                 await asyncio.sleep(0)
         finally:
@@ -200,7 +204,10 @@ class PartitionManager:
                         configs: dict[str, LogConfig] | None = None) -> PartitionLog | None:
         """Create a pending partition's log now and announce its leadership. A storage error
         is logged: the partition stays without a local log (clients are told it is not here)."""
-        topic, _seq = self._pending.pop(key)
+        entry = self._pending.pop(key, None)
+        if entry is None:  # a listener's change meanwhile created or dropped it
+            return self._local.get(key)
+        topic = entry[0]
         config = configs.get(topic.name) if configs is not None else None
         if config is None:
             config = self.log_config(topic)
@@ -213,6 +220,18 @@ class PartitionManager:
             return None
         self._update_leadership(*key)
         return self._local.get(key)
+
+    def _on_dir_online(self, _dir: object) -> None:
+        """A log dir is back: its logs reloaded themselves; create those that failed while no
+        dir could take them (each failure was logged)."""
+        first_new = self._sequence
+        for topic in self.image.topics.values():
+            for p in topic.partitions.values():
+                key = (topic.name, p.partition)
+                if self.broker_id in p.replicas and key not in self._local \
+                        and key not in self._pending:  # fmt: skip
+                    self._defer(key, topic)
+        self._create_new(first_new)
 
     async def settled(self) -> None:
         """Return once every log pending now has been created (or is no longer wanted)."""

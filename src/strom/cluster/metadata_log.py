@@ -139,11 +139,15 @@ class MetadataLog:
             self._snapshotting = False
 
     def _write_snapshot(self, offset: int, data: dict[str, Any]) -> Path:
-        """Encode, write and fsync the snapshot file (any thread): its final path."""
+        """Encode, write and fsync the snapshot file (any thread): its final path. Encoded
+        piece by piece: one C-level json.dumps of a large image would hold the GIL (and stall
+        the loop) for tens of milliseconds."""
         path = self.dir / f"{offset:020d}{SNAPSHOT_SUFFIX}"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data))
-        with open(tmp, "rb") as f:
+        with open(tmp, "w") as f:
+            for chunk in json.JSONEncoder().iterencode(data):
+                f.write(chunk)
+            f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         return path
