@@ -90,6 +90,7 @@ class LogManager:
         self._recovery_task: asyncio.Task[None] | None = None
         self._online_listeners: list[Callable[[Path], None]] = []
         self._fd_log = RateLimitedLog(log)
+        self._reload_log = RateLimitedLog(log, 60.0)  # a reload failing at every check
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -403,8 +404,8 @@ class LogManager:
         except (OSError, StorageError) as e:
             for plog in reloaded:
                 plog.take_offline(self._offline[d])
-            log.error("log dir %s takes writes again, but reloading its partitions failed; it "
-                      "stays offline: %s", d, e)  # fmt: skip
+            self._reload_log.error(str(d), "log dir %s takes writes again, but reloading its "
+                                   "partitions failed; it stays offline: %s", d, e)  # fmt: skip
             return False
         del self._offline[d]
         log.info("log dir %s is back online: %d partitions reloaded", d, len(logs))

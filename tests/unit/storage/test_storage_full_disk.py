@@ -319,3 +319,26 @@ def test_rate_limited_log_says_how_many_were_held_back(caplog):
     now[0] = 11.0
     assert limited.error("k", "bad %s", "thing")
     assert "2 more like it" in caplog.records[-1].getMessage()
+
+
+def test_a_dir_whose_partitions_cannot_reload_stays_offline(h, tmp_path, disk_full, monkeypatch):
+    mgr, plog = _manager(tmp_path)
+    other = mgr.create("t", 1, TOPIC_ID, LogConfig())
+    _append(h, plog)
+    disk_full.armed = True
+    with pytest.raises(KafkaStorageError):
+        _append(h, plog)
+    disk_full.armed = False
+    real_reload = type(plog).reload
+
+    def failing(self):
+        if self is other:
+            raise KafkaStorageError("cannot save damaged bytes") from OSError(errno.EIO, "EIO")
+        real_reload(self)
+
+    monkeypatch.setattr(type(plog), "reload", failing)
+    assert not mgr.bring_online(tmp_path / "logs")
+    assert mgr.offline_dirs and plog.offline and other.offline  # all or none
+    monkeypatch.setattr(type(plog), "reload", real_reload)
+    assert mgr.bring_online(tmp_path / "logs")
+    assert _append(h, other).first_offset == 0 and _append(h, plog).first_offset == 2
