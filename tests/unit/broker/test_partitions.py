@@ -21,7 +21,7 @@ from strom.config.broker import BrokerConfig
 from strom.storage.errors import KafkaStorageError
 from strom.storage.manager import LogManager
 
-DEADLINE_S = 10.0
+DEADLINE_S = 60.0  # a hang guard; a busy CI machine creates 100 logs in well under that
 Leadership = tuple[str, int, bool, int]
 
 
