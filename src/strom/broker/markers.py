@@ -18,7 +18,7 @@ from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.transaction.markers import MarkerResults, TopicPartition, TxnMarker
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, ProtocolError
-from strom.protocol.records import control_batch
+from strom.record import control_batch
 from strom.storage.errors import StorageError
 from strom.storage.validator import ORIGIN_COORDINATOR
 

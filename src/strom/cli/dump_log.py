@@ -20,8 +20,8 @@ from typing import Annotated, Any
 
 import typer
 
+from strom import record as rec
 from strom.cli.common import UsageError, handle_errors
-from strom.protocol import records as rec
 
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".txnindex")
 _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position

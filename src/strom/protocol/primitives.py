@@ -98,7 +98,8 @@ write_bool = pack_bool
 
 
 # ---------------------------------------------------------------------------------------------
-# Varints (protobuf style, as Kafka's ByteUtils): unsigned, and zig-zag signed.
+# Unsigned varints (protobuf style, as Kafka's ByteUtils). The zig-zag signed ones of record
+# fields are strom.record.varint's.
 # ---------------------------------------------------------------------------------------------
 
 SMALL_UVARINTS = tuple(bytes((i,)) for i in range(128))
@@ -141,18 +142,6 @@ def read_uvarlong(buf, pos: int) -> tuple[int, int]:
     return _read_varbits(buf, pos, 63)
 
 
-def read_varint(buf, pos: int) -> tuple[int, int]:
-    """Zig-zag signed varint (record fields)."""
-    v, pos = _read_varbits(buf, pos, 28)
-    return (v >> 1) ^ -(v & 1), pos
-
-
-def read_varlong(buf, pos: int) -> tuple[int, int]:
-    """Zig-zag signed varlong (record fields)."""
-    v, pos = _read_varbits(buf, pos, 63)
-    return (v >> 1) ^ -(v & 1), pos
-
-
 def write_uvarint(value: int) -> bytes:
     """Unsigned varint (also used for unsigned varlongs)."""
     if 0 <= value < 0x80:
@@ -168,16 +157,6 @@ def write_uvarint(value: int) -> bytes:
 
 
 write_uvarlong = write_uvarint
-
-
-def write_varint(value: int) -> bytes:
-    """Zig-zag signed varint (32-bit range)."""
-    return write_uvarint(((value << 1) ^ (value >> 31)) & 0xFFFFFFFF)
-
-
-def write_varlong(value: int) -> bytes:
-    """Zig-zag signed varlong (64-bit range)."""
-    return write_uvarint(((value << 1) ^ (value >> 63)) & 0xFFFFFFFFFFFFFFFF)
 
 
 # ---------------------------------------------------------------------------------------------

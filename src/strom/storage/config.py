@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from strom.protocol.records import COMPRESSION_CODES
+from strom.record import COMPRESSION_CODES
 
 LONG_MAX = 9223372036854775807
 

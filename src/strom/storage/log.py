@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from strom.protocol.records import (
+from strom.record import (
     CONTROL_MASK,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,

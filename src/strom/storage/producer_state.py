@@ -25,7 +25,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage import files
 from strom.storage.errors import CorruptRecordError, StorageError
 from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION

@@ -19,7 +19,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from pathlib import Path
 
-from strom.protocol.records import (
+from strom.record import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     RECORD_BATCH_OVERHEAD,

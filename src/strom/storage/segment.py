@@ -18,7 +18,7 @@ from pathlib import Path
 
 from crc32c import crc32c
 
-from strom.protocol.records import (
+from strom.record import (
     ATTRIBUTES_OFFSET,
     LOG_OVERHEAD,
     MAGIC_V2,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage.config import LogConfig
 from strom.storage.errors import (
     CorruptRecordError,
@@ -30,8 +30,8 @@ ORIGIN_REPLICATION = "replication"  # follower fetch: offsets and epochs kept as
 
 _LONG_MAX = 9223372036854775807
 _unpack_header = R.HEADER_STRUCT.unpack_from
-_pack_i64 = R._I64.pack_into
-_pack_i32 = R._I32.pack_into
+_pack_i64 = R.I64.pack_into
+_pack_i32 = R.I32.pack_into
 
 
 @dataclass(slots=True)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from strom.protocol.records import decode_records, iter_batches
+from strom.record import decode_records, iter_batches
 
 
 class NumberedProducer:

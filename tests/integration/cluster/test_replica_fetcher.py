@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from strom.cluster.replication.fetcher import FetcherSettings, FollowedPartition, ReplicaFetcher
-from strom.protocol.records import Record, build_batch
+from strom.record import Record, build_batch
 from strom.storage.checkpoints import read_partition_metadata
 from strom.storage.log import PartitionLog
 

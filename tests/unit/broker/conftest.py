@@ -35,7 +35,7 @@ from strom.protocol.header import (
     encode_request_header,
     response_header_version,
 )
-from strom.protocol.records import Record, build_batch
+from strom.record import Record, build_batch
 
 REQUEST_TIMEOUT_S = 10.0  # a request that hangs fails its test instead of the whole run
 

@@ -228,6 +228,6 @@ def test_changes_of_other_kinds_do_not_disturb_pending_logs(node: Node) -> None:
 
 
 def _batch() -> bytes:
-    from strom.protocol.records import Record, build_batch
+    from strom.record import Record, build_batch
 
     return build_batch([Record(0, 0, None, b"v")])

@@ -1,4 +1,4 @@
-"""`strom dump-log` on segment files built with `strom.protocol.records.build_batch`."""
+"""`strom dump-log` on segment files built with `strom.record.build_batch`."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from strom.cli.main import app
-from strom.protocol.records import (
+from strom.record import (
     COMPRESSION_GZIP,
     COMPRESSION_ZSTD,
     CRC_OFFSET,

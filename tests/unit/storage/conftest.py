@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage import files
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage import log as log_module
 from strom.storage.cleaner import CLEANER_CHECKPOINT, CleanerConfig, LogCleaner, OffsetMap
 from strom.storage.cleaner.offset_map import BYTES_PER_ENTRY

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage import producer_state as PS
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog

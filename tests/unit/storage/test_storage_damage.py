@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage.config import LogConfig
 from strom.storage.errors import CORRUPT_MESSAGE, StorageError
 

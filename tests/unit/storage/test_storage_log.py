@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage.config import LogConfig
 from strom.storage.errors import StorageError
 
@@ -171,7 +171,7 @@ def test_invalid_batches_are_rejected_and_nothing_is_written(h, tmp_path):
     assert _err(append(v1)) == 87
     bad_count = bytearray(good)
     bad_count[R.RECORDS_COUNT_OFFSET + 3] = 5
-    R._U32.pack_into(bad_count, R.CRC_OFFSET, R.compute_crc(bad_count, 0, len(bad_count)))
+    R.U32.pack_into(bad_count, R.CRC_OFFSET, R.compute_crc(bad_count, 0, len(bad_count)))
     assert _err(append(bad_count)) == 87
     ctrl = R.control_batch(commit=True, producer_id=1, producer_epoch=0, coordinator_epoch=0,
                            timestamp=0)  # fmt: skip
@@ -179,7 +179,7 @@ def test_invalid_batches_are_rejected_and_nothing_is_written(h, tmp_path):
     assert _err(append(h.make_batch(1, producer_id=5, producer_epoch=0))) == 87  # no sequence
     unknown_codec = bytearray(good)
     unknown_codec[R.ATTRIBUTES_OFFSET + 1] = 6
-    R._U32.pack_into(unknown_codec, R.CRC_OFFSET, R.compute_crc(unknown_codec, 0, len(good)))
+    R.U32.pack_into(unknown_codec, R.CRC_OFFSET, R.compute_crc(unknown_codec, 0, len(good)))
     assert _err(append(unknown_codec)) == 76
     assert log.size_bytes() == size and log.log_end_offset == 2
     # control batches are fine for internal writers

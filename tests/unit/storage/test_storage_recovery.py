@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage.config import LogConfig
 from strom.storage.manager import CLEAN_SHUTDOWN_MARKER, LogManager
 from strom.storage.segment import LogSegment

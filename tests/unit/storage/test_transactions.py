@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 from strom.storage.txn_index import ENTRY_SIZE, AbortedTxn, TransactionIndex

@@ -28,7 +28,7 @@ from strom.protocol.produce import (
     decode_produce_request,
     encode_produce_response,
 )
-from strom.protocol.records import (
+from strom.record import (
     HEADER_STRUCT,
     LENGTH_OFFSET,
     LOG_OVERHEAD,

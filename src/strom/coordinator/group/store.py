@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 from strom.coordinator.group import records as rec
 from strom.protocol.errors import ErrorCode, KafkaError, ProtocolError
-from strom.protocol.records import (
+from strom.record import (
     CONTROL_COMMIT,
     CorruptRecordError,
     Record,

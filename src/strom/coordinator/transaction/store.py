@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from strom.coordinator.group.store import LOAD_CHUNK_BYTES, OffsetsTopic, _append_error
 from strom.coordinator.transaction import records as rec
 from strom.protocol.errors import ErrorCode, KafkaError, ProtocolError
-from strom.protocol.records import Record, build_batch, decode_records, iter_batches
+from strom.record import Record, build_batch, decode_records, iter_batches
 from strom.storage.errors import StorageError
 from strom.storage.validator import ORIGIN_COORDINATOR
 

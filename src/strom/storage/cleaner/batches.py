@@ -14,8 +14,8 @@ from collections.abc import Iterator
 
 from crc32c import crc32c
 
-from strom.protocol import records as R
-from strom.protocol.records import CorruptRecordError, read_varint, write_varint
+from strom import record as R
+from strom.record import CorruptRecordError, read_varint, write_varint
 
 HEADER = R.HEADER_STRUCT
 _unpack_header = HEADER.unpack_from
@@ -115,7 +115,7 @@ def build_filtered(
         len(kept),
     )  # fmt: skip
     buf[R.RECORDS_OFFSET :] = body
-    R._U32.pack_into(buf, R.CRC_OFFSET, crc32c(memoryview(buf)[R.ATTRIBUTES_OFFSET :]))
+    R.U32.pack_into(buf, R.CRC_OFFSET, crc32c(memoryview(buf)[R.ATTRIBUTES_OFFSET :]))
     return bytes(buf)
 
 
@@ -130,7 +130,7 @@ def empty_batch(header: tuple) -> bytes:
         R.MAGIC_V2, 0, attrs, header[H_LAST_DELTA], ts, ts, header[H_PID], header[H_EPOCH],
         header[H_SEQ], 0,
     )  # fmt: skip
-    R._U32.pack_into(buf, R.CRC_OFFSET, crc32c(memoryview(buf)[R.ATTRIBUTES_OFFSET :]))
+    R.U32.pack_into(buf, R.CRC_OFFSET, crc32c(memoryview(buf)[R.ATTRIBUTES_OFFSET :]))
     return bytes(buf)
 
 

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.storage import files
 from strom.storage.cleaner.batches import (
     H_ATTRS,
@@ -514,7 +514,7 @@ class CleanJob:
                         data = self._filter(h, mv, txn, now, latest, get, active, retention,
                                             group_last)  # fmt: skip
                         if data is not None:
-                            mts = h[H_MAX_TS] if data is mv else R._I64.unpack_from(data, 35)[0]
+                            mts = h[H_MAX_TS] if data is mv else R.I64.unpack_from(data, 35)[0]
                             out.add(data, h[H_BASE] + h[H_LAST_DELTA], mts)
             out.finish(last_ref.mtime_ns)
         except FileNotFoundError as e:

@@ -7,7 +7,7 @@ import uuid
 
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
-from strom.protocol.records import decode_records, iter_batches
+from strom.record import decode_records, iter_batches
 
 
 def _fetch(h, topic: str | None = None, *, offset: int = 0, partition: int = 0,

@@ -7,7 +7,7 @@ import pytest
 from strom.broker.context import CloseConnection
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
-from strom.protocol.records import COMPRESSION_GZIP
+from strom.record import COMPRESSION_GZIP
 
 FUTURE = 4_000_000_000_000  # year 2096: beyond message.timestamp.after.max.ms (1 h)
 

@@ -9,7 +9,7 @@ import pytest
 
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.errors import KafkaError
-from strom.protocol.records import control_batch, iter_batches
+from strom.record import control_batch, iter_batches
 from strom.storage.validator import ORIGIN_COORDINATOR
 
 PID, EPOCH = 4242, 3
