@@ -23,7 +23,7 @@ from typing import Any
 
 from strom.cluster.image import METADATA_TOPIC, MetadataImage
 from strom.cluster.records import Change, apply
-from strom.protocol.records import Record, build_batch, decode_records, iter_batches
+from strom.record import Record, build_batch, decode_records, iter_batches
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
 from strom.storage.manager import LogManager
