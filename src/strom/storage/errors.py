@@ -1,21 +1,26 @@
-"""Storage errors carrying the Kafka error code the broker should answer with."""
+"""Storage errors carrying the Kafka error code the broker should answer with.
+
+The codes are `ErrorCode` members (``strom.protocol.errors``, a leaf module importing only
+``enum``): storage names no error number of its own. Hierarchy:
+
+- `StorageError` (``error_code`` KAFKA_STORAGE_ERROR unless a subclass or the raiser says
+  otherwise): what the produce, fetch and offsets handlers turn into a partition's error code.
+- `CorruptRecordError` is both a `StorageError` (CORRUPT_MESSAGE) and ``strom.record``'s
+  `CorruptRecordError`: storage raises it for bad batches, wrapping the record package's one,
+  so ``except strom.record.CorruptRecordError`` catches corruption from either layer.
+  ``strom.storage.segment.CorruptSegmentError`` subclasses it for damage inside a segment file.
+"""
 
 from __future__ import annotations
 
-OFFSET_OUT_OF_RANGE = 1
-CORRUPT_MESSAGE = 2
-MESSAGE_TOO_LARGE = 10
-RECORD_LIST_TOO_LARGE = 18
-INVALID_TIMESTAMP = 32
-KAFKA_STORAGE_ERROR = 56
-UNSUPPORTED_COMPRESSION_TYPE = 76
-INVALID_RECORD = 87
+from strom import record
+from strom.protocol.errors import ErrorCode
 
 
 class StorageError(Exception):
     """A storage failure; ``error_code`` is the Kafka error code for the response."""
 
-    error_code = KAFKA_STORAGE_ERROR
+    error_code: int = ErrorCode.KAFKA_STORAGE_ERROR
 
     def __init__(self, message: str, error_code: int | None = None) -> None:
         super().__init__(message)
@@ -28,32 +33,34 @@ class StorageError(Exception):
 
 
 class OffsetOutOfRangeError(StorageError):
-    error_code = OFFSET_OUT_OF_RANGE
+    error_code = ErrorCode.OFFSET_OUT_OF_RANGE
 
 
-class CorruptRecordError(StorageError):
-    error_code = CORRUPT_MESSAGE
+class CorruptRecordError(StorageError, record.CorruptRecordError):
+    """Bytes that cannot be a valid batch, answered with CORRUPT_MESSAGE."""
+
+    error_code = ErrorCode.CORRUPT_MESSAGE
 
 
 class MessageTooLargeError(StorageError):
-    error_code = MESSAGE_TOO_LARGE
+    error_code = ErrorCode.MESSAGE_TOO_LARGE
 
 
 class RecordListTooLargeError(StorageError):
-    error_code = RECORD_LIST_TOO_LARGE
+    error_code = ErrorCode.RECORD_LIST_TOO_LARGE
 
 
 class InvalidTimestampError(StorageError):
-    error_code = INVALID_TIMESTAMP
+    error_code = ErrorCode.INVALID_TIMESTAMP
 
 
 class KafkaStorageError(StorageError):
-    error_code = KAFKA_STORAGE_ERROR
+    error_code = ErrorCode.KAFKA_STORAGE_ERROR
 
 
 class UnsupportedCompressionTypeError(StorageError):
-    error_code = UNSUPPORTED_COMPRESSION_TYPE
+    error_code = ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
 
 
 class InvalidRecordError(StorageError):
-    error_code = INVALID_RECORD
+    error_code = ErrorCode.INVALID_RECORD

@@ -26,6 +26,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from strom import record as R
+from strom.protocol.errors import ErrorCode
 from strom.storage import files
 from strom.storage.errors import CorruptRecordError, StorageError
 from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION
@@ -42,27 +43,21 @@ _HEAD = struct.Struct(">hIi")  # version, crc, entry count
 _ENTRY = struct.Struct(">qhiqiqiq")  # pid, epoch, last seq, last offset, delta, ts, coord epoch, txn
 _CRC_START = 6  # the CRC covers everything after version and crc
 
-# Kafka error codes for the producer checks (the broker answers with them).
-OUT_OF_ORDER_SEQUENCE_NUMBER = 45
-INVALID_PRODUCER_EPOCH = 47
-INVALID_TXN_STATE = 48
-TRANSACTION_COORDINATOR_FENCED = 52
-
 
 class OutOfOrderSequenceError(StorageError):
-    error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+    error_code = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
 
 
 class InvalidProducerEpochError(StorageError):
-    error_code = INVALID_PRODUCER_EPOCH
+    error_code = ErrorCode.INVALID_PRODUCER_EPOCH
 
 
 class InvalidTxnStateError(StorageError):
-    error_code = INVALID_TXN_STATE
+    error_code = ErrorCode.INVALID_TXN_STATE
 
 
 class TransactionCoordinatorFencedError(StorageError):
-    error_code = TRANSACTION_COORDINATOR_FENCED
+    error_code = ErrorCode.TRANSACTION_COORDINATOR_FENCED
 
 
 class CorruptSnapshotError(Exception):

@@ -57,7 +57,8 @@ def segment_name(base_offset: int) -> str:
 
 class CorruptSegmentError(CorruptRecordError):
     """Bytes in a segment file that do not frame as valid batches: a fetch of them answers
-    CORRUPT_MESSAGE, as Kafka's does when its reader meets an impossible batch size."""
+    CORRUPT_MESSAGE, as Kafka's does when its reader meets an impossible batch size. A storage
+    `CorruptRecordError`, hence also ``strom.record``'s (see ``strom.storage.errors``)."""
 
 
 def side_file_path(log_path: str | Path) -> Path:

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from strom import record as R
+from strom.protocol.errors import ErrorCode
 from strom.storage import producer_state as PS
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
@@ -64,7 +65,7 @@ def test_retry_of_any_of_the_last_five_batches_gets_its_original_offsets(tmp_pat
 def test_gap_is_out_of_order_and_nothing_is_written(tmp_path):
     log = open_log(tmp_path / "t-0")
     append(log, batch(7, 0, 0))
-    assert error_code(log, batch(7, 0, 2)) == PS.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert error_code(log, batch(7, 0, 2)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert log.log_end_offset == 1
     assert append(log, batch(7, 0, 1)).first_offset == 1
 
@@ -72,11 +73,11 @@ def test_gap_is_out_of_order_and_nothing_is_written(tmp_path):
 def test_older_epoch_is_fenced_and_new_epoch_must_start_at_zero(tmp_path):
     log = open_log(tmp_path / "t-0")
     append(log, batch(7, 3, 0, 2))
-    assert error_code(log, batch(7, 2, 2)) == PS.INVALID_PRODUCER_EPOCH
-    assert error_code(log, batch(7, 4, 5)) == PS.OUT_OF_ORDER_SEQUENCE_NUMBER
+    assert error_code(log, batch(7, 2, 2)) == ErrorCode.INVALID_PRODUCER_EPOCH
+    assert error_code(log, batch(7, 4, 5)) == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
     assert append(log, batch(7, 4, 0)).first_offset == 2
     # the old epoch's batches are forgotten: a retry of them is no duplicate any more
-    assert error_code(log, batch(7, 3, 0, 2)) == PS.INVALID_PRODUCER_EPOCH
+    assert error_code(log, batch(7, 3, 0, 2)) == ErrorCode.INVALID_PRODUCER_EPOCH
     assert log.producer_state.producers[7].batches == [(0, 0, 2, 2, NOW)]
 
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from strom import record as R
+from strom.protocol.errors import ErrorCode
 from strom.storage.config import LogConfig
-from strom.storage.errors import CORRUPT_MESSAGE, StorageError
+from strom.storage.errors import StorageError
 
 CFG = LogConfig(segment_bytes=4000, index_interval_bytes=200)
 BATCH_RECORDS = 2
@@ -135,7 +136,7 @@ def test_reading_a_corrupt_batch_of_an_old_segment_fails_with_corrupt_message(h,
     for off in (bad_offset, bad_offset + 1, bad_offset + 2):
         with pytest.raises(StorageError) as exc:
             log.read(off, 1)
-        assert exc.value.error_code == CORRUPT_MESSAGE
+        assert exc.value.error_code == ErrorCode.CORRUPT_MESSAGE
     # a read from before the damage serves the batches before it (where it ends depends on the
     # index: it may run over the damage, as Kafka's reads do; the next read reports it)
     raw = victim.read_bytes()

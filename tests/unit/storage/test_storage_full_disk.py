@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from strom.protocol.errors import ErrorCode
 from strom.storage import files, manager
 from strom.storage.config import LogConfig
-from strom.storage.errors import KAFKA_STORAGE_ERROR, KafkaStorageError, StorageError
+from strom.storage.errors import KafkaStorageError, StorageError
 from strom.storage.files import FileBudget, SegmentFile
 from strom.storage.health import RateLimitedLog, probe_dir
 from strom.storage.manager import LogManager
@@ -87,7 +88,7 @@ def test_enospc_mid_write_takes_the_dir_offline_and_it_comes_back(h, tmp_path, d
     caplog.set_level(logging.INFO)
     with pytest.raises(KafkaStorageError) as exc:
         _append(h, plog)
-    assert exc.value.error_code == KAFKA_STORAGE_ERROR
+    assert exc.value.error_code == ErrorCode.KAFKA_STORAGE_ERROR
     assert "No space left on device" in str(exc.value)
     # the half-written batch is cut off again: nothing torn on disk or in the log
     assert plog.active_segment.log_path.stat().st_size == size
@@ -170,7 +171,7 @@ def test_a_roll_that_fails_takes_the_dir_offline_and_the_log_reloads(h, tmp_path
     with pytest.raises(KafkaStorageError) as exc:
         for _ in range(10):
             _append(h, plog)
-    assert exc.value.error_code == KAFKA_STORAGE_ERROR
+    assert exc.value.error_code == ErrorCode.KAFKA_STORAGE_ERROR
     assert mgr.offline_dirs
     monkeypatch.setattr(SegmentFile, "fileno", real_open)
     assert mgr.bring_online(tmp_path / "logs")
@@ -257,7 +258,7 @@ def test_out_of_descriptors_fails_the_request_not_the_dir(h, tmp_path, monkeypat
     for _ in range(5):
         with pytest.raises(KafkaStorageError) as exc:
             _append(h, plog)
-        assert exc.value.error_code == KAFKA_STORAGE_ERROR
+        assert exc.value.error_code == ErrorCode.KAFKA_STORAGE_ERROR
         assert "Too many open files" in str(exc.value)
         with pytest.raises(StorageError):
             plog.read(0, 1000)
