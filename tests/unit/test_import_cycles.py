@@ -116,3 +116,37 @@ def test_no_import_cycles(package: str) -> None:
     graph = import_graph(package)
     assert len(graph) > 1
     assert cycles(graph) == []
+
+
+def _reachable(graph: dict[str, set[str]], roots: list[str]) -> set[str]:
+    """Every module that importing `roots` imports, directly or not."""
+    seen: set[str] = set()
+    todo = list(roots)
+    while todo:
+        for nxt in graph[todo.pop()] - seen:
+            seen.add(nxt)
+            todo.append(nxt)
+    return seen
+
+
+def _under(modules: set[str], *packages: str) -> set[str]:
+    return {m for m in modules if any(m == p or m.startswith(p + ".") for p in packages)}
+
+
+def test_layers_point_downward() -> None:
+    """The record format imports no other Strom package; storage (and so the record format)
+    never reaches the broker, the coordinators or the cluster, and of the protocol layer it
+    uses only the error codes."""
+    graph = import_graph("strom")
+    record = _under(set(graph), "strom.record")
+    storage = _under(set(graph), "strom.storage")
+    assert record and storage
+    assert _reachable(graph, sorted(record)) - record - {"strom"} == set()
+    below = _reachable(graph, sorted(storage | record))
+    assert _under(below, "strom.broker", "strom.coordinator", "strom.cluster") == set()
+    assert _under(below, "strom.protocol") <= {"strom.protocol", "strom.protocol.errors"}
+
+
+def test_layer_check_sees_a_violation() -> None:
+    graph = {"s.a": {"s.b"}, "s.b": {"x.c"}, "x.c": set()}
+    assert _under(_reachable(graph, ["s.a"]), "x") == {"x.c"}
