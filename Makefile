@@ -6,6 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-install
 
 .PHONY: run test unit integration lint format bench system-deps clean
+.PHONY: fuzz fuzz-seeds
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,6 +45,17 @@ integration: $(STAMP) system-deps
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
+
+# Fuzzing: `make test` runs a short derandomized sample of the fuzz tests; this draws random
+# examples for FUZZ_SECONDS (70% in-process decoders, 30% against a live broker).
+FUZZ_SECONDS ?= 600
+fuzz: $(STAMP)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/pytest -q -s -p no:cacheprovider -o timeout=0 \
+	  tests/unit/protocol/test_fuzz_decoders.py tests/integration/test_fuzz_broker.py
+
+# Recapture the fuzz seed corpus (tests/fuzz/corpus) from real clients.
+fuzz-seeds: $(STAMP)
+	$(BIN)/python tests/fuzz/capture.py
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench

@@ -52,12 +52,22 @@ class Tally:
     answered: int = 0
     closed: int = 0
     waited: int = 0
+    recent: list[tuple[float, float, bytes]] = field(default_factory=list)  # (sent, done, frame)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, outcome: str) -> None:
+    def add(self, outcome: str, sent_at: float, frame: bytes) -> None:
         with self.lock:
             self.sent += 1
             setattr(self, outcome, getattr(self, outcome) + 1)
+            self.recent.append((sent_at, time.monotonic(), frame))
+            if len(self.recent) > 20_000:
+                del self.recent[:10_000]
+
+    def around(self, start: float, end: float) -> list[str]:
+        """The frames sent while [start, end] went by, for a stall report."""
+        with self.lock:
+            return [f"{struct.unpack_from('>hh', f)} {len(f)} bytes {f[:120].hex()}"
+                    for s, d, f in self.recent if s <= end and d >= start - REPLY_WAIT]
 
 
 def _reply(sock: socket.socket) -> str:
@@ -89,12 +99,13 @@ def _fuzz_worker(port: int, frames, stop_at: float, limit: int, tally: Tally) ->
         prefix, frame = next(frames)
         if sock is None:
             sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        sent_at = time.monotonic()
         try:
             sock.sendall(prefix + frame)
             outcome = _reply(sock)
         except OSError:
             outcome = "closed"
-        tally.add(outcome)
+        tally.add(outcome, sent_at, frame)
         sent += 1
         if outcome != "answered":  # closed by the broker, or left mid-request
             sock.close()
@@ -103,8 +114,8 @@ def _fuzz_worker(port: int, frames, stop_at: float, limit: int, tally: Tally) ->
         sock.close()
 
 
-def _well_behaved(bootstrap: str, topic: str, done: threading.Event, rtts: list[float],
-                  errors: list[BaseException]) -> None:
+def _well_behaved(bootstrap: str, topic: str, done: threading.Event,
+                  rtts: list[tuple[float, float]], errors: list[BaseException]) -> None:
     """Produce one record and fetch it back, again and again, timing each request."""
     try:
         with wire.Conn(bootstrap, timeout=10) as conn:
@@ -112,11 +123,11 @@ def _well_behaved(bootstrap: str, topic: str, done: threading.Event, rtts: list[
             while not done.is_set():
                 start = time.monotonic()
                 result = conn.produce(topic, 0, wire.simple_batch(b"steady"), acks=1)
-                rtts.append(time.monotonic() - start)
+                rtts.append((start, time.monotonic()))
                 assert result.error == wire.NONE, result
                 start = time.monotonic()
                 fetched = conn.fetch(topic, 0, offset, max_wait_ms=0)
-                rtts.append(time.monotonic() - start)
+                rtts.append((start, time.monotonic()))
                 assert fetched.error == wire.NONE, fetched
                 offset = result.base_offset + 1
     except BaseException as e:  # reported by the test thread
@@ -153,7 +164,7 @@ def test_broker_survives_mutated_frames_and_keeps_serving(make_broker, unique_to
     stop_at = time.monotonic() + (budget * SOCKET_SHARE if budget is not None else 120)
 
     done = threading.Event()
-    rtts: list[float] = []
+    rtts: list[tuple[float, float]] = []
     errors: list[BaseException] = []
     steady = threading.Thread(target=_well_behaved, args=(broker.bootstrap, topic, done, rtts, errors))
     steady.start()
@@ -170,14 +181,17 @@ def test_broker_survives_mutated_frames_and_keeps_serving(make_broker, unique_to
     done.set()
     steady.join(30)
 
+    start, end = max(rtts, key=lambda r: r[1] - r[0], default=(0.0, 0.0))
     print(f"sent {tally.sent}: {tally.answered} answered, {tally.closed} closed by the broker, "
           f"{tally.waited} left waiting; steady client: {len(rtts)} requests, "
-          f"worst {max(rtts, default=0):.3f} s")
+          f"worst {end - start:.3f} s")
     assert broker.running, broker.log_tail()
     assert not errors, errors
     assert tally.sent >= (SUITE_FRAMES if budget is None else 1)
     assert tally.answered > 0 and tally.closed > 0
-    assert rtts and max(rtts) < MAX_STALL, f"steady client stalled {max(rtts):.3f} s"
+    assert rtts and end - start < MAX_STALL, (
+        f"steady client stalled {end - start:.3f} s; frames in flight then:\n"
+        + "\n".join(tally.around(start, end)))
 
     start = time.monotonic()  # a fresh connection is served at once
     with wire.Conn(broker.bootstrap, timeout=5) as fresh:

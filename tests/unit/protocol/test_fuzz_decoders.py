@@ -30,7 +30,7 @@ from tests.fuzz.frames import (
     seeds_for,
 )
 
-from strom.protocol import records as R
+from strom import record as R
 from strom.protocol.errors import ProtocolError
 from strom.protocol.header import decode_request_header, encode_request_header
 from strom.protocol.produce import decode_produce_request
@@ -41,6 +41,7 @@ SUITE_EXAMPLES = 120  # per API key in `make test` (about 10 s in all on a 2-cor
 IN_PROCESS_SHARE = 0.7  # of FUZZ_SECONDS; the socket fuzzer gets the rest
 
 API_KEYS = sorted(routes())
+LONG_TESTS = 2 * len(API_KEYS) + 2  # the tests that share FUZZ_SECONDS in a long run
 mutations = st.lists(
     st.tuples(st.sampled_from(KINDS), st.integers(0, 1 << 16), st.integers(0, 1 << 16)),
     min_size=1, max_size=5,
@@ -50,7 +51,7 @@ mutations = st.lists(
 def _settings(examples: int) -> settings:
     long_run = fuzz_seconds() is not None
     return settings(
-        max_examples=10_000 if long_run else examples,
+        max_examples=examples,  # per call; a long run calls again until its time is up
         derandomize=not long_run,
         database=None,
         deadline=None,
@@ -58,7 +59,7 @@ def _settings(examples: int) -> settings:
     )
 
 
-def _run(check: Callable[[], None], tests_sharing: int) -> None:
+def _run(check: Callable[[], None], tests_sharing: int = LONG_TESTS) -> None:
     """Run a @given check once (suite) or again and again until its share of FUZZ_SECONDS."""
     budget = fuzz_seconds()
     if budget is None:
@@ -136,7 +137,7 @@ def test_mutated_client_frames(api_key: int):
     def check(seed, muts):
         _decode_checked(decode_frame, mutate(seed.frame, muts), (ProtocolError,))
 
-    _run(check, len(API_KEYS))
+    _run(check)
 
 
 @pytest.mark.parametrize("api_key", API_KEYS)
@@ -149,7 +150,7 @@ def test_random_bodies(api_key: int):
         header = encode_request_header(api_key, version, 1, "fuzz" if client_id else None)
         _decode_checked(decode_frame, header + body, (ProtocolError,))
 
-    _run(check, len(API_KEYS))
+    _run(check)
 
 
 def test_random_frames():
@@ -159,7 +160,7 @@ def test_random_frames():
         _decode_checked(decode_frame, frame, (ProtocolError,))
         _decode_checked(lambda f: decode_request_header(f, 0), frame, (ProtocolError,))
 
-    _run(check, len(API_KEYS))
+    _run(check)
 
 
 # --------------------------------------------------------------------------- declared counts
@@ -238,7 +239,7 @@ def test_mutated_record_batches():
         _decode_checked(_decode_batches, mutate(batch, muts, keep_header=0),
                         (R.CorruptRecordError,))
 
-    _run(check, len(API_KEYS))
+    _run(check)
 
 
 def test_negative_record_length_cannot_loop_on_a_huge_record_count():
