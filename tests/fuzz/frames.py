@@ -123,7 +123,7 @@ def seeds_for(api_key: int) -> tuple[Seed, ...]:
 # --------------------------------------------------------------------------- mutations
 # Each mutation is (kind, position, value); positions wrap around the frame, so any int works.
 
-INTERESTING_I32 = (0, 1, -1, -2, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000 - 1, 0xFFFF,
+INTERESTING_I32 = (0, 1, -1, -2, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF,
                    0x7FFFFFFF, -0x80000000, 0x40000000)
 INTERESTING_I16 = (0, 1, -1, -2, 0x7F, 0xFF, 0x7FFF, -0x8000)
 INTERESTING_VARINTS = (
