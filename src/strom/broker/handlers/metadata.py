@@ -72,6 +72,12 @@ def metadata(broker: Broker, ctx: RequestContext,
         return _answer(broker, version,
                        [_topic_entry(broker, version, t) for t in broker.image.topics.values()])
     wanted = list(dict.fromkeys(request.topics))  # as Kafka: each name and each id once
+    if version < 12 and any(name is None for name, _ in wanted):
+        # Kafka: "Topic name can not be null for version N" (topic ids arrive in v12), which
+        # fails the request: every topic INVALID_REQUEST, a null name answered as ""
+        return _answer(broker, version, [
+            _error_entry(version, ErrorCode.INVALID_REQUEST, name or "", topic_id)
+            for name, topic_id in wanted])
     auto_create = bool(broker.config.get("auto.create.topics.enable")
                        and (version < 4 or request.allow_auto_topic_creation))
     missing = [n for n, _ in wanted if n is not None and n not in broker.image.topics]
