@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -16,6 +17,8 @@ from strom.config.defs import (
     between,
     one_of,
 )
+
+log = logging.getLogger(__name__)
 
 T = ConfigType
 
@@ -131,7 +134,11 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, Any]:
             raise ConfigError(f"Unknown topic config name: {name}")
         if raw is None:
             raise ConfigError(f"Null value not supported for topic configs: {name}")
-        parsed[name] = TOPIC_CONFIGS.parse(name, raw)
+        parsed[name] = value = TOPIC_CONFIGS.parse(name, raw)
+        definition = TOPIC_CONFIGS[name]
+        if not definition.implemented and value != definition.default:
+            log.warning("topic config %s=%s is accepted but has no effect in Strom: %s",
+                        name, raw, definition.doc)
     if parsed.get("remote.storage.enable"):
         raise ConfigError("Tiered Storage functionality is disabled in the broker. Topic cannot be "
                           "configured with remote log storage. (Strom does not implement tiered "

@@ -171,6 +171,9 @@ def _validate(resource_type: int, wanted: dict[str, str]) -> None:
             if BROKER_CONFIGS[key].read_only:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Cannot update these configs dynamically: {{{key}}}")
+            if not BROKER_CONFIGS[key].implemented:  # changing it would change nothing
+                raise ConfigError(f"{key} has no effect in Strom: "
+                                  f"{BROKER_CONFIGS[key].doc}")
             BROKER_CONFIGS.parse(key, value)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
