@@ -50,6 +50,8 @@ def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str
                 result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif state.leader != broker.broker_id and not any_replica:
                 result["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            elif log.offline is not None:  # its log dir failed: offsets in memory may be stale
+                result["error_code"] = ErrorCode.KAFKA_STORAGE_ERROR
             else:
                 try:
                     fn(p, state, log, result)

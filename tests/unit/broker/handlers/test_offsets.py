@@ -69,6 +69,14 @@ def test_every_version_round_trips(three, version: int) -> None:
     assert _list(three, "t", LATEST, version=version).offset == 3
 
 
+def test_a_partition_whose_log_dir_failed_is_kafka_storage_error(three) -> None:
+    # Kafka: partitions of an offline log dir answer KAFKA_STORAGE_ERROR to every request
+    three.broker.partitions.get("t", 0).take_offline("log dir /x is offline: test")
+    assert _list(three, "t", LATEST).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert _epoch_end(three, "t", 0).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+    assert _delete(three, "t", 1).error_code == ErrorCode.KAFKA_STORAGE_ERROR
+
+
 def test_an_unknown_topic_is_unknown_topic_or_partition(broker_harness) -> None:
     assert _list(broker_harness, "nope", LATEST).error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
