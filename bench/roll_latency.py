@@ -39,6 +39,10 @@ TOPIC = "roll-latency"
 TRACED = ("fsync", "fdatasync", "syncfs", "openat", "pwrite64", "rename", "unlink", "ftruncate")
 # "<tid> <time> call(args) = result <seconds>", or the "<... call resumed>" half of one
 _TRACE_LINE = re.compile(r"^(\d+)\s+\S+\s+(?:<\.\.\. )?(\w+)(?:\(| resumed>).*<([\d.]+)>$")
+# the kind of file a call touches (strace -y names descriptors): a segment file's suffix
+# (".log", ".index", ".snapshot.tmp", ".log.deleted", ...) or a checkpoint's name
+_FILE_KIND = re.compile(r"\d{20}(\.[a-z.]+[a-z])|/([a-z][a-z.-]+)[\">]")
+_CWD = re.compile(r"AT_FDCWD<[^>]*>")
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -79,7 +83,7 @@ def _produce(bootstrap: str, seconds: float, rate: int, size: int, partitions: i
 
 def _start_strace(pid: int, out: Path) -> subprocess.Popen[bytes]:
     """Follow every thread of ``pid``, timing the calls in ``TRACED``."""
-    argv = ["strace", "-f", "-p", str(pid), "--seccomp-bpf", "-T", "-tt",
+    argv = ["strace", "-f", "-y", "-p", str(pid), "--seccomp-bpf", "-T", "-tt",
             "-e", "trace=" + ",".join(TRACED), "-o", str(out)]  # fmt: skip
     proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
@@ -88,22 +92,36 @@ def _start_strace(pid: int, out: Path) -> subprocess.Popen[bytes]:
     return proc
 
 
+def _file_kind(line: str) -> str:
+    k = _FILE_KIND.search(_CWD.sub("", line))
+    return "?" if k is None else (k.group(1) or k.group(2))
+
+
 def _syscall_table(trace: Path, loop_tid: int) -> list[str]:
-    """Per (thread kind, call): count, total ms, longest ms."""
-    agg: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    """Per (thread kind, call, file kind): count, total ms, longest ms."""
+    agg: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
+    started: dict[tuple[str, str], str] = {}  # (tid, call) -> file kind of an unfinished call
     with open(trace, errors="replace") as f:
         for line in f:
-            m = _TRACE_LINE.match(line.strip())
+            line = line.strip()
+            if line.endswith("<unfinished ...>"):
+                parts = line.split(None, 3)
+                if len(parts) == 4:
+                    started[(parts[0], parts[2].partition("(")[0])] = _file_kind(line)
+                continue
+            m = _TRACE_LINE.match(line)
             if m is None:
                 continue
             who = "loop" if int(m.group(1)) == loop_tid else "other"
-            a = agg[(who, m.group(2))]
+            kind = started.pop((m.group(1), m.group(2)), None) if "resumed>" in line else None
+            a = agg[(who, m.group(2), kind or _file_kind(line))]
             secs = float(m.group(3))
             a[0] += 1
             a[1] += secs
             a[2] = max(a[2], secs)
-    return [f"    {who:5s} {call:9s} n={n:6.0f} total={tot * 1000:8.1f} ms longest={mx * 1000:6.2f} ms"
-            for (who, call), (n, tot, mx) in sorted(agg.items())]  # fmt: skip
+    return [f"    {who:5s} {call:9s} {kind:18s} n={n:6.0f} total={tot * 1000:8.1f} ms "
+            f"longest={mx * 1000:6.2f} ms"
+            for (who, call, kind), (n, tot, mx) in sorted(agg.items())]  # fmt: skip
 
 
 def run_once(args: argparse.Namespace, workdir: Path) -> tuple[dict[str, float], list[str]]:
