@@ -4,6 +4,12 @@ Kafka preallocates and mmaps its index files; we keep entries in ``array`` objec
 the new ones to the file when the segment is flushed, rolled or closed. The files have the same
 layout as Kafka's (big-endian, exact size, no preallocation), so Kafka tools can read them.
 Lookups are ``bisect`` over the in-memory arrays.
+
+A broker writes the new entries in a worker thread (Kafka flushes its indexes off the request
+threads too): the event loop takes the tail to write as bytes (``take_tail``) and the thread
+writes it (``TailWrite.write``). Whatever the loop itself does to the file (``persist``, a
+truncation, ``retire`` before the file is renamed or deleted) holds the index's lock and
+bumps its version, so a tail taken before that is dropped instead of landing late over it.
 """
 
 from __future__ import annotations
@@ -11,8 +17,10 @@ from __future__ import annotations
 import os
 import struct
 import sys
+import threading
 from array import array
 from bisect import bisect_right
+from dataclasses import dataclass
 from pathlib import Path
 
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -43,24 +51,107 @@ def _write_tail(path: str | Path, keep_bytes: int, data: bytes) -> None:
         os.close(fd)
 
 
-class OffsetIndex:
+@dataclass(slots=True)
+class TailWrite:
+    """Entries [start, end) of ``index`` as file bytes, taken on the loop at ``version``."""
+
+    index: _IndexFile
+    version: int
+    start: int
+    end: int
+    data: bytes
+
+    def write(self) -> None:
+        """Write the tail (any thread); skipped when the loop changed the file since."""
+        self.index._write_taken(self)
+
+
+class _IndexFile:
+    """What of an index's entries is in its file, and who may write it (see the module doc)."""
+
+    __slots__ = ("_claimed", "_lock", "_version", "_written", "path")
+    ENTRY_SIZE = 1
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        # leading entries the file holds, with nothing after them (-1: unknown, e.g. missing or
+        # longer after a truncation: the next write rewrites it whole)
+        self._written = -1
+        self._claimed = -1  # entries in the file once a taken tail lands (else == _written)
+        self._version = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def _encode(self, start: int, end: int) -> bytes:
+        raise NotImplementedError
+
+    def take_tail(self) -> TailWrite | None:
+        """The entries not in the file yet, for a worker thread to write (None: none)."""
+        n = len(self)
+        start = self._claimed
+        if start == n:
+            return None
+        start = max(start, 0)
+        self._claimed = n
+        return TailWrite(self, self._version, start, n, self._encode(start, n))
+
+    def _write_taken(self, w: TailWrite) -> None:
+        with self._lock:
+            if w.version != self._version:
+                return
+            _write_tail(self.path, w.start * self.ENTRY_SIZE, w.data)
+            self._written = w.end
+
+    def untake(self, w: TailWrite) -> None:
+        """A taken tail was not written (its flush failed): the next write covers it."""
+        if w.version == self._version:
+            self._claimed = self._written
+
+    def persist(self) -> None:
+        """Write, on the calling thread, what the file lacks (a taken tail not written yet
+        included: it is dropped)."""
+        n = len(self)
+        if self._claimed == n and self._written == n:
+            return
+        with self._lock:
+            self._version += 1
+            start = max(self._written, 0)
+            _write_tail(self.path, start * self.ENTRY_SIZE, self._encode(start, n))
+            self._written = self._claimed = n
+
+    def retire(self) -> None:
+        """The file is about to be renamed or deleted: no taken tail may write it after."""
+        with self._lock:
+            self._version += 1
+            self._claimed = self._written
+
+    def _cut(self, n: int) -> None:
+        """Entries from ``n`` on were dropped from memory."""
+        with self._lock:
+            self._version += 1
+            if self._written > n:
+                self._written = -1
+            self._claimed = self._written
+
+    def _loaded(self, n: int) -> None:
+        self._written = self._claimed = n
+
+
+class OffsetIndex(_IndexFile):
     """Entries (relative offset i32, file position i32): the last offset of a batch and the
     position where that batch starts."""
 
-    __slots__ = (
-        "_persisted", "_synced", "base_offset", "max_entries", "offsets", "path", "positions",
-    )  # fmt: skip
+    __slots__ = ("base_offset", "max_entries", "offsets", "positions")
+    ENTRY_SIZE = OFFSET_ENTRY_SIZE
 
     def __init__(self, path: str | Path, base_offset: int, max_entries: int) -> None:
-        self.path = path
+        super().__init__(path)
         self.base_offset = base_offset
         self.max_entries = max_entries
         self.offsets = array("i")  # relative to base_offset
         self.positions = array("i")
-        self._persisted = 0  # entries known to be in the file
-        # the file holds exactly the first ``_persisted`` entries (False: it may be missing or
-        # longer, after a truncation): a flush with nothing new then costs no syscall
-        self._synced = False
 
     @classmethod
     def load(
@@ -86,8 +177,7 @@ class OffsetIndex:
                 raise IndexCorruptError(f"{path} has an out-of-order or out-of-range entry")
             prev_o, prev_p = o, p
         idx.offsets, idx.positions = offs, poss
-        idx._persisted = len(offs)
-        idx._synced = True
+        idx._loaded(len(offs))
         return idx
 
     def __len__(self) -> int:
@@ -129,47 +219,35 @@ class OffsetIndex:
         if n < len(self.offsets):
             del self.offsets[n:]
             del self.positions[n:]
-            self._persisted = min(self._persisted, n)
-            self._synced = False
+            self._cut(n)
 
     def reset(self) -> None:
         del self.offsets[:]
         del self.positions[:]
-        self._persisted = 0
-        self._synced = False
+        self._cut(0)
 
-    def persist(self) -> None:
-        """Write entries not yet in the file (and cut off entries removed by truncation)."""
-        n = len(self.offsets)
-        start = self._persisted
-        if self._synced and start == n:
-            return
-        flat = array("i", bytes(8 * (n - start)))
-        flat[0::2] = self.offsets[start:]
-        flat[1::2] = self.positions[start:]
+    def _encode(self, start: int, end: int) -> bytes:
+        flat = array("i", bytes(8 * (end - start)))
+        flat[0::2] = self.offsets[start:end]
+        flat[1::2] = self.positions[start:end]
         if not _BIG_ENDIAN:
             flat.byteswap()
-        _write_tail(self.path, start * OFFSET_ENTRY_SIZE, flat.tobytes())
-        self._persisted = n
-        self._synced = True
+        return flat.tobytes()
 
 
-class TimeIndex:
+class TimeIndex(_IndexFile):
     """Entries (timestamp i64, relative offset i32): the max timestamp seen so far and the offset
     of the batch where it was reached; appended only when the timestamp grows."""
 
-    __slots__ = (
-        "_persisted", "_synced", "base_offset", "max_entries", "offsets", "path", "timestamps",
-    )  # fmt: skip
+    __slots__ = ("base_offset", "max_entries", "offsets", "timestamps")
+    ENTRY_SIZE = TIME_ENTRY_SIZE
 
     def __init__(self, path: str | Path, base_offset: int, max_entries: int) -> None:
-        self.path = path
+        super().__init__(path)
         self.base_offset = base_offset
         self.max_entries = max_entries
         self.timestamps = array("q")
         self.offsets = array("i")
-        self._persisted = 0
-        self._synced = False  # as in OffsetIndex
 
     @classmethod
     def load(cls, path: str | Path, base_offset: int, max_entries: int) -> TimeIndex:
@@ -187,8 +265,7 @@ class TimeIndex:
             idx.timestamps.append(t)
             idx.offsets.append(o)
             prev_t, prev_o = t, o
-        idx._persisted = len(idx.offsets)
-        idx._synced = True
+        idx._loaded(len(idx.offsets))
         return idx
 
     def __len__(self) -> int:
@@ -228,23 +305,13 @@ class TimeIndex:
         if n < len(self.offsets):
             del self.timestamps[n:]
             del self.offsets[n:]
-            self._persisted = min(self._persisted, n)
-            self._synced = False
+            self._cut(n)
 
     def reset(self) -> None:
         del self.timestamps[:]
         del self.offsets[:]
-        self._persisted = 0
-        self._synced = False
+        self._cut(0)
 
-    def persist(self) -> None:
-        start = self._persisted
-        if self._synced and start == len(self.offsets):
-            return
-        data = b"".join(
-            _TIME_ENTRY.pack(self.timestamps[i], self.offsets[i])
-            for i in range(start, len(self.offsets))
-        )
-        _write_tail(self.path, start * TIME_ENTRY_SIZE, data)
-        self._persisted = len(self.offsets)
-        self._synced = True
+    def _encode(self, start: int, end: int) -> bytes:
+        pack, ts, offs = _TIME_ENTRY.pack, self.timestamps, self.offsets
+        return b"".join(pack(ts[i], offs[i]) for i in range(start, end))

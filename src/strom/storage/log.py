@@ -2,8 +2,11 @@
 
 Single-threaded by design (call it from the event loop). ``flush`` calls ``fsync`` and
 blocks; a broker flushes in the background instead (``flush_in_background``, started on every
-roll and by the periodic flush): what to sync is decided on the loop, the fsyncs run in a worker
-thread on pinned descriptors, and the recovery point moves back on the loop once they are done.
+roll and by the periodic flush): what to write and sync is decided on the loop (index tails and
+producer snapshots as bytes), the writes and fsyncs run in a worker thread on pinned
+descriptors, and the recovery point moves back on the loop once they are done. The next
+segment's log file is created ahead of the roll in a worker thread too, and deleted segments'
+files are unlinked in one, so a roll costs the loop a rename and no file writes.
 """
 
 from __future__ import annotations
@@ -40,11 +43,13 @@ from strom.storage.epochs import DeferredEpochCache
 from strom.storage.errors import KafkaStorageError, OffsetOutOfRangeError
 from strom.storage.files import FileBudget, FileSlice, SegmentFile, fsync
 from strom.storage.health import RateLimitedLog, describe, io_cause
+from strom.storage.index import TailWrite
 from strom.storage.producer_state import (
     DEFAULT_EXPIRATION_MS,
     BatchMetadata,
     CompletedTxn,
     ProducerStateManager,
+    SnapshotWrite,
     fsync_paths,
 )
 from strom.storage.recovery import open_segments
@@ -67,6 +72,9 @@ IoErrorHandler = Callable[["PartitionLog", str, OSError], None]
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
+# the next segment's log file, created empty in a worker thread once the active segment is
+# half full and renamed at the roll; a ``*.tmp`` left by a crash is deleted at load
+NEXT_SEGMENT_FILE = "next-segment.log.tmp"
 
 
 @dataclass(slots=True)
@@ -100,6 +108,9 @@ class FlushJob:
     roll, the log flusher), never on a request handler."""
 
     files: list[tuple[SegmentFile, int]]  # log files, pinned until the flush ends
+    tails: list[TailWrite]  # index entries not in their files yet
+    snapshot_writes: list[SnapshotWrite]  # producer snapshots taken at rolls, not written yet
+    producer_state: ProducerStateManager
     txn_indexes: list[TransactionIndex]
     snapshots: list[Path]  # producer snapshots written without an fsync
     epochs: tuple[int, list[tuple[int, int]]] | None  # leader-epoch checkpoint to write
@@ -110,6 +121,12 @@ class FlushJob:
     epoch_cache: DeferredEpochCache
 
     def sync(self) -> None:
+        for t in self.tails:
+            try:
+                t.write()
+            except OSError as e:
+                raise KafkaStorageError(f"cannot write index {t.index.path}: {e}") from e
+        self.producer_state.write_pending(self.snapshot_writes)
         for f, fd in self.files:
             try:
                 files.fsync(fd)
@@ -122,6 +139,13 @@ class FlushJob:
             raise KafkaStorageError(f"fsync failed: {e}") from e
         if self.epochs is not None:
             self.epoch_cache.write_version(*self.epochs)
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    """Unlink files (any thread); one already gone is skipped."""
+    for p in paths:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(p)
 
 
 def _make_dir(path: Path) -> bool:
@@ -232,6 +256,10 @@ class PartitionLog:
         self._want_full_flush = False  # a full flush was asked for while one was in flight
         self._generation = 0  # truncations so far: a flush captured before one advances nothing
         self._pending_deletes: list[tuple[int, list[Path], LogSegment]] = []
+        # the next segment's file created ahead in a worker thread ("": creating it failed,
+        # the roll creates one itself), and whether that is under way
+        self._next_file: str | None = None
+        self._preparing = False
         self.producer_state = ProducerStateManager(
             self.dir, expiration_ms=producer_id_expiration_ms, fresh=fresh
         )
@@ -360,6 +388,9 @@ class PartitionLog:
         elif v.first_offset != seg.base_offset and seg.base_offset == self.log_end_offset:
             seg = self._replace_empty_active(v.first_offset)  # replicated data after a gap
         seg.append(v.data, v.metas)
+        if self._next_file is None and not self._preparing and \
+                seg._size >= self.config.segment_bytes >> 1:  # fmt: skip
+            self._prepare_next_segment()
         latest = self.epochs.latest_epoch
         for e, o in v.epochs:
             if e > latest:
@@ -407,28 +438,69 @@ class PartitionLog:
         old = self._active
         if old.size == 0:
             return old
-        old.seal()
+        old.seal(persist=False)  # its index tails are written by the flush started below
         if old not in self._rolled_unflushed:  # (a roll that failed half-way is retried)
             self._rolled_unflushed.append(old)
         seg = self._add_segment(base)
         ps = self.producer_state
         ps.map_end_offset = max(ps.map_end_offset, base)
-        ps.take_snapshot(sync=False)  # fsynced with the rolled segment
-        self._start_flush(False)  # as Kafka's roll schedules flushUptoOffsetExclusive
+        ps.snapshot_later()  # written and fsynced with the rolled segment
+        # as Kafka's roll schedules flushUptoOffsetExclusive; without an event loop (tests,
+        # tools) the files are written now and fsynced by the next flush
+        if self._start_flush(False) is None:
+            old.persist_indexes()
+            ps.settle(sync=False)
         return seg
 
-    def _new_segment(self, base: int, *, fresh: bool = False) -> LogSegment:
-        """An empty segment at ``base`` (``fresh``: in a new directory, nothing to replace)."""
+    def _prepare_next_segment(self) -> None:
+        """Create the next segment's empty log file in a worker thread, so the roll renames
+        it instead of creating a file on the event loop (no loop: the roll creates it)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        path = os.path.join(self.dir, NEXT_SEGMENT_FILE)
+        self._preparing = True
+
+        def work() -> None:  # in a worker thread
+            error: OSError | None = None
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+            except OSError as e:
+                error = e
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is the broker
+                loop.call_soon_threadsafe(self._next_segment_ready, path, error)
+
+        loop.run_in_executor(None, work)
+
+    def _next_segment_ready(self, path: str, error: OSError | None) -> None:
+        self._preparing = False
+        if error is not None:
+            log.warning("cannot create the next segment file of %s-%d ahead of the roll (the "
+                        "roll creates it): %s", self.topic, self.partition, error)  # fmt: skip
+            self._next_file = ""
+        elif self._closed:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        else:
+            self._next_file = path
+
+    def _new_segment(
+        self, base: int, *, fresh: bool = False, prepared: str | None = None
+    ) -> LogSegment:
+        """An empty segment at ``base`` (``fresh``: in a new directory, nothing to replace;
+        ``prepared``: its log file, created ahead of time)."""
         cfg = self.config
         return LogSegment(
             self.dir, base, self._budget, segment_index_bytes=cfg.segment_index_bytes,
             index_interval_bytes=cfg.index_interval_bytes,
             segment_jitter_ms=cfg.segment_jitter_ms, create=True, fresh=fresh,
-            now_ms=self._now_ms(),
+            prepared=prepared, now_ms=self._now_ms(),
         )  # fmt: skip
 
     def _add_segment(self, base: int) -> LogSegment:
-        seg = self._new_segment(base)
+        prepared, self._next_file = self._next_file or None, None
+        seg = self._new_segment(base, prepared=prepared)
         self._segments.append(seg)
         self._bases.append(base)
         self._active = seg
@@ -585,30 +657,52 @@ class PartitionLog:
                 self._rolled_unflushed.remove(seg)
             entry = (due, seg.rename_for_deletion(), seg)
             if self.config.file_delete_delay_ms <= 0:
-                self._remove_deleted(entry)
+                self._remove_deleted([entry])
             else:
                 self._pending_deletes.append(entry)
 
-    @staticmethod
-    def _remove_deleted(entry: tuple[int, list[Path], LogSegment]) -> None:
-        _due, paths, seg = entry
-        seg.close()  # a pinned file stays open until its reader unpins it
-        for p in paths:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(p)
+    def _remove_deleted(
+        self, entries: list[tuple[int, list[Path], LogSegment]], *, now: bool = False
+    ) -> None:
+        """Close the segments and unlink their ``*.deleted`` files: in a worker thread when an
+        event loop runs (Kafka deletes on its scheduler threads too), else (or ``now``) here."""
+        paths = []
+        for _due, seg_paths, seg in entries:
+            seg.close()  # a pinned file stays open until its reader unpins it
+            paths.extend(seg_paths)
+        if not paths:
+            return
+        try:
+            loop = None if now else asyncio.get_running_loop()
+        except RuntimeError:
+            loop = None
+        if loop is None:
+            _unlink_all(paths)
+            return
+
+        def work() -> None:  # in a worker thread
+            try:
+                _unlink_all(paths)
+            except OSError as e:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._unlink_failed, paths, e)
+
+        loop.run_in_executor(None, work)
+
+    def _unlink_failed(self, paths: list[Path], error: OSError) -> None:
+        self._io_failed(f"Error while deleting {', '.join(map(str, paths))} of {self.topic}-"
+                        f"{self.partition} in dir {self.dir.parent}", error)  # fmt: skip
 
     def purge_deleted(self, now_ms: int | None = None) -> None:
         """Remove ``*.deleted`` files whose delay (file.delete.delay.ms) has passed."""
         if not self._pending_deletes:
             return
         now = self._now_ms() if now_ms is None else now_ms
-        keep = []
+        keep, due = [], []
         for entry in self._pending_deletes:
-            if entry[0] <= now:
-                self._remove_deleted(entry)
-            else:
-                keep.append(entry)
+            (due if entry[0] <= now else keep).append(entry)
         self._pending_deletes = keep
+        self._remove_deleted(due)
 
     def _delete_prefix(self, count: int) -> int:
         """Delete the ``count`` oldest segments (rolling first if that is all of them)."""
@@ -971,6 +1065,7 @@ class PartitionLog:
             seg.flush(sync=sync)
         self._rolled_unflushed.clear()
         self._active.flush(sync=sync)
+        self.producer_state.settle(sync=sync)
         if sync:
             self.producer_state.sync_snapshots()
         self.epochs.sync(fsync=sync)
@@ -984,6 +1079,7 @@ class PartitionLog:
         job = self._inflight
         if job is None:
             return
+        self._write_taken_tails(job)
         if job.epochs is not None:
             self.epochs.write(fsync=sync)
         if sync:
@@ -995,6 +1091,17 @@ class PartitionLog:
             for t in job.txn_indexes:
                 fsync_paths([t.path])
             fsync_paths(job.snapshots)
+
+    @staticmethod
+    def _write_taken_tails(job: FlushJob) -> None:
+        """Write here the index tails a background flush has taken (if it has not written
+        them yet: it then skips them; a retired index is left alone)."""
+        for t in job.tails:
+            if t.version == t.index._version:
+                try:
+                    t.index.persist()
+                except OSError as e:
+                    raise KafkaStorageError(f"cannot write index {t.index.path}: {e}") from e
 
     def flush_rolled(self) -> None:
         """fsync segments rolled since the last flush (Kafka flushes them after a roll)."""
@@ -1112,11 +1219,12 @@ class PartitionLog:
         upto = self.log_end_offset if full else self._active.base_offset
         pinned: list[tuple[SegmentFile, int]] = []
         txns: list[TransactionIndex] = []
+        tails: list[TailWrite] = []
         try:
             for seg in segs:
                 if not seg.file.created:  # never written: no file yet
                     continue
-                seg.persist_indexes()  # small writes, kept on the loop: they touch index state
+                tails.extend(seg.take_index_tails())  # bytes now, written by the worker
                 seg.file.pin()
                 pinned.append((seg.file, seg.file.fileno()))
                 txn = seg._txn  # only a loaded transaction index can have unsynced appends
@@ -1128,10 +1236,14 @@ class PartitionLog:
                 f.unpin()
             for t in txns:
                 t._dirty = True
+            for w in tails:
+                w.index.untake(w)
             raise
+        ps = self.producer_state
         job = FlushJob(
-            pinned, txns, self.producer_state.take_unsynced(), self.epochs.take_dirty(), upto,
-            self._generation, list(rolled), self._unflushed_messages if full else 0, self.epochs,
+            pinned, tails, ps.pending_writes(), ps, txns, ps.take_unsynced(),
+            self.epochs.take_dirty(), upto, self._generation, list(rolled),
+            self._unflushed_messages if full else 0, self.epochs,
         )  # fmt: skip
         rolled.clear()
         if full:
@@ -1171,6 +1283,8 @@ class PartitionLog:
         ]  # fmt: skip
         for t in job.txn_indexes:
             t._dirty = True
+        for w in job.tails:  # (snapshot writes not done stay pending by themselves)
+            w.index.untake(w)
         self.producer_state.requeue(job.snapshots)
         if job.epochs is not None:
             self.epochs.mark_dirty()
@@ -1182,11 +1296,14 @@ class PartitionLog:
         if self._closed:
             return
         try:
+            if self._inflight is not None:
+                self._write_taken_tails(self._inflight)
             for seg in self._rolled_unflushed:
                 seg.persist_indexes()
             self._active.seal()
             self.epochs.sync(fsync=sync)
             ps = self.producer_state
+            ps.settle(sync=False)  # roll snapshots a background flush has not written yet
             ps.map_end_offset = self.log_end_offset
             try:
                 ps.take_snapshot(sync=sync)  # the next load starts here instead of replaying the log
@@ -1196,9 +1313,12 @@ class PartitionLog:
             self._closed = True
             for seg in self._segments:
                 seg.close()
-            for entry in self._pending_deletes:
-                self._remove_deleted(entry)
+            self._remove_deleted(self._pending_deletes, now=True)
             self._pending_deletes.clear()
+            if self._next_file:
+                with contextlib.suppress(OSError):
+                    os.unlink(self._next_file)
+                self._next_file = None
 
     # --- offline log dir -----------------------------------------------------------------------
 

@@ -20,7 +20,9 @@ import contextlib
 import logging
 import os
 import struct
+import threading
 from bisect import bisect_right, insort
+from dataclasses import dataclass
 from pathlib import Path
 
 from crc32c import crc32c
@@ -66,6 +68,15 @@ class CorruptSnapshotError(Exception):
 
 def snapshot_name(offset: int) -> str:
     return f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+@dataclass(slots=True)
+class SnapshotWrite:
+    """A snapshot taken on the event loop as bytes; a worker thread writes and fsyncs it."""
+
+    path: Path
+    data: bytes
+    done: bool = False  # written, or dropped because its snapshot was deleted meanwhile
 
 
 def increment_sequence(seq: int, inc: int) -> int:
@@ -287,7 +298,11 @@ class ProducerStateManager:
         self.ongoing_txns: dict[int, int] = {}  # first offset -> producer id (seam: LSO)
         self.map_end_offset = -1  # state reflects the log up to here (exclusive); -1: not loaded
         self.last_snap_offset = 0
-        self._unsynced: list[Path] = []  # snapshots written at roll, fsynced by the next flush
+        self._unsynced: list[Path] = []  # snapshots written without an fsync, for the next flush
+        # snapshots taken at a roll whose file a background flush writes (see snapshot_later);
+        # the lock orders those writes against deleting or settling them on the loop
+        self._writes: list[SnapshotWrite] = []
+        self._lock = threading.Lock()
         self.snapshots: list[int] = [] if fresh else self._list_snapshots()
 
     # --- files ---------------------------------------------------------------------------------
@@ -316,8 +331,14 @@ class ProducerStateManager:
         i = bisect_right(self.snapshots, offset) - 1
         if i >= 0 and self.snapshots[i] == offset:
             del self.snapshots[i]
+        path = self.snapshot_path(offset)
+        if self._writes:
+            with self._lock:  # a background write of it must not create it again
+                for w in self._writes:
+                    if w.path == path:
+                        w.done = True
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.snapshot_path(offset))
+            os.unlink(path)
 
     def latest_snapshot_offset(self) -> int | None:
         return self.snapshots[-1] if self.snapshots else None
@@ -351,8 +372,63 @@ class ProducerStateManager:
         self.last_snap_offset = offset
         return path
 
+    def snapshot_later(self) -> SnapshotWrite | None:
+        """``take_snapshot`` whose file a background flush writes (with its fsync): only the
+        bytes are built now, so a roll does no file work on the event loop. Until written,
+        the snapshot counts as taken; anything that reads, deletes or must have it on disk
+        first settles it (``settle``)."""
+        if self.map_end_offset <= self.last_snap_offset:
+            return None
+        offset = self.map_end_offset
+        w = SnapshotWrite(self.snapshot_path(offset), encode_snapshot(self.producers.values()))
+        self._writes.append(w)
+        if offset not in self.snapshots:
+            insort(self.snapshots, offset)
+        self.last_snap_offset = offset
+        return w
+
+    def pending_writes(self) -> list[SnapshotWrite]:
+        """Snapshots not written yet, for a background flush (``write_pending``)."""
+        self._writes = [w for w in self._writes if not w.done]
+        return list(self._writes)
+
+    def write_pending(self, writes: list[SnapshotWrite]) -> None:
+        """Write and fsync snapshots taken by ``snapshot_later`` (a worker thread). Only the
+        final rename holds the lock, so the loop never waits for this thread's fsync."""
+        for w in writes:
+            if w.done:
+                continue
+            tmp = w.path.with_name(w.path.name + ".bg.tmp")
+            write_snapshot_data(tmp, w.data, fsync=True, direct=True)
+            with self._lock:
+                try:
+                    if w.done:  # deleted or written by the loop meanwhile
+                        os.unlink(tmp)
+                    else:
+                        os.replace(tmp, w.path)
+                        w.done = True
+                except OSError as e:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+                    raise StorageError(f"cannot write producer snapshot {w.path}: {e}") from e
+
+    def settle(self, *, sync: bool = True) -> None:
+        """Write, on the calling thread, the snapshots a background flush has not written
+        yet (``sync=False``: without an fsync, left for the next flush)."""
+        if not self._writes:
+            return
+        with self._lock:
+            for w in self._writes:
+                if not w.done:
+                    write_snapshot_data(w.path, w.data, fsync=sync)
+                    w.done = True
+                    if not sync:
+                        self._unsynced.append(w.path)
+            self._writes.clear()
+
     def sync_snapshots(self) -> None:
         """fsync snapshots written without it (called when the log flushes)."""
+        self.settle()
         fsync_paths(self.take_unsynced())
 
     def take_unsynced(self) -> list[Path]:
@@ -379,6 +455,7 @@ class ProducerStateManager:
             self.ongoing_txns[entry.txn_first_offset] = entry.producer_id
 
     def _load_latest_snapshot(self, log_start_offset: int, now_ms: int) -> None:
+        self.settle(sync=False)
         while self.snapshots:
             offset = self.snapshots[-1]
             try:
@@ -569,6 +646,10 @@ def fsync_paths(paths: list[Path]) -> None:
 
 
 def write_snapshot(path: Path, entries, *, fsync: bool = True) -> None:
+    write_snapshot_data(path, encode_snapshot(entries), fsync=fsync)
+
+
+def encode_snapshot(entries) -> bytes:
     """Kafka's producer snapshot (version 1), up to five entries per producer, oldest first."""
     body = bytearray(_HEAD.size)
     n = 0
@@ -590,7 +671,15 @@ def write_snapshot(path: Path, entries, *, fsync: bool = True) -> None:
     struct.pack_into(">i", body, _CRC_START, n)
     crc = crc32c(memoryview(body)[_CRC_START:])
     struct.pack_into(">hI", body, 0, SNAPSHOT_VERSION, crc)
-    tmp = path.with_name(path.name + ".tmp")
+    return bytes(body)
+
+
+def write_snapshot_data(
+    path: Path, body: bytes, *, fsync: bool = True, direct: bool = False
+) -> None:
+    """Write a snapshot's bytes through a temporary file, so a crash leaves the old one whole
+    (``direct``: ``path`` is itself a temporary file, the caller renames it)."""
+    tmp = path if direct else path.with_name(path.name + ".tmp")
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
@@ -601,7 +690,8 @@ def write_snapshot(path: Path, entries, *, fsync: bool = True) -> None:
                 files.fsync(fd)
         finally:
             os.close(fd)
-        os.replace(tmp, path)
+        if not direct:
+            os.replace(tmp, path)
     except OSError as e:
         with contextlib.suppress(OSError):
             os.unlink(tmp)

@@ -35,6 +35,7 @@ from strom.storage.index import (
     TIME_ENTRY_SIZE,
     IndexCorruptError,
     OffsetIndex,
+    TailWrite,
     TimeIndex,
 )
 from strom.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
@@ -118,11 +119,14 @@ class LogSegment:
         segment_jitter_ms: int = 0,
         create: bool = False,
         fresh: bool = False,
+        prepared: str | None = None,
         now_ms: int = 0,
     ) -> None:
         """``create``: start an empty segment, replacing any files at this base offset;
         ``fresh`` (with ``create``): the directory is new, so there is nothing to replace and
-        the log file is only created when first used."""
+        the log file is only created when first used; ``prepared`` (with ``create``): an empty
+        file created ahead of the roll in a worker thread, renamed to be the log file (one
+        metadata operation on the event loop instead of creating a file)."""
         self.dir = dir
         self.base_offset = base_offset
         self._stem = os.path.join(dir, segment_name(base_offset))  # str: cheap for many segments
@@ -139,11 +143,17 @@ class LogSegment:
         self._next_offset: int | None = None
         self._txn: TransactionIndex | None = None
         if create:
-            self.file = SegmentFile(self._stem + LOG_SUFFIX, budget, create=True)
+            if prepared is not None and not fresh and self._adopt(prepared):
+                self.file = SegmentFile(self._stem + LOG_SUFFIX, budget)
+            else:
+                self.file = SegmentFile(self._stem + LOG_SUFFIX, budget, create=True)
             if not fresh:
-                self.file.fileno()  # create (or empty) the log file now
-                for p in (self.index_path, self.timeindex_path, self.txn_index_path):
-                    p.unlink(missing_ok=True)
+                self.file.fileno()  # create (or empty) the log file now; opens a prepared one
+                # Stale index files at this base would be replaced: the offset and time
+                # indexes start as unknown, so their first write rewrites the file whole
+                # (and a crash before it recovers this segment, rebuilding both); a
+                # transaction index is appended to, so a stale one goes now.
+                self.txn_index_path.unlink(missing_ok=True)
             self._size: int | None = 0
             self._oi = OffsetIndex(self._stem + INDEX_SUFFIX, base_offset, self.max_index_entries)
             self._ti = self._new_time_index()
@@ -152,6 +162,16 @@ class LogSegment:
         else:
             self.file = SegmentFile(self._stem + LOG_SUFFIX, budget)
             self._size = None
+
+    def _adopt(self, prepared: str) -> bool:
+        """Rename a prepared empty file to this segment's log file; False if that failed (it
+        is then created as usual; a prepared ``*.tmp`` left behind goes at the next load)."""
+        try:
+            os.rename(prepared, self._stem + LOG_SUFFIX)
+        except OSError as e:
+            log.warning("cannot use the prepared segment file %s: %s", prepared, e)
+            return False
+        return True
 
     @property
     def log_path(self) -> Path:
@@ -399,13 +419,16 @@ class LogSegment:
     def indexes_full(self) -> bool:
         return self.offset_index.is_full or self.time_index.is_full
 
-    def seal(self) -> None:
-        """The segment stops being active: record its max timestamp and write its indexes."""
+    def seal(self, *, persist: bool = True) -> None:
+        """The segment stops being active: record its max timestamp and write its indexes
+        (``persist=False``: a background flush writes them, see ``take_index_tails``)."""
         ti = self.time_index
         ti.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, skip_full_check=True)
-        self.persist_indexes()
+        if persist:
+            self.persist_indexes()
 
     def persist_indexes(self) -> None:
+        """Write what the index files lack, on the calling thread."""
         if not self.file.created:  # never written: no files at all until the first append
             return
         try:
@@ -415,6 +438,24 @@ class LogSegment:
                 self._ti.persist()
         except OSError as e:
             raise KafkaStorageError(f"cannot write indexes of {self.log_path}: {e}") from e
+
+    def take_index_tails(self) -> list[TailWrite]:
+        """The index entries not in the files yet, as bytes for a worker thread to write."""
+        if not self.file.created:
+            return []
+        out = []
+        for idx in (self._oi, self._ti):
+            w = idx.take_tail() if idx is not None else None
+            if w is not None:
+                out.append(w)
+        return out
+
+    def retire_indexes(self) -> None:
+        """Index files are about to be renamed or deleted: tails taken for a background
+        write are dropped (waits for one being written)."""
+        for idx in (self._oi, self._ti):
+            if idx is not None:
+                idx.retire()
 
     def flush(self, *, sync: bool = True) -> None:
         """Write indexes and fsync the log file (a segment never written has no files yet);
@@ -525,6 +566,7 @@ class LogSegment:
         if truncated:
             self._cut_damaged_tail(valid, next_offset, during)
         self._size = valid
+        self.retire_indexes()  # (a background write of the old ones must not land later)
         self._oi, self._ti = oi, ti
         self._max_ts, self._max_ts_offset = max_ts, max_off
         self._next_offset = next_offset
@@ -598,6 +640,7 @@ class LogSegment:
         """Take the whole segment out of the log: its log file becomes a side file (its
         indexes are deleted); an empty segment is simply deleted."""
         self.close()
+        self.retire_indexes()
         size = os.stat(self.log_path).st_size if self.log_path.exists() else 0
         for p in (self.index_path, self.timeindex_path, self.txn_index_path):
             p.unlink(missing_ok=True)
@@ -620,6 +663,7 @@ class LogSegment:
         The log file stays readable through ``self.file`` (slices already handed out keep
         working) until the caller closes it when the files are finally removed.
         """
+        self.retire_indexes()
         out = []
         for p in (self.log_path, self.index_path, self.timeindex_path, self.txn_index_path):
             target = p.with_name(p.name + DELETED_SUFFIX)
