@@ -227,7 +227,8 @@ async def serve(config: BrokerConfig) -> None:
     logs = broker.logs
     tasks = [
         asyncio.create_task(_periodic(config.get("log.retention.check.interval.ms"),
-                                      lambda: logs.run_retention(broker.now_ms()), "retention")),
+                                      lambda: logs.run_retention_in_slices(broker.now_ms()),
+                                      "retention")),
         asyncio.create_task(_periodic(min(config.get("log.flush.scheduler.interval.ms"), 1000),
                                       lambda: logs.flush_in_background(broker.now_ms()),
                                       "flush")),

@@ -99,6 +99,9 @@ class LeaderEpochCache:
         del self._offsets[:n]
         self._epochs.insert(0, last_epoch)
         self._offsets.insert(0, start_offset)
+        self._start_moved()
+
+    def _start_moved(self) -> None:
         self.write()
 
     def replace(self, entries: list[tuple[int, int]]) -> None:
@@ -152,6 +155,12 @@ class DeferredEpochCache(LeaderEpochCache):
         self._offsets.clear()
         for e, o in entries:
             self._assign(e, o)
+        self._dirty = True
+
+    def _start_moved(self) -> None:
+        """Written at the next flush or close, not on the event loop at every retention pass
+        (Kafka's truncateFromStartAsync): entries below the log start that a crash leaves in
+        the file are dropped again when the log loads."""
         self._dirty = True
 
     def write(self, *, fsync: bool = True) -> None:

@@ -42,6 +42,7 @@ CLEAN_SHUTDOWN_MARKER = ".strom_cleanshutdown"
 OFFLINE_CHECK_INTERVAL_S = 5.0  # how often an offline log dir is checked for recovery
 # background flushes the periodic flush keeps running at once (Kafka's background.threads is 10)
 FLUSHES_IN_FLIGHT = 8
+RETENTION_SLICE = 500  # logs a retention pass checks between yields to the event loop
 
 Offsets = dict[tuple[str, int], int]
 DELETE_DIR_SUFFIX = "-delete"
@@ -207,8 +208,25 @@ class LogManager:
     # --- periodic work -------------------------------------------------------------------------
 
     def run_retention(self, now_ms: int) -> int:
+        """One retention pass over every log, blocking (tests); a broker awaits
+        ``run_retention_in_slices``."""
         return sum(log.apply_retention(now_ms) for log in list(self._logs.values())
                    if not log.closed)  # fmt: skip
+
+    async def run_retention_in_slices(self, now_ms: int) -> int:
+        """The retention pass, giving the event loop back after every log that deleted
+        segments (each costs a few renames on the loop; the unlinks run in a worker thread)
+        and every ``RETENTION_SLICE`` logs, so a pass that deletes thousands of segments
+        does not hold up requests meanwhile. Returns the bytes deleted."""
+        freed = 0
+        for i, plog in enumerate(list(self._logs.values()), 1):
+            if plog.closed:  # deleted, closed or offline meanwhile
+                continue
+            n = plog.apply_retention(now_ms)
+            freed += n
+            if n or i % RETENTION_SLICE == 0:
+                await asyncio.sleep(0)
+        return freed
 
     def remove_expired_producers(self, now_ms: int) -> int:
         """Drop producer ids idle longer than producer.id.expiration.ms from every log."""

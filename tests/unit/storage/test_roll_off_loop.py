@@ -8,13 +8,17 @@ import os
 import shutil
 import threading
 import time
+import uuid
 
 import pytest
 
+from strom.storage import files
 from strom.storage import index as index_mod
 from strom.storage import producer_state as ps_mod
+from strom.storage.checkpoints import LEADER_EPOCH_CHECKPOINT, read_leader_epoch_checkpoint
 from strom.storage.config import LogConfig
 from strom.storage.log import NEXT_SEGMENT_FILE
+from strom.storage.manager import LogManager
 from strom.storage.segment import DELETED_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, segment_name
 
 DEADLINE_S = 10.0
@@ -362,5 +366,74 @@ def test_a_snapshot_deleted_by_truncation_is_not_written_late(h, tmp_path, snaps
         assert snaps == ["00000000000000000001.snapshot"]
         assert not list(log.dir.glob("*.snapshot*.tmp"))
         log.close()
+
+    asyncio.run(main())
+
+
+def test_retention_leaves_the_epoch_checkpoint_to_the_next_flush(h, tmp_path, monkeypatch):
+    """Moving the log start used to rewrite and fsync leader-epoch-checkpoint on the loop at
+    every retention pass; now the next flush (or close) writes it, and a crash before that
+    leaves older entries the load drops again."""
+    synced_on_loop: list[int] = []
+    real = files.fsync
+
+    def fsync(fd):
+        if threading.current_thread() is threading.main_thread():
+            synced_on_loop.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(files, "fsync", fsync)
+
+    async def main():
+        d = tmp_path / "t-0"
+        log = h.open_log(d, LogConfig(segment_bytes=500, retention_bytes=300))
+        for epoch in range(4):  # one segment per epoch
+            log.append(bytearray(h.make_batch(1, 200)), leader_epoch=epoch, now_ms=0)
+        await _until(lambda: not log.flushing, "the roll flushes")
+        log.flush()  # the checkpoint on disk holds all four epochs
+        before = read_leader_epoch_checkpoint(d / LEADER_EPOCH_CHECKPOINT)
+        assert before == [(0, 0), (1, 1), (2, 2), (3, 3)]
+        synced_on_loop.clear()
+        assert log.apply_retention(now_ms=0) > 0
+        assert log.log_start_offset == 2
+        assert synced_on_loop == []
+        assert read_leader_epoch_checkpoint(d / LEADER_EPOCH_CHECKPOINT) == before
+        assert log.epochs.entries() == [(2, 2), (3, 3)]
+        crashed = tmp_path / "crashed" / "t-0"
+        shutil.copytree(d, crashed)
+        log.close()
+        assert read_leader_epoch_checkpoint(d / LEADER_EPOCH_CHECKPOINT) == [(2, 2), (3, 3)]
+        again = h.open_log(crashed, LogConfig(segment_bytes=500), recovery_point=0,
+                           log_start_offset=2)  # fmt: skip
+        assert again.epochs.entries() == [(2, 2), (3, 3)]
+        again.close()
+
+    asyncio.run(main())
+
+
+def test_the_retention_pass_gives_the_loop_back_between_logs(h, tmp_path):
+    async def main():
+        m = LogManager([tmp_path])
+        m.load()
+        cfg = LogConfig(retention_ms=100, segment_bytes=400, file_delete_delay_ms=0)
+        logs = [m.create("t", p, uuid.uuid4(), cfg) for p in range(3)]
+        for log in logs:
+            for ts in (0, 10, 1000):
+                log.append(bytearray(h.make_batch(1, 200, ts=ts)), leader_epoch=0, now_ms=ts)
+        await _until(lambda: not any(log.flushing for log in logs), "the roll flushes")
+        seen: list[int] = []  # logs already trimmed, each time another task got to run
+
+        async def watch():
+            while True:
+                seen.append(sum(log.log_start_offset == 2 for log in logs))
+                await asyncio.sleep(0)
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.sleep(0)
+        assert await m.run_retention_in_slices(now_ms=1050) > 0
+        watcher.cancel()
+        assert all(log.log_start_offset == 2 for log in logs)
+        assert {1, 2} <= set(seen)  # it ran between the logs, not only before and after
+        m.shutdown()
 
     asyncio.run(main())
