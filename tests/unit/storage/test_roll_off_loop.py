@@ -6,6 +6,7 @@ loop does to those files meanwhile (truncation, deletion, close) wins over a lat
 import asyncio
 import os
 import shutil
+import struct
 import threading
 import time
 import uuid
@@ -437,3 +438,15 @@ def test_the_retention_pass_gives_the_loop_back_between_logs(h, tmp_path):
         m.shutdown()
 
     asyncio.run(main())
+
+
+def test_time_index_tails_encode_as_kafka_lays_them_out(tmp_path):
+    ti = index_mod.TimeIndex(tmp_path / "0.timeindex", 100, 1000)
+    for i, ts in enumerate((-5, 7, 1 << 40, (1 << 62) + 3)):
+        ti.maybe_append(ts, 100 + i * 70_000)
+    expected = b"".join(struct.pack(">qi", t, o) for t, o in zip(ti.timestamps, ti.offsets,
+                                                                  strict=True))  # fmt: skip
+    assert len(ti) == 3  # (-5 is no timestamp)
+    assert ti.take_tail().data == expected
+    ti.maybe_append((1 << 63) - 1, 500_000)
+    assert ti.take_tail().data == struct.pack(">qi", (1 << 63) - 1, 499_900)
