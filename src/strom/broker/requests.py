@@ -19,20 +19,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from strom.broker.request_types import ABSENT, Absent
-from strom.protocol.codec import Struct
+from strom.protocol.codec import Struct, fresh_default
 
 Filler = Callable[[Struct], None]
-
-
-def _fresh(value: object) -> object:
-    """A private copy of a mutable default (lists, structs given as dicts)."""
-    if isinstance(value, list):
-        return [_fresh(v) for v in value]
-    if isinstance(value, dict):
-        s = Struct()
-        s.__dict__ = {k: _fresh(v) for k, v in value.items()}
-        return s
-    return value
 
 
 def _filler(entries: Iterable[Absent]) -> Filler:
@@ -49,7 +38,7 @@ def _filler(entries: Iterable[Absent]) -> Filler:
     def fill(s: Struct) -> None:
         d = s.__dict__
         for name, default in top:
-            d[name] = _fresh(default)
+            d[name] = fresh_default(default)
         for name, sub in subs:
             value = d[name]
             if isinstance(value, list):

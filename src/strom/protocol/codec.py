@@ -133,13 +133,14 @@ def _null_error(name: str) -> ProtocolError:
     return ProtocolError(f"null value for non-nullable field {name!r}")
 
 
-def _fresh(value):
-    """A private copy of a mutable default (lists, structs) for a decoded message."""
+def fresh_default(value: object) -> object:
+    """A private copy of a mutable default (lists, structs given as dicts) for a decoded
+    message, so no two messages share one."""
     if isinstance(value, list):
-        return [_fresh(v) for v in value]
+        return [fresh_default(v) for v in value]
     if isinstance(value, dict):
         s = Struct()
-        s.__dict__ = {k: _fresh(v) for k, v in value.items()}
+        s.__dict__ = {k: fresh_default(v) for k, v in value.items()}
         return s
     return value
 
@@ -193,7 +194,7 @@ _BASE_NS = {
     "_getter": _getter,
     "_normalize": _normalize,
     "_null_error": _null_error,
-    "_fresh": _fresh,
+    "_fresh": fresh_default,
     "_read_tags": _read_tags,
     "_records_into": _records_into,
     "_dict": dict,
