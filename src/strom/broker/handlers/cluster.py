@@ -12,6 +12,7 @@ from strom.broker.request_types import (
     InitProducerIdRequest,
 )
 from strom.broker.router import handles
+from strom.cluster.controller import too_many_records
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
@@ -70,6 +71,10 @@ def _init_pid_error(code: int) -> dict[str, Any]:
     return {"error_code": code, "producer_id": -1, "producer_epoch": -1}
 
 
+# Kafka's message for a BoundedListTooLongException from its controller (POLICY_VIOLATION)
+_EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
+
+
 @handles(ApiKey.ELECT_LEADERS, 0, 2)
 async def elect_leaders(broker: Broker, ctx: RequestContext,
                         request: ElectLeadersRequest) -> dict[str, Any]:
@@ -81,6 +86,9 @@ async def elect_leaders(broker: Broker, ctx: RequestContext,
     wanted = None
     if request.topic_partitions is not None:
         wanted = [(t.topic, p) for t in request.topic_partitions for p in t.partitions]
+    too_large = too_many_records(len(wanted or ()), _EXCESSIVE_BATCH)
+    if too_large is not None:  # as Kafka: the whole request fails, each partition says so
+        return _elect_leaders_reply(dict.fromkeys(wanted or (), too_large.code), too_large.code)
     results = await broker.controller.elect_leaders(election_type, wanted)
     if wanted is None:  # Kafka reports only the partitions it elected a leader for
         results = {k: v for k, v in results.items() if v == ErrorCode.NONE}
@@ -92,12 +100,16 @@ async def elect_leaders(broker: Broker, ctx: RequestContext,
                        for t, p in partitions if results.get((t, p)) == ErrorCode.NONE)
 
         await broker.controller.wait_until(applied, max(request.timeout, 0) / 1000)
+    return _elect_leaders_reply(results, ErrorCode.NONE)
+
+
+def _elect_leaders_reply(results: dict[tuple[str, int], int], error: int) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
     for (topic, partition), code in sorted(results.items()):
         by_topic.setdefault(topic, []).append({
             "partition_id": partition, "error_code": int(code),
             "error_message": None if code == ErrorCode.NONE else ErrorCode(code).name})
-    return {"throttle_time": 0, "error_code": ErrorCode.NONE,
+    return {"throttle_time": 0, "error_code": int(error),
             "replica_election_results": [{"topic": t, "partition_result": r}
                                          for t, r in by_topic.items()]}
 

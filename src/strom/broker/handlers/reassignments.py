@@ -16,6 +16,7 @@ from strom.broker.request_types import (
     ListPartitionReassignmentsRequest,
 )
 from strom.broker.router import handles
+from strom.cluster.controller import too_many_records
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
@@ -32,6 +33,11 @@ async def alter_partition_reassignments(broker: Broker, ctx: RequestContext,
             if key in wanted:
                 duplicates.add(key)
             wanted[key] = None if p.replicas is None else [int(r) for r in p.replicas]
+    too_large = too_many_records(sum(len(t.partitions) for t in request.topics),
+                                 "Unable to perform excessively large batch operation.")
+    if too_large is not None:  # as Kafka: the whole request fails, each partition says so
+        return _reply(allow, {k: (too_large.code, too_large.message, None) for k in wanted},
+                      too_large.code, too_large.message)
     results = await broker.controller.alter_partition_reassignments(
         {k: v for k, v in wanted.items() if k not in duplicates}, allow)
     for key in duplicates:
@@ -49,12 +55,17 @@ async def alter_partition_reassignments(broker: Broker, ctx: RequestContext,
 
     if planned:
         await broker.controller.wait_until(shown, min(max(request.timeout, 0), 30_000) / 1000)
+    return _reply(allow, results, ErrorCode.NONE, None)
+
+
+def _reply(allow: bool, results: dict[tuple[str, int], tuple[int, str | None, Any]],
+           error: int, message: str | None) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = {}
-    for (topic, p), (code, message, _) in sorted(results.items()):
+    for (topic, p), (code, text, _) in sorted(results.items()):
         by_topic.setdefault(topic, []).append(
-            {"partition_index": p, "error_code": int(code), "error_message": message})
+            {"partition_index": p, "error_code": int(code), "error_message": text})
     return {"throttle_time": 0, "allow_replication_factor_change": allow,
-            "error_code": ErrorCode.NONE, "error_message": None,
+            "error_code": int(error), "error_message": message,
             "responses": [{"name": t, "partitions": parts} for t, parts in by_topic.items()]}
 
 

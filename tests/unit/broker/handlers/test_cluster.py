@@ -139,3 +139,11 @@ def test_an_unknown_election_type_is_invalid_request(broker_harness) -> None:
     broker_harness.create_topic("t")
     assert _elect(broker_harness, {"t": [0]}, election_type=5).error_code == \
         ErrorCode.INVALID_REQUEST
+
+
+def test_electing_more_than_10000_partitions_fails_the_request_as_a_whole(broker_harness) -> None:
+    # Kafka's controller writes at most 10,000 records per operation: POLICY_VIOLATION
+    r = _elect(broker_harness, {"t": list(range(10_001))})
+    assert r.error_code == ErrorCode.POLICY_VIOLATION
+    (topic,) = r.replica_election_results
+    assert {p.error_code for p in topic.partition_result} == {ErrorCode.POLICY_VIOLATION}

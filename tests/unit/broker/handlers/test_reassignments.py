@@ -80,3 +80,15 @@ def test_v1_echoes_allow_replication_factor_change(broker_harness) -> None:
 def test_listing_leaves_out_unknown_and_idle_partitions(broker_harness) -> None:
     broker_harness.create_topic("t")
     assert _list(broker_harness, {"t": [0, 5], "nope": [0]}) == []
+
+
+def test_more_than_10000_partitions_fail_the_request_as_a_whole(broker_harness) -> None:
+    # Kafka's controller writes at most 10,000 records per operation: POLICY_VIOLATION
+    broker_harness.create_topic("r")
+    r = broker_harness.request(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, {
+        "timeout": 5000, "topics": [{"name": "r", "partitions": [
+            {"partition_index": p, "replicas": [1]} for p in range(10_001)]}]})
+    assert r.error_code == ErrorCode.POLICY_VIOLATION
+    assert "excessively large batch" in r.error_message
+    assert {p.error_code for p in r.responses[0].partitions} == {ErrorCode.POLICY_VIOLATION}
+    assert len(r.responses[0].partitions) == 10_001
