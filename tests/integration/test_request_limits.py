@@ -56,8 +56,9 @@ def test_auto_creating_many_topics_keeps_other_clients_served(broker):
         took = time.monotonic() - started
     assert {topics[n].error for n in names} == {NONE}
     assert pinger.answers > 10
-    # the request works for a while; the other client waits a small part of it at most
-    assert pinger.worst_s < max(took / 4, 0.05), (pinger.worst_s, took)
+    # the request works for seconds; unsliced, the other client waited all of it (6.5 s). A
+    # stall check, not a speed check: generous for a loaded machine
+    assert pinger.worst_s < max(took / 2, 1.0), (pinger.worst_s, took)
 
 
 def test_auto_creating_more_than_10000_partitions_creates_none(broker):
