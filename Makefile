@@ -7,6 +7,7 @@ STAMP := $(VENV)/.stamp-install
 
 .PHONY: run test unit integration lint format bench system-deps clean
 .PHONY: fuzz fuzz-seeds
+.PHONY: compat-java compat-kafka
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -56,6 +57,22 @@ fuzz: $(STAMP)
 # Recapture the fuzz seed corpus (tests/fuzz/corpus) from real clients.
 fuzz-seeds: $(STAMP)
 	$(BIN)/python tests/fuzz/capture.py
+
+# Java compatibility suite (compat/java, issue 16): Kafka 4.4's Java client against a fresh Strom
+# broker (compat-java) or against Apache Kafka 4.4 itself, a single KRaft node run from Maven Central's
+# jars cached outside the repo (compat-kafka). Not part of `make test` yet. See docs/kafka-java.md.
+COMPAT_MVN := nice -n 10 mvn -q -B -f compat/java/pom.xml
+COMPAT_KAFKA_LIBS ?= $(HOME)/.cache/strom-compat/kafka-4.4.0/libs
+compat-java: $(STAMP)
+	$(BIN)/python compat/run_broker.py strom --strom $(BIN)/strom -- \
+	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_ARGS)
+
+compat-kafka:
+	test -f $(COMPAT_KAFKA_LIBS)/.complete || { \
+	  nice -n 10 mvn -q -B -f compat/java/kafka-broker/pom.xml dependency:copy-dependencies \
+	    -DincludeScope=runtime -DoutputDirectory=$(COMPAT_KAFKA_LIBS) && touch $(COMPAT_KAFKA_LIBS)/.complete; }
+	$(PYTHON) compat/run_broker.py kafka --kafka-libs $(COMPAT_KAFKA_LIBS) -- \
+	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_ARGS)
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench
