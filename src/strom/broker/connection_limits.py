@@ -17,17 +17,15 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import time
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from strom.config.defs import INT_MAX, ConfigError
+from strom.storage.health import RateLimitedLog
 
 log = logging.getLogger(__name__)
-
-_WARN_EVERY_S = 10.0
 
 
 def parse_ip_overrides(raw: str | None) -> dict[str, int]:
@@ -45,29 +43,6 @@ def parse_ip_overrides(raw: str | None) -> dict[str, int]:
     return out
 
 
-class RateLimitedLog:
-    """Logs a recurring condition at most once per interval, with how often it happened since."""
-
-    def __init__(self, level: int, interval_s: float = _WARN_EVERY_S,
-                 logger: logging.Logger = log) -> None:
-        self.level = level
-        self.logger = logger
-        self.interval_s = interval_s
-        self._last = float("-inf")
-        self._suppressed = 0
-
-    def __call__(self, message: str, *args: object) -> None:
-        now = time.monotonic()
-        if now - self._last < self.interval_s:
-            self._suppressed += 1
-            return
-        if self._suppressed:
-            message += " (%d more since the last report)"
-            args = (*args, self._suppressed)
-        self._last, self._suppressed = now, 0
-        self.logger.log(self.level, message, *args)
-
-
 class Waiting(Protocol):
     """A connection as the limits see it: it starts serving when admitted."""
 
@@ -83,8 +58,7 @@ class ConnectionLimits:
     count: int = 0
     _per_ip: Counter[str] = field(default_factory=Counter)
     _waiting: deque[Waiting] = field(default_factory=deque)
-    _warn_total: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(logging.WARNING))
-    _warn_ip: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(logging.WARNING))
+    _warn: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
 
     @property
     def tracks_addresses(self) -> bool:
@@ -101,20 +75,21 @@ class ConnectionLimits:
         if address is not None:
             limit = self.limit_for(address)
             if self._per_ip[address] >= limit:
-                self._warn_ip("closing a connection from %s: the address already has "
-                              "max.connections.per.ip=%d connections", address, limit)
+                self._warn.warning("ip", "closing a connection from %s: the address already "
+                                   "has max.connections.per.ip=%d connections", address, limit)
                 return False
             self._per_ip[address] += 1
         if self.count >= self.max_connections:
             if len(self._waiting) >= self.max_waiting:
-                self._warn_total("closing a new connection: %d connections are open "
-                                 "(max.connections) and %d more wait for a slot "
-                                 "(socket.listen.backlog.size)", self.count, len(self._waiting))
+                self._warn.warning("total", "closing a new connection: %d connections are "
+                                   "open (max.connections) and %d more wait for a slot "
+                                   "(socket.listen.backlog.size)", self.count,
+                                   len(self._waiting))
                 if address is not None:
                     self._forget_address(address)
                 return False
-            self._warn_total("max.connections=%d reached: new connections wait for a slot",
-                             self.max_connections)
+            self._warn.warning("total", "max.connections=%d reached: new connections wait "
+                               "for a slot", self.max_connections)
             self._waiting.append(conn)
             return True
         self.count += 1
@@ -152,7 +127,7 @@ class MemoryPool:
     capacity: int = -1  # -1: unbounded
     available: int = 0
     _blocked: list[Callable[[], None]] = field(default_factory=list)
-    _warn: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(logging.WARNING))
+    _warn: RateLimitedLog = field(default_factory=lambda: RateLimitedLog(log))
 
     def __post_init__(self) -> None:
         self.available = self.capacity
@@ -171,8 +146,8 @@ class MemoryPool:
 
     def wait(self, resume: Callable[[], None]) -> None:
         """Call ``resume`` once memory is given back."""
-        self._warn("queued.max.request.bytes=%d in use: connections stop reading until requests "
-                   "are handled", self.capacity)
+        self._warn.warning("memory", "queued.max.request.bytes=%d in use: connections stop "
+                           "reading until requests are handled", self.capacity)
         self._blocked.append(resume)
 
     def give_back(self, size: int) -> None:

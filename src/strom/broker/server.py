@@ -24,11 +24,12 @@ from collections import deque
 from collections.abc import Awaitable
 from typing import Any
 
-from strom.broker.connection_limits import ConnectionLimits, MemoryPool, RateLimitedLog
+from strom.broker.connection_limits import ConnectionLimits, MemoryPool
 from strom.broker.context import CloseConnection, Parts
 from strom.broker.router import Router
 from strom.common.tasks import cancel_all
 from strom.protocol.errors import ProtocolError
+from strom.storage.health import RateLimitedLog
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,7 @@ class BrokerServer:
         soft_limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
         self.fd_ceiling = (soft_limit - _FD_RESERVE if soft_limit != resource.RLIM_INFINITY
                            else 1 << 62)
-        self._fd_error = RateLimitedLog(logging.ERROR, logger=log)
+        self._fd_error = RateLimitedLog(log)
         self._reaper: asyncio.Task[None] | None = None
         self._live: dict[int, Connection] = {}
         self._server: asyncio.AbstractServer | None = None
@@ -126,11 +127,11 @@ class BrokerServer:
         task.add_done_callback(self._forget(connection))
 
     def out_of_fds(self, fd: int) -> None:
-        self._fd_error("out of file descriptors: a new connection got descriptor %d of the "
-                       "process's limit of %d (ulimit -n), %d kept for log files; closing new "
-                       "connections until some close (%d open here). Raise the limit, or lower "
-                       "max.connections or max.open.files", fd, self.fd_ceiling + _FD_RESERVE,
-                       _FD_RESERVE, len(self._live))
+        self._fd_error.error(
+            "fds", "out of file descriptors: a new connection got descriptor %d of the "
+            "process's limit of %d (ulimit -n), %d kept for log files; closing new connections "
+            "until some close (%d open here). Raise the limit, or lower max.connections or "
+            "max.open.files", fd, self.fd_ceiling + _FD_RESERVE, _FD_RESERVE, len(self._live))
 
     def _hold_for_memory(self) -> None:
         """queued.max.request.bytes is used up: connections not in the middle of a request

@@ -94,8 +94,14 @@ class RateLimitedLog:
         self._held: dict[str, int] = {}
 
     def error(self, key: str, msg: str, *args: object) -> bool:
-        """Log ``msg % args`` at ERROR unless ``key`` was logged less than ``interval_s`` ago;
-        True when it was logged."""
+        return self.log(logging.ERROR, key, msg, *args)
+
+    def warning(self, key: str, msg: str, *args: object) -> bool:
+        return self.log(logging.WARNING, key, msg, *args)
+
+    def log(self, level: int, key: str, msg: str, *args: object) -> bool:
+        """Log ``msg % args`` at ``level`` unless ``key`` was logged less than ``interval_s``
+        ago; True when it was logged."""
         now = self._clock()
         last = self._last.get(key)
         if last is not None and now - last < self.interval_s:
@@ -106,5 +112,5 @@ class RateLimitedLog:
         if held:
             msg += " (%d more like it in the last %.0f s)"
             args = (*args, held, now - last if last is not None else 0.0)
-        self._logger.error(msg, *args)
+        self._logger.log(level, msg, *args)
         return True
