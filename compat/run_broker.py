@@ -75,7 +75,11 @@ def _read_exact(s: socket.socket, n: int) -> bytes:
 
 def strom_command(strom: str, port: int, work: Path, overrides: dict[str, str]) -> list[str]:
     """`strom broker` with its listener, log dir and the overrides on the command line."""
-    settings = {"listeners": f"PLAINTEXT://{HOST}:{port}", "log.dirs": str(work / "data"), **overrides}
+    settings = {
+        "listeners": f"PLAINTEXT://{HOST}:{port}",
+        "log.dirs": str(work / "data"),
+        **overrides,
+    }
     cmd = [strom, "broker"]
     for key, value in settings.items():
         cmd += ["--override", f"{key}={value}"]
@@ -177,7 +181,7 @@ def main(argv: list[str]) -> int:
     port = free_port()
     bootstrap = f"{HOST}:{port}"
     if args.kind == "strom":
-        cmd = strom_command(args.strom, port, work, overrides)
+        cmd = strom_command(str(Path(args.strom).resolve()), port, work, overrides)
     else:
         cmd = kafka_command(args.kafka_libs.expanduser(), port, work, overrides)
     log = work / "broker.log"
@@ -190,10 +194,10 @@ def main(argv: list[str]) -> int:
         print(f"run_broker: {args.kind} broker pid {proc.pid} serving on {bootstrap}", flush=True)
         command = [part.replace("{bootstrap}", bootstrap) for part in args.command]
         rc = subprocess.run(command, env={**os.environ, "BOOTSTRAP": bootstrap}).returncode
-    finally:
-        stop(proc)
         if rc != 0:
             print(f"run_broker: command exited {rc}; broker log tail ({log}):\n{tail(log)}")
+    finally:
+        stop(proc)
         if args.keep or rc != 0:
             print(f"run_broker: kept {work}")
         else:
