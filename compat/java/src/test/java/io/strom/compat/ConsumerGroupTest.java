@@ -17,6 +17,7 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BooleanSupplier;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -24,6 +25,8 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.ValueSource;
 
 /** Consumer groups of the Java client: every record exactly once across the members. */
 class ConsumerGroupTest extends CompatTest {
@@ -31,6 +34,45 @@ class ConsumerGroupTest extends CompatTest {
   @Test
   void classicGroupOfThreeConsumesEveryRecordOnce() throws Exception {
     groupOfThree("classic");
+  }
+
+  @Test
+  void consumerProtocolGroupOfThreeConsumesEveryRecordOnce() throws Exception {
+    groupOfThree("consumer"); // KIP-848: ConsumerGroupHeartbeat, server-side assignment
+  }
+
+  @ParameterizedTest(name = "group.protocol={0}")
+  @ValueSource(strings = {"classic", "consumer"})
+  void rebalancesOnJoinAndLeave(String protocol) throws Exception {
+    String topic = createTopic("rebal-" + protocol, 4);
+    String group = uniqueTopic("g-rebal-" + protocol);
+    Properties p = consumerProps(group);
+    p.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, protocol);
+    try (KafkaConsumer<byte[], byte[]> first = new KafkaConsumer<>(p)) {
+      first.subscribe(List.of(topic));
+      assertTrue(pollUntil(List.of(first), () -> first.assignment().size() == 4), "first member owns all 4");
+      try (KafkaConsumer<byte[], byte[]> second = new KafkaConsumer<>(p)) {
+        second.subscribe(List.of(topic));
+        assertTrue(pollUntil(List.of(first, second),
+            () -> first.assignment().size() == 2 && second.assignment().size() == 2),
+            "2 + 2 after the join, got " + first.assignment() + " / " + second.assignment());
+      }
+      assertTrue(pollUntil(List.of(first), () -> first.assignment().size() == 4), "all 4 back after the leave");
+    }
+  }
+
+  /** Polls every consumer in turn (each from this one thread) until the condition holds. */
+  private static boolean pollUntil(List<KafkaConsumer<byte[], byte[]>> consumers, BooleanSupplier done) {
+    long end = System.nanoTime() + DEADLINE.toNanos();
+    while (System.nanoTime() < end) {
+      for (KafkaConsumer<byte[], byte[]> c : consumers) {
+        c.poll(Duration.ofMillis(50));
+      }
+      if (done.getAsBoolean()) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private void groupOfThree(String protocol) throws Exception {
