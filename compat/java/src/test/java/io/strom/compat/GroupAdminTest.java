@@ -111,14 +111,22 @@ class GroupAdminTest extends CompatTest {
     admin.incrementalAlterConfigs(Map.of(res, List.of(
         new AlterConfigOp(new ConfigEntry("retention.ms", "5555"), AlterConfigOp.OpType.SET))))
         .all().get(T, TimeUnit.SECONDS);
-    Config cfg = admin.describeConfigs(List.of(res)).all().get(T, TimeUnit.SECONDS).get(res);
-    assertEquals("5555", cfg.get("retention.ms").value());
+    // Kafka applies config changes through its metadata log: poll until the change shows.
+    assertTrue(eventually(() -> "5555".equals(topicEntry(res, "retention.ms").value())), "retention.ms set");
     admin.incrementalAlterConfigs(Map.of(res, List.of(
         new AlterConfigOp(new ConfigEntry("retention.ms", ""), AlterConfigOp.OpType.DELETE))))
         .all().get(T, TimeUnit.SECONDS);
-    cfg = admin.describeConfigs(List.of(res)).all().get(T, TimeUnit.SECONDS).get(res);
-    assertEquals("604800000", cfg.get("retention.ms").value());
-    assertEquals(ConfigEntry.ConfigSource.DEFAULT_CONFIG, cfg.get("retention.ms").source());
+    assertTrue(eventually(() -> topicEntry(res, "retention.ms").source() == ConfigEntry.ConfigSource.DEFAULT_CONFIG),
+        "retention.ms back to its default");
+    assertEquals("604800000", topicEntry(res, "retention.ms").value());
+  }
+
+  private ConfigEntry topicEntry(ConfigResource res, String key) {
+    try {
+      return admin.describeConfigs(List.of(res)).all().get(T, TimeUnit.SECONDS).get(res).get(key);
+    } catch (Exception e) {
+      throw new IllegalStateException(e);
+    }
   }
 
   /** Per-broker (resource name = node id) and cluster-default (empty name) dynamic broker configs. */
