@@ -1,5 +1,7 @@
 """Shared helpers for storage tests (exposed as a session fixture: hypothesis-friendly)."""
 
+import asyncio
+import time
 import types
 import uuid
 from pathlib import Path
@@ -59,11 +61,33 @@ class Appended:
         self.batches = [b for b in self.batches if b[1] < leo]
 
 
+async def max_lag_during(work) -> float:
+    """The longest the event loop was late for a 5 ms timer while ``work()`` ran: how long
+    the work held the loop at a stretch (checks that disk work runs off the loop)."""
+    lag = 0.0
+    stop = False
+
+    async def ticker():
+        nonlocal lag
+        while not stop:
+            t0 = time.monotonic()
+            await asyncio.sleep(0.005)
+            lag = max(lag, time.monotonic() - t0 - 0.005)
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)  # the ticker is waiting on its timer before the work starts
+    await work()
+    stop = True
+    await task
+    return lag
+
+
 @pytest.fixture(scope="session")
 def h():
     return types.SimpleNamespace(
         make_batch=make_batch, open_log=open_log, scan_segment=scan_segment,
         batches_in=batches_in, Appended=Appended, TOPIC_ID=TOPIC_ID,
+        max_lag_during=max_lag_during,
     )  # fmt: skip
 
 

@@ -109,24 +109,6 @@ def test_the_event_loop_keeps_ticking_during_a_slow_fsync(h, tmp_path, monkeypat
 
     monkeypatch.setattr(files, "fsync", slow_fsync)
 
-    async def max_lag_during(work) -> float:
-        lag = 0.0
-        stop = False
-
-        async def ticker():
-            nonlocal lag
-            while not stop:
-                t0 = time.monotonic()
-                await asyncio.sleep(0.005)
-                lag = max(lag, time.monotonic() - t0 - 0.005)
-
-        task = asyncio.create_task(ticker())
-        await asyncio.sleep(0.02)
-        await work()
-        stop = True
-        await task
-        return lag
-
     async def main():
         log = h.open_log(tmp_path / "t-0", ROLL)
 
@@ -139,11 +121,11 @@ def test_the_event_loop_keeps_ticking_during_a_slow_fsync(h, tmp_path, monkeypat
             assert log.flushing
             log.flush_rolled()
 
-        lag = await max_lag_during(background)
+        lag = await h.max_lag_during(background)
         assert log.recovery_point == 1
         assert on_loop == []
         assert lag < SLOW_S, f"event loop stalled {lag:.3f} s during a background flush"
-        blocked = await max_lag_during(blocking)
+        blocked = await h.max_lag_during(blocking)
         assert on_loop and blocked >= SLOW_S  # a blocking flush does stall it
         log.close()
 

@@ -43,26 +43,6 @@ async def _until(cond, what: str) -> None:
         await asyncio.sleep(0.005)
 
 
-async def _max_lag_during(work) -> float:
-    """The longest the loop was late for a 5 ms timer while ``work`` ran."""
-    lag = 0.0
-    stop = False
-
-    async def ticker():
-        nonlocal lag
-        while not stop:
-            t0 = time.monotonic()
-            await asyncio.sleep(0.005)
-            lag = max(lag, time.monotonic() - t0 - 0.005)
-
-    task = asyncio.create_task(ticker())
-    await asyncio.sleep(0.02)
-    await work()
-    stop = True
-    await task
-    return lag
-
-
 class Gate:
     """Holds calls from worker threads until ``release`` (the loop thread passes)."""
 
@@ -145,7 +125,7 @@ def test_a_roll_does_not_wait_for_slow_index_snapshot_or_segment_file_creation(
             assert len(log.segments) == 2
             await log.flush_in_background()
 
-        lag = await _max_lag_during(roll)
+        lag = await h.max_lag_during(roll)
         assert on_loop == []
         assert lag < SLOW_S, f"event loop stalled {lag:.3f} s at a roll"
         rolled, active = log.segments
@@ -258,7 +238,7 @@ def test_retention_unlinks_deleted_files_off_the_loop(h, tmp_path, monkeypatch):
         async def retention():
             assert log.apply_retention(now_ms=0) > 0
 
-        lag = await _max_lag_during(retention)
+        lag = await h.max_lag_during(retention)
         assert on_loop == []
         assert lag < SLOW_S, f"event loop stalled {lag:.3f} s deleting segments"
         assert [s.base_offset for s in log.segments] == [4]  # the active one rolled first
