@@ -191,6 +191,7 @@ class PartitionLog:
         high_watermark: int | None = None,
         hw_follows_leo: bool = True,
         producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
+        prepared: bool = False,
     ) -> None:
         self.dir = Path(dir)
         self.topic = topic
@@ -206,9 +207,11 @@ class PartitionLog:
         self.on_append: Callable[[], None] | None = None
         self.on_io_error: IoErrorHandler | None = None
         self._offline: str | None = None  # why the log dir is offline (see take_offline)
-        fresh = _make_dir(self.dir)  # a new directory: nothing on disk to load or recover
+        # A new directory: nothing on disk to load or recover. ``prepared``: the caller made it
+        # moments ago (LogManager.prepare_dirs), empty but for partition.metadata of topic_id.
+        fresh = prepared or _make_dir(self.dir)
         meta_path = self.dir / PARTITION_METADATA
-        stored = None if fresh else read_partition_metadata(meta_path)
+        stored = topic_id if prepared else None if fresh else read_partition_metadata(meta_path)
         if topic_id is None or topic_id == ZERO_UUID:
             topic_id = stored or ZERO_UUID
         elif stored != topic_id:

@@ -187,10 +187,10 @@ def test_a_failed_creation_is_logged_and_the_rest_still_settle(
         node: Node, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     create = node.logs.create
 
-    def failing(topic: str, partition: int, *args: Any) -> Any:
+    def failing(topic: str, partition: int, *args: Any, **kwargs: Any) -> Any:
         if partition == 7:
             raise KafkaStorageError("disk on fire")
-        return create(topic, partition, *args)
+        return create(topic, partition, *args, **kwargs)
 
     monkeypatch.setattr(node.logs, "create", failing)
 
@@ -231,3 +231,37 @@ def _batch() -> bytes:
     from strom.record import Record, build_batch
 
     return build_batch([Record(0, 0, None, b"v")])
+
+
+def test_background_creation_makes_the_directories_in_a_worker_thread(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """mkdir and file creation can wait behind the filesystem's journal (100-180 ms seen on
+    the loop while 10,000 partitions were made): the background creation prepares them in a
+    worker thread, and the logs are then built in those directories."""
+    import os
+    import threading
+
+    from strom.storage import manager as manager_module
+
+    on_loop: list[str] = []
+    real_mkdir = os.mkdir
+
+    def watched_mkdir(path: Any, *args: Any, **kwargs: Any) -> None:
+        if threading.current_thread() is threading.main_thread() and "t-" in str(path):
+            on_loop.append(str(path))
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(manager_module.os, "mkdir", watched_mkdir)
+
+    async def scenario() -> None:
+        topic_id = node.create_topic("t", 300)
+        await node.manager.settled()
+        assert node.created("t") == set(range(300))
+        for p in (0, 150, 299):
+            log = node.manager.get("t", p)
+            assert log is not None and log.topic_id == topic_id
+            log.append(memoryview(bytearray(_batch())), leader_epoch=0, now_ms=0)
+            assert log.log_end_offset == 1
+
+    run(scenario())
+    assert on_loop == []

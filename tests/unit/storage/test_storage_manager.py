@@ -196,3 +196,42 @@ def test_sync_filesystems_reports_a_missing_directory(tmp_path, monkeypatch):
     if files._syncfs is not None:
         with pytest.raises(KafkaStorageError, match="cannot open"):
             files.sync_filesystems([tmp_path / "gone"])
+
+
+def test_a_deleted_log_is_freed_by_reference_counting_alone(tmp_path) -> None:
+    """The partition manager freezes new logs out of the garbage collector (gc.freeze); that
+    keeps no memory only if a log holds no reference cycle. Without any collection, a deleted
+    log must be gone, and nothing it owned left in a cycle."""
+    import gc
+    import weakref
+
+    manager = LogManager([tmp_path], max_open_files=100, producer_id_expiration_ms=86_400_000)
+    manager.load()
+    log = manager.create("t", 0, uuid.uuid4(), LogConfig())
+    log.roll()
+    ref = weakref.ref(log)
+    del log
+    gc.collect()
+    gc.disable()
+    try:
+        manager.delete_partition("t", 0)
+        assert ref() is None
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
+def test_prepared_directories_are_used_by_create(tmp_path) -> None:
+    manager = LogManager([tmp_path], max_open_files=100, producer_id_expiration_ms=86_400_000)
+    manager.load()
+    topic_id = uuid.uuid4()
+    plan = manager.plan_dirs([("t", 0), ("t", 1)])
+    made = LogManager.prepare_dirs([(path, topic_id) for path in plan.values()])
+    assert made == set(plan.values())
+    log = manager.create("t", 0, topic_id, LogConfig(), prepared=plan[("t", 0)])
+    assert log.dir == plan[("t", 0)] and log.topic_id == topic_id
+    # a prepared directory of another topic id is not trusted: create replaces it
+    other = uuid.uuid4()
+    log1 = manager.create("t", 1, other, LogConfig())
+    assert log1.topic_id == other
+    assert LogManager.prepare_dirs([(plan[("t", 0)], topic_id)]) == set()  # exists: left alone
