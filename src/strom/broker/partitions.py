@@ -207,7 +207,15 @@ class PartitionManager:
                 ahead = list(itertools.islice(self._pending.items(), PREPARE_AHEAD))
                 plan = self.logs.plan_dirs(key for key, _ in ahead)
                 wanted = [(plan[key], topic.topic_id) for key, (topic, _) in ahead if key in plan]
-                made = await asyncio.to_thread(LogManager.prepare_dirs, wanted)
+                # a plain executor future, not a task: a shutdown that cancels every task must
+                # not cut this wait short while the thread still makes directories
+                preparing = asyncio.get_running_loop().run_in_executor(
+                    None, LogManager.prepare_dirs, wanted)
+                try:
+                    made = await asyncio.shield(preparing)
+                except asyncio.CancelledError:  # let the thread finish before this task ends,
+                    await asyncio.wait([preparing])  # so nothing is made after a shutdown
+                    raise
                 prepared = {key: (plan[key], topic.topic_id) for key, (topic, _) in ahead
                             if plan.get(key) in made}
                 deadline = time.perf_counter() + SLICE_S

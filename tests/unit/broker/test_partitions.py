@@ -265,3 +265,42 @@ def test_background_creation_makes_the_directories_in_a_worker_thread(
 
     run(scenario())
     assert on_loop == []
+
+
+def test_cancelling_the_creation_waits_for_the_directories_being_made(
+        node: Node, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shutdown cancels the background creation: the worker thread's directories must all
+    exist by the time the task has ended, none made after (a test's temp dir removal failed
+    with "Directory not empty")."""
+    import threading
+
+    from strom.storage.manager import LogManager
+
+    entered = threading.Event()
+    release = threading.Event()
+    real = LogManager.prepare_dirs
+    finished: list[bool] = []
+
+    def slow_prepare(dirs: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        made = real(dirs)
+        finished.append(True)
+        return made
+
+    monkeypatch.setattr(LogManager, "prepare_dirs", staticmethod(slow_prepare))
+
+    async def scenario() -> None:
+        ours = asyncio.all_tasks()  # this test's own (and asyncio.run's)
+        node.create_topic("t", 300)
+        creator = node.manager._creator
+        assert creator is not None
+        await asyncio.to_thread(entered.wait, 10)
+        others = [t for t in asyncio.all_tasks() if t not in ours]
+        for task in others:  # as a shutdown does: every task, not only the creator
+            task.cancel()
+        threading.Timer(0.2, release.set).start()  # the thread is still busy when cancelled
+        await asyncio.gather(*others, return_exceptions=True)
+        assert finished == [True]  # the task ended only after the thread did
+
+    run(scenario())
