@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from strom.broker.context import CloseConnection, Parts, RequestContext
 from strom.broker.requests import complete_request
+from strom.cluster.features import api_versions_features
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Codec, request_codec, response_codec, supported_versions
 from strom.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
@@ -229,7 +230,8 @@ class Router:
     # -- ApiVersions ------------------------------------------------------------------------
 
     def _api_versions(self, broker: Broker, ctx: RequestContext, body: memoryview) -> bytes:
-        """ApiVersions: exactly what this router has handlers for (encoded once)."""
+        """ApiVersions: exactly what this router has handlers for, and the feature levels
+        (`strom.cluster.features`), encoded once."""
         error = _api_versions_error(ctx, body)
         if error:
             return response_codec(ApiKey.API_VERSIONS, ctx.api_version).encode(
@@ -255,6 +257,7 @@ class Router:
                     for k, lo, hi in self.api_versions()
                 ],
                 "throttle_time": 0,
+                **(api_versions_features(version) if error_code == ErrorCode.NONE else {}),
             })
         return reply
 

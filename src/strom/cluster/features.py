@@ -1,0 +1,60 @@
+"""Feature levels (KIP-584): what this broker supports and what the cluster has finalized.
+
+Clients read them from ApiVersions (v3+) and switch behaviour on them. The Java producer uses
+transaction version 2 (KIP-890 part 2: no AddPartitionsToTxn, EndTxn v5 bumping the epoch)
+only when `transaction.version` >= 2 is finalized; the consumer protocol of KIP-848 needs
+`group.version` >= 1. Strom finalizes the levels of Kafka 4.4's defaults for the features it
+implements, and advertises none it does not (no `share.version`, `streams.version`,
+`kraft.version` or `eligible.leader.replicas.version`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Feature:
+    name: str
+    min_version: int  # the lowest level this broker supports
+    max_version: int  # the highest level this broker supports
+    finalized: int  # the level in effect in the cluster
+
+
+FEATURES: tuple[Feature, ...] = (
+    Feature("group.version", 0, 1, 1),
+    # Kafka 4.4's level; Strom keeps no KRaft metadata records, this tells tools its vintage
+    Feature("metadata.version", 7, 33, 33),
+    Feature("transaction.version", 0, 2, 2),
+)
+# Kafka sends the metadata offset of the last feature change; the levels never change here.
+FINALIZED_EPOCH = 1
+
+
+def api_versions_features(version: int) -> dict[str, object]:
+    """The feature fields of an ApiVersions response of `version` (tagged fields of v3+).
+
+    v3 lists only features whose lowest supported level is at least 1, as Kafka does: clients
+    of that version fail on a range that starts at 0 (KIP-1022)."""
+    if version < 3:
+        return {}
+    supported = [f for f in FEATURES if version >= 4 or f.min_version >= 1]
+    return {
+        "supported_features": [
+            {"name": f.name, "min_version": f.min_version, "max_version": f.max_version}
+            for f in supported
+        ],
+        "finalized_features_epoch": FINALIZED_EPOCH,
+        "finalized_features": [
+            {"name": f.name, "min_version_level": f.finalized, "max_version_level": f.finalized}
+            for f in FEATURES
+        ],
+    }
+
+
+def finalized_level(name: str) -> int:
+    """The finalized level of a feature (0 when Strom does not have it)."""
+    for f in FEATURES:
+        if f.name == name:
+            return f.finalized
+    return 0
