@@ -5,7 +5,8 @@ A handler is a function marked with `@handles(ApiKey.X, min, max)`, called as
 the schema codec, with every field of the API: see `strom.broker.requests`) and return a
 mapping that the response codec encodes for the request's version. Raw handlers (the hot
 paths) get the body bytes and return reply bytes (or Parts) themselves. Either may return an
-awaitable of its reply.
+awaitable of its reply. A generic reply's error codes that its version predates are rewritten
+here (`strom.protocol.error_versions`); raw handlers do that themselves.
 
 Every request passes `Router.dispatch`, which is also the one place where request hooks run
 (`RequestHook`): authorization, quotas and metrics plug in there, not in the handlers.
@@ -27,6 +28,7 @@ from strom.broker.requests import complete_request
 from strom.cluster.features import api_versions_features
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Codec, request_codec, response_codec, supported_versions
+from strom.protocol.error_versions import downgrade_errors, needs_downgrade
 from strom.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
 from strom.protocol.header import (
     decode_request_header,
@@ -170,12 +172,21 @@ class Router:
         result = route.fn(self.broker, ctx, request)
         codec = response_codec(api_key, version)
         if isinstance(result, Awaitable):
-            return self._finish(result, codec)
-        return None if result is None else codec.encode(result)
+            return self._finish(result, codec, api_key, version)
+        if result is None:
+            return None
+        if needs_downgrade(api_key, version):  # codes this version predates (error_versions)
+            downgrade_errors(api_key, version, result)
+        return codec.encode(result)
 
-    async def _finish(self, pending: Awaitable[Any], codec: Codec) -> bytes | None:
+    async def _finish(self, pending: Awaitable[Any], codec: Codec, api_key: int,
+                      version: int) -> bytes | None:
         result = await pending
-        return None if result is None else codec.encode(result)
+        if result is None:
+            return None
+        if needs_downgrade(api_key, version):
+            downgrade_errors(api_key, version, result)
+        return codec.encode(result)
 
     # -- hooks ------------------------------------------------------------------------------
 
