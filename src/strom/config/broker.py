@@ -146,6 +146,9 @@ BROKER_CONFIGS.add(
     ConfigDef("min.insync.replicas", T.INT, 1, "min ISR for acks=all", at_least(1)),
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "unclean leader election"),
     ConfigDef("fetch.max.bytes", T.INT, 57671680, "broker cap on a fetch response", at_least(1024)),
+    ConfigDef("max.request.partition.size.limit", T.INT, 2000,
+              "partitions a DescribeTopicPartitions response holds at most (caps the "
+              "client's limit)", at_least(1), read_only=True),
     ConfigDef("max.open.files", T.INT, 4096,
               "Strom: segment files kept open at once (LRU); lower than the process fd limit",
               at_least(16), read_only=True),
