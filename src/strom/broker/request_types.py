@@ -395,6 +395,18 @@ class AlterConfigsRequest(Protocol):
     validate_only: bool
 
 
+# DESCRIBE_LOG_DIRS v1-5
+
+
+class DescribeLogDirsRequestTopics(Protocol):
+    topic: str
+    partitions: list[int]
+
+
+class DescribeLogDirsRequest(Protocol):
+    topics: list[DescribeLogDirsRequestTopics] | None
+
+
 # CREATE_PARTITIONS v0-3
 
 
@@ -513,6 +525,18 @@ class DescribeClusterRequest(Protocol):
     include_fenced_brokers: bool
 
 
+# DESCRIBE_PRODUCERS v0-0
+
+
+class DescribeProducersRequestTopics(Protocol):
+    name: str
+    partition_indexes: list[int]
+
+
+class DescribeProducersRequest(Protocol):
+    topics: list[DescribeProducersRequestTopics]
+
+
 # DESCRIBE_TRANSACTIONS v0-0
 
 
@@ -557,6 +581,24 @@ class ConsumerGroupHeartbeatRequest(Protocol):
 class ConsumerGroupDescribeRequest(Protocol):
     group_ids: list[str]
     include_authorized_operations: bool
+
+
+# DESCRIBE_TOPIC_PARTITIONS v0-0
+
+
+class DescribeTopicPartitionsRequestTopics(Protocol):
+    name: str
+
+
+class DescribeTopicPartitionsRequestCursor(Protocol):
+    topic_name: str
+    partition_index: int
+
+
+class DescribeTopicPartitionsRequest(Protocol):
+    topics: list[DescribeTopicPartitionsRequestTopics]
+    response_partition_limit: int
+    cursor: DescribeTopicPartitionsRequestCursor | None
 
 
 ABSENT: dict[tuple[int, int], tuple[Absent, ...]] = {

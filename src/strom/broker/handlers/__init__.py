@@ -7,8 +7,10 @@ from strom.broker.handlers import (
     cluster,
     configs,
     consumer_groups,
+    describe_topics,
     fetch,
     groups,
+    log_dirs,
     metadata,
     offsets,
     produce,
@@ -17,5 +19,5 @@ from strom.broker.handlers import (
     transactions,
 )
 
-MODULES = [cluster, configs, consumer_groups, fetch, groups, metadata, offsets, produce,
-           reassignments, topics, transactions]
+MODULES = [cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs, metadata,
+           offsets, produce, reassignments, topics, transactions]

@@ -7,7 +7,7 @@ changes, so a 10,000-partition Metadata request is mostly a join of cached bytes
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from strom.broker.context import RequestContext
@@ -16,7 +16,7 @@ from strom.broker.handlers.slices import Slicer
 from strom.broker.handlers.topics import create_topic
 from strom.broker.router import handles
 from strom.cluster.controller import MAX_RECORDS_PER_USER_OP, too_many_records
-from strom.cluster.image import TopicState
+from strom.cluster.image import PartitionState, TopicState
 from strom.cluster.validation import check_topic_name
 from strom.common.immediate import run_or_start
 from strom.protocol.api_keys import ApiKey
@@ -34,6 +34,16 @@ from strom.protocol.metadata import (
 log = logging.getLogger(__name__)
 
 
+def partition_metadata(p: PartitionState, live: Mapping[int, Any]) -> MetadataPartition:
+    """A partition as Metadata and DescribeTopicPartitions show it: its leader only while that
+    broker is live (LEADER_NOT_AVAILABLE otherwise), replicas on brokers not live as offline."""
+    leads = p.leader in live
+    return MetadataPartition(
+        ErrorCode.NONE if leads else ErrorCode.LEADER_NOT_AVAILABLE, p.partition,
+        p.leader if leads else -1, p.leader_epoch, list(p.replicas), list(p.isr),
+        [r for r in p.replicas if r not in live])
+
+
 def _topic_entry(broker: Broker, version: int, topic: TopicState) -> bytes:
     cache = broker.metadata_cache
     if broker.metadata_cache_version != broker.image.version:
@@ -43,13 +53,8 @@ def _topic_entry(broker: Broker, version: int, topic: TopicState) -> bytes:
     encoded = cache.get(key)
     if encoded is None:
         live = broker.image.brokers
-        partitions = [
-            MetadataPartition(
-                ErrorCode.NONE if p.leader in live else ErrorCode.LEADER_NOT_AVAILABLE,
-                p.partition, p.leader if p.leader in live else -1, p.leader_epoch,
-                list(p.replicas), list(p.isr), [r for r in p.replicas if r not in live])
-            for p in sorted(topic.partitions.values(), key=lambda s: s.partition)
-        ]
+        partitions = [partition_metadata(p, live)
+                      for p in sorted(topic.partitions.values(), key=lambda s: s.partition)]
         entry = MetadataTopic(ErrorCode.NONE, topic.name, topic.topic_id, topic.internal,
                               partitions)
         encoded = cache[key] = encode_metadata_topic(version, entry)
