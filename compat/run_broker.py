@@ -1,14 +1,18 @@
-"""Start one throwaway broker, run a command against it, stop the broker by its PID.
+"""Start throwaway brokers, run a command against them, stop them by their PIDs.
 
-Used by `make compat-java` (Strom) and `make compat-kafka` (Apache Kafka 4.4 from Maven Central's
-jars) so the same Java suite runs against both. Standard library only.
+Used by `make compat-java` (Strom), `make compat-kafka` (Apache Kafka 4.4 from Maven Central's
+jars), their `-cluster` variants, and tests/integration/java (which imports `Deployment`), so the
+same Java suite runs against both. Standard library only.
 
     python compat/run_broker.py strom --strom .venv/bin/strom -- mvn test -Dbootstrap={bootstrap}
     python compat/run_broker.py kafka --kafka-libs ~/.cache/.../libs -- mvn test -Dbootstrap={bootstrap}
+    python compat/run_broker.py strom-cluster -- ...   # private ZooKeeper + 3 Strom brokers
+    python compat/run_broker.py kafka-cluster --kafka-libs ... -- ...   # 3 KRaft broker+controller nodes
 
-``{bootstrap}`` in the command is replaced by ``127.0.0.1:<port>``; the command also gets it as
-``$BOOTSTRAP``. The exit code is the command's. The broker's log is printed (tail) when the command
-fails, and its temp directory is removed afterwards unless ``--keep`` is given.
+``{bootstrap}`` in the command is replaced by the brokers' ``127.0.0.1:<port>`` list (comma
+separated); the command also gets it as ``$BOOTSTRAP``. The exit code is the command's. The brokers'
+logs are printed (tail) when the command fails, and the temp directory is removed afterwards unless
+``--keep`` is given or the command failed.
 """
 
 from __future__ import annotations
@@ -30,15 +34,28 @@ from pathlib import Path
 HOST = "127.0.0.1"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
-# Overrides both brokers get: the suite creates its own topics and wants groups to form at once.
+KINDS = ("strom", "kafka", "strom-cluster", "kafka-cluster")
+CLUSTER_SIZE = 3
+# Overrides every broker gets: the suite creates its own topics and wants groups to form at once.
 COMMON = {"auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": "0"}
+# Clusters: a leader moved by a test stays where it is until the test elects the preferred one
+# (Kafka's default, true, would move it back after leader.imbalance.check.interval.seconds).
+CLUSTER_COMMON = {"auto.leader.rebalance.enable": "false"}
 # kafka-server-start.sh's heap and kafka-run-class.sh's GC flags.
-KAFKA_JVM = ["-Xmx1G", "-Xms1G", "-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-             "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-             "-Djava.awt.headless=true"]  # fmt: skip
-# setpriv execs the broker with "SIGTERM me when my parent dies", so a killed run leaves no broker.
+KAFKA_GC = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+            "-Djava.awt.headless=true"]  # fmt: skip
+KAFKA_HEAP = ["-Xmx1G", "-Xms1G"]
+KAFKA_CLUSTER_HEAP = ["-Xmx512m", "-Xms512m"]  # three JVMs on a small machine
+ZK_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's zookeeper package (make system-deps)
+ZK_CONF_DIR = Path("/etc/zookeeper/conf")
+# setpriv execs a child with "SIGTERM me when my parent dies", so a killed run leaves no broker.
 _SETPRIV = shutil.which("setpriv")
 _DIE_WITH_PARENT = [_SETPRIV, "--pdeathsig", "TERM", "--"] if _SETPRIV else []
+
+
+class StartError(RuntimeError):
+    """A broker (or ZooKeeper) did not come up; the message carries its log tail."""
 
 
 def free_port() -> int:
@@ -63,6 +80,16 @@ def api_versions_ok(port: int) -> bool:
     return correlation == 1 and error == 0
 
 
+def zookeeper_ok(port: int) -> bool:
+    """ZooKeeper's `ruok` four-letter word answered `imok`."""
+    try:
+        with socket.create_connection((HOST, port), timeout=1.0) as s:
+            s.sendall(b"ruok")
+            return s.recv(4) == b"imok"
+    except OSError:
+        return False
+
+
 def _read_exact(s: socket.socket, n: int) -> bytes:
     buf = b""
     while len(buf) < n:
@@ -73,94 +100,231 @@ def _read_exact(s: socket.socket, n: int) -> bytes:
     return buf
 
 
-def strom_command(strom: str, port: int, work: Path, overrides: dict[str, str]) -> list[str]:
-    """`strom broker` with its listener, log dir and the overrides on the command line."""
-    settings = {
-        "listeners": f"PLAINTEXT://{HOST}:{port}",
-        "log.dirs": str(work / "data"),
-        **overrides,
-    }
-    cmd = [strom, "broker"]
-    for key, value in settings.items():
-        cmd += ["--override", f"{key}={value}"]
-    return cmd
-
-
-def kafka_command(libs: Path, port: int, work: Path, overrides: dict[str, str]) -> list[str]:
-    """Write a single-node KRaft server.properties, format its log dir, return the start command."""
-    controller = free_port()
-    props = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.bootstrap.servers": f"{HOST}:{controller}",
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-        "log.dirs": str(work / "data"),
-        "num.partitions": "1",
-        "offsets.topic.replication.factor": "1",
-        "transaction.state.log.replication.factor": "1",
-        "transaction.state.log.min.isr": "1",
-        "share.coordinator.state.topic.replication.factor": "1",
-        "share.coordinator.state.topic.min.isr": "1",
-        **overrides,
-    }
-    config = work / "server.properties"
-    config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    java = shutil.which("java", path=os.path.join(os.environ["JAVA_HOME"], "bin")) if os.environ.get(
-        "JAVA_HOME") else shutil.which("java")  # fmt: skip
+def java_bin() -> str:
+    home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=os.path.join(home, "bin")) if home else shutil.which("java")
     if not java:
-        raise SystemExit("run_broker: no java on PATH (or in $JAVA_HOME/bin)")
-    classpath = f"{libs}/*"
-    cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-    fmt = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", "--standalone",
-           "-t", cluster_id, "-c", str(config)]  # fmt: skip
-    done = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
-    if done.returncode != 0:
-        raise SystemExit(f"run_broker: kafka storage format failed:\n{done.stdout}{done.stderr}")
-    return [java, *KAFKA_JVM, "-cp", classpath, "kafka.Kafka", str(config)]
-
-
-def wait_ready(proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    """Poll ApiVersions until the broker answers; fail at once if the process dies."""
-    deadline = time.monotonic() + START_TIMEOUT
-    while not api_versions_ok(port):
-        if proc.poll() is not None:
-            raise SystemExit(f"run_broker: broker exited with {proc.returncode}\n{tail(log)}")
-        if time.monotonic() > deadline:
-            stop(proc)
-            raise SystemExit(f"run_broker: broker not serving after {START_TIMEOUT}s\n{tail(log)}")
-        time.sleep(0.2)  # poll interval, not synchronisation
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM by PID, then SIGKILL if it does not exit in time."""
-    if proc.poll() is not None:
-        return
-    os.kill(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(STOP_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(STOP_TIMEOUT)
+        raise StartError("run_broker: no java on PATH (or in $JAVA_HOME/bin)")
+    return java
 
 
 def tail(log: Path, lines: int = 60) -> str:
     try:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except FileNotFoundError:
-        return "(no broker log)"
+        return "(no log)"
+
+
+class Process:
+    """One server process (a broker or ZooKeeper) logging to `<work>/<name>.log`."""
+
+    def __init__(self, name: str, cmd: list[str], port: int, work: Path, probe=api_versions_ok):
+        self.name = name
+        self.cmd = cmd
+        self.port = port
+        self.work = work
+        self.probe = probe
+        self.log = work / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen([*_DIE_WITH_PARENT, *self.cmd], stdout=out,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         cwd=self.work)  # fmt: skip
+
+    def wait_ready(self, deadline: float) -> None:
+        """Poll the probe until it answers; fail at once if the process dies."""
+        assert self.proc is not None
+        while not self.probe(self.port):
+            if self.proc.poll() is not None:
+                raise StartError(f"run_broker: {self.name} exited with {self.proc.returncode}\n"
+                                 f"{tail(self.log)}")
+            if time.monotonic() > deadline:
+                raise StartError(f"run_broker: {self.name} not serving after {START_TIMEOUT}s\n"
+                                 f"{tail(self.log)}")
+            time.sleep(0.2)  # poll interval, not synchronisation
+
+    def stop(self) -> None:
+        """SIGTERM by PID, then SIGKILL if it does not exit in time."""
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        os.kill(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(STOP_TIMEOUT)
+
+
+class Deployment:
+    """A throwaway single broker or 3-broker cluster in a temp dir; a context manager.
+
+    `kind` is one of KINDS. `strom` is the `strom` console script, `kafka_libs` the directory of
+    Kafka's broker jars. Inside the `with`, `bootstrap` lists every broker.
+    """
+
+    def __init__(self, kind: str, *, strom: str | Path | None = None,
+                 kafka_libs: Path | None = None, overrides: dict[str, str] | None = None,
+                 keep: bool = False) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"kind must be one of {KINDS}")
+        if kind.startswith("kafka") and kafka_libs is None:
+            raise ValueError("kafka needs kafka_libs")
+        self.kind = kind
+        self.strom = str(Path(strom or Path(sys.executable).with_name("strom")).resolve())
+        self.kafka_libs = Path(kafka_libs).expanduser() if kafka_libs else None
+        self.overrides = {**COMMON, **(CLUSTER_COMMON if self.cluster else {}), **(overrides or {})}
+        self.keep = keep
+        self.failed = False
+        self.work = Path(tempfile.mkdtemp(prefix=f"compat-{kind}-"))
+        self.servers: list[Process] = []  # ZooKeeper first, then the brokers
+        self.brokers: list[Process] = []
+
+    @property
+    def cluster(self) -> bool:
+        return self.kind.endswith("-cluster")
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{HOST}:{b.port}" for b in self.brokers)
+
+    def __enter__(self) -> Deployment:
+        try:
+            self.start()
+        except BaseException:
+            self.failed = True
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None:
+            self.failed = True
+        self.stop()
+
+    def start(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT
+        if self.kind == "strom-cluster":
+            zk = self._zookeeper()
+            self.servers.append(zk)
+            zk.start()
+            zk.wait_ready(deadline)
+        n = CLUSTER_SIZE if self.cluster else 1
+        if self.kind.startswith("strom"):
+            self.brokers = [self._strom(i, n) for i in range(1, n + 1)]
+        else:
+            self.brokers = self._kafka(n)
+        self.servers += self.brokers
+        for b in self.brokers:  # together: each waits for ZooKeeper or the quorum, not the others
+            b.start()
+        for b in self.brokers:
+            b.wait_ready(deadline)
+
+    def stop(self) -> None:
+        for s in reversed(self.servers):  # brokers before ZooKeeper
+            s.stop()
+        if self.keep or self.failed:
+            print(f"run_broker: kept {self.work}", flush=True)
+        else:
+            shutil.rmtree(self.work, ignore_errors=True)
+
+    def log_tails(self, lines: int = 60) -> str:
+        return "\n".join(f"--- {s.name} ({s.log}):\n{tail(s.log, lines)}" for s in self.servers)
+
+    # ----------------------------------------------------------------------------- strom
+
+    def _zookeeper(self) -> Process:
+        if not ZK_JAR.exists():
+            raise StartError(f"{ZK_JAR} is missing: install Debian's zookeeper package "
+                             "(make system-deps)")
+        port = free_port()
+        data = self.work / "zookeeper"
+        data.mkdir()
+        cfg = self.work / "zoo.cfg"
+        cfg.write_text(f"tickTime=500\ndataDir={data}\nclientPort={port}\n"
+                       f"clientPortAddress={HOST}\nadmin.enableServer=false\n"
+                       "4lw.commands.whitelist=ruok\n")
+        cmd = [java_bin(), "-Xmx256m", "-cp", f"{ZK_CONF_DIR}:{ZK_JAR}",  # the manifest names the rest
+               "org.apache.zookeeper.server.quorum.QuorumPeerMain", str(cfg)]  # fmt: skip
+        return Process("zookeeper", cmd, port, self.work, probe=zookeeper_ok)
+
+    def _strom(self, node: int, n: int) -> Process:
+        port = free_port()
+        name = f"strom-{node}" if n > 1 else "broker"
+        settings = {"listeners": f"PLAINTEXT://{HOST}:{port}",
+                    "log.dirs": str(self.work / name / "data")}
+        if n > 1:
+            settings["broker.id"] = str(node)
+            settings["zookeeper.connect"] = f"{HOST}:{self.servers[0].port}/strom"
+        settings.update(self.overrides)
+        cmd = [self.strom, "broker"]
+        for key, value in settings.items():
+            cmd += ["--override", f"{key}={value}"]
+        (self.work / name).mkdir()
+        return Process(name, cmd, port, self.work / name)
+
+    # ----------------------------------------------------------------------------- kafka
+
+    def _kafka(self, n: int) -> list[Process]:
+        """KRaft nodes, each broker and controller; formatted with Kafka's storage tool."""
+        java = java_bin()
+        classpath = f"{self.kafka_libs}/*"
+        ports = [free_port() for _ in range(n)]
+        controllers = [free_port() for _ in range(n)]
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        heap = KAFKA_CLUSTER_HEAP if n > 1 else KAFKA_HEAP
+        rf = str(min(n, 3))
+        procs = []
+        for i in range(n):
+            node = i + 1
+            name = f"kafka-{node}" if n > 1 else "broker"
+            work = self.work / name
+            work.mkdir()
+            props = {
+                "process.roles": "broker,controller",
+                "node.id": str(node),
+                "listeners": f"PLAINTEXT://{HOST}:{ports[i]},CONTROLLER://{HOST}:{controllers[i]}",
+                "advertised.listeners": f"PLAINTEXT://{HOST}:{ports[i]}",
+                "controller.listener.names": "CONTROLLER",
+                "inter.broker.listener.name": "PLAINTEXT",
+                "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                "log.dirs": str(work / "data"),
+                "num.partitions": "1",
+                "offsets.topic.replication.factor": rf,
+                "transaction.state.log.replication.factor": rf,
+                "transaction.state.log.min.isr": "1",
+                "share.coordinator.state.topic.replication.factor": rf,
+                "share.coordinator.state.topic.min.isr": "1",
+                **self.overrides,
+            }
+            if n == 1:
+                props["controller.quorum.bootstrap.servers"] = f"{HOST}:{controllers[0]}"
+                fmt_mode = ["--standalone"]
+            else:  # a static quorum: every node knows the voters, format needs no flag for them
+                props["controller.quorum.voters"] = ",".join(
+                    f"{j + 1}@{HOST}:{controllers[j]}" for j in range(n))
+                fmt_mode = []
+            config = work / "server.properties"
+            config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            fmt = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", *fmt_mode,
+                   "-t", cluster_id, "-c", str(config)]  # fmt: skip
+            done = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
+            if done.returncode != 0:
+                raise StartError(f"run_broker: kafka storage format failed:\n{done.stdout}{done.stderr}")
+            cmd = [java, *heap, *KAFKA_GC, "-cp", classpath, "kafka.Kafka", str(config)]
+            procs.append(Process(name, cmd, ports[i], work))
+        return procs
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(usage="run_broker.py {strom,kafka} [options] -- command ...")
-    parser.add_argument("kind", choices=["strom", "kafka"])
+    parser = argparse.ArgumentParser(usage=f"run_broker.py {{{','.join(KINDS)}}} [options] -- command ...")
+    parser.add_argument("kind", choices=KINDS)
     parser.add_argument("--strom", default=str(Path(sys.executable).with_name("strom")))
     parser.add_argument("--kafka-libs", type=Path, help="directory with Kafka's broker jars")
     parser.add_argument("--override", action="append", default=[], help="key=value (repeatable)")
-    parser.add_argument("--keep", action="store_true", help="keep the broker's temp directory")
+    parser.add_argument("--keep", action="store_true", help="keep the brokers' temp directory")
     if "--" not in argv:
         parser.error("no command given after --")
     split = argv.index("--")
@@ -168,40 +332,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.command = argv[split + 1 :]
     if not args.command:
         parser.error("no command given after --")
-    if args.kind == "kafka" and not args.kafka_libs:
+    if args.kind.startswith("kafka") and not args.kafka_libs:
         parser.error("kafka needs --kafka-libs")
     return args
 
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    overrides = dict(COMMON)
-    overrides.update(kv.split("=", 1) for kv in args.override)
-    work = Path(tempfile.mkdtemp(prefix=f"compat-{args.kind}-"))
-    port = free_port()
-    bootstrap = f"{HOST}:{port}"
-    if args.kind == "strom":
-        cmd = strom_command(str(Path(args.strom).resolve()), port, work, overrides)
-    else:
-        cmd = kafka_command(args.kafka_libs.expanduser(), port, work, overrides)
-    log = work / "broker.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([*_DIE_WITH_PARENT, *cmd], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, cwd=work)  # fmt: skip
-    rc = 1
+    overrides = dict(kv.split("=", 1) for kv in args.override)
+    deployment = Deployment(args.kind, strom=args.strom, kafka_libs=args.kafka_libs,
+                            overrides=overrides, keep=args.keep)  # fmt: skip
     try:
-        wait_ready(proc, port, log)
-        print(f"run_broker: {args.kind} broker pid {proc.pid} serving on {bootstrap}", flush=True)
-        command = [part.replace("{bootstrap}", bootstrap) for part in args.command]
-        rc = subprocess.run(command, env={**os.environ, "BOOTSTRAP": bootstrap}).returncode
-        if rc != 0:
-            print(f"run_broker: command exited {rc}; broker log tail ({log}):\n{tail(log)}")
-    finally:
-        stop(proc)
-        if args.keep or rc != 0:
-            print(f"run_broker: kept {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        with deployment as d:
+            print(f"run_broker: {args.kind} serving on {d.bootstrap} (pids "
+                  f"{', '.join(str(s.proc.pid) for s in d.servers if s.proc)})", flush=True)
+            command = [part.replace("{bootstrap}", d.bootstrap) for part in args.command]
+            rc = subprocess.run(command, env={**os.environ, "BOOTSTRAP": d.bootstrap}).returncode
+            if rc != 0:
+                d.failed = True
+                print(f"run_broker: command exited {rc}; log tails:\n{d.log_tails()}", flush=True)
+    except StartError as e:
+        print(e, file=sys.stderr)
+        return 1
     return rc
 
 

@@ -85,6 +85,14 @@ abstract class CompatTest {
     return createTopic(prefix, partitions, Map.of());
   }
 
+  /** Creates a topic with explicit replica assignments (partition -> broker ids), for cleanup too. */
+  String createTopic(String prefix, Map<Integer, List<Integer>> assignments) throws Exception {
+    String name = uniqueTopic(prefix);
+    admin.createTopics(List.of(new NewTopic(name, assignments))).all().get(30, TimeUnit.SECONDS);
+    created.add(name);
+    return name;
+  }
+
   static Properties producerProps() {
     Properties p = new Properties();
     p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
