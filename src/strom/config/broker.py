@@ -130,8 +130,9 @@ BROKER_CONFIGS.add(
     ConfigDef("log.cleaner.dedupe.buffer.size", T.LONG, 134217728, "cleaner key map memory",
               at_least(0)),
     ConfigDef("log.cleaner.backoff.ms", T.LONG, 15000, "cleaner idle backoff", at_least(0)),
-    ConfigDef("log.cleaner.threads", T.INT, 1, "cleaner threads (one log is cleaned at a time)",
-              at_least(0), read_only=True),
+    ConfigDef("log.cleaner.threads", T.INT, 1,
+              "cleaner workers, each cleaning one log at a time with its share of the dedupe "
+              "buffer (0: no cleaning)", at_least(0)),
     ConfigDef("log.cleaner.io.buffer.load.factor", T.DOUBLE, 0.9, "key map load factor",
               between(0, 1), read_only=True),
     ConfigDef("producer.id.expiration.ms", T.INT, 86400000,
@@ -194,6 +195,12 @@ BROKER_CONFIGS.add(
               at_least(1), read_only=True),
     ConfigDef("group.consumer.assignors", T.LIST, ["uniform", "range"],
               "server-side assignors; the first is the default", read_only=True),
+    ConfigDef("group.consumer.migration.policy", T.STRING, "bidirectional",
+              "online migration of non-empty groups between the classic and consumer protocols: "
+              "bidirectional, upgrade (classic to consumer only), downgrade (consumer to "
+              "classic only) or disabled",
+              one_of("bidirectional", "upgrade", "downgrade", "disabled", case_insensitive=True),
+              read_only=True),
     ConfigDef("transaction.state.log.num.partitions", T.INT, 50, "partitions of __transaction_state",
               at_least(1), read_only=True),
     ConfigDef("transaction.state.log.replication.factor", T.SHORT, 3,

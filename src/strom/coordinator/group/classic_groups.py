@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import uuid
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.shards import GroupShards, Shard
@@ -77,6 +77,24 @@ def validate_member(group: ClassicGroup, member_id: str, instance_id: str | None
     return ErrorCode.NONE
 
 
+class ClassicMembersOfConsumerGroups(Protocol):
+    """Who serves the classic requests of a consumer group's members (`classic_members`)."""
+
+    def join_group(self, shard: Shard, group: ConsumerGroup, req: JoinRequest,
+                   respond: Respond) -> None: ...
+
+    def sync_group(self, group: ConsumerGroup, generation: int, member_id: str,
+                   instance_id: str | None, protocol_type: str | None,
+                   protocol_name: str | None, respond: Respond) -> None: ...
+
+    def heartbeat(self, group: ConsumerGroup, generation: int, member_id: str,
+                  instance_id: str | None) -> int: ...
+
+    def leave_group(self, shard: Shard, group: ConsumerGroup,
+                    members: list[tuple[str, str | None, str | None]]
+                    ) -> tuple[int, list[dict[str, Any]]]: ...
+
+
 class ClassicGroupManager:
     """Classic groups of the shards in `state`: the join/sync state machine and its timers."""
 
@@ -86,6 +104,9 @@ class ClassicGroupManager:
         self.store = state.store
         self.timers = state.timers
         self.now_ms = state.now_ms
+        # serves the classic requests of members of a (non-empty) consumer group; set by the
+        # coordinator, which builds the consumer-group side after this manager
+        self.in_consumer_groups: ClassicMembersOfConsumerGroups | None = None
 
     # -- load --------------------------------------------------------------------------------
 
@@ -128,6 +149,22 @@ class ClassicGroupManager:
             group.complete_join(member, join_error(member.member_id, ErrorCode.NOT_COORDINATOR))
             group.complete_sync(member, sync_error(ErrorCode.NOT_COORDINATOR))
 
+    def abort_parked(self, group: ClassicGroup, error: int) -> None:
+        """Answer every parked JoinGroup and SyncGroup with `error` (the group is converted)."""
+        for member in list(group.members.values()):
+            group.complete_join(member, join_error(member.member_id, error))
+            group.complete_sync(member, sync_error(error))
+
+    def adopt(self, group: ClassicGroup, reason: str) -> None:
+        """Take over a group a downgrade just made classic: arm its members' sessions and
+        start the rebalance that gives them classic assignments."""
+        for member in group.members.values():
+            self._reschedule_heartbeat(group, member)
+        self._prepare_rebalance(group, reason)
+
+    def metadata_record(self, group: ClassicGroup, assignment: dict[str, bytes]) -> rec.KeyValue:
+        return self._group_metadata_record(group, assignment)
+
     def touch_member(self, group: ClassicGroup, member_id: str) -> None:
         """An OffsetCommit of a member counts as a heartbeat while the group is stable or
         preparing a rebalance (Kafka's rescheduleClassicGroupMemberHeartbeat)."""
@@ -155,6 +192,10 @@ class ClassicGroupManager:
             respond(join_error(req.member_id, ErrorCode.UNSUPPORTED_VERSION))
             return
         group = shard.groups.get(req.group_id)
+        if isinstance(group, ConsumerGroup) and not group.is_empty and \
+                self.in_consumer_groups is not None:
+            self.in_consumer_groups.join_group(shard, group, req, respond)
+            return
         if isinstance(group, ConsumerGroup):
             if not group.is_empty:
                 log.info("group %s: classic JoinGroup refused, the group uses the consumer "
@@ -501,6 +542,11 @@ class ClassicGroupManager:
             respond(sync_error(exc.code))
             return
         group = shard.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and not group.is_empty and \
+                self.in_consumer_groups is not None:
+            self.in_consumer_groups.sync_group(group, generation, member_id, instance_id,
+                                               protocol_type, protocol_name, respond)
+            return
         if not isinstance(group, ClassicGroup) or group.is_empty:
             respond(sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
             return
@@ -580,6 +626,8 @@ class ClassicGroupManager:
         except KafkaError as exc:
             return exc.code
         group = shard.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and self.in_consumer_groups is not None:
+            return self.in_consumer_groups.heartbeat(group, generation, member_id, instance_id)
         if not isinstance(group, ClassicGroup):
             return ErrorCode.UNKNOWN_MEMBER_ID
         if group.is_state(ClassicState.DEAD):
@@ -604,6 +652,8 @@ class ClassicGroupManager:
         except KafkaError as exc:
             return exc.code, []
         group = shard.groups.get(group_id)
+        if isinstance(group, ConsumerGroup) and self.in_consumer_groups is not None:
+            return self.in_consumer_groups.leave_group(shard, group, members)
         if not isinstance(group, ClassicGroup):
             return ErrorCode.UNKNOWN_MEMBER_ID, []
         if group.is_state(ClassicState.DEAD):

@@ -33,6 +33,17 @@ class GroupConfig:
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
     rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
     new_member_join_timeout: int = 300000  # Kafka's fixed 5 minutes
+    migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+
+    @property
+    def upgrade_enabled(self) -> bool:
+        """A non-empty classic group may become a consumer group (KIP-848 online upgrade)."""
+        return self.migration_policy in ("bidirectional", "upgrade")
+
+    @property
+    def downgrade_enabled(self) -> bool:
+        """A consumer group left with classic members only may become a classic group."""
+        return self.migration_policy in ("bidirectional", "downgrade")
 
     @classmethod
     def from_config(cls, get: Callable[[str], object]) -> GroupConfig:
@@ -58,4 +69,5 @@ class GroupConfig:
             consumer_assignors=tuple(opt("group.consumer.assignors", ["uniform", "range"])),
             rebalance_protocols=tuple(p.lower() for p in opt(
                 "group.coordinator.rebalance.protocols", ["classic", "consumer"])),
+            migration_policy=str(opt("group.consumer.migration.policy", "bidirectional")).lower(),
         )

@@ -27,10 +27,12 @@ from collections import Counter
 from typing import Any
 
 from strom.common.regex import RegexError, compile_regex
+from strom.coordinator.group import migration
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.assignors import ASSIGNORS
+from strom.coordinator.group.classic_groups import ClassicGroupManager
 from strom.coordinator.group.reconciliation import reconcile
-from strom.coordinator.group.shards import GroupShards, Shard
+from strom.coordinator.group.shards import GroupShards, Shard, group_tombstones
 from strom.coordinator.group.state import (
     GROUP_AUTHORIZED_OPERATIONS,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -38,6 +40,7 @@ from strom.coordinator.group.state import (
     UNKNOWN_AUTHORIZED_OPERATIONS,
     Assignment,
     ClassicGroup,
+    ClassicMetadata,
     ConsumerGroup,
     ConsumerMember,
     MemberState,
@@ -48,6 +51,7 @@ from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
+MEMBER_TYPE_CLASSIC = 0
 MEMBER_TYPE_CONSUMER = 1
 
 
@@ -89,11 +93,19 @@ def _updated_member(old: ConsumerMember, member_id: str, instance_id: str | None
     return member
 
 
+def with_classic(member: ConsumerMember, classic: ClassicMetadata | None) -> ConsumerMember:
+    """A copy of the member with its classic-protocol metadata replaced."""
+    out = ConsumerMember(**{**member.__dict__})
+    out.classic = classic
+    return out
+
+
 class ConsumerGroupManager:
     """KIP-848 consumer groups of the shards in `state`."""
 
-    def __init__(self, state: GroupShards) -> None:
+    def __init__(self, state: GroupShards, classic: ClassicGroupManager) -> None:
         self.state = state
+        self.classic = classic  # a downgrade hands the group to the classic manager
         self.config = state.config
         self.topics = state.topics
         self.store = state.store
@@ -183,28 +195,49 @@ class ConsumerGroupManager:
                             assignor: str | None, owned: Assignment | None, client_id: str,
                             client_host: str) -> dict[str, Any]:
         records: list[rec.KeyValue] = []
+        before = shard.groups.get(group_id)
         group = self._group_for_heartbeat(shard, group_id, epoch, records)
+        try:
+            response = self._heartbeat_in_group(
+                shard, group, member_id, epoch, instance_id, rack_id, rebalance_timeout, names,
+                regex, assignor, owned, client_id, client_host, records)
+        except KafkaError:
+            if isinstance(before, ClassicGroup) and shard.groups.get(group_id) is group:
+                shard.groups[group_id] = before  # the upgrade did not happen after all
+            raise
+        if isinstance(before, ClassicGroup) and not before.is_empty:
+            self._upgraded(before, group)
+        return response
+
+    def _heartbeat_in_group(self, shard: Shard, group: ConsumerGroup, member_id: str,
+                            epoch: int, instance_id: str | None, rack_id: str | None,
+                            rebalance_timeout: int, names: list[str] | None,
+                            regex: str | None, assignor: str | None, owned: Assignment | None,
+                            client_id: str, client_host: str,
+                            records: list[rec.KeyValue]) -> dict[str, Any]:
+        group_id = group.group_id
         self._check_capacity(group, member_id, instance_id)
         if not member_id:
             member_id = str(uuid.uuid4())
         old = self._member_for_heartbeat(group, member_id, epoch, instance_id, owned, records)
-        member = _updated_member(old, member_id, instance_id, rack_id, rebalance_timeout,
-                                 assignor, names, regex, client_id, client_host)
+        member = with_classic(_updated_member(old, member_id, instance_id, rack_id,
+                                              rebalance_timeout, assignor, names, regex,
+                                              client_id, client_host), None)
         is_new = member_id not in group.members
         if is_new or member.metadata_fields() != old.metadata_fields():
             records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_MEMBER_METADATA, group_id,
                                                      member_id, member.metadata_fields()))
         group.put_member(member)
         # 1. subscription metadata and group epoch
-        self._maybe_bump_group_epoch(
+        self.maybe_bump_group_epoch(
             group, member.subscription_key() != old.subscription_key(), records)
         # 2. target assignment
         if group.group_epoch > group.assignment_epoch:
-            records += self._update_target_assignment(group)
+            records += self.update_target_assignment(group)
         # 3. reconcile the member towards its target
-        updated = self._reconcile_member(group, member, owned, is_new, records)
+        updated = self.reconcile_member(group, member, owned, is_new, records)
         self.store.append(shard.partition, records)
-        self._schedule_session_timeout(group_id, member_id)
+        self.schedule_session_timeout(group, updated)
         response: dict[str, Any] = {
             "error_code": 0, "error_message": None, "member_id": member_id,
             "member_epoch": updated.member_epoch,
@@ -217,8 +250,18 @@ class ConsumerGroupManager:
 
     def _group_for_heartbeat(self, shard: Shard, group_id: str, epoch: int,
                              records: list[rec.KeyValue]) -> ConsumerGroup:
-        """The consumer group, created on a first join (an empty classic group is converted)."""
+        """The consumer group, created on a first join: an empty classic group is replaced, a
+        non-empty one of the consumer protocol type is upgraded (the migration policy
+        permitting; the caller undoes it if the heartbeat then fails)."""
         group = shard.groups.get(group_id)
+        if isinstance(group, ClassicGroup) and not group.is_empty and epoch == 0:
+            migration.check_upgrade(group, self.config.upgrade_enabled,
+                                    self.config.consumer_max_size)
+            converted = migration.consumer_group_from_classic(group, self.topics, self.now_ms())
+            records.append(rec.group_tombstone(group_id))
+            records += migration.consumer_group_records(converted)
+            shard.groups[group_id] = converted
+            return converted
         if isinstance(group, ClassicGroup):
             if not group.is_empty or group.pending_members:
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
@@ -236,6 +279,21 @@ class ConsumerGroupManager:
             shard.groups[group_id] = group
         return group
 
+    def _upgraded(self, classic: ClassicGroup, group: ConsumerGroup) -> None:
+        """The upgrade is written: parked classic requests learn that a rebalance is under way
+        (they rejoin the consumer group), the classic timers stop, the converted members get
+        their classic session timeouts."""
+        gid = group.group_id
+        self.classic.abort_parked(classic, ErrorCode.REBALANCE_IN_PROGRESS)
+        for member_id in classic.members:
+            self.timers.cancel(("hb", gid, member_id))
+        for key in (("join", gid), ("sync", gid)):
+            self.timers.cancel(key)
+        for member in group.classic_members():
+            self.schedule_session_timeout(group, member)
+        log.info("group %s: converted the classic group (generation %d, %d members) to a "
+                 "consumer group", gid, classic.generation, len(classic.members))
+
     def _check_capacity(self, group: ConsumerGroup, member_id: str,
                         instance_id: str | None) -> None:
         """group.consumer.max.size: only members not in the group yet are refused."""
@@ -245,7 +303,7 @@ class ConsumerGroupManager:
                              f"The consumer group has reached its maximum capacity of "
                              f"{self.config.consumer_max_size} members.")
 
-    def _maybe_bump_group_epoch(self, group: ConsumerGroup, bump: bool,
+    def maybe_bump_group_epoch(self, group: ConsumerGroup, bump: bool,
                                 records: list[rec.KeyValue]) -> None:
         """Bump the group epoch when a subscription, or a subscribed topic, changed."""
         version = self.topics.version()
@@ -263,15 +321,18 @@ class ConsumerGroupManager:
                                                      {"epoch": group.group_epoch}))
             log.info("group %s: bumped group epoch to %d", group.group_id, group.group_epoch)
 
-    def _reconcile_member(self, group: ConsumerGroup, member: ConsumerMember,
-                          owned: Assignment | None, is_new: bool,
-                          records: list[rec.KeyValue]) -> ConsumerMember:
-        """Move the member towards its target; arm or clear its revocation deadline."""
+    def reconcile_member(self, group: ConsumerGroup, member: ConsumerMember,
+                         owned: Assignment | None, is_new: bool,
+                         records: list[rec.KeyValue]) -> ConsumerMember:
+        """Move the member towards its target; arm or clear its revocation deadline (classic
+        members have join and sync deadlines instead)."""
         updated = reconcile(group, member, owned)
         if updated is not member or is_new:
             group.put_member(updated)
             records.append(self._current_assignment_record(group.group_id, updated))
-            if updated.state == MemberState.UNREVOKED_PARTITIONS:
+            if updated.uses_classic_protocol:
+                pass
+            elif updated.state == MemberState.UNREVOKED_PARTITIONS:
                 self._schedule_rebalance_timeout(group.group_id, updated)
             else:
                 self.timers.cancel(("rebalance", group.group_id, member.member_id))
@@ -305,29 +366,7 @@ class ConsumerGroupManager:
                                  f"Static member {member_id} with instance id {instance_id} "
                                  f"cannot join the group because the instance id is owned by "
                                  f"member {existing.member_id}.")
-            # The static member comes back: a new member id takes over its assignment.
-            log.info("group %s: static member %s rejoins as %s", group.group_id, instance_id,
-                     member_id)
-            replacement = ConsumerMember(**{**existing.__dict__})
-            replacement.member_id = member_id
-            replacement.member_epoch = replacement.previous_member_epoch = 0
-            replacement.assigned = copy_assignment(existing.assigned)
-            replacement.pending_revocation = {}
-            target = group.target.get(existing.member_id)
-            records += rec.member_tombstones(group.group_id, existing.member_id)
-            group.remove_member(existing.member_id)
-            self.timers.cancel(("session", group.group_id, existing.member_id))
-            self.timers.cancel(("rebalance", group.group_id, existing.member_id))
-            if target is not None:
-                group.target[member_id] = target
-                records.append(rec.consumer_group_record(
-                    rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id,
-                    {"topic_partitions": rec.topic_partitions(target)}))
-            records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_MEMBER_METADATA,
-                                                     group.group_id, member_id,
-                                                     replacement.metadata_fields()))
-            group.put_member(replacement)
-            return replacement
+            return self.replace_static_member(group, existing, member_id, records)
         if existing is None:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
         if existing.member_id != member_id:
@@ -336,6 +375,32 @@ class ConsumerGroupManager:
                              f"fenced by member {existing.member_id}.")
         self._check_member_epoch(existing, epoch, owned)
         return existing
+
+    def replace_static_member(self, group: ConsumerGroup, existing: ConsumerMember,
+                              member_id: str, records: list[rec.KeyValue]) -> ConsumerMember:
+        """The static member comes back: a new member id takes over its assignment."""
+        log.info("group %s: static member %s rejoins as %s", group.group_id,
+                 existing.instance_id, member_id)
+        replacement = ConsumerMember(**{**existing.__dict__})
+        replacement.member_id = member_id
+        replacement.member_epoch = replacement.previous_member_epoch = 0
+        replacement.assigned = copy_assignment(existing.assigned)
+        replacement.pending_revocation = {}
+        target = group.target.get(existing.member_id)
+        records += rec.member_tombstones(group.group_id, existing.member_id)
+        group.remove_member(existing.member_id)
+        self.timers.cancel(("session", group.group_id, existing.member_id))
+        self.timers.cancel(("rebalance", group.group_id, existing.member_id))
+        if target is not None:
+            group.target[member_id] = target
+            records.append(rec.consumer_group_record(
+                rec.CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER, group.group_id, member_id,
+                {"topic_partitions": rec.topic_partitions(target)}))
+        records.append(rec.consumer_group_record(rec.CONSUMER_GROUP_MEMBER_METADATA,
+                                                 group.group_id, member_id,
+                                                 replacement.metadata_fields()))
+        group.put_member(replacement)
+        return replacement
 
     @staticmethod
     def _check_member_epoch(member: ConsumerMember, epoch: int, owned: Assignment | None) -> None:
@@ -399,7 +464,7 @@ class ConsumerGroupManager:
                         if m.server_assignor in names)
         return votes.most_common(1)[0][0] if votes else names[0]
 
-    def _update_target_assignment(self, group: ConsumerGroup) -> list[rec.KeyValue]:
+    def update_target_assignment(self, group: ConsumerGroup) -> list[rec.KeyValue]:
         name = self._preferred_assignor(group)
         subscriptions = {mid: self._member_topics(m) & set(group.subscription_metadata)
                          for mid, m in group.members.items()}
@@ -421,11 +486,7 @@ class ConsumerGroupManager:
         return records
 
     def _current_assignment_record(self, group_id: str, m: ConsumerMember) -> rec.KeyValue:
-        return rec.consumer_group_record(
-            rec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT, group_id, m.member_id,
-            {"member_epoch": m.member_epoch, "previous_member_epoch": m.previous_member_epoch,
-             "state": int(m.state), "assigned_partitions": rec.topic_partitions(m.assigned),
-             "partitions_pending_revocation": rec.topic_partitions(m.pending_revocation)})
+        return migration.current_assignment_record(group_id, m)
 
     # -- leaving and fencing -------------------------------------------------------------------
 
@@ -466,12 +527,31 @@ class ConsumerGroupManager:
         return response
 
     def _fence_member(self, shard: Shard, group: ConsumerGroup, member: ConsumerMember) -> None:
-        """Remove a member and bump the group epoch so the others get its partitions."""
-        gid, mid = group.group_id, member.member_id
-        records = rec.member_tombstones(gid, mid)
-        group.remove_member(mid)
-        self.timers.cancel(("session", gid, mid))
-        self.timers.cancel(("rebalance", gid, mid))
+        self.fence_members(shard, group, [member.member_id])
+
+    def cancel_member_timers(self, group_id: str, member_id: str) -> None:
+        for kind in ("session", "rebalance", "classic-join", "classic-sync"):
+            self.timers.cancel((kind, group_id, member_id))
+
+    def fence_members(self, shard: Shard, group: ConsumerGroup, member_ids: list[str]) -> None:
+        """Remove members and bump the group epoch so the others get their partitions; when
+        only classic members remain, the group goes back to the classic protocol instead
+        (Kafka's consumerGroupFenceMembers)."""
+        gid = group.group_id
+        leaving = set(member_ids)
+        if migration.can_downgrade(group, leaving, self.config.downgrade_enabled,
+                                   self.config.max_group_size):
+            self._downgrade(shard, group, leaving)
+            return
+        if not self.config.downgrade_enabled and group.all_classic_except(leaving):
+            log.info("group %s: cannot downgrade to a classic group because the online "
+                     "downgrade is disabled", gid)
+        records: list[rec.KeyValue] = []
+        for mid in member_ids:
+            records += rec.member_tombstones(gid, mid)
+            group.remove_member(mid)
+            self.cancel_member_timers(gid, mid)
+        mid = ", ".join(member_ids)
         metadata = self._subscription_metadata(group)
         if metadata != group.subscription_metadata:
             group.subscription_metadata = metadata
@@ -484,15 +564,36 @@ class ConsumerGroupManager:
         except KafkaError as exc:
             log.warning("group %s: cannot persist the removal of member %s: %s", gid, mid, exc)
 
+    def _downgrade(self, shard: Shard, group: ConsumerGroup, leaving: set[str]) -> None:
+        """Turn the group back into a classic group of its classic members, then rebalance."""
+        gid = group.group_id
+        classic = migration.classic_group_from_consumer(group, leaving, self.topics,
+                                                        self.now_ms())
+        assignment = {m.member_id: m.assignment for m in classic.members.values()}
+        records = group_tombstones(group)
+        records.append(self.classic.metadata_record(classic, assignment))
+        try:
+            self.store.append(shard.partition, records)
+        except KafkaError as exc:
+            log.warning("group %s: cannot persist the downgrade to a classic group: %s", gid, exc)
+            return
+        for mid in group.members:
+            self.cancel_member_timers(gid, mid)
+        shard.groups[gid] = classic
+        log.info("group %s: converted the consumer group (epoch %d) to a classic group of %d "
+                 "members", gid, group.group_epoch, len(classic.members))
+        self.classic.adopt(classic, f"Downgrade group {gid} from consumer to classic for member "
+                                    "leaving.")
+
     def _session_expired(self, group_id: str, member_id: str) -> None:
-        self._fence_if_present(group_id, member_id, None, "its session expired")
+        self.fence_if_present(group_id, member_id, None, "its session expired")
 
     def _rebalance_expired(self, group_id: str, member_id: str, epoch: int) -> None:
-        self._fence_if_present(group_id, member_id, epoch,
+        self.fence_if_present(group_id, member_id, epoch,
                                f"it did not revoke its partitions within its rebalance timeout "
                                f"(epoch {epoch})")
 
-    def _fence_if_present(self, group_id: str, member_id: str, epoch: int | None,
+    def fence_if_present(self, group_id: str, member_id: str, epoch: int | None,
                           why: str) -> None:
         shard = self.state.shard_of(group_id)
         if shard is None or shard.loading:
@@ -506,9 +607,13 @@ class ConsumerGroupManager:
         log.info("group %s: member %s fenced because %s", group_id, member_id, why)
         self._fence_member(shard, group, member)
 
-    def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
-        self.timers.schedule(("session", group_id, member_id),
-                             self.config.consumer_session_timeout,
+    def schedule_session_timeout(self, group: ConsumerGroup, member: ConsumerMember) -> None:
+        """A classic member's session is its JoinGroup session timeout, a consumer-protocol
+        member's group.consumer.session.timeout.ms."""
+        group_id, member_id = group.group_id, member.member_id
+        timeout = member.classic.session_timeout if member.classic is not None \
+            else self.config.consumer_session_timeout
+        self.timers.schedule(("session", group_id, member_id), timeout,
                              lambda: self._session_expired(group_id, member_id))
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerMember) -> None:
@@ -563,7 +668,8 @@ class ConsumerGroupManager:
                 "subscribed_topic_regex": m.subscribed_topic_regex,
                 "assignment": described(m.assigned),
                 "target_assignment": described(group.target.get(m.member_id, {})),
-                "member_type": MEMBER_TYPE_CONSUMER}
+                "member_type": MEMBER_TYPE_CLASSIC if m.uses_classic_protocol
+                else MEMBER_TYPE_CONSUMER}
 
     # ========================================================================================
     # Load
@@ -621,6 +727,7 @@ class ConsumerGroupManager:
             member.subscribed_topic_regex = v["subscribed_topic_regex"]
             member.rebalance_timeout = v["rebalance_timeout"]
             member.server_assignor = v["server_assignor"]
+            member.classic = ClassicMetadata.from_fields(v.get("classic_member_metadata"))
             group.put_member(member)
         elif r.type == rec.CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT:
             mid = r.key["member_id"]
@@ -639,6 +746,6 @@ class ConsumerGroupManager:
     def on_loaded(self, group: ConsumerGroup) -> None:
         """Arm the session (and pending revocation) timers of a loaded group's members."""
         for member in group.members.values():
-            self._schedule_session_timeout(group.group_id, member.member_id)
-            if member.state == MemberState.UNREVOKED_PARTITIONS:
+            self.schedule_session_timeout(group, member)
+            if member.state == MemberState.UNREVOKED_PARTITIONS and member.classic is None:
                 self._schedule_rebalance_timeout(group.group_id, member)

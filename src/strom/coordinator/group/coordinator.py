@@ -8,7 +8,9 @@ OffsetMetadataManager over shared state; Strom does the same by composition:
 - `classic_groups.ClassicGroupManager`: JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
   DescribeGroups;
 - `consumer_groups.ConsumerGroupManager`: KIP-848 ConsumerGroupHeartbeat and
-  ConsumerGroupDescribe;
+  ConsumerGroupDescribe, and the online migration between the two protocols (`migration`);
+- `classic_members.ClassicMemberManager`: the classic requests of members of a consumer group
+  (the classic manager hands them over when the group is a consumer group);
 - `offsets.OffsetManager`: OffsetCommit, OffsetFetch, OffsetDelete, TxnOffsetCommit, expiry.
 
 This facade keeps the methods the handlers call, routes records replayed on load to the
@@ -24,6 +26,7 @@ from typing import Any
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.classic_groups import ClassicGroupManager, JoinRequest
+from strom.coordinator.group.classic_members import ClassicMemberManager
 from strom.coordinator.group.config import GroupConfig
 from strom.coordinator.group.consumer_groups import ConsumerGroupManager
 from strom.coordinator.group.offsets import (
@@ -56,7 +59,8 @@ class GroupCoordinator:
                  scheduler: Scheduler, now_ms: Callable[[], int]) -> None:
         self.state = GroupShards(config, offsets_topic, topics, scheduler, now_ms, self)
         self.classic = ClassicGroupManager(self.state)
-        self.consumer = ConsumerGroupManager(self.state)
+        self.consumer = ConsumerGroupManager(self.state, self.classic)
+        self.classic.in_consumer_groups = ClassicMemberManager(self.consumer)
         self.offsets = OffsetManager(self.state, self.classic)
 
     @property

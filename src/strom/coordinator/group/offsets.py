@@ -91,6 +91,12 @@ def _validate_consumer_commit(group: ConsumerGroup, member_id: str, epoch: int,
     if member is None:
         raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                          f"Member {member_id} is not a member of group {group.group_id}.")
+    if member.classic is not None:  # a classic member's generation is its member epoch
+        if epoch != member.member_epoch:
+            raise KafkaError(ErrorCode.ILLEGAL_GENERATION,
+                             f"The received generation id {epoch} does not match the expected "
+                             f"member epoch {member.member_epoch}.")
+        return
     if api_version < 9:
         raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
                          "OffsetCommit version 9 or above must be used by members using the "

@@ -377,6 +377,26 @@ LEAVE_GROUP_MEMBER_EPOCH = -1
 LEAVE_GROUP_STATIC_MEMBER_EPOCH = -2
 
 
+@dataclass(frozen=True)
+class ClassicMetadata:
+    """What a member of a consumer group that speaks the classic protocol (JoinGroup/SyncGroup)
+    joined with: Kafka's ClassicMemberMetadata of the ConsumerGroupMemberMetadata record."""
+
+    session_timeout: int
+    protocols: tuple[tuple[str, bytes], ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {"session_timeout": self.session_timeout,
+                "supported_protocols": [{"name": n, "metadata": m} for n, m in self.protocols]}
+
+    @classmethod
+    def from_fields(cls, v: dict[str, Any] | None) -> ClassicMetadata | None:
+        if v is None:
+            return None
+        return cls(v["session_timeout"],
+                   tuple((p["name"], bytes(p["metadata"])) for p in v["supported_protocols"]))
+
+
 @dataclass
 class ConsumerMember:
     member_id: str
@@ -393,6 +413,11 @@ class ConsumerMember:
     state: MemberState = MemberState.STABLE
     assigned: Assignment = field(default_factory=dict)
     pending_revocation: Assignment = field(default_factory=dict)
+    classic: ClassicMetadata | None = None  # set while the member uses the classic protocol
+
+    @property
+    def uses_classic_protocol(self) -> bool:
+        return self.classic is not None
 
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state == MemberState.STABLE and self.member_epoch == epoch
@@ -406,7 +431,9 @@ class ConsumerMember:
                 "subscribed_topic_names": list(self.subscribed_topic_names),
                 "subscribed_topic_regex": self.subscribed_topic_regex,
                 "rebalance_timeout": self.rebalance_timeout,
-                "server_assignor": self.server_assignor}
+                "server_assignor": self.server_assignor,
+                "classic_member_metadata": None if self.classic is None
+                else self.classic.fields()}
 
 
 @dataclass
@@ -495,6 +522,41 @@ class ConsumerGroup:
 
     def subscribed_topic_names(self) -> set[str]:
         return set(self.subscription_metadata)
+
+    # -- classic members (KIP-848 online migration) ----------------------------------------
+
+    def classic_members(self) -> list[ConsumerMember]:
+        return [m for m in self.members.values() if m.classic is not None]
+
+    def supports_classic_protocols(self, protocol_type: str, names: set[str]) -> bool:
+        """A classic member may join when it speaks the consumer protocol type and shares a
+        protocol (assignor) name with every classic member already in the group."""
+        if protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return False
+        if not self.members:
+            return bool(names)
+        classic = self.classic_members()
+        counts = Counter(n for m in classic for n in {p for p, _ in m.classic.protocols})
+        return any(counts.get(name, 0) == len(classic) for name in names)
+
+    def all_classic_except(self, member_ids: set[str]) -> bool:
+        """Whether every member but these uses the classic protocol, and at least one of these
+        does not (the condition for downgrading to a classic group when they leave)."""
+        leaving = [self.members[m] for m in member_ids if m in self.members]
+        rest = [m for mid, m in self.members.items() if mid not in member_ids]
+        return all(m.classic is not None for m in rest) and \
+            any(m.classic is None for m in leaving)
+
+    def waiting_on_unreleased(self, member: ConsumerMember) -> bool:
+        """Whether a member still waits for a target partition another member holds."""
+        if member.state != MemberState.UNRELEASED_PARTITIONS:
+            return False
+        for topic_id, partitions in self.target.get(member.member_id, {}).items():
+            held = member.assigned.get(topic_id, set())
+            for p in partitions:
+                if p not in held and self.current_partition_epoch(topic_id, p) != -1:
+                    return True
+        return False
 
     def is_subscribed_to(self, topic: str) -> bool:
         return topic in self.subscription_metadata
