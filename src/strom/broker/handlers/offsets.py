@@ -20,8 +20,13 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.storage.errors import StorageError
 
-LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, EARLIEST_PENDING_UPLOAD, LATEST_TIERED = (
+LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = (
     -1, -2, -3, -4, -5, -6)
+# the first ListOffsets version that may ask for each special timestamp (Kafka's
+# timestampMinSupportedVersion); an earlier version, or an unknown negative one, is answered
+# UNSUPPORTED_VERSION before the partition is even looked up
+TIMESTAMP_MIN_VERSION = {LATEST: 0, EARLIEST: 0, MAX_TIMESTAMP: 7, EARLIEST_LOCAL: 8,
+                         LATEST_TIERED: 9, EARLIEST_PENDING_UPLOAD: 11}
 READ_COMMITTED = 1
 DEBUG_REPLICA_ID = -2  # Kafka's ListOffsets from a tool that may ask any replica
 
@@ -29,9 +34,11 @@ DEBUG_REPLICA_ID = -2  # Kafka's ListOffsets from a tool that may ask any replic
 def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str,
                     fn: Callable[[Any, Any, Any, dict[str, Any]], None], *,
                     reject_duplicates: bool = False,
-                    any_replica: bool = False) -> list[dict[str, Any]]:
+                    any_replica: bool = False,
+                    precheck: Callable[[Any], int] | None = None) -> list[dict[str, Any]]:
     """Resolve every (topic, partition) of a request to its log; fn fills the partition result.
-    Only the leader answers, unless ``any_replica`` (Kafka's debug ListOffsets, replica id -2)."""
+    Only the leader answers, unless ``any_replica`` (Kafka's debug ListOffsets, replica id -2).
+    ``precheck`` gives an error for a partition request before its partition is looked up."""
     seen: Counter[tuple[str, int]] = Counter(
         (getattr(t, name_attr), getattr(p, index_attr)) for t in topics for p in t.partitions)
     out = []
@@ -46,8 +53,11 @@ def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str
             log = broker.partitions.get(name, index) if state is not None else None
             if reject_duplicates and seen[(name, index)] > 1:
                 result["error_code"] = ErrorCode.INVALID_REQUEST  # as Kafka: duplicates are ambiguous
-            elif log is None:
-                result["error_code"] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif precheck is not None and (early := precheck(p)):
+                result["error_code"] = early
+            elif log is None:  # a partition with no replica here is NOT_LEADER (as Kafka)
+                result["error_code"] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if state is None
+                                        else ErrorCode.NOT_LEADER_OR_FOLLOWER)
             elif state.leader != broker.broker_id and not any_replica:
                 result["error_code"] = ErrorCode.NOT_LEADER_OR_FOLLOWER
             elif log.offline is not None:  # its log dir failed: offsets in memory may be stale
@@ -62,12 +72,19 @@ def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str
     return out
 
 
-@handles(ApiKey.LIST_OFFSETS, 1, 10)
+@handles(ApiKey.LIST_OFFSETS, 1, 11)
 def list_offsets(broker: Broker, ctx: RequestContext,
                  request: ListOffsetsRequest) -> dict[str, Any]:
     committed = request.isolation_level == READ_COMMITTED
     replica_id = request.replica_id
     from_replica = replica_id >= 0
+    version = ctx.api_version
+
+    def unsupported(p: Any) -> int:
+        ts = p.timestamp
+        if ts >= 0 or TIMESTAMP_MIN_VERSION.get(ts, 1 << 15) <= version:
+            return ErrorCode.NONE
+        return ErrorCode.UNSUPPORTED_VERSION
 
     def lookup(p: Any, state: Any, log: Any, result: dict[str, Any]) -> None:
         result.update(timestamp=-1, offset=-1, leader_epoch=-1)
@@ -87,8 +104,8 @@ def list_offsets(broker: Broker, ctx: RequestContext,
             found = log.max_timestamp_offset()
             if found is not None:
                 result.update(offset=found[0], timestamp=found[1], leader_epoch=state.leader_epoch)
-        elif ts < 0:
-            result["error_code"] = ErrorCode.UNSUPPORTED_VERSION
+        elif ts < 0:  # LATEST_TIERED, EARLIEST_PENDING_UPLOAD: no tiered storage, no offset
+            pass
         else:
             found = log.offset_for_timestamp(
                 ts, max_offset=log.last_stable_offset if committed else None)
@@ -98,7 +115,8 @@ def list_offsets(broker: Broker, ctx: RequestContext,
     return {"throttle_time": 0,
             "topics": _each_partition(broker, request.topics, "name", "partition_index", lookup,
                                       reject_duplicates=True,
-                                      any_replica=replica_id == DEBUG_REPLICA_ID)}
+                                      any_replica=replica_id == DEBUG_REPLICA_ID,
+                                      precheck=unsupported)}
 
 
 @handles(ApiKey.OFFSET_FOR_LEADER_EPOCH, 2, 4)

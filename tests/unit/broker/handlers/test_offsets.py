@@ -64,9 +64,35 @@ def test_max_timestamp(three) -> None:
     assert (p.error_code, p.offset, p.timestamp) == (0, 2, T0 + 2)
 
 
-@pytest.mark.parametrize("version", [1, 4, 7, 10])
+@pytest.mark.parametrize("version", [1, 4, 7, 10, 11])
 def test_every_version_round_trips(three, version: int) -> None:
     assert _list(three, "t", LATEST, version=version).offset == 3
+
+
+# What Kafka 4.4 answers for each special timestamp and version (probed against a real broker
+# without tiered storage): a timestamp newer than the version is UNSUPPORTED_VERSION, the tiered
+# ones (-5 latest tiered, -6 earliest pending upload) find no offset.
+_EARLIEST_LOCAL, _LATEST_TIERED, _EARLIEST_PENDING_UPLOAD, _UNKNOWN = -4, -5, -6, -7
+_UNSUPPORTED = (ErrorCode.UNSUPPORTED_VERSION, -1, -1)
+
+
+@pytest.mark.parametrize(("version", "timestamp", "expected"), [
+    (6, MAX_TIMESTAMP, _UNSUPPORTED), (7, MAX_TIMESTAMP, (0, 2, T0 + 2)),
+    (7, _EARLIEST_LOCAL, _UNSUPPORTED), (8, _EARLIEST_LOCAL, (0, 0, -1)),
+    (8, _LATEST_TIERED, _UNSUPPORTED), (9, _LATEST_TIERED, (0, -1, -1)),
+    (10, _EARLIEST_PENDING_UPLOAD, _UNSUPPORTED), (11, _EARLIEST_PENDING_UPLOAD, (0, -1, -1)),
+    (1, _UNKNOWN, _UNSUPPORTED), (11, _UNKNOWN, _UNSUPPORTED),
+])
+def test_special_timestamps_need_their_version(three, version: int, timestamp: int,
+                                               expected: tuple[int, int, int]) -> None:
+    p = _list(three, "t", timestamp, version=version)
+    assert (p.error_code, p.offset, p.timestamp) == expected
+
+
+def test_an_unsupported_timestamp_is_refused_before_the_partition_is_looked_up(three) -> None:
+    # Kafka's ReplicaManager.fetchOffset checks the timestamp first
+    p = _list(three, "t", _EARLIEST_PENDING_UPLOAD, partition=9, version=10)
+    assert p.error_code == ErrorCode.UNSUPPORTED_VERSION
 
 
 def test_a_partition_whose_log_dir_failed_is_kafka_storage_error(three) -> None:
