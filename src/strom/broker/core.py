@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field, fields
 
 from strom.broker.partitions import PartitionManager
+from strom.broker.txn_gate import TxnPartitionGate
 from strom.cluster.controller import Controller
 from strom.cluster.image import BrokerInfo, MetadataImage
 from strom.cluster.replication.manager import ReplicaManager
@@ -101,6 +102,7 @@ class Broker(Node):
     transactions: TransactionCoordinator
     replicas: ReplicaManager | None  # a cluster's replication; None on a single node
     producer_ids: ProducerIds
+    txn_gate: TxnPartitionGate  # a transaction's first write to a partition is checked here
     # per-topic encoded Metadata parts, keyed by (version, topic name); cleared on image change
     metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
     metadata_cache_version: int = -1
@@ -110,7 +112,7 @@ class Broker(Node):
            replicas: ReplicaManager | None, producer_ids: ProducerIds) -> Broker:
         parts = {f.name: getattr(node, f.name) for f in fields(Node)}
         return cls(**parts, groups=groups, transactions=transactions, replicas=replicas,
-                   producer_ids=producer_ids)
+                   producer_ids=producer_ids, txn_gate=TxnPartitionGate(node, transactions))
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next()
@@ -123,3 +125,4 @@ class Broker(Node):
     def stop(self) -> None:
         self.groups.shutdown()
         self.transactions.shutdown()
+        self.txn_gate.close()

@@ -14,27 +14,28 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from collections.abc import Awaitable
 from typing import Any
 
 from strom.broker.context import CloseConnection, RequestContext
 from strom.broker.core import Broker
 from strom.broker.router import handles
+from strom.broker.txn_gate import Codes, adds_partitions, first_writes, produce_codes
 from strom.cluster.image import INTERNAL_TOPICS
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.protocol.produce import (
     ProducePartitionResponse,
+    ProduceRequest,
     ProduceTopicResponse,
     decode_produce_request,
     encode_produce_response,
 )
 from strom.record import (
-    HEADER_STRUCT,
     LENGTH_OFFSET,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     RECORD_BATCH_OVERHEAD,
-    TRANSACTIONAL_MASK,
 )
 from strom.storage.errors import StorageError
 
@@ -42,10 +43,30 @@ VALID_ACKS = (0, 1, -1)
 _unpack_i32 = struct.Struct(">i").unpack_from
 
 
-@handles(ApiKey.PRODUCE, 3, 11, raw=True)
+@handles(ApiKey.PRODUCE, 3, 12, raw=True)
 def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | None:
     version = ctx.api_version
     request = decode_produce_request(body, version)
+    if request.transactional_id is None:
+        return _append_all(broker, ctx, request, None)
+    checked = _check_transaction(broker, request, version)  # -- transactions: KIP-890 --
+    if isinstance(checked, Awaitable):  # the coordinator is on another broker
+        return _append_when_checked(broker, ctx, request, checked)
+    return _append_all(broker, ctx, request, checked)
+
+
+async def _append_when_checked(broker: Broker, ctx: RequestContext, request: ProduceRequest,
+                               checking: Awaitable[Codes]) -> bytes | None:
+    checked = await checking
+    reply = _append_all(broker, ctx, request, checked)
+    return await reply if isinstance(reply, Awaitable) else reply
+
+
+def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
+                checked: Codes | None) -> bytes | Awaitable[bytes] | None:
+    """Append each partition's batch; `checked` holds the transaction coordinator's verdict
+    on partitions whose batch opens a transaction (the others are absent)."""
+    version = ctx.api_version
     acks = request.acks
     image = broker.image
     partitions = broker.partitions
@@ -91,12 +112,9 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
                 result.error_message = ("Produce requests are only allowed to contain exactly "
                                         "one record batch per partition")
                 continue
-            if request.transactional_id is not None:  # -- transactions --
-                code = _verify_transaction(broker, request.transactional_id, log, topic.name,
-                                           p.index, p.records, version)
-                if code:
-                    result.error_code = code
-                    continue
+            if checked and checked.get((topic.name, p.index)):  # -- transactions --
+                result.error_code = checked[(topic.name, p.index)]
+                continue
             try:
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
             except StorageError as exc:
@@ -176,32 +194,31 @@ def _second_batch(records: memoryview) -> bool:
 
 # -- transactions: KIP-890 verification of a transaction's first write to a partition --------
 
-# coordinator errors a producer should retry on (Kafka maps them for Produce the same way)
-_RETRIABLE_VERIFY = (ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                     ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.CONCURRENT_TRANSACTIONS)
 
-
-def _verify_transaction(broker: Broker, transactional_id: str, log: Any, topic: str,
-                        partition: int, records: Any, version: int) -> int:
-    """0, or the error for a transactional batch whose transaction does not include this
-    partition (per the coordinator). Only the first batch of each transaction is checked; a
-    coordinator on another broker is not asked (a cluster will send it AddPartitionsToTxn v4)."""
-    if len(records) < RECORD_BATCH_OVERHEAD:
-        return 0
-    header = HEADER_STRUCT.unpack_from(records, 0)
-    if not header[5] & TRANSACTIONAL_MASK:
-        return 0
-    pid, epoch = header[9], header[10]
-    entry = log.producer_state.producers.get(pid)
-    if entry is not None and entry.epoch == epoch and entry.txn_first_offset >= 0:
-        return 0  # this transaction already wrote here
-    code = broker.transactions.verify_partition(transactional_id, pid, epoch, topic, partition)
-    if not code:
-        return 0
-    if code in _RETRIABLE_VERIFY:
-        return ErrorCode.NOT_ENOUGH_REPLICAS
-    if code == ErrorCode.PRODUCER_FENCED:
-        return ErrorCode.INVALID_PRODUCER_EPOCH
-    if code == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
-        return ErrorCode.INVALID_TXN_STATE
-    return int(code)
+def _check_transaction(broker: Broker, request: ProduceRequest,
+                       version: int) -> Codes | Awaitable[Codes]:
+    """The coordinator's verdict on the partitions whose batch would open the producer's
+    transaction there: verified on transaction version 1, added on version 2 (Produce v12+).
+    Empty when no batch opens a transaction."""
+    image = broker.image
+    batches = []
+    for t in request.topics:
+        topic = image.topics.get(t.name) if t.name is not None else (
+            image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
+        if topic is None:
+            continue
+        for p in t.partitions:
+            log = broker.partitions.get(topic.name, p.index)
+            if log is not None and p.records is not None:
+                batches.append(((topic.name, p.index), log.producer_state, p.records))
+    first = first_writes(batches)
+    if first is None:
+        return {}
+    pid, epoch, wanted = first
+    checked = broker.txn_gate.check(request.transactional_id, pid, epoch, wanted,
+                                    add=adds_partitions(version))
+    if isinstance(checked, Awaitable):
+        async def mapped() -> Codes:
+            return produce_codes(await checked, version)
+        return mapped()
+    return produce_codes(checked, version)

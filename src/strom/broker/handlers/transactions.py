@@ -11,6 +11,7 @@ to the leaders of the others; the WriteTxnMarkers handler below is the receiving
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any
 
 from strom.broker.context import RequestContext
@@ -59,6 +60,14 @@ def _known(broker: Broker, topic: str, partition: int) -> bool:
     return t is not None and partition in t.partitions
 
 
+def _fenced_for(version: int, code: int) -> int:
+    """PRODUCER_FENCED is new in v2 of AddPartitionsToTxn, AddOffsetsToTxn and EndTxn; older
+    clients are told INVALID_PRODUCER_EPOCH (which they understand), as Kafka does."""
+    if version < 2 and code == ErrorCode.PRODUCER_FENCED:
+        return ErrorCode.INVALID_PRODUCER_EPOCH
+    return code
+
+
 # --------------------------------------------------------------------------------------------
 # AddPartitionsToTxn, AddOffsetsToTxn, EndTxn
 # --------------------------------------------------------------------------------------------
@@ -81,11 +90,13 @@ def _add_partitions_result(broker: Broker, tid: str, pid: int, epoch: int, topic
                     codes = {tp: (ErrorCode.INVALID_TXN_STATE
                                   if c == ErrorCode.TRANSACTION_ABORTABLE else c)
                              for tp, c in codes.items()}
-            else:
-                code = coordinator.add_partitions(tid, pid, epoch, wanted)
+            else:  # v4+ comes from brokers adding for transaction-version-2 producers
+                code = coordinator.add_partitions(tid, pid, epoch, wanted,
+                                                  client_tv=2 if version >= 4 else 1)
                 codes = dict.fromkeys(wanted, code)
         except KafkaError as exc:
             codes = dict.fromkeys(wanted, exc.code)
+    codes = {tp: _fenced_for(version, c) for tp, c in codes.items()}
     out: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), code in codes.items():
         out.setdefault(topic, []).append((partition, int(code)))
@@ -135,18 +146,22 @@ def add_offsets_to_txn(broker: Broker, ctx: RequestContext,
                                                    [(OFFSETS_TOPIC, partition)])
     except KafkaError as exc:
         code = exc.code
-    return {"throttle_time": 0, "error_code": int(code)}
+    return {"throttle_time": 0, "error_code": int(_fenced_for(ctx.api_version, code))}
 
 
-@handles(ApiKey.END_TXN, 0, 4)
+@handles(ApiKey.END_TXN, 0, 5)
 def end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> dict[str, Any]:
-    """v5 (transaction version 2, where EndTxn bumps the epoch) is not offered."""
+    """v5 is transaction version 2: the coordinator bumps the producer epoch on every EndTxn
+    and answers with the producer id and epoch the producer goes on with."""
+    version = ctx.api_version
     try:
-        code = broker.transactions.end_transaction(request.transactional_id, request.producer_id,
-                                                    request.producer_epoch, request.committed)
+        code, producer_id, epoch = broker.transactions.end_transaction_result(
+            request.transactional_id, request.producer_id, request.producer_epoch,
+            request.committed, client_tv=2 if version >= 5 else 1)
     except KafkaError as exc:
-        code = exc.code
-    return {"throttle_time": 0, "error_code": int(code)}
+        code, producer_id, epoch = exc.code, -1, -1
+    return {"throttle_time": 0, "error_code": int(_fenced_for(version, code)),
+            "producer_id": producer_id, "producer_epoch": epoch}
 
 
 # --------------------------------------------------------------------------------------------
@@ -154,9 +169,13 @@ def end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> dict
 # --------------------------------------------------------------------------------------------
 
 
-@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 4)
-def txn_offset_commit(broker: Broker, ctx: RequestContext,
-                      request: TxnOffsetCommitRequest) -> dict[str, Any]:
+@handles(ApiKey.TXN_OFFSET_COMMIT, 0, 5)
+def txn_offset_commit(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest
+                      ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    """Offsets committed within a transaction (applied when its COMMIT marker lands in
+    `__consumer_offsets`). The group's offsets partition must be part of the transaction
+    (KIP-890): up to v4 the producer added it (AddOffsetsToTxn) and the coordinator verifies;
+    v5 (transaction version 2) has the coordinator add it on the producer's behalf."""
     out_topics: list[dict[str, Any]] = []
     commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
@@ -175,30 +194,56 @@ def txn_offset_commit(broker: Broker, ctx: RequestContext,
                            p.committed_metadata))
         if wanted:
             commit.append((t.name, wanted))
+    reply = {"throttle_time": 0, "topics": out_topics}
     if not commit:
-        return {"throttle_time": 0, "topics": out_topics}
+        return reply
+    groups = broker.groups
+    if not request.group_id:
+        return _fail_slots(reply, slots, ErrorCode.INVALID_GROUP_ID)
     try:
-        groups = broker.groups
-        if not request.group_id:
-            raise KafkaError(ErrorCode.INVALID_GROUP_ID)
-        # KIP-890's check: the group's offsets partition must be in the transaction
-        code = broker.transactions.verify_partition(
-            request.transactional_id, request.producer_id, request.producer_epoch,
-            OFFSETS_TOPIC, groups.partition_for(request.group_id))
-        if code == ErrorCode.TRANSACTION_ABORTABLE:
-            code = ErrorCode.INVALID_TXN_STATE  # TRANSACTION_ABORTABLE needs v5
-        if code:
-            raise KafkaError(code)
-        results = groups.commit_transactional_offsets(
+        groups.ensure_offsets_topic()
+        offsets_tp = (OFFSETS_TOPIC, groups.partition_for(request.group_id))
+    except KafkaError as exc:
+        return _fail_slots(reply, slots, exc.code)
+    checked = broker.txn_gate.check(request.transactional_id, request.producer_id,
+                                    request.producer_epoch, [offsets_tp],
+                                    add=ctx.api_version >= 5)
+    if isinstance(checked, Awaitable):
+        async def after_check() -> dict[str, Any]:
+            codes = await checked
+            return _commit_in_txn(broker, ctx, request, commit, reply, slots,
+                                  codes[offsets_tp])
+        return after_check()
+    return _commit_in_txn(broker, ctx, request, commit, reply, slots, checked[offsets_tp])
+
+
+def _fail_slots(reply: dict[str, Any], slots: dict[tuple[str, int], dict[str, Any]],
+                code: int) -> dict[str, Any]:
+    for slot in slots.values():
+        slot["error_code"] = int(code)
+    return reply
+
+
+def _commit_in_txn(broker: Broker, ctx: RequestContext, request: TxnOffsetCommitRequest,
+                   commit: list, reply: dict[str, Any],
+                   slots: dict[tuple[str, int], dict[str, Any]], code: int) -> dict[str, Any]:
+    """The commit itself, once the offsets partition is known to be in the transaction."""
+    if code == ErrorCode.TRANSACTION_ABORTABLE and ctx.api_version < 5:
+        code = ErrorCode.INVALID_TXN_STATE  # TRANSACTION_ABORTABLE needs v5
+    if code == ErrorCode.PRODUCER_FENCED:
+        code = ErrorCode.INVALID_PRODUCER_EPOCH  # as Kafka answers TxnOffsetCommit
+    if code:
+        return _fail_slots(reply, slots, code)
+    try:
+        results = broker.groups.commit_transactional_offsets(
             request.group_id, request.producer_id, request.producer_epoch,
             request.member_id, request.generation_id, request.group_instance_id, commit)
-        for name, rows in results:
-            for partition, code in rows:
-                slots[(name, partition)]["error_code"] = int(code)
     except KafkaError as exc:
-        for slot in slots.values():
-            slot["error_code"] = int(exc.code)
-    return {"throttle_time": 0, "topics": out_topics}
+        return _fail_slots(reply, slots, exc.code)
+    for name, rows in results:
+        for partition, row_code in rows:
+            slots[(name, partition)]["error_code"] = int(row_code)
+    return reply
 
 
 # --------------------------------------------------------------------------------------------

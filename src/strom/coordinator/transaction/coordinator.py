@@ -37,6 +37,7 @@ from strom.coordinator.transaction.state import (
     COMPLETED,
     EXPIRATION_ALLOWED,
     NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
     SHORT_MAX,
     TxnMetadata,
     TxnState,
@@ -221,8 +222,9 @@ class TransactionCoordinator(ShardedCoordinator):
 
     def _write(self, shard: Shard, new: TxnMetadata) -> None:
         """Append the new state of a transactional id, then make it current."""
+        version = rec.TV2_VALUE_VERSION if new.bumps_epoch else rec.VALUE_VERSION
         self.store.append(shard.partition, [(rec.encode_key(new.transactional_id),
-                                             rec.encode_value(new.to_value()))])
+                                             rec.encode_value(new.to_value(), version))])
         shard.txns[new.transactional_id] = new
 
     # ========================================================================================
@@ -319,8 +321,12 @@ class TransactionCoordinator(ShardedCoordinator):
     # ========================================================================================
 
     def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                       partitions: Iterable[TopicPartition]) -> int:
-        """Add partitions to the open (or a new) transaction; one error code for all."""
+                       partitions: Iterable[TopicPartition], client_tv: int = 1) -> int:
+        """Add partitions to the open (or a new) transaction; one error code for all.
+
+        `client_tv` 2 is a transaction-version-2 add: a partition leader (or the group
+        coordinator) adding the partition a transaction first wrote to, on the producer's
+        behalf; the transaction remembers it, so its EndTxn bumps the epoch."""
         if not transactional_id:
             return ErrorCode.INVALID_REQUEST
         try:
@@ -344,6 +350,7 @@ class TransactionCoordinator(ShardedCoordinator):
             new.state = TxnState.ONGOING
             new.partitions |= wanted
             new.last_update_ms = now
+            new.client_tv = client_tv
             self._write(shard, new)
             return ErrorCode.NONE
         except KafkaError as exc:
@@ -385,18 +392,36 @@ class TransactionCoordinator(ShardedCoordinator):
     # ========================================================================================
 
     def end_transaction(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                        commit: bool) -> int:
+                        commit: bool, client_tv: int = 1) -> int:
         """EndTxn from a client: log PrepareCommit/PrepareAbort, answer, write the markers."""
+        return self.end_transaction_result(transactional_id, producer_id, producer_epoch,
+                                           commit, client_tv)[0]
+
+    def end_transaction_result(self, transactional_id: str, producer_id: int,
+                               producer_epoch: int, commit: bool, client_tv: int = 1
+                               ) -> tuple[int, int, int]:
+        """EndTxn: (error code, producer id, producer epoch). EndTxn v5 returns the id and
+        epoch because on transaction version 2 (`client_tv` 2) every EndTxn bumps the epoch
+        (and, when it is exhausted, moves to a new producer id), so the producer's next
+        transaction cannot be confused with a late write of the last one."""
         if not transactional_id:
-            return ErrorCode.INVALID_REQUEST
+            return ErrorCode.INVALID_REQUEST, -1, -1
         try:
             shard = self._shard(transactional_id)
             md = shard.txns.get(transactional_id)
             if md is None:
-                return ErrorCode.INVALID_PRODUCER_ID_MAPPING
-            return self._end(shard, md, producer_id, producer_epoch, commit, from_client=True)
+                return ErrorCode.INVALID_PRODUCER_ID_MAPPING, -1, -1
+            if client_tv >= 2:
+                code = self._end_v2(shard, md, producer_id, producer_epoch, commit)
+            else:
+                code = self._end(shard, md, producer_id, producer_epoch, commit,
+                                 from_client=True)
         except KafkaError as exc:
-            return exc.code
+            return exc.code, -1, -1
+        if code != ErrorCode.NONE:
+            return code, -1, -1
+        current = shard.txns.get(transactional_id, md)
+        return ErrorCode.NONE, current.producer_id, current.producer_epoch
 
     def _end(self, shard: Shard, md: TxnMetadata, producer_id: int, epoch: int, commit: bool,
              *, from_client: bool) -> int:
@@ -420,14 +445,75 @@ class TransactionCoordinator(ShardedCoordinator):
             log.warning("transactional id %s is %s but received EndTxn(%s)", tid, state.display,
                         "commit" if commit else "abort")
             return ErrorCode.INVALID_TXN_STATE
-        prepare = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         new = md.copy()
-        new.state = prepare
-        new.last_update_ms = self.now_ms()
         fencing = not from_client and epoch != md.producer_epoch
         if fencing:
             new.producer_epoch = epoch
             new.last_producer_epoch = NO_PRODUCER_EPOCH
+        return self._prepare_end(shard, new, commit, fencing=fencing)
+
+    def _end_v2(self, shard: Shard, md: TxnMetadata, producer_id: int, epoch: int,
+                commit: bool) -> int:
+        """EndTxn v5 (transaction version 2), as Kafka's: the epoch is bumped at
+        PrepareCommit/PrepareAbort, so a retry arrives with the epoch one below the current
+        one (or, after an exhausted epoch, with the previous producer id); an abort is also
+        allowed when nothing was added (the producer cannot know whether a write landed)."""
+        tid = md.transactional_id
+        v2 = md.bumps_epoch
+        retry_on_bump = v2 and md.producer_epoch == epoch + 1 and md.producer_id == producer_id
+        retry_on_overflow = (v2 and md.previous_producer_id == producer_id
+                             and epoch == SHORT_MAX - 1 and md.producer_epoch == 0)
+        retry = retry_on_bump or retry_on_overflow
+        state = md.state
+        if md.producer_id != producer_id and not retry_on_overflow:
+            return ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            valid = retry_on_bump if v2 else epoch == md.producer_epoch
+        elif state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            valid = retry or epoch == md.producer_epoch
+        else:
+            valid = epoch == md.producer_epoch
+        if not valid:
+            return ErrorCode.PRODUCER_FENCED
+        if md.pending is not None:
+            return ErrorCode.CONCURRENT_TRANSACTIONS
+        wanted = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        if state == TxnState.ONGOING:
+            return self._prepare_end(shard, self._bumped(md), commit, fencing=False)
+        if state in (TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT):
+            mine = (state == TxnState.PREPARE_COMMIT) == commit
+            return ErrorCode.CONCURRENT_TRANSACTIONS if mine else ErrorCode.INVALID_TXN_STATE
+        if retry and state in (TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
+            return ErrorCode.NONE if state == wanted else ErrorCode.INVALID_TXN_STATE
+        if not commit and state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT,
+                                    TxnState.COMPLETE_ABORT):
+            # an abort of a transaction that added nothing: still bump the epoch, as Kafka
+            new = self._bumped(md)
+            new.partitions = set()
+            new.start_ms = self.now_ms()
+            return self._prepare_end(shard, new, commit, fencing=False)
+        log.warning("transactional id %s is %s but received EndTxn(%s)", tid, state.display,
+                    "commit" if commit else "abort")
+        return ErrorCode.INVALID_TXN_STATE
+
+    def _bumped(self, md: TxnMetadata) -> TxnMetadata:
+        """A copy with the epoch bumped for an EndTxn of transaction version 2 (a new producer
+        id is drawn when the epoch is exhausted; it takes over when the markers are written)."""
+        new = md.copy()
+        new.client_tv = max(md.client_tv, 2)
+        if epoch_exhausted(md.producer_epoch):
+            new.next_producer_id = self._new_producer_id()
+        new.last_producer_epoch = md.producer_epoch
+        new.producer_epoch = md.producer_epoch + 1
+        return new
+
+    def _prepare_end(self, shard: Shard, new: TxnMetadata, commit: bool, *,
+                     fencing: bool) -> int:
+        """Log PrepareCommit/PrepareAbort for `new` (already carrying its epoch), then write
+        the markers."""
+        tid = new.transactional_id
+        new.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        new.last_update_ms = self.now_ms()
         try:
             self._write(shard, new)
         except KafkaError:
@@ -517,6 +603,13 @@ class TransactionCoordinator(ShardedCoordinator):
         new.pending = None
         new.partitions = set()
         new.last_update_ms = self.now_ms()
+        if md.bumps_epoch and md.next_producer_id != NO_PRODUCER_ID:
+            # the exhausted epoch's markers are written: the new producer id takes over
+            new.previous_producer_id = md.producer_id
+            new.producer_id = md.next_producer_id
+            new.next_producer_id = NO_PRODUCER_ID
+            new.last_producer_epoch = md.producer_epoch
+            new.producer_epoch = 0
         try:
             self._write(shard, new)
         except KafkaError as exc:

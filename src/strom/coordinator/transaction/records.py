@@ -2,7 +2,8 @@
 
 Kafka's `TransactionLogKey` (an int16 key version 0, then the transactional id) and
 `TransactionLogValue` (an int16 value version; Strom writes version 0 as Kafka does for clients
-on transaction version 0/1, and reads 0-1). A tombstone (null value) removes an expired id.
+on transaction versions 0/1 and version 1, with its tagged fields, for transaction version 2;
+reads 0-1). A tombstone (null value) removes an expired id.
 The layouts come from Kafka's transaction-coordinator message specs; the tiny schema codec is
 the group coordinator's.
 """
@@ -17,6 +18,7 @@ from strom.protocol.errors import ProtocolError
 
 KEY_VERSION = 0
 VALUE_VERSION = 0  # what Kafka writes for transaction versions 0 and 1
+TV2_VALUE_VERSION = 1  # flexible: carries the tagged next producer id and client version
 READABLE_VALUE_VERSIONS = (0, 1)
 
 TRANSACTION_LOG_KEY = Schema("TransactionLogKey", (F("transactional_id", "string"),))

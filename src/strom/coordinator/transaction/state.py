@@ -87,6 +87,16 @@ class TxnMetadata:
     start_ms: int = -1
     last_update_ms: int = -1
     pending: TxnState | None = None  # the state a write in flight is heading to
+    # transaction version 2 (KIP-890): the producer id handed out when EndTxn exhausted the
+    # epoch (takes over once the markers are written), and the client's transaction version
+    # as of its last transition (2 bumps the epoch on every EndTxn)
+    next_producer_id: int = NO_PRODUCER_ID
+    client_tv: int = 0
+
+    @property
+    def bumps_epoch(self) -> bool:
+        """Whether EndTxn bumps this id's epoch (transaction version 2)."""
+        return self.client_tv >= 2
 
     def check_transition(self, new: TxnState) -> None:
         if self.state not in VALID_PREVIOUS.get(new, frozenset()):
@@ -108,6 +118,8 @@ class TxnMetadata:
                                        else rec.partitions_field(self.partitions)),
             "transaction_last_update_timestamp_ms": self.last_update_ms,
             "transaction_start_timestamp_ms": self.start_ms,
+            "next_producer_id": self.next_producer_id,
+            "client_transaction_version": self.client_tv,
         }
 
     @classmethod
@@ -121,13 +133,15 @@ class TxnMetadata:
                    previous_producer_id=v.get("previous_producer_id", NO_PRODUCER_ID),
                    timeout_ms=v["transaction_timeout_ms"], state=state, partitions=partitions,
                    start_ms=v["transaction_start_timestamp_ms"],
-                   last_update_ms=v["transaction_last_update_timestamp_ms"])
+                   last_update_ms=v["transaction_last_update_timestamp_ms"],
+                   next_producer_id=v.get("next_producer_id", NO_PRODUCER_ID),
+                   client_tv=v.get("client_transaction_version", 0))
 
     def copy(self) -> TxnMetadata:
         return TxnMetadata(self.transactional_id, self.producer_id, self.producer_epoch,
                            self.last_producer_epoch, self.previous_producer_id, self.timeout_ms,
                            self.state, set(self.partitions), self.start_ms, self.last_update_ms,
-                           self.pending)
+                           self.pending, self.next_producer_id, self.client_tv)
 
 
 class IllegalTransition(RuntimeError):
