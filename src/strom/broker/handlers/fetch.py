@@ -15,7 +15,9 @@ import time
 from strom.broker.context import Parts, RequestContext
 from strom.broker.core import Broker
 from strom.broker.router import handles
+from strom.cluster.image import PartitionState
 from strom.protocol.api_keys import ApiKey
+from strom.protocol.error_versions import for_version
 from strom.protocol.errors import ErrorCode
 from strom.protocol.fetch import (
     FetchPartitionResponse,
@@ -30,6 +32,24 @@ from strom.storage.errors import StorageError
 READ_COMMITTED = 1
 
 
+# KIP-951: a NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH answer names the current leader and
+# its endpoint (Fetch v16+, Produce v10+), so the client need not refresh its metadata first
+LEADER_HINT_ERRORS = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.FENCED_LEADER_EPOCH})
+FETCH_FIRST_LEADER_HINT = 16
+
+Endpoint = tuple[int, str, int, str | None]
+
+
+def leader_hint(broker: Broker, state: PartitionState,
+                endpoints: dict[int, Endpoint]) -> tuple[int, int]:
+    """(leader id, leader epoch) of a partition, as Kafka's KafkaApis.getCurrentLeader; the
+    leader's endpoint is added to ``endpoints`` when it is a live broker."""
+    info = broker.image.brokers.get(state.leader)
+    if info is not None:
+        endpoints[info.broker_id] = (info.broker_id, info.host, info.port, info.rack)
+    return state.leader, state.leader_epoch
+
+
 def check_leader_epoch(current: int, leader_epoch: int) -> int:
     """Kafka's fencing: an older epoch is fenced, a newer one is not known yet."""
     if current == -1 or current == leader_epoch:
@@ -37,7 +57,7 @@ def check_leader_epoch(current: int, leader_epoch: int) -> int:
     return ErrorCode.FENCED_LEADER_EPOCH if current < leader_epoch else ErrorCode.UNKNOWN_LEADER_EPOCH
 
 
-@handles(ApiKey.FETCH, 4, 17, raw=True)
+@handles(ApiKey.FETCH, 4, 18, raw=True)
 async def fetch(broker: Broker, ctx: RequestContext, body: memoryview) -> Parts:
     version = ctx.api_version
     request = decode_fetch_request(body, version)
@@ -50,10 +70,12 @@ async def fetch(broker: Broker, ctx: RequestContext, body: memoryview) -> Parts:
     deadline = time.monotonic() + max(request.max_wait_ms, 0) / 1000
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     while True:
-        topics, total, errors = _read_all(broker, request, version, max_bytes)
+        endpoints: dict[int, Endpoint] = {}
+        topics, total, errors = _read_all(broker, request, version, max_bytes, endpoints)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
-            parts, size = encode_fetch_response(version, topics, session_id=0)
+            parts, size = encode_fetch_response(version, topics, session_id=0,
+                                                node_endpoints=list(endpoints.values()))
             return Parts(parts, size)
         names = [(_topic_name(broker, t), p.partition) for t in request.topics for p in t.partitions]
         await broker.partitions.waiters.wait_any(names, remaining)
@@ -66,8 +88,8 @@ def _topic_name(broker: Broker, t: FetchTopic) -> str | None:
     return topic.name if topic else None
 
 
-def _read_all(broker: Broker, request: FetchRequest, version: int,
-              max_bytes: int) -> tuple[list[FetchTopicResponse], int, bool]:
+def _read_all(broker: Broker, request: FetchRequest, version: int, max_bytes: int,
+              endpoints: dict[int, Endpoint]) -> tuple[list[FetchTopicResponse], int, bool]:
     image = broker.image
     partitions = broker.partitions
     total = 0
@@ -88,19 +110,24 @@ def _read_all(broker: Broker, request: FetchRequest, version: int,
             r = FetchPartitionResponse(p.partition, records=b"")  # Kafka sends empty, never null
             out.partitions.append(r)
             state = topic.partitions.get(p.partition) if topic is not None else None
-            log = partitions.get(topic.name, p.partition) if state is not None else None
-            if log is None:
+            if state is None:
                 r.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 errors = True
                 continue
-            r.error_code = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
-            if not r.error_code and state.leader != broker.broker_id:
+            log = partitions.get(topic.name, p.partition)
+            if log is None:  # a partition this broker holds no replica of (as Kafka)
                 r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+            else:
+                r.error_code = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
+                if not r.error_code and state.leader != broker.broker_id:
+                    r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             if r.error_code:
+                if r.error_code in LEADER_HINT_ERRORS and version >= FETCH_FIRST_LEADER_HINT:
+                    r.current_leader = leader_hint(broker, state, endpoints)
                 errors = True
                 continue
             if log.offline is not None:  # as Kafka: its log dir failed (even when caught up)
-                r.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+                r.error_code = for_version(ApiKey.FETCH, version, ErrorCode.KAFKA_STORAGE_ERROR)
                 errors = True
                 continue
             hw = log.high_watermark
@@ -135,7 +162,7 @@ def _read_all(broker: Broker, request: FetchRequest, version: int,
                 result = log.read(p.fetch_offset, max(budget, 0), max_offset=limit,
                                   min_one_batch=total == 0)
             except StorageError as exc:
-                r.error_code = exc.error_code
+                r.error_code = for_version(ApiKey.FETCH, version, exc.error_code)
                 errors = True
                 continue
             if result.slice is not None and result.slice.length > 0:
@@ -149,6 +176,6 @@ def _read_all(broker: Broker, request: FetchRequest, version: int,
                     except StorageError as exc:
                         r.records, r.records_size = b"", 0
                         total -= result.slice.length
-                        r.error_code = exc.error_code
+                        r.error_code = for_version(ApiKey.FETCH, version, exc.error_code)
                         errors = True
     return topics_out, total, errors

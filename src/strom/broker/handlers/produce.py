@@ -13,12 +13,13 @@ write of a fenced or aborted transaction cannot open a transaction nobody will e
 from __future__ import annotations
 
 import asyncio
+import logging
 import struct
 from collections.abc import Awaitable
-from typing import Any
 
 from strom.broker.context import CloseConnection, RequestContext
 from strom.broker.core import Broker
+from strom.broker.handlers.fetch import Endpoint, leader_hint
 from strom.broker.router import handles
 from strom.broker.txn_gate import Codes, adds_partitions, first_writes, produce_codes
 from strom.cluster.image import INTERNAL_TOPICS
@@ -39,13 +40,26 @@ from strom.record import (
 )
 from strom.storage.errors import StorageError
 
+logger = logging.getLogger(__name__)
+
 VALID_ACKS = (0, 1, -1)
 _unpack_i32 = struct.Struct(">i").unpack_from
 
 
-@handles(ApiKey.PRODUCE, 3, 12, raw=True)
+# Kafka 4 removed Produce v0-2 (KIP-896) but still advertises v0: older librdkafka reads a
+# minimum above 0 as "no compression support" (KAFKA-18659). A v0-2 request itself closes the
+# connection, as Kafka 4.4 does. v12 only tells the broker the client speaks transactions v2.
+FIRST_SUPPORTED = 3
+PRODUCE_FIRST_LEADER_HINT = 10  # KIP-951: current_leader and node_endpoints
+
+
+@handles(ApiKey.PRODUCE, 0, 13, raw=True)
 def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | None:
     version = ctx.api_version
+    if version < FIRST_SUPPORTED:
+        logger.info("closing connection %d: Produce v%d was removed in Kafka 4 (KIP-896)",
+                    ctx.connection_id, version)
+        raise CloseConnection()
     request = decode_produce_request(body, version)
     if request.transactional_id is None:
         return _append_all(broker, ctx, request, None)
@@ -76,6 +90,7 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
     replicas = broker.replicas  # a cluster: acks=all waits for the ISR
     pending: list[tuple[tuple[str, int], int, ProducePartitionResponse]] = []
     flushes: list[tuple[asyncio.Future[None], ProducePartitionResponse]] = []
+    endpoints: dict[int, Endpoint] = {}  # KIP-951: the endpoints of leaders named in answers
     for t in request.topics:
         topic = image.topics.get(t.name) if t.name is not None else (
             image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
@@ -97,8 +112,12 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             state = topic.partitions.get(p.index)
             log = partitions.get(topic.name, p.index) if state is not None else None
             if log is None or state.leader != broker.broker_id:
-                result.error_code = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if state is None
-                                     else ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                if state is None:
+                    result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
+                    if version >= PRODUCE_FIRST_LEADER_HINT:  # KIP-951
+                        result.current_leader = leader_hint(broker, state, endpoints)
                 continue
             if acks == -1 and len(state.isr) < log.config.min_insync_replicas:
                 result.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
@@ -138,14 +157,18 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             raise CloseConnection()
         return None
     if flushes:
-        return _await_flushes(flushes, replicas, pending, request.timeout_ms, version, topics_out)
+        return _await_flushes(broker, flushes, pending, request.timeout_ms, version, topics_out,
+                              endpoints)
     if pending:
-        return _await_replication(replicas, pending, request.timeout_ms, version, topics_out)
-    return encode_produce_response(version, topics_out)
+        return _await_replication(broker, pending, request.timeout_ms, version, topics_out,
+                                  endpoints)
+    return encode_produce_response(version, topics_out,
+                                   node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
-async def _await_flushes(flushes: list, replicas: Any, pending: list, timeout_ms: int,
-                         version: int, topics_out: list[ProduceTopicResponse]) -> bytes:
+async def _await_flushes(broker: Broker, flushes: list, pending: list, timeout_ms: int,
+                         version: int, topics_out: list[ProduceTopicResponse],
+                         endpoints: dict[int, Endpoint]) -> bytes:
     """Kafka flushes in the request thread when log.flush.interval.messages is reached and
     answers after; the flush runs in a worker thread here, so the answer waits for it."""
     for done, result in flushes:
@@ -156,22 +179,33 @@ async def _await_flushes(flushes: list, replicas: Any, pending: list, timeout_ms
             result.error_message = str(exc)
             result.base_offset = -1
     if pending:
-        return await _await_replication(replicas, pending, timeout_ms, version, topics_out)
-    return encode_produce_response(version, topics_out)
+        return await _await_replication(broker, pending, timeout_ms, version, topics_out,
+                                        endpoints)
+    return encode_produce_response(version, topics_out,
+                                   node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
-async def _await_replication(replicas: Any, pending: list, timeout_ms: int, version: int,
-                             topics_out: list[ProduceTopicResponse]) -> bytes:
+async def _await_replication(broker: Broker, pending: list, timeout_ms: int, version: int,
+                             topics_out: list[ProduceTopicResponse],
+                             endpoints: dict[int, Endpoint]) -> bytes:
     """Kafka's delayed produce: answer once the high watermark passes every appended batch
-    (or the request's timeout passes); woken by high watermark moves, never polling."""
+    (or the request's timeout passes); woken by high watermark moves, never polling. A
+    partition whose leadership moved meanwhile names its new leader (KIP-951)."""
     timeout_s = max(timeout_ms, 0) / 1000
+    replicas = broker.replicas
     codes = await asyncio.gather(*(replicas.wait_for_replication(key, required, timeout_s)
                                    for key, required, _ in pending))
-    for (_, _, result), code in zip(pending, codes, strict=True):
+    for (key, _, result), code in zip(pending, codes, strict=True):
         if code:
             result.error_code = code
             result.base_offset = -1
-    return encode_produce_response(version, topics_out)
+            if code == ErrorCode.NOT_LEADER_OR_FOLLOWER and version >= PRODUCE_FIRST_LEADER_HINT:
+                topic = broker.image.topics.get(key[0])
+                state = topic.partitions.get(key[1]) if topic is not None else None
+                if state is not None:
+                    result.current_leader = leader_hint(broker, state, endpoints)
+    return encode_produce_response(version, topics_out,
+                                   node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
 def _first_batch_size(records: memoryview) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from strom.broker.context import CloseConnection
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import request_codec, response_codec
 from strom.protocol.errors import ErrorCode, ProtocolError
@@ -14,8 +15,10 @@ def test_lists_every_served_api_with_its_version_range(broker_harness) -> None:
         "client_software_name": "unit-test", "client_software_version": "1.0"})
     assert r.error_code == ErrorCode.NONE
     ranges = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
-    assert ranges[ApiKey.PRODUCE] == (3, 11)  # Kafka 4 removed Produce v0-2
-    assert ranges[ApiKey.FETCH] == (4, 17)
+    # Kafka 4.4 advertises Produce from v0 (KAFKA-18659) though it closes v0-2 connections
+    assert ranges[ApiKey.PRODUCE] == (0, 13)
+    assert ranges[ApiKey.FETCH] == (4, 18)
+    assert ranges[ApiKey.LIST_OFFSETS] == (1, 11)
     assert ranges[ApiKey.API_VERSIONS] == (0, 4)
     assert ApiKey.CONSUMER_GROUP_HEARTBEAT in ranges
     assert ApiKey.SASL_HANDSHAKE not in ranges  # nothing advertised that is not served
@@ -33,7 +36,14 @@ def test_an_unknown_version_is_answered_in_v0_with_unsupported_version(broker_ha
 def test_an_unsupported_version_of_another_api_closes_the_connection(broker_harness) -> None:
     # Kafka cannot parse the request either and closes the connection
     with pytest.raises(ProtocolError):
-        broker_harness.send_frame(ApiKey.PRODUCE, 2, b"")
+        broker_harness.send_frame(ApiKey.FETCH, 3, b"")
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_produce_v0_to_v2_close_the_connection(broker_harness, version: int) -> None:
+    # advertised (as Kafka 4.4 does) but removed by KIP-896: Kafka 4.4 closes the connection
+    with pytest.raises(CloseConnection):
+        broker_harness.send_frame(ApiKey.PRODUCE, version, b"\x00\x01\x00\x00\x13\x88")
 
 
 def test_an_unknown_api_key_closes_the_connection(broker_harness) -> None:

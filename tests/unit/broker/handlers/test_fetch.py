@@ -181,3 +181,26 @@ def test_read_committed_stops_at_an_open_transaction(broker_harness) -> None:
     assert p.aborted_transactions == []
     p, _ = _fetch(h, "t", isolation_level=0)
     assert _values(p.records) == [b"plain", b"txn"]
+
+
+def test_fetch_v18_by_topic_id_with_the_replica_high_watermark_tag(broker_harness) -> None:
+    # v18 (KIP-1166) adds the fetching replica's high watermark as a partition tag; a consumer
+    # leaves it at its default and gets the same answer as from v17
+    h = broker_harness
+    h.create_topic("t")
+    h.produce("t", 0, h.batch(b"a", b"b"))
+    for version in (17, 18):
+        p, r = _fetch(h, topic_id=h.topic_id("t"), version=version)
+        assert r.responses[0].topic_id == h.topic_id("t")
+        assert (p.error_code, p.high_watermark, _values(p.records)) == (0, 2, [b"a", b"b"])
+        assert r.node_endpoints == []
+
+
+def test_a_failed_log_dir_is_not_leader_for_fetch_v5_and_older(broker_harness) -> None:
+    # Kafka's maybeDownConvertStorageError: v0-5 clients do not know KAFKA_STORAGE_ERROR and
+    # would fail; NOT_LEADER_OR_FOLLOWER makes them refresh their metadata and retry
+    h = broker_harness
+    h.create_topic("t")
+    h.broker.partitions.get("t", 0).take_offline("log dir /x is offline: test")
+    assert _fetch(h, "t", version=5)[0].error_code == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    assert _fetch(h, "t", version=6)[0].error_code == ErrorCode.KAFKA_STORAGE_ERROR

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from strom.broker.context import CloseConnection
@@ -257,3 +259,37 @@ def test_an_older_producer_epoch_is_invalid_producer_epoch(broker_harness) -> No
     h.produce("t", 0, h.batch(b"a", producer_id=pid, producer_epoch=3, base_sequence=0))
     r = h.produce("t", 0, h.batch(b"b", producer_id=pid, producer_epoch=2, base_sequence=1))
     assert r.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+
+
+def _produce_by_id(h, topic_id, batch: bytes, partition: int = 0, version: int = 13):
+    r = h.request(ApiKey.PRODUCE, version, {
+        "transactional_id": None, "acks": -1, "timeout": 5000,
+        "topic_data": [{"name": "", "topic_id": topic_id, "partition_data": [
+            {"index": partition, "records": batch}]}]})
+    return r.responses[0]
+
+
+def test_v12_is_v11_and_v13_names_topics_by_id(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    assert h.produce("t", 0, h.batch(b"a"), version=12).base_offset == 0
+    topic = _produce_by_id(h, h.topic_id("t"), h.batch(b"b"))
+    assert topic.topic_id == h.topic_id("t")
+    p = topic.partition_responses[0]
+    assert (p.error_code, p.base_offset, p.log_start_offset) == (0, 1, 0)
+
+
+def test_v13_unknown_topic_id_is_unknown_topic_id(broker_harness) -> None:
+    # as Kafka 4.4 answers (probed): UNKNOWN_TOPIC_ID, the id echoed back
+    h = broker_harness
+    unknown = uuid.uuid4()
+    topic = _produce_by_id(h, unknown, h.batch(b"a"))
+    assert topic.topic_id == unknown
+    assert topic.partition_responses[0].error_code == ErrorCode.UNKNOWN_TOPIC_ID
+
+
+def test_v13_unknown_partition_is_unknown_topic_or_partition(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    p = _produce_by_id(h, h.topic_id("t"), h.batch(b"a"), partition=7).partition_responses[0]
+    assert p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
