@@ -239,7 +239,8 @@ async def serve(config: BrokerConfig) -> None:
             lambda: logs.remove_expired_producers(broker.now_ms()), "producer-expiry")),
     ]
     cleaner = LogCleaner(logs.logs, cleaner_config(config),
-                         dir_of=lambda plog: logs.dir_of(plog.topic, plog.partition) or plog.dir.parent)
+                         dir_of=lambda plog: logs.dir_of(plog.topic, plog.partition) or plog.dir.parent,
+                         settings=lambda: cleaner_config(config))  # dynamic broker configs
     cleaner.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -19,6 +19,7 @@ from strom.config.defs import ConfigError, ConfigSource, ConfigType
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.storage.cleaner.service import threads_change_error
 
 TOPIC = 2
 BROKER = 4
@@ -179,9 +180,31 @@ def _validate(resource_type: int, wanted: dict[str, str]) -> None:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
+def _check_reconfiguration(broker: Broker, node: dict[str, str]) -> None:
+    """Kafka checks a change of a broker's own configs against what the broker runs with: a new
+    log.cleaner.threads must stay within half and double the current count. (A cluster-wide
+    default is not checked when it is set; the cleaner refuses a bad one when it applies it.)"""
+    key = "log.cleaner.threads"
+    config = broker.config
+    current = config.get(key)
+    if key in node:
+        new = BROKER_CONFIGS.parse(key, node[key])
+    elif key in config.dynamic_default:
+        new = config.dynamic_default[key]
+    else:
+        new = config.static.get(key, BROKER_CONFIGS[key].default)
+    error = threads_change_error(current, new) if new != current else None
+    if error is not None:  # Kafka's wording, a ConfigException inside a ConfigException
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"Invalid value org.apache.kafka.common.config.ConfigException: {error} "
+                         "for configuration Invalid dynamic configuration")
+
+
 async def _apply(broker: Broker, resource_type: int, name: str, current: dict[str, str],
            wanted: dict[str, str], validate_only: bool) -> None:
     _validate(resource_type, wanted)
+    if resource_type == BROKER and name == str(broker.broker_id):
+        _check_reconfiguration(broker, wanted)
     if validate_only:
         return
     changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}

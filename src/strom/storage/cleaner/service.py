@@ -1,9 +1,14 @@
-"""The log cleaner service: picks the filthiest compacted log and cleans it, one at a time.
+"""The log cleaner service: ``log.cleaner.threads`` workers each clean the filthiest compacted
+log nobody else is cleaning.
 
-Driven by one asyncio task. Choosing, planning and swapping run on the event loop (cheap: sizes,
-headers, renames); reading the key map and rewriting segments run in a worker thread
-(``asyncio.to_thread``) so the loop keeps serving while the GIL allows. With nothing to clean it
-sleeps ``log.cleaner.backoff.ms``. The first dirty offset of every log is kept in
+Each worker is an asyncio task. Choosing, planning and swapping run on the event loop (cheap:
+sizes, headers, renames); reading the key map and rewriting segments run in a worker thread
+(``asyncio.to_thread``) so the loop keeps serving while the GIL allows (so several workers mostly
+overlap their disk I/O). Each worker's key map gets ``log.cleaner.dedupe.buffer.size`` divided by
+the number of workers, as Kafka's cleaner threads do. With nothing to clean a worker sleeps
+``log.cleaner.backoff.ms``. The settings are read again before every pass, so dynamic broker
+configs apply without a restart; a change of the thread count is checked as Kafka checks it
+(`threads_change_error`). The first dirty offset of every log is kept in
 ``cleaner-offset-checkpoint`` in its log dir, as Kafka does, so a restart does not re-clean.
 
 Beyond Kafka: a log whose cleaned part still holds tombstones or markers is also cleaned once
@@ -20,7 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from strom.common.tasks import cancel_and_wait
+from strom.common.tasks import cancel_all
 from strom.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
 from strom.storage.cleaner.batches import CleanerCorruptionError
 from strom.storage.cleaner.cleaner import (
@@ -48,7 +53,7 @@ class CleanerConfig:
     """Kafka's log.cleaner.* broker configs."""
 
     enabled: bool = True
-    threads: int = 1  # accepted; one worker cleans one log at a time
+    threads: int = 1  # workers, each cleaning one log at a time (0: none, as Kafka)
     dedupe_buffer_size: int = 134217728
     io_buffer_load_factor: float = 0.9
     backoff_ms: int = 15000
@@ -56,6 +61,18 @@ class CleanerConfig:
     @property
     def map_memory(self) -> int:
         return min(self.dedupe_buffer_size // max(self.threads, 1), MAX_MAP_MEMORY)
+
+
+def threads_change_error(current: int, new: int) -> str | None:
+    """Kafka's limits on changing log.cleaner.threads while running (LogCleaner
+    .validateReconfiguration): at least 1, at least half and at most double the current count."""
+    if new < 1:
+        return "Log cleaner threads should be at least 1"
+    if new < current // 2:
+        return f"Log cleaner threads cannot be reduced to less than half the current value {current}"
+    if new > current * 2:
+        return f"Log cleaner threads cannot be increased to more than double the current value {current}"
+    return None
 
 
 @dataclass
@@ -78,16 +95,21 @@ class LogCleaner:
         *,
         dir_of: Callable[[PartitionLog], Path] | None = None,
         clock: Callable[[], float] = time.time,
+        settings: Callable[[], CleanerConfig] | None = None,
     ) -> None:
+        """``settings()`` gives the current settings (dynamic broker configs), read before each
+        pass; without it ``config`` stays as given."""
         self._logs = logs
         self.config = config or CleanerConfig()
+        self._settings = settings
         self._dir_of = dir_of or (lambda plog: plog.dir.parent)
         self._clock = clock
         self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
         self._horizons: dict[tuple, int] = {}  # log key -> next delete horizon
         self._uncleanable: set[tuple] = set()  # keys of logs that failed (until restart)
         self._cancel = threading.Event()
-        self._task: asyncio.Task | None = None
+        self._workers: dict[int, asyncio.Task] = {}
+        self._in_progress: set[tuple] = set()  # keys of the logs being cleaned right now
         self.passes = 0  # completed cleanings (tests and logs)
         self.last_stats: CleanStats | None = None
 
@@ -140,7 +162,8 @@ class LogCleaner:
                 del self._horizons[key]
         for plog in logs:
             key = self._key(plog)
-            if plog.closed or not plog.config.compact or key in self._uncleanable:
+            if (plog.closed or not plog.config.compact or key in self._uncleanable
+                    or key in self._in_progress):
                 continue
             try:
                 ltc = log_to_clean(plog, self.checkpoint_of(plog), now, self._horizons.get(key))
@@ -219,6 +242,14 @@ class LogCleaner:
         ltc = self.grab_filthiest(now)
         if ltc is None:
             return False
+        key = self._key(ltc.log)
+        self._in_progress.add(key)  # on the loop, before the first await: no other worker takes it
+        try:
+            return await self._clean_async(ltc, now)
+        finally:
+            self._in_progress.discard(key)
+
+    async def _clean_async(self, ltc: LogToClean, now: int) -> bool:
         job = self._job(ltc, now)
         stats = CleanStats(str(ltc.log), ltc.first_dirty, ltc.first_dirty)
         cleaned: CleanedGroup | None = None
@@ -243,9 +274,42 @@ class LogCleaner:
 
     # --- the background task ----------------------------------------------------------------
 
-    async def run(self) -> None:
-        backoff = max(self.config.backoff_ms, 1) / 1000
+    def refresh(self) -> None:
+        """Take the current settings; a new thread count Kafka would refuse (a cluster-wide
+        default is not checked when it is set) is logged and the current one kept, as Kafka
+        keeps its cleaner threads when a reconfiguration fails."""
+        if self._settings is None:
+            return
+        new, threads = self._settings(), self.config.threads
+        if new.threads != threads:
+            error = threads_change_error(threads, new.threads)
+            if error is not None:
+                log.error("not changing log.cleaner.threads from %d to %d: %s", threads,
+                          new.threads, error)
+                new.threads = threads
+            else:
+                log.info("log.cleaner.threads changed from %d to %d", threads, new.threads)
+        self.config = new
+
+    @property
+    def workers(self) -> int:
+        """Workers running now (tests, logs)."""
+        return sum(1 for task in self._workers.values() if not task.done())
+
+    def _scale(self) -> None:
+        """Start the workers up to ``threads``; those beyond it stop after their pass."""
+        loop = asyncio.get_running_loop()
+        for i in range(self.config.threads):
+            task = self._workers.get(i)
+            if task is None or task.done():
+                self._workers[i] = loop.create_task(self._work(i), name=f"log-cleaner-{i}")
+
+    async def _work(self, index: int) -> None:
         while not self._cancel.is_set():
+            self.refresh()
+            if index >= self.config.threads:
+                return
+            self._scale()
             try:
                 worked = await self.clean_once_async()
             except asyncio.CancelledError:
@@ -254,21 +318,24 @@ class LogCleaner:
                 log.exception("log cleaner pass failed")
                 worked = False
             if not worked:
-                await asyncio.sleep(backoff)
+                await asyncio.sleep(max(self.config.backoff_ms, 1) / 1000)
             else:
                 await asyncio.sleep(0)  # let requests run between passes
 
     def start(self) -> asyncio.Task | None:
+        """Start the workers; the first one's task (None when the cleaner is off)."""
         if not self.config.enabled:
             return None
-        if self.config.threads > 1:
-            log.info("log.cleaner.threads=%d: Strom cleans one log at a time", self.config.threads)
+        self.refresh()
+        if self.config.threads < 1:
+            log.warning("log.cleaner.threads=%d: compacted topics are not cleaned",
+                        self.config.threads)
         self._cancel.clear()
-        self._task = asyncio.get_running_loop().create_task(self.run(), name="log-cleaner")
-        return self._task
+        self._scale()
+        return self._workers.get(0)
 
     async def stop(self) -> None:
-        """Stop the task; a running worker notices at its next batch and discards its output."""
+        """Stop the workers; a running one notices at its next batch and discards its output."""
         self._cancel.set()
-        task, self._task = self._task, None
-        await cancel_and_wait(task)
+        workers, self._workers = list(self._workers.values()), {}
+        await cancel_all(workers)
