@@ -30,9 +30,11 @@ import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.InvalidTopicException;
 import org.apache.kafka.common.errors.TopicExistsException;
 import org.apache.kafka.common.errors.UnknownTopicOrPartitionException;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** Admin client calls a Kafka user runs against a single broker, and the errors they raise. */
+@Tag("fast")
 class AdminTest extends CompatTest {
   private static final long T = 30;
 

@@ -21,9 +21,11 @@ import org.apache.kafka.clients.consumer.OffsetOutOfRangeException;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** One Java consumer's offset APIs: commits, seeks, offset lookups, pause/resume. */
+@Tag("fast")
 class ConsumerTest extends CompatTest {
 
   /** Ten records on partition 0 with timestamps 1000, 2000, ..., 10000. */

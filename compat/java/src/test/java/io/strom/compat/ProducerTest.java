@@ -21,11 +21,13 @@ import org.apache.kafka.common.errors.RecordTooLargeException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.utils.Utils;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.ValueSource;
 
 /** The Java producer's settings that change what goes over the wire, checked by reading back. */
+@Tag("fast")
 class ProducerTest extends CompatTest {
 
   private static byte[] bytes(String s) {

@@ -22,9 +22,11 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.ProducerFencedException;
+import org.junit.jupiter.api.Tag;
 import org.junit.jupiter.api.Test;
 
 /** Transactions of the Java producer as a consume-transform-produce application uses them. */
+@Tag("fast")
 class TransactionTest extends CompatTest {
 
   static Properties txProps(String txId) {
