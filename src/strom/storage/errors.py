@@ -18,14 +18,20 @@ from strom.protocol.errors import ErrorCode
 
 
 class StorageError(Exception):
-    """A storage failure; ``error_code`` is the Kafka error code for the response."""
+    """A storage failure; ``error_code`` is the Kafka error code for the response.
+    ``record_errors`` (index in the batch, message) name the records a batch was rejected for
+    (Kafka's RecordValidationException, KIP-467): Produce v8+ reports them with the message."""
 
     error_code: int = ErrorCode.KAFKA_STORAGE_ERROR
+    record_errors: tuple[tuple[int, str], ...] = ()
 
-    def __init__(self, message: str, error_code: int | None = None) -> None:
+    def __init__(self, message: str, error_code: int | None = None,
+                 record_errors: tuple[tuple[int, str], ...] = ()) -> None:
         super().__init__(message)
         if error_code is not None:
             self.error_code = error_code
+        if record_errors:
+            self.record_errors = record_errors
 
     @property
     def message(self) -> str:

@@ -196,6 +196,7 @@ class PartitionLog:
         self.dir = Path(dir)
         self.topic = topic
         self.partition = partition
+        self.topic_partition = f"{topic}-{partition}"  # as Kafka quotes it in errors
         self.config = config or LogConfig()
         self._budget = budget or FileBudget()
         self._clock = clock
@@ -371,6 +372,7 @@ class PartitionLog:
         v = validate_append(
             records, next_offset=self.log_end_offset, leader_epoch=leader_epoch,
             now_ms=now_ms, config=self.config, origin=origin,
+            partition=self.topic_partition,
         )  # fmt: skip
         pending = None
         if v.producers:  # idempotent/transactional batches: sequence and epoch checks

@@ -102,7 +102,10 @@ def _check_batches(mv: memoryview, config: LogConfig, origin: str, now_ms: int) 
             if h[9] >= 0 and h[11] < 0:
                 raise InvalidRecordError("idempotent batch without a base sequence")
         if check_ts:
-            _check_timestamps(h, config, now_ms)
+            try:
+                _check_timestamps(h, config, now_ms)
+            except InvalidTimestampError:  # slow path: which records (KIP-467)
+                raise _timestamp_errors(mv[pos : pos + size], config, now_ms) from None
         out.append((pos, size, h))
         pos += size
     return out
@@ -119,6 +122,45 @@ def _check_timestamps(h: tuple, config: LogConfig, now_ms: int) -> None:
         raise InvalidTimestampError(
             f"timestamp {max_ts} is more than message.timestamp.after.max.ms after {now_ms}"
         )
+
+
+def _wrap64(v: int) -> int:
+    """A Java long's overflow, for bounds quoted as Kafka computes them."""
+    return (v + 2**63) % 2**64 - 2**63
+
+
+def _timestamp_errors(batch: memoryview, config: LogConfig, now_ms: int) -> InvalidTimestampError:
+    """The records of a batch whose CreateTime is out of bounds, as Kafka's LogValidator names
+    them (record offsets as the producer sent them)."""
+    before, after = config.message_timestamp_before_max_ms, config.message_timestamp_after_max_ms
+    low, high = _wrap64(now_ms - before), _wrap64(now_ms + after)
+    try:
+        records = R.decode_records(batch)
+    except R.CorruptRecordError as e:
+        raise CorruptRecordError(str(e)) from e
+    errors = tuple(
+        (i, f"Timestamp {r.timestamp} of message with offset {r.offset} is out of range. "
+            f"The timestamp should be within [{low}, {high}]")
+        for i, r in enumerate(records)
+        if r.timestamp != R.NO_TIMESTAMP and (now_ms - r.timestamp > before
+                                              or r.timestamp - now_ms > after))
+    return InvalidTimestampError("One or more records have been rejected due to invalid timestamp",
+                                 record_errors=errors)
+
+
+def _keyless_errors(batch: memoryview, partition: str) -> InvalidRecordError:
+    """A compacted topic's refusal of a batch, naming each record without a key (Kafka's
+    LogValidator texts, the message showing at most three)."""
+    try:
+        records = R.decode_records(batch)
+    except R.CorruptRecordError as e:
+        raise CorruptRecordError(str(e)) from e
+    text = f"Compacted topic cannot accept message without key in topic partition {partition}"
+    errors = tuple((i, text) for i, r in enumerate(records) if r.key is None)
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+    return InvalidRecordError(
+        f"One or more records have been rejected due to {len(errors)} record errors in total, "
+        f"and only showing the first three errors at most: [{shown}]", record_errors=errors)
 
 
 def _recompress(mv: memoryview, batches: list[tuple], codec: int, config: LogConfig) -> bytearray:
@@ -160,11 +202,13 @@ def validate_append(
     now_ms: int,
     config: LogConfig,
     origin: str = ORIGIN_CLIENT,
+    partition: str = "",
 ) -> ValidatedAppend:
     """Validate ``records`` (concatenated v2 batches) and assign offsets from ``next_offset``.
 
     A writable buffer is patched in place (no copy); a read-only one is copied once. Raises
-    ``StorageError`` before modifying anything when any batch is invalid.
+    ``StorageError`` before modifying anything when any batch is invalid; ``partition``
+    (``topic-index``) is quoted in errors naming records.
     """
     mv = memoryview(records)
     if mv.ndim != 1 or mv.itemsize != 1:
@@ -180,7 +224,7 @@ def validate_append(
             except R.CorruptRecordError as e:
                 raise CorruptRecordError(str(e)) from e
             if not ok:
-                raise InvalidRecordError("compacted topic cannot accept a record without a key")
+                raise _keyless_errors(mv[pos : pos + size], partition)
 
     data: bytearray | memoryview
     target = config.target_compression

@@ -8,6 +8,10 @@ written), a gap gets OUT_OF_ORDER_SEQUENCE_NUMBER, an old epoch INVALID_PRODUCER
 The first transactional batch of a transaction in a partition is verified with the transaction
 coordinator first (KIP-890: the partition must have been added to the transaction), so a late
 write of a fenced or aborted transaction cannot open a transaction nobody will ever close.
+
+As Kafka, an answer carries an ``error_message`` only with ``record_errors`` (KIP-467: a batch
+rejected for some of its records names them, so the client fails only those); other errors
+have the code alone.
 """
 
 from __future__ import annotations
@@ -107,7 +111,6 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 continue
             if topic.name in INTERNAL_TOPICS:
                 result.error_code = ErrorCode.INVALID_TOPIC_EXCEPTION
-                result.error_message = f"Cannot append to internal topic {topic.name}"
                 continue
             state = topic.partitions.get(p.index)
             log = partitions.get(topic.name, p.index) if state is not None else None
@@ -123,13 +126,10 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 result.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
                 continue
             if p.records is None or len(p.records) == 0:
-                result.error_code = ErrorCode.INVALID_RECORD
-                result.error_message = "Produce request carries no record batch"
+                result.error_code = ErrorCode.INVALID_RECORD  # no batch
                 continue
             if len(p.records) > _first_batch_size(p.records) and _second_batch(p.records):
-                result.error_code = ErrorCode.INVALID_RECORD
-                result.error_message = ("Produce requests are only allowed to contain exactly "
-                                        "one record batch per partition")
+                result.error_code = ErrorCode.INVALID_RECORD  # only one batch per partition
                 continue
             if checked and checked.get((topic.name, p.index)):  # -- transactions --
                 result.error_code = checked[(topic.name, p.index)]
@@ -138,7 +138,9 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
             except StorageError as exc:
                 result.error_code = exc.error_code
-                result.error_message = str(exc)
+                if exc.record_errors:  # KIP-467: the client fails only these records
+                    result.record_errors = list(exc.record_errors)
+                    result.error_message = str(exc)
                 continue
             # an idempotent retry of a batch already written answers with its original offsets
             result.base_offset = appended.first_offset
@@ -176,7 +178,6 @@ async def _await_flushes(broker: Broker, flushes: list, pending: list, timeout_m
             await done
         except StorageError as exc:
             result.error_code = exc.error_code
-            result.error_message = str(exc)
             result.base_offset = -1
     if pending:
         return await _await_replication(broker, pending, timeout_ms, version, topics_out,

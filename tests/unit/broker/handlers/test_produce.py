@@ -9,7 +9,7 @@ import pytest
 from strom.broker.context import CloseConnection
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
-from strom.record import COMPRESSION_GZIP
+from strom.record import COMPRESSION_GZIP, Record, build_batch
 
 FUTURE = 4_000_000_000_000  # year 2096: beyond message.timestamp.after.max.ms (1 h)
 
@@ -293,3 +293,65 @@ def test_v13_unknown_partition_is_unknown_topic_or_partition(broker_harness) -> 
     h.create_topic("t")
     p = _produce_by_id(h, h.topic_id("t"), h.batch(b"a"), partition=7).partition_responses[0]
     assert p.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+
+
+# -- KIP-467: a batch rejected for some of its records names them (texts as Kafka 4.4's) -----
+
+_KEYLESS = "Compacted topic cannot accept message without key in topic partition c-0"
+
+
+def _mixed_keys(h) -> bytes:
+    keys = [b"a", None, b"b", None, None, None]
+    return build_batch([Record(i, 1_700_000_000_000, k, b"v") for i, k in enumerate(keys)])
+
+
+@pytest.mark.parametrize("version", [8, 9, 13])
+def test_keyless_records_on_a_compacted_topic_are_named(broker_harness, version: int) -> None:
+    h = broker_harness
+    h.create_topic("c", configs={"cleanup.policy": "compact"})
+    if version >= 13:
+        r = _produce_by_id(h, h.topic_id("c"), _mixed_keys(h), version=version)
+        p = r.partition_responses[0]
+    else:
+        p = h.produce("c", 0, _mixed_keys(h), version=version)
+    assert (p.error_code, p.base_offset) == (ErrorCode.INVALID_RECORD, -1)
+    assert [(e.batch_index, e.batch_index_error_message) for e in p.record_errors] == [
+        (1, _KEYLESS), (3, _KEYLESS), (4, _KEYLESS), (5, _KEYLESS)]
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{_KEYLESS}')" for i in (1, 3, 4))
+    assert p.error_message == ("One or more records have been rejected due to 4 record errors "
+                               "in total, and only showing the first three errors at most: "
+                               f"[{shown}]")
+    assert h.produce("c", 0, h.batch(b"x", key=b"k")).base_offset == 0  # nothing was written
+
+
+def test_a_compressed_batch_names_its_keyless_record(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("c", configs={"cleanup.policy": "compact"})
+    batch = build_batch([Record(0, 1_700_000_000_000, b"a", b"1"),
+                         Record(1, 1_700_000_000_000, None, b"2")], compression=COMPRESSION_GZIP)
+    p = h.produce("c", 0, batch)
+    assert [e.batch_index for e in p.record_errors] == [1]
+
+
+def test_records_with_a_future_timestamp_are_named(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t")
+    now = h.broker.now_ms()
+    batch = build_batch([Record(0, now, b"a", b"1"), Record(1, FUTURE, b"b", b"2"),
+                         Record(2, now, b"c", b"3")])
+    p = h.produce("t", 0, batch)
+    assert p.error_code == ErrorCode.INVALID_TIMESTAMP
+    assert p.error_message == "One or more records have been rejected due to invalid timestamp"
+    [(index, message)] = [(e.batch_index, e.batch_index_error_message) for e in p.record_errors]
+    assert index == 1
+    assert message.startswith(f"Timestamp {FUTURE} of message with offset 1 is out of range. "
+                              "The timestamp should be within [")
+
+
+def test_v7_has_no_record_errors_and_other_errors_no_message(broker_harness) -> None:
+    # v7 predates the fields; Kafka sends error_message only with record errors
+    h = broker_harness
+    h.create_topic("c", configs={"cleanup.policy": "compact"})
+    assert h.produce("c", 0, _mixed_keys(h), version=7).error_code == ErrorCode.INVALID_RECORD
+    p = h.produce("c", 0, h.batch(b"x", key=b"k") + h.batch(b"y", key=b"k"))  # two batches
+    assert (p.error_code, p.error_message, p.record_errors) == (ErrorCode.INVALID_RECORD, None, [])
