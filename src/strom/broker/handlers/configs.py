@@ -171,31 +171,36 @@ def _validate(resource_type: int, wanted: dict[str, str]) -> None:
                 raise ConfigError(f"Unknown broker config name: {key}")
             if BROKER_CONFIGS[key].read_only:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                 f"Cannot update these configs dynamically: {{{key}}}")
+                                 f"Cannot update these configs dynamically: [{key}]")
             if not BROKER_CONFIGS[key].implemented:  # changing it would change nothing
                 raise ConfigError(f"{key} has no effect in Strom: "
                                   f"{BROKER_CONFIGS[key].doc}")
-            BROKER_CONFIGS.parse(key, value)
+            try:
+                BROKER_CONFIGS.parse(key, value)
+            except ConfigError as exc:  # Kafka 4.4 answers a bad broker value INVALID_REQUEST
+                raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
 
 
-def _check_reconfiguration(broker: Broker, node: dict[str, str]) -> None:
-    """Kafka checks a change of a broker's own configs against what the broker runs with: a new
-    log.cleaner.threads must stay within half and double the current count. (A cluster-wide
-    default is not checked when it is set; the cleaner refuses a bad one when it applies it.)"""
+def _check_reconfiguration(broker: Broker, name: str, layer: dict[str, str]) -> None:
+    """Kafka checks a change of this broker's configs (its own or the cluster-wide defaults)
+    against what it runs with, when the value in effect here changes: a new log.cleaner.threads
+    must stay within half and double the current count. Other brokers of a cluster check a new
+    default when they apply it (the cleaner keeps its count, `LogCleaner.refresh`)."""
     key = "log.cleaner.threads"
     config = broker.config
-    current = config.get(key)
-    if key in node:
-        new = BROKER_CONFIGS.parse(key, node[key])
-    elif key in config.dynamic_default:
-        new = config.dynamic_default[key]
+    wanted = BROKER_CONFIGS.parse(key, layer[key]) if key in layer else None
+    if name == "":  # this broker's own value, if any, still wins over the new default
+        node, default = config.dynamic_broker.get(key), wanted
     else:
-        new = config.static.get(key, BROKER_CONFIGS[key].default)
+        node, default = wanted, config.dynamic_default.get(key)
+    new = next((v for v in (node, default) if v is not None),
+               config.static.get(key, BROKER_CONFIGS[key].default))
+    current = config.get(key)
     error = threads_change_error(current, new) if new != current else None
-    if error is not None:  # Kafka's wording, a ConfigException inside a ConfigException
-        raise KafkaError(ErrorCode.INVALID_CONFIG,
+    if error is not None:  # Kafka 4.4's answer: a ConfigException inside a ConfigException
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
                          f"Invalid value org.apache.kafka.common.config.ConfigException: {error} "
                          "for configuration Invalid dynamic configuration")
 
@@ -203,8 +208,8 @@ def _check_reconfiguration(broker: Broker, node: dict[str, str]) -> None:
 async def _apply(broker: Broker, resource_type: int, name: str, current: dict[str, str],
            wanted: dict[str, str], validate_only: bool) -> None:
     _validate(resource_type, wanted)
-    if resource_type == BROKER and name == str(broker.broker_id):
-        _check_reconfiguration(broker, wanted)
+    if resource_type == BROKER:
+        _check_reconfiguration(broker, name, wanted)
     if validate_only:
         return
     changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}

@@ -1,6 +1,7 @@
 """log.cleaner.threads is a dynamic broker config, checked as Kafka 4.4 checks it.
 
-The expected answers were taken from a Kafka 4.4 broker (log.cleaner.threads 1 at start)."""
+The expected answers were taken from a Kafka 4.4 broker (log.cleaner.threads 1 at start): every
+refusal of a broker config is INVALID_REQUEST there, bad values included."""
 
 from __future__ import annotations
 
@@ -57,9 +58,9 @@ def test_a_broker_may_double_its_cleaner_threads(broker_harness) -> None:
 
 def test_more_than_double_is_refused_with_kafkas_message(broker_harness) -> None:
     h = broker_harness
-    assert _set(h, "5") == (ErrorCode.INVALID_CONFIG, _kafka_message(
+    assert _set(h, "5") == (ErrorCode.INVALID_REQUEST, _kafka_message(
         "Log cleaner threads cannot be increased to more than double the current value 1"))
-    assert _set(h, "3", validate_only=True)[0] == ErrorCode.INVALID_CONFIG
+    assert _set(h, "3", validate_only=True)[0] == ErrorCode.INVALID_REQUEST
     assert _described(h)[0] == "1"
 
 
@@ -67,29 +68,41 @@ def test_less_than_half_is_refused(broker_harness) -> None:
     h = broker_harness
     assert _set(h, "2") == (0, None)
     assert _set(h, "4") == (0, None)
-    assert _set(h, "1") == (ErrorCode.INVALID_CONFIG, _kafka_message(
+    assert _set(h, "1") == (ErrorCode.INVALID_REQUEST, _kafka_message(
         "Log cleaner threads cannot be reduced to less than half the current value 4"))
     assert _set(h, "3") == (0, None)
 
 
-@pytest.mark.parametrize("value", ["0", "-1"])
-def test_below_one_is_invalid_config(broker_harness, value: str) -> None:
-    code, message = _set(broker_harness, value)
-    assert code == ErrorCode.INVALID_CONFIG and message
+@pytest.mark.parametrize("resource", ["1", ""])
+@pytest.mark.parametrize("value", ["0", "-1", "abc"])
+def test_below_one_or_not_a_number_is_invalid_request(broker_harness, resource: str,
+                                                      value: str) -> None:
+    code, message = _set(broker_harness, value, resource=resource)
+    assert code == ErrorCode.INVALID_REQUEST and message
+    assert _described(broker_harness)[0] == "1"
 
 
-def test_the_cluster_default_is_not_checked_against_the_broker(broker_harness) -> None:
+def test_a_cluster_default_is_checked_against_this_broker(broker_harness) -> None:
     h = broker_harness
-    assert _set(h, "9", resource="") == (0, None)  # as Kafka: accepted (the cleaner refuses it)
-    assert _set(h, "-1", resource="")[0] == ErrorCode.INVALID_CONFIG  # below the type's minimum
+    assert _set(h, "9", resource="") == (ErrorCode.INVALID_REQUEST, _kafka_message(
+        "Log cleaner threads cannot be increased to more than double the current value 1"))
+    assert _set(h, "2", resource="") == (0, None)
+    assert _described(h)[:2] == ("2", DYNAMIC_DEFAULT_BROKER_CONFIG)
+
+
+def test_a_cluster_default_hidden_by_this_brokers_value_is_not_checked(broker_harness) -> None:
+    h = broker_harness
+    assert _set(h, "2") == (0, None)
+    assert _set(h, "9", resource="") == (0, None)  # this broker keeps its own 2
+    assert _described(h)[:2] == ("2", DYNAMIC_BROKER_CONFIG)
 
 
 def test_deleting_the_broker_value_is_checked_against_the_default_it_falls_back_to(
         broker_harness) -> None:
     h = broker_harness
     assert _set(h, "2") == (0, None)
-    assert _set(h, "9", resource="") == (0, None)
-    assert _set(h, None, op=DELETE) == (ErrorCode.INVALID_CONFIG, _kafka_message(
+    assert _set(h, "9", resource="") == (0, None)  # hidden by this broker's 2
+    assert _set(h, None, op=DELETE) == (ErrorCode.INVALID_REQUEST, _kafka_message(
         "Log cleaner threads cannot be increased to more than double the current value 2"))
     assert _set(h, "3", resource="") == (0, None)
     assert _set(h, None, op=DELETE) == (0, None)
