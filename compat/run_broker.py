@@ -126,6 +126,7 @@ class Process:
         self.probe = probe
         self.log = work / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.terminated = False
 
     def start(self) -> None:
         with open(self.log, "ab") as out:
@@ -145,12 +146,18 @@ class Process:
                                  f"{tail(self.log)}")
             time.sleep(0.2)  # poll interval, not synchronisation
 
+    def terminate(self) -> None:
+        """SIGTERM by PID, once (a second one may cut a clean shutdown short)."""
+        if self.proc is not None and self.proc.poll() is None and not self.terminated:
+            self.terminated = True
+            os.kill(self.proc.pid, signal.SIGTERM)
+
     def stop(self) -> None:
         """SIGTERM by PID, then SIGKILL if it does not exit in time."""
         proc = self.proc
         if proc is None or proc.poll() is not None:
             return
-        os.kill(proc.pid, signal.SIGTERM)
+        self.terminate()
         try:
             proc.wait(STOP_TIMEOUT)
         except subprocess.TimeoutExpired:
@@ -223,7 +230,11 @@ class Deployment:
             b.wait_ready(deadline)
 
     def stop(self) -> None:
-        for s in reversed(self.servers):  # brokers before ZooKeeper
+        # All brokers at once (a KRaft node stopped after the others would wait for a quorum
+        # that is gone), then ZooKeeper.
+        for b in self.brokers:
+            b.terminate()
+        for s in reversed(self.servers):
             s.stop()
         if self.keep or self.failed:
             print(f"run_broker: kept {self.work}", flush=True)
@@ -276,7 +287,8 @@ class Deployment:
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         heap = KAFKA_CLUSTER_HEAP if n > 1 else KAFKA_HEAP
         rf = str(min(n, 3))
-        procs = []
+        procs: list[Process] = []
+        formats: list[subprocess.Popen[str]] = []
         for i in range(n):
             node = i + 1
             name = f"kafka-{node}" if n > 1 else "broker"
@@ -310,11 +322,18 @@ class Deployment:
             config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             fmt = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", *fmt_mode,
                    "-t", cluster_id, "-c", str(config)]  # fmt: skip
-            done = subprocess.run(fmt, capture_output=True, text=True, timeout=120)
-            if done.returncode != 0:
-                raise StartError(f"run_broker: kafka storage format failed:\n{done.stdout}{done.stderr}")
+            formats.append(subprocess.Popen(fmt, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, text=True))  # fmt: skip
             cmd = [java, *heap, *KAFKA_GC, "-cp", classpath, "kafka.Kafka", str(config)]
             procs.append(Process(name, cmd, ports[i], work))
+        for f in formats:  # the nodes' formats run side by side (a JVM start each)
+            try:
+                out, _ = f.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                f.kill()
+                out, _ = f.communicate()
+            if f.returncode != 0:
+                raise StartError(f"run_broker: kafka storage format failed:\n{out}")
         return procs
 
 
