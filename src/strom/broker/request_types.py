@@ -16,7 +16,7 @@ from strom.protocol.primitives import ZERO_UUID
 Absent = tuple[tuple[str, ...], str, object]
 
 
-# LIST_OFFSETS v1-10
+# LIST_OFFSETS v1-11
 
 
 class ListOffsetsRequestTopicsPartitions(Protocol):
@@ -304,7 +304,7 @@ class AddOffsetsToTxnRequest(Protocol):
     group_id: str
 
 
-# END_TXN v0-4
+# END_TXN v0-5
 
 
 class EndTxnRequest(Protocol):
@@ -335,7 +335,7 @@ class WriteTxnMarkersRequest(Protocol):
     markers: list[WriteTxnMarkersRequestMarkers]
 
 
-# TXN_OFFSET_COMMIT v0-4
+# TXN_OFFSET_COMMIT v0-5
 
 
 class TxnOffsetCommitRequestTopicsPartitions(Protocol):
