@@ -112,6 +112,7 @@ def _read_all(broker: Broker, request: FetchRequest, version: int, max_bytes: in
             state = topic.partitions.get(p.partition) if topic is not None else None
             if state is None:
                 r.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                r.aborted_transactions = []  # Kafka's partitionResponse: empty, not null
                 errors = True
                 continue
             log = partitions.get(topic.name, p.partition)

@@ -109,6 +109,8 @@ def test_an_unknown_partition_is_unknown_topic_or_partition(broker_harness) -> N
 def test_an_unknown_topic_id_is_unknown_topic_id(broker_harness) -> None:
     p, _ = _fetch(broker_harness, topic_id=uuid.uuid4(), version=13)
     assert p.error_code == ErrorCode.UNKNOWN_TOPIC_ID
+    # as a Kafka 4.4 broker answers (probed): an empty, not a null, aborted transactions list
+    assert (p.high_watermark, p.aborted_transactions, bytes(p.records)) == (-1, [], b"")
 
 
 def test_a_newer_leader_epoch_is_unknown_leader_epoch(broker_harness) -> None:
