@@ -19,7 +19,6 @@ from strom.cluster.image import METADATA_TOPIC
 from strom.cluster.validation import check_topic_name
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.storage.log import PartitionLog
 
 # Kafka's message for UNKNOWN_TOPIC_OR_PARTITION, which it sends with a topic it does not know
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
@@ -64,10 +63,10 @@ def _producers(broker: Broker, topic: str, index: int) -> dict[str, Any]:
     if state is None:
         return _partition_error(index, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
     log = broker.partitions.get(topic, index)
+    if log is not None and log.offline is not None:  # its log dir failed (as Kafka answers)
+        return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR)
     if log is None or log.closed:
         return _partition_error(index, ErrorCode.NOT_LEADER_OR_FOLLOWER)
-    if _offline(broker, log):
-        return _partition_error(index, ErrorCode.KAFKA_STORAGE_ERROR)
     producers = log.producer_state.producers
     return {"partition_index": index, "error_code": ErrorCode.NONE, "error_message": None,
             "active_producers": [
@@ -75,11 +74,6 @@ def _producers(broker: Broker, topic: str, index: int) -> dict[str, Any]:
                  "last_timestamp": e.last_timestamp, "coordinator_epoch": e.coordinator_epoch,
                  "current_txn_start_offset": e.txn_first_offset}
                 for pid, e in sorted(producers.items())]}
-
-
-def _offline(broker: Broker, log: PartitionLog) -> bool:
-    offline = broker.logs.offline_dirs
-    return bool(offline) and broker.logs.dir_of(log.topic, log.partition) in offline
 
 
 # -- DescribeLogDirs --------------------------------------------------------------------------

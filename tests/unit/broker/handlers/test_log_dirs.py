@@ -107,6 +107,14 @@ def test_a_partition_this_broker_holds_no_replica_of_is_not_leader_or_follower(
         ("t", [(0, ErrorCode.NOT_LEADER_OR_FOLLOWER, None, [])])]
 
 
+def test_a_partition_whose_log_dir_failed_is_kafka_storage_error(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("t", 1)
+    h.broker.partitions.get("t", 0).take_offline("log dir /x is offline: test")
+    assert _producers(h, [("t", [0])]) == [
+        ("t", [(0, ErrorCode.KAFKA_STORAGE_ERROR, None, [])])]
+
+
 class _any_message(str):
     """Equal to any non-empty message (Strom's wording of invalid names differs from Kafka's)."""
 
@@ -178,3 +186,13 @@ def test_every_configured_log_dir_is_listed(broker_harness, tmp_path) -> None:
     assert [Path(r.log_dir) for r in results] == [h.broker.logs.log_dirs[0].absolute(),
                                                  tmp_path.absolute()]
     assert results[1].topics == [] and results[1].error_code == 0
+
+
+def test_an_offline_log_dir_is_kafka_storage_error_without_partitions(broker_harness,
+                                                                       tmp_path) -> None:
+    h = broker_harness
+    h.create_topic("a", 1)
+    h.broker.logs._offline[h.broker.logs.log_dirs[0]] = "test"  # as a failed write leaves it
+    [result] = _log_dirs(h, 4, None).results
+    assert (result.error_code, result.topics, result.total_bytes, result.usable_bytes) == (
+        ErrorCode.KAFKA_STORAGE_ERROR, [], -1, -1)
