@@ -47,6 +47,11 @@ from strom.storage.errors import StorageError
 logger = logging.getLogger(__name__)
 
 VALID_ACKS = (0, 1, -1)
+# append failures Kafka answers without the log start offset (the rest, e.g. INVALID_RECORD or
+# OUT_OF_ORDER_SEQUENCE_NUMBER, carry it: an idempotent producer compares it with its last
+# acknowledged offset to tell a removed producer state from a real gap, KIP-360)
+_NO_LOG_START = frozenset({ErrorCode.CORRUPT_MESSAGE, ErrorCode.MESSAGE_TOO_LARGE,
+                           ErrorCode.RECORD_LIST_TOO_LARGE, ErrorCode.KAFKA_STORAGE_ERROR})
 _unpack_i32 = struct.Struct(">i").unpack_from
 
 
@@ -138,6 +143,8 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
             except StorageError as exc:
                 result.error_code = exc.error_code
+                if exc.error_code not in _NO_LOG_START:  # as Kafka's appendToLocalLog
+                    result.log_start_offset = log.log_start_offset
                 if exc.record_errors:  # KIP-467: the client fails only these records
                     result.record_errors = list(exc.record_errors)
                     result.error_message = str(exc)

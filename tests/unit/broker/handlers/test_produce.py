@@ -314,7 +314,7 @@ def test_keyless_records_on_a_compacted_topic_are_named(broker_harness, version:
         p = r.partition_responses[0]
     else:
         p = h.produce("c", 0, _mixed_keys(h), version=version)
-    assert (p.error_code, p.base_offset) == (ErrorCode.INVALID_RECORD, -1)
+    assert (p.error_code, p.base_offset, p.log_start_offset) == (ErrorCode.INVALID_RECORD, -1, 0)
     assert [(e.batch_index, e.batch_index_error_message) for e in p.record_errors] == [
         (1, _KEYLESS), (3, _KEYLESS), (4, _KEYLESS), (5, _KEYLESS)]
     shown = ", ".join(f"RecordError(batchIndex={i}, message='{_KEYLESS}')" for i in (1, 3, 4))
@@ -355,3 +355,17 @@ def test_v7_has_no_record_errors_and_other_errors_no_message(broker_harness) -> 
     assert h.produce("c", 0, _mixed_keys(h), version=7).error_code == ErrorCode.INVALID_RECORD
     p = h.produce("c", 0, h.batch(b"x", key=b"k") + h.batch(b"y", key=b"k"))  # two batches
     assert (p.error_code, p.error_message, p.record_errors) == (ErrorCode.INVALID_RECORD, None, [])
+
+
+def test_the_log_start_offset_comes_with_record_errors_not_with_corruption(broker_harness) -> None:
+    # Kafka's appendToLocalLog: a corrupt or too large batch gets UNKNOWN_LOG_APPEND_INFO (-1),
+    # other append failures the log start offset (probed on 4.4: 0 for INVALID_RECORD)
+    h = broker_harness
+    h.create_topic("t", configs={"max.message.bytes": "200"})
+    h.produce("t", 0, h.batch(b"a"))
+    h.request(ApiKey.DELETE_RECORDS, 2, {"topics": [{"name": "t", "partitions": [
+        {"partition_index": 0, "offset": 1}]}], "timeout_ms": 5000})
+    future = h.produce("t", 0, h.batch(b"b", timestamp=FUTURE))
+    assert (future.error_code, future.log_start_offset) == (ErrorCode.INVALID_TIMESTAMP, 1)
+    large = h.produce("t", 0, h.batch(b"x" * 500))
+    assert (large.error_code, large.log_start_offset) == (ErrorCode.MESSAGE_TOO_LARGE, -1)
