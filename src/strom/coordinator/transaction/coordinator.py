@@ -376,17 +376,6 @@ class TransactionCoordinator(ShardedCoordinator):
         return {tp: (ErrorCode.NONE if tp in md.partitions and md.state == TxnState.ONGOING
                      else ErrorCode.TRANSACTION_ABORTABLE) for tp in wanted}
 
-    def verify_partition(self, transactional_id: str, producer_id: int, producer_epoch: int,
-                         topic: str, partition: int) -> int | None:
-        """The produce path's check before a transaction's first batch lands in a partition:
-        an error code, or None when this broker is not the transactional id's coordinator
-        (a cluster asks the coordinator with AddPartitionsToTxn v4 instead)."""
-        if not transactional_id or not self.is_local(transactional_id):
-            return None
-        result = self.verify_partitions(transactional_id, producer_id, producer_epoch,
-                                        [(topic, partition)])
-        return result[(topic, partition)]
-
     # ========================================================================================
     # EndTxn
     # ========================================================================================

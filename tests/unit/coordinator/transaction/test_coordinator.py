@@ -303,9 +303,8 @@ def test_verify_partitions(env: Env) -> None:
     assert c.verify_partitions("v", pid, epoch + 1, [("t", 0)]) == {("t", 0): E.PRODUCER_FENCED}
     assert c.verify_partitions("v", pid + 9, epoch, [("t", 0)]) == {
         ("t", 0): E.INVALID_PRODUCER_ID_MAPPING}
-    assert c.verify_partition("v", pid, epoch, "t", 0) == E.NONE
     c.on_leadership(c.partition_for("v"), False)
-    assert c.verify_partition("v", pid, epoch, "t", 0) is None  # not ours: not checked here
+    assert c.verify_partitions("v", pid, epoch, [("t", 0)]) == {("t", 0): E.NOT_COORDINATOR}
 
 
 # ----------------------------------------------------------------------- fencing and timeouts

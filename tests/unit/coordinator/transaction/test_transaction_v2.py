@@ -96,7 +96,7 @@ def test_an_abort_with_nothing_added_still_bumps_the_epoch(env: Env) -> None:
 
 def test_an_exhausted_epoch_moves_to_a_new_producer_id(env: Env) -> None:
     c = env.coordinator
-    pid, epoch = begin_v2(env, "x", ("t", 0))
+    pid, _ = begin_v2(env, "x", ("t", 0))
     md = c.transaction("x")
     assert md is not None
     md.producer_epoch = SHORT_MAX - 1  # as after 32,766 transactions
