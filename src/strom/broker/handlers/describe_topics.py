@@ -9,6 +9,7 @@ replica lists: Strom has no ELR (KIP-966's unclean-recovery part).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import Any
 
 from strom.broker.context import RequestContext
@@ -16,7 +17,7 @@ from strom.broker.core import Broker
 from strom.broker.handlers.metadata import partition_metadata
 from strom.broker.request_types import DescribeTopicPartitionsRequest
 from strom.broker.router import handles
-from strom.cluster.image import INTERNAL_TOPICS, ZERO_UUID, TopicState
+from strom.cluster.image import INTERNAL_TOPICS, ZERO_UUID, MetadataImage, TopicState
 from strom.cluster.validation import check_topic_name
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -39,8 +40,10 @@ def describe_topic_partitions(broker: Broker, ctx: RequestContext,
         return _failed(names, ErrorCode.INVALID_REQUEST)
     after = cursor.topic_name if cursor is not None else ""
     every = not names  # an empty list asks for every topic (and never for a missing one)
-    wanted = sorted(set(broker.image.topics if every else names))
-    wanted = [name for name in wanted if name >= after]
+    if every:
+        wanted = _ORDER.names_from(broker.image, after)
+    else:
+        wanted = [name for name in sorted(set(names)) if name >= after]
     if cursor is not None and not every and cursor.topic_name not in wanted:
         return _failed(names, ErrorCode.INVALID_REQUEST)  # the cursor's topic must be named
     cap = broker.config.get("max.request.partition.size.limit")
@@ -64,6 +67,26 @@ def describe_topic_partitions(broker: Broker, ctx: RequestContext,
             break
         remaining -= len(entry["partitions"])
     return {"throttle_time": 0, "topics": topics, "next_cursor": next_cursor}
+
+
+class _NameOrder:
+    """The image's topic names in order, sorted again only after the image changed: paging
+    through 100,000 topics would otherwise sort them all for every page (~70 ms each)."""
+
+    __slots__ = ("image", "names", "version")
+
+    def __init__(self) -> None:
+        self.image: MetadataImage | None = None  # held, so identity means the same image
+        self.version = -1
+        self.names: list[str] = []
+
+    def names_from(self, image: MetadataImage, first: str) -> list[str]:
+        if self.image is not image or self.version != image.version:
+            self.image, self.version, self.names = image, image.version, sorted(image.topics)
+        return self.names[bisect_left(self.names, first):]
+
+
+_ORDER = _NameOrder()
 
 
 def _topic(broker: Broker, topic: TopicState, first: int,

@@ -147,3 +147,12 @@ def test_a_partition_of_a_broker_that_is_not_live_has_no_leader(h) -> None:
     state.replicas, state.isr, state.leader = [1, 7], [1, 7], 7  # broker 7 is not registered
     p = _dtp(h, ["c-topic"]).topics[0].partitions[0]
     assert (p.error_code, p.leader_id, p.replica_nodes, p.offline_replicas) == (0, -1, [1, 7], [7])
+
+
+def test_every_topic_follows_creations_and_deletions(h) -> None:
+    assert [t.name for t in _dtp(h, []).topics] == ["a-topic", "b-topic", "c-topic"]
+    h.create_topic("aa-topic", 1)
+    r = h.request(ApiKey.DELETE_TOPICS, 6, {"topics": [{"name": "b-topic", "topic_id": None}],
+                                            "timeout_ms": 5000})
+    assert r.responses[0].error_code == 0
+    assert [t.name for t in _dtp(h, []).topics] == ["a-topic", "aa-topic", "c-topic"]
