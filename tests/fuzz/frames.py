@@ -21,6 +21,7 @@ from functools import cache
 from pathlib import Path
 
 from strom.broker.handlers import MODULES
+from strom.broker.handlers.produce import FIRST_SUPPORTED as PRODUCE_FIRST_SUPPORTED
 from strom.broker.router import Router
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import request_codec
@@ -59,7 +60,11 @@ class Seed:
 def routes() -> dict[int, tuple[int, int, bool]]:
     """api key -> (min version, max version, raw) as the broker's router advertises them."""
     router = Router(None, MODULES)  # type: ignore[arg-type]  (routing needs no broker)
-    return {k: (r.spec.min_version, r.spec.max_version, r.spec.raw) for k, r in router.routes.items()}
+    out = {k: (r.spec.min_version, r.spec.max_version, r.spec.raw) for k, r in router.routes.items()}
+    # Produce v0-2 are advertised (as Kafka 4.4 does) but close the connection undecoded
+    lo, hi, raw = out[ApiKey.PRODUCE]
+    out[ApiKey.PRODUCE] = (max(lo, PRODUCE_FIRST_SUPPORTED), hi, raw)
+    return out
 
 
 @cache
