@@ -7,7 +7,7 @@ STAMP := $(VENV)/.stamp-install
 
 .PHONY: run test unit integration lint format bench system-deps clean
 .PHONY: fuzz fuzz-seeds
-.PHONY: compat-java compat-kafka
+.PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -60,19 +60,33 @@ fuzz-seeds: $(STAMP)
 
 # Java compatibility suite (compat/java, issue 16): Kafka 4.4's Java client against a fresh Strom
 # broker (compat-java) or against Apache Kafka 4.4 itself, a single KRaft node run from Maven Central's
-# jars cached outside the repo (compat-kafka). Not part of `make test` yet. See docs/kafka-java.md.
+# jars cached outside the repo (compat-kafka); the -cluster targets run the tests tagged "cluster" on
+# 3 brokers (ZooKeeper + 3 Strom brokers, or 3 KRaft nodes). `make test` runs the suite through
+# tests/integration/java (Strom: all; Kafka: the fast and migration tags, and the cluster tests).
+# See docs/kafka-java.md.
 COMPAT_MVN := nice -n 10 mvn -q -B -f compat/java/pom.xml
 COMPAT_KAFKA_LIBS ?= $(HOME)/.cache/strom-compat/kafka-4.4.0/libs
+COMPAT_CLUSTER := -Dgroups=cluster -DexcludedGroups=none
 compat-java: $(STAMP)
 	$(BIN)/python compat/run_broker.py strom --strom $(BIN)/strom -- \
 	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_ARGS)
 
-compat-kafka:
+compat-java-cluster: $(STAMP) system-deps
+	$(BIN)/python compat/run_broker.py strom-cluster --strom $(BIN)/strom -- \
+	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_CLUSTER) $(COMPAT_ARGS)
+
+compat-kafka-libs:
 	test -f $(COMPAT_KAFKA_LIBS)/.complete || { \
 	  nice -n 10 mvn -q -B -f compat/java/kafka-broker/pom.xml dependency:copy-dependencies \
 	    -DincludeScope=runtime -DoutputDirectory=$(COMPAT_KAFKA_LIBS) && touch $(COMPAT_KAFKA_LIBS)/.complete; }
+
+compat-kafka: compat-kafka-libs
 	$(PYTHON) compat/run_broker.py kafka --kafka-libs $(COMPAT_KAFKA_LIBS) -- \
 	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_ARGS)
+
+compat-kafka-cluster: compat-kafka-libs
+	$(PYTHON) compat/run_broker.py kafka-cluster --kafka-libs $(COMPAT_KAFKA_LIBS) -- \
+	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_CLUSTER) $(COMPAT_ARGS)
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench

@@ -1,6 +1,7 @@
 package io.strom.compat;
 
 import static org.junit.jupiter.api.Assertions.assertNotNull;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.time.Duration;
 import java.util.ArrayList;
@@ -14,6 +15,7 @@ import java.util.function.BooleanSupplier;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TopicDescription;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
@@ -78,7 +80,26 @@ abstract class CompatTest {
     admin.createTopics(List.of(new NewTopic(name, partitions, (short) 1).configs(configs)))
         .all().get(30, TimeUnit.SECONDS);
     created.add(name);
+    awaitLeaders(name, partitions);
     return name;
+  }
+
+  /**
+   * Waits until the broker's metadata shows every partition of a new topic with a leader: Kafka's
+   * createTopics returns once its controller committed the topic, and a broker applies that a
+   * moment later (describeConfigs of the topic just before says UnknownTopicOrPartition).
+   */
+  void awaitLeaders(String topic, int partitions) throws InterruptedException {
+    assertTrue(eventually(() -> {
+      try {
+        TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames()
+            .get(30, TimeUnit.SECONDS).get(topic);
+        return d.partitions().size() == partitions
+            && d.partitions().stream().allMatch(p -> p.leader() != null && !p.leader().isEmpty());
+      } catch (Exception e) {
+        return false;
+      }
+    }), topic + ": every partition has a leader");
   }
 
   String createTopic(String prefix, int partitions) throws Exception {
@@ -90,6 +111,7 @@ abstract class CompatTest {
     String name = uniqueTopic(prefix);
     admin.createTopics(List.of(new NewTopic(name, assignments))).all().get(30, TimeUnit.SECONDS);
     created.add(name);
+    awaitLeaders(name, assignments.size());
     return name;
   }
 
