@@ -45,12 +45,6 @@ RUN_TIMEOUT = 1500  # the pytest item that pays for a run: brokers + Maven
 
 # "Class.method" (or "Class.method[n]" for one invocation of a parameterized test) -> why it fails.
 KNOWN_FAILING_ON_STROM: dict[str, str] = {
-    "GroupAdminTest.describeProducersShowsTheIdempotentProducer":
-        "UnsupportedVersionException: The node does not support DESCRIBE_PRODUCERS (API 61 missing)",
-    "GroupAdminTest.describeLogDirsShowsThePartition":
-        "UnsupportedVersionException: The node does not support DESCRIBE_LOG_DIRS (API 35 missing)",
-    "GroupAdminTest.incrementalAlterBrokerConfig[3]":
-        "InvalidRequestException: Cannot update these configs dynamically: {log.cleaner.threads}",
     "GroupMigrationTest.upgradeALiveClassicGroupMemberByMember":
         "GroupIdNotFoundException: Group ... is not a consumer group (no KIP-848 online upgrade)",
     "GroupMigrationTest.downgradeALiveConsumerGroupMemberByMember":
