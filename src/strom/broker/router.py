@@ -176,7 +176,7 @@ class Router:
         if result is None:
             return None
         if needs_downgrade(api_key, version):  # codes this version predates (error_versions)
-            downgrade_errors(api_key, version, result)
+            result = downgrade_errors(api_key, version, result)
         return codec.encode(result)
 
     async def _finish(self, pending: Awaitable[Any], codec: Codec, api_key: int,
@@ -185,7 +185,7 @@ class Router:
         if result is None:
             return None
         if needs_downgrade(api_key, version):
-            downgrade_errors(api_key, version, result)
+            result = downgrade_errors(api_key, version, result)
         return codec.encode(result)
 
     # -- hooks ------------------------------------------------------------------------------

@@ -15,14 +15,14 @@ coordinators); this module holds those rules in one table, so every handler answ
 - TOPIC_DELETION_DISABLED is INVALID_REQUEST for DeleteTopics v0-2.
 
 `for_version` maps one code; `downgrade_errors` rewrites every error code field (``error_code``,
-``partition_error_code``) of a response mapping in place. The router applies the latter to generic handlers' replies (only for the APIs
+``partition_error_code``) of a response mapping (copying what it changes). The router applies the latter to generic handlers' replies (only for the APIs
 and versions listed here: a dict lookup per request otherwise); raw handlers (Produce, Fetch)
 call `for_version` themselves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping
+from collections.abc import Mapping
 from typing import Any
 
 from strom.protocol.api_keys import ApiKey
@@ -72,28 +72,39 @@ def for_version(api_key: int, version: int, code: int) -> int:
 
 
 def downgrade_errors(api_key: int, version: int, response: Any) -> Any:
-    """Rewrite, in place, every ``*error_code`` field of a response mapping (nested mappings and
-    lists included, as a handler builds them) that this version may not receive; returns it."""
+    """``response`` with every ``*error_code`` field (nested mappings, Structs and lists
+    included, as handlers build them) that this version may not receive rewritten. Copy on
+    write: what changes is copied, so a reply a coordinator keeps (e.g. for a retry) is never
+    altered for the next, newer client."""
     rules = RULES.get(api_key)
     if rules and version < _EXACT_FROM[api_key]:
-        _walk(response, {code: new for code, (first, new) in rules.items() if version < first})
+        mapping = {code: new for code, (first, new) in rules.items() if version < first}
+        return _rewrite(response, mapping)
     return response
 
 
-_CONTAINERS = (Mapping, list, tuple, Struct)
-
-
-def _walk(value: Any, mapping: dict[int, int]) -> None:
+def _rewrite(value: Any, mapping: dict[int, int]) -> Any:
     if isinstance(value, Mapping):
+        changed: dict[Any, Any] = {}
         for key, item in value.items():
             if key.__class__ is str and key.endswith("error_code"):
-                if item in mapping and isinstance(value, MutableMapping):
-                    value[key] = mapping[item]
+                if item in mapping:
+                    changed[key] = mapping[item]
             elif isinstance(item, _CONTAINERS):
-                _walk(item, mapping)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            if isinstance(item, _CONTAINERS):
-                _walk(item, mapping)
-    elif isinstance(value, Struct):
-        _walk(vars(value), mapping)
+                new = _rewrite(item, mapping)
+                if new is not item:
+                    changed[key] = new
+        return {**value, **changed} if changed else value
+    if isinstance(value, (list, tuple)):
+        items = [_rewrite(item, mapping) if isinstance(item, _CONTAINERS) else item
+                 for item in value]
+        if all(a is b for a, b in zip(items, value, strict=True)):
+            return value
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, Struct):
+        fields = _rewrite(vars(value), mapping)
+        return value if fields is vars(value) else Struct(**fields)
+    return value
+
+
+_CONTAINERS = (Mapping, list, tuple, Struct)

@@ -51,22 +51,29 @@ def test_apis_without_rules_are_left_alone() -> None:
     assert for_version(ApiKey.METADATA, 0, FENCED) == FENCED
 
 
-def test_downgrade_rewrites_nested_error_codes_in_place() -> None:
+def test_downgrade_rewrites_nested_error_codes_copying_what_changes() -> None:
+    untouched = {"name": "u", "results_by_partition": [{"partition_index": 9, "error_code": 0}]}
     response = {"throttle_time": 0, "results_by_topic_v3_and_below": [
         {"name": "t", "results_by_partition": [
             {"partition_index": 0, "partition_error_code": FENCED, "error_code": FENCED},
-            Struct(partition_index=1, error_code=int(FENCED))]}],
+            Struct(partition_index=1, error_code=int(FENCED))]}, untouched],
         "error_code": FENCED}
-    assert downgrade_errors(ApiKey.ADD_PARTITIONS_TO_TXN, 1, response) is response
-    partitions = response["results_by_topic_v3_and_below"][0]["results_by_partition"]
-    assert response["error_code"] == OLD_EPOCH
-    assert partitions[0]["error_code"] == OLD_EPOCH
-    assert partitions[1].error_code == OLD_EPOCH
-    assert partitions[0]["partition_error_code"] == OLD_EPOCH
+    out = downgrade_errors(ApiKey.ADD_PARTITIONS_TO_TXN, 1, response)
+    partitions = out["results_by_topic_v3_and_below"][0]["results_by_partition"]
+    assert out["error_code"] == OLD_EPOCH
+    assert partitions[0]["error_code"] == partitions[0]["partition_error_code"] == OLD_EPOCH
     assert partitions[0]["partition_index"] == 0
+    assert partitions[1].error_code == OLD_EPOCH
+    assert out["results_by_topic_v3_and_below"][1] is untouched  # nothing to copy there
+    # the handler's reply is left as it was (a coordinator may answer a retry with it again)
+    assert response["error_code"] == FENCED
+    assert response["results_by_topic_v3_and_below"][0]["results_by_partition"][1].error_code \
+        == FENCED
 
 
-def test_downgrade_leaves_new_versions_untouched() -> None:
+def test_downgrade_leaves_new_versions_and_clean_replies_untouched() -> None:
     response = {"error_code": FENCED}
-    downgrade_errors(ApiKey.END_TXN, 2, response)
+    assert downgrade_errors(ApiKey.END_TXN, 2, response) is response
+    clean = {"error_code": 0, "topics": [{"error_code": 0}]}
+    assert downgrade_errors(ApiKey.END_TXN, 1, clean) is clean
     assert response == {"error_code": FENCED}
