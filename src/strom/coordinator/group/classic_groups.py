@@ -722,8 +722,7 @@ class ClassicGroupManager:
                                  error_message=f"Group {gid} {what}.")
                 continue
             if isinstance(group, ConsumerGroup):
-                entry.update(group_state=group.state_name, protocol_type="consumer")
-                continue
+                continue  # Kafka: a consumer group is Dead to DescribeGroups v0-v5
             entry.update(group_state=group.state_name, protocol_type=group.protocol_type or "")
             stable = group.is_state(ClassicState.STABLE)
             if stable:

@@ -213,6 +213,13 @@ def test_first_consumer_member_upgrades_a_live_classic_group(env, h):
     assert types == {a.member_id: 0, b.member_id: 0, c.member_id: 1}
     listed = env.coordinator.list_groups()[1]
     assert [(g["group_type"], g["protocol_type"]) for g in listed] == [("consumer", "consumer")]
+    # the classic DescribeGroups does not describe it any more (Kafka: not a classic group)
+    (v6,) = env.coordinator.describe_groups(["g"], include_authorized_operations=False,
+                                            version=6)
+    (v5,) = env.coordinator.describe_groups(["g"], include_authorized_operations=False,
+                                            version=5)
+    assert (v6["error_code"], v6["group_state"]) == (E.GROUP_ID_NOT_FOUND, "Dead")
+    assert (v5["error_code"], v5["group_state"], v5["members"]) == (0, "Dead", [])
 
 
 def test_classic_member_commits_with_its_member_epoch(env, h):
