@@ -314,8 +314,10 @@ class LocalController:
     async def create_topic(self, name, num_partitions, replication_factor, assignments, configs,
                            *, validate_only=False):
         check_new_topic(self.image, name, [])
-        plan = plan_topic(num_partitions, replication_factor, assignments,
-                          sorted(self.image.brokers))
+        live = sorted(self.image.brokers)
+        size = len(assignments) if assignments else num_partitions
+        plan = await self._off_loop(size, plan_topic, num_partitions, replication_factor,
+                                    assignments, live)
         topic, records = await self._off_loop(len(plan), _new_topic, name, uuid.uuid4(), plan,
                                               dict(configs))
         if validate_only:
@@ -330,7 +332,8 @@ class LocalController:
 
     async def create_partitions(self, topic, total, assignments, *, validate_only=False):
         current = {p: s.replicas for p, s in topic.partitions.items()}
-        plan = plan_partitions(current, total, assignments, sorted(self.image.brokers))
+        plan = await self._off_loop(total - len(current), plan_partitions, current, total,
+                                    assignments, sorted(self.image.brokers))
         if validate_only:
             return
         records = await self._off_loop(len(plan), _partition_records, topic.topic_id, plan)

@@ -71,6 +71,46 @@ INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 METADATA_TOPIC = "__cluster_metadata"
 
 
+@dataclass(frozen=True)
+class ImageCapture:
+    """A point-in-time view of a `MetadataImage` (see `MetadataImage.capture`)."""
+
+    cluster_id: str
+    next_producer_id: int
+    broker_configs: dict[str, dict[str, str]]
+    topics: list[tuple[str, uuid.UUID, dict[str, str], list[PartitionState]]]
+
+    def to_snapshot(self) -> dict[str, Any]:
+        """Plain data for the metadata log's snapshot file (replica lists are shared: they are
+        never changed in place)."""
+        return {
+            "cluster_id": self.cluster_id,
+            "next_producer_id": self.next_producer_id,
+            "broker_configs": self.broker_configs,
+            "topics": [
+                {
+                    "name": name,
+                    "topic_id": str(topic_id),
+                    "configs": configs,
+                    "partitions": [
+                        {
+                            "partition": p.partition,
+                            "replicas": p.replicas,
+                            "isr": p.isr,
+                            "leader": p.leader,
+                            "leader_epoch": p.leader_epoch,
+                            "partition_epoch": p.partition_epoch,
+                            "adding_replicas": p.adding_replicas,
+                            "removing_replicas": p.removing_replicas,
+                        }
+                        for p in partitions
+                    ],
+                }
+                for name, topic_id, configs, partitions in self.topics
+            ],
+        }
+
+
 @dataclass
 class MetadataImage:
     cluster_id: str
@@ -87,36 +127,21 @@ class MetadataImage:
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
 
+    def capture(self) -> ImageCapture:
+        """What a snapshot needs, independent of later changes, cheaply enough for the event
+        loop: the mutable dicts are copied shallowly, and the PartitionStates are shared (a
+        record replaces a PartitionState, never changes one). `to_snapshot` turns it into
+        plain data, in a worker thread for a large image."""
+        return ImageCapture(
+            self.cluster_id, self.next_producer_id,
+            {k: dict(v) for k, v in self.broker_configs.items()},
+            [(t.name, t.topic_id, dict(t.configs), list(t.partitions.values()))
+             for t in self.topics.values()],
+        )
+
     def to_snapshot(self) -> dict[str, Any]:
-        """The image as plain data, independent of it (the metadata log encodes it in a worker
-        thread): config dicts are copied; replica lists are shared, as records replace a
-        PartitionState instead of changing its lists."""
-        return {
-            "cluster_id": self.cluster_id,
-            "next_producer_id": self.next_producer_id,
-            "broker_configs": {k: dict(v) for k, v in self.broker_configs.items()},
-            "topics": [
-                {
-                    "name": t.name,
-                    "topic_id": str(t.topic_id),
-                    "configs": dict(t.configs),
-                    "partitions": [
-                        {
-                            "partition": p.partition,
-                            "replicas": p.replicas,
-                            "isr": p.isr,
-                            "leader": p.leader,
-                            "leader_epoch": p.leader_epoch,
-                            "partition_epoch": p.partition_epoch,
-                            "adding_replicas": p.adding_replicas,
-                            "removing_replicas": p.removing_replicas,
-                        }
-                        for p in t.partitions.values()
-                    ],
-                }
-                for t in self.topics.values()
-            ],
-        }
+        """The image as plain data, independent of it."""
+        return self.capture().to_snapshot()
 
     @classmethod
     def from_snapshot(cls, data: dict[str, Any]) -> MetadataImage:

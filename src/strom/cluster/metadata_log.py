@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from strom.cluster.image import METADATA_TOPIC, MetadataImage
+from strom.cluster.image import METADATA_TOPIC, ImageCapture, MetadataImage
 from strom.cluster.records import Change, apply
 from strom.record import Record, build_batch, decode_records, iter_batches
 from strom.storage.config import LogConfig
@@ -114,7 +114,7 @@ class MetadataLog:
             self.snapshot(image)
             return
         offset = self._log.log_end_offset
-        data = image.to_snapshot()  # a copy, taken on the loop: the image changes meanwhile
+        data = image.capture()  # taken on the loop (the image changes meanwhile), cheaply
         self._since_snapshot = 0
         self._snapshotting = True
         task = loop.create_task(self._snapshot_in_background(offset, data),
@@ -128,15 +128,19 @@ class MetadataLog:
         self._install(self._write_snapshot(offset, image.to_snapshot()), offset)
         self._since_snapshot = 0
 
-    async def _snapshot_in_background(self, offset: int, data: dict[str, Any]) -> None:
+    async def _snapshot_in_background(self, offset: int, data: ImageCapture) -> None:
         try:
-            path = await asyncio.to_thread(self._write_snapshot, offset, data)
+            path = await asyncio.to_thread(self._write_capture, offset, data)
             self._install(path, offset)
         except OSError as exc:  # the log still holds every record: the next snapshot retries
             log.error("metadata snapshot at offset %d failed, the log below it is kept: %s",
                       offset, exc)
         finally:
             self._snapshotting = False
+
+    def _write_capture(self, offset: int, capture: ImageCapture) -> Path:
+        """Turn a capture into plain data and write it (a worker thread's whole job)."""
+        return self._write_snapshot(offset, capture.to_snapshot())
 
     def _write_snapshot(self, offset: int, data: dict[str, Any]) -> Path:
         """Encode, write and fsync the snapshot file (any thread): its final path. Encoded
