@@ -17,6 +17,7 @@ a JoinGroup (both the rebalance timeout) fence the member.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -55,6 +56,8 @@ class ClassicMemberManager:
     def join_group(self, shard: Shard, group: ConsumerGroup, req: JoinRequest,
                    respond: Respond) -> None:
         try:
+            if self._downgrade_for_static_member(shard, group, req, respond):
+                return
             respond(self._join(shard, group, req))
         except KafkaError as exc:
             log.info("group %s: classic JoinGroup of %s refused: %s", group.group_id,
@@ -127,6 +130,41 @@ class ClassicMemberManager:
                 "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_name": req.protocols[0][0],
                 "leader": "", "skip_assignment": False, "member_id": member_id,
                 "members": []}
+
+    def _downgrade_for_static_member(self, shard: Shard, group: ConsumerGroup,
+                                     req: JoinRequest, respond: Respond) -> bool:
+        """A static classic member replacing the group's last consumer-protocol member (a
+        rolling downgrade with group.instance.id): the group goes back to classic, the new
+        instance takes the old one's place and joins the classic rebalance that follows."""
+        existing = group.static_member(req.instance_id)
+        if (req.member_id or existing is None or existing.classic is not None
+                or not group.all_classic_except({existing.member_id})
+                or not self.config.downgrade_enabled
+                or len(group.members) > self.config.max_group_size
+                or self.config.migration_policy == "disabled"
+                or not group.supports_classic_protocols(req.protocol_type,
+                                                        {n for n, _ in req.protocols})):
+            return False
+        member_id = migration.new_member_id()
+        records: list[rec.KeyValue] = []
+        target = group.target.get(existing.member_id)
+        replacement = self.consumer.replace_static_member(group, existing, member_id, records)
+        group.put_member(with_classic(replacement, ClassicMetadata(
+            req.session_timeout, tuple((n, bytes(m)) for n, m in req.protocols))))
+        log.info("group %s: static member %s replaced the last consumer-protocol member %s "
+                 "using the classic protocol", group.group_id, req.instance_id,
+                 existing.member_id)
+        try:
+            self.consumer.downgrade(shard, group, set(), before=records)
+        except KafkaError:
+            group.remove_member(member_id)
+            group.put_member(existing)
+            if target is not None:
+                group.target[existing.member_id] = target
+            raise
+        self.consumer.classic.join_group(
+            dataclasses.replace(req, member_id=member_id), respond)
+        return True
 
     def _member_for_join(self, group: ConsumerGroup, member_id: str, instance_id: str | None,
                          unknown: bool, records: list[rec.KeyValue]) -> ConsumerMember:

@@ -541,7 +541,11 @@ class ConsumerGroupManager:
         leaving = set(member_ids)
         if migration.can_downgrade(group, leaving, self.config.downgrade_enabled,
                                    self.config.max_group_size):
-            self._downgrade(shard, group, leaving)
+            try:
+                self.downgrade(shard, group, leaving)
+            except KafkaError as exc:
+                log.warning("group %s: cannot persist the downgrade to a classic group: %s",
+                            gid, exc)
             return
         if not self.config.downgrade_enabled and group.all_classic_except(leaving):
             log.info("group %s: cannot downgrade to a classic group because the online "
@@ -564,19 +568,18 @@ class ConsumerGroupManager:
         except KafkaError as exc:
             log.warning("group %s: cannot persist the removal of member %s: %s", gid, mid, exc)
 
-    def _downgrade(self, shard: Shard, group: ConsumerGroup, leaving: set[str]) -> None:
-        """Turn the group back into a classic group of its classic members, then rebalance."""
+    def downgrade(self, shard: Shard, group: ConsumerGroup, leaving: set[str],
+                  before: list[rec.KeyValue] | None = None) -> ClassicGroup:
+        """Turn the group back into a classic group of its classic members, then rebalance.
+        `before`: records of in-memory changes to write first (a replaced static member).
+        Raises KafkaError (nothing changed) when the records cannot be written."""
         gid = group.group_id
         classic = migration.classic_group_from_consumer(group, leaving, self.topics,
                                                         self.now_ms())
         assignment = {m.member_id: m.assignment for m in classic.members.values()}
-        records = group_tombstones(group)
+        records = list(before or []) + group_tombstones(group)
         records.append(self.classic.metadata_record(classic, assignment))
-        try:
-            self.store.append(shard.partition, records)
-        except KafkaError as exc:
-            log.warning("group %s: cannot persist the downgrade to a classic group: %s", gid, exc)
-            return
+        self.store.append(shard.partition, records)
         for mid in group.members:
             self.cancel_member_timers(gid, mid)
         shard.groups[gid] = classic
@@ -584,6 +587,7 @@ class ConsumerGroupManager:
                  "members", gid, group.group_epoch, len(classic.members))
         self.classic.adopt(classic, f"Downgrade group {gid} from consumer to classic for member "
                                     "leaving.")
+        return classic
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
         self.fence_if_present(group_id, member_id, None, "its session expired")

@@ -400,3 +400,47 @@ def test_classic_member_that_never_rejoins_is_fenced(env, h):
         c.heartbeat()
     group = env.coordinator.group("g")
     assert a.member_id not in group.members and b.member_id in group.members
+
+
+def test_static_classic_member_replacing_the_last_consumer_member_downgrades(env, h):
+    env.topics.add(TOPIC, 4)
+    c = ConsumerClient(env, "g")
+    r = env.coordinator.consumer_group_heartbeat(
+        group_id="g", member_id=c.member_id, member_epoch=0, instance_id="i1", rack_id=None,
+        rebalance_timeout=30000, subscribed_topic_names=[TOPIC], subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=[], client_id="c", client_host="/h")
+    assert r["error_code"] == 0
+    a = ClassicClient(env, h, "g")
+    a.rejoin_and_sync()
+    group = env.coordinator.group("g")
+    assert isinstance(group, ConsumerGroup) and len(group.members) == 2
+    # the static consumer-protocol instance restarts as a classic consumer
+    r = env.coordinator.consumer_group_heartbeat(
+        group_id="g", member_id=c.member_id, member_epoch=-2, instance_id="i1", rack_id=None,
+        rebalance_timeout=-1, subscribed_topic_names=None, subscribed_topic_regex=None,
+        server_assignor=None, topic_partitions=None, client_id="c", client_host="/h")
+    assert r["error_code"] == 0
+    reply = h.Reply()
+    env.coordinator.join_group(h.join_req("g", instance="i1", protocols=a.protocols()), reply)
+    group = env.coordinator.group("g")
+    assert isinstance(group, ClassicGroup) and group.state == ClassicState.PREPARING_REBALANCE
+    assert group.static_member_id("i1") in group.members and len(group.members) == 2
+    assert not reply.done  # parked in the classic rebalance
+    other = a.join()
+    assert reply.value["error_code"] == 0 and other.value["error_code"] == 0
+    assert reply.value["generation_id"] == other.value["generation_id"]
+    env.restart()
+    assert isinstance(env.coordinator.group("g"), ClassicGroup)
+
+
+def test_upgrade_answers_parked_classic_requests_with_rebalance_in_progress(env, h):
+    a, b = classic_group(env, h, "g")
+    parked = a.join()  # the leader rejoins: a classic rebalance starts, a's join waits for b
+    assert not parked.done
+    c = ConsumerClient(env, "g")
+    assert c.heartbeat()["error_code"] == 0
+    assert parked.value["error_code"] == E.REBALANCE_IN_PROGRESS
+    assert isinstance(env.coordinator.group("g"), ConsumerGroup)
+    a.rejoin_and_sync()
+    drive([a, b, c])
+    assert sorted(len(x.owned) for x in (a, b, c)) == [2, 2, 2]
