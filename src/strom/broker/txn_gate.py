@@ -174,19 +174,28 @@ def first_writes(batches: Iterable[tuple[TopicPartition, ProducerStates, memoryv
     return (pid, epoch, wanted) if wanted else None
 
 
-def produce_codes(codes: Codes, version: int) -> Codes:
-    """Coordinator answers as Produce of `version` reports them (Kafka's mapping in
-    AddPartitionsToTxnManager): fenced producers get INVALID_PRODUCER_EPOCH, retriable
-    coordinator states NOT_ENOUGH_REPLICAS, TRANSACTION_ABORTABLE needs v11+."""
-    out: Codes = {}
+ProduceVerdicts = dict[TopicPartition, tuple[int, str | None]]
+
+
+def produce_codes(codes: Codes, version: int) -> ProduceVerdicts:
+    """Coordinator answers as Produce of `version` reports them, with Kafka's messages
+    (ReplicaManager's translation of verification errors): retriable coordinator states become
+    NOT_ENOUGH_REPLICAS (every client version retries it without a metadata refresh), a fenced
+    producer INVALID_PRODUCER_EPOCH, TRANSACTION_ABORTABLE needs v11+."""
+    out: ProduceVerdicts = {}
     for tp, code in codes.items():
+        message = None
         if code in _RETRIABLE:
+            message = ("Unable to verify the partition has been added to the transaction. "
+                       f"Underlying error: {ErrorCode(code).name}")
             code = ErrorCode.NOT_ENOUGH_REPLICAS
         elif code == ErrorCode.PRODUCER_FENCED:
             code = ErrorCode.INVALID_PRODUCER_EPOCH
         elif code == ErrorCode.TRANSACTION_ABORTABLE and version < 11:
             code = ErrorCode.INVALID_TXN_STATE
-        out[tp] = int(code)
+        if code == ErrorCode.INVALID_TXN_STATE:
+            message = "Partition was not added to the transaction"
+        out[tp] = (int(code), message)
     return out
 
 

@@ -84,6 +84,12 @@ def _leaders(wire: Wire, topic: str) -> dict[int, int]:
 
 def _produce(wire: Wire, version: int, tid: str, topic: str, partition: int, pid: int,
              epoch: int, seq: int, value: bytes) -> int:
+    return _produce_response(wire, version, tid, topic, partition, pid, epoch, seq,
+                             value).error_code
+
+
+def _produce_response(wire: Wire, version: int, tid: str, topic: str, partition: int,
+                      pid: int, epoch: int, seq: int, value: bytes) -> Struct:
     batch = build_batch([Record(offset=0, timestamp=int(time.time() * 1000), key=None,
                                 value=value)],
                         producer_id=pid, producer_epoch=epoch, base_sequence=seq,
@@ -92,7 +98,7 @@ def _produce(wire: Wire, version: int, tid: str, topic: str, partition: int, pid
         "transactional_id": tid, "acks": -1, "timeout": 30000,
         "topic_data": [{"name": topic, "partition_data": [{"index": partition,
                                                            "records": batch}]}]})
-    return r.responses[0].partition_responses[0].error_code
+    return r.responses[0].partition_responses[0]
 
 
 def _setup(cluster: Any, topic: str, tid: str) -> tuple[dict[int, Wire], int, int]:
@@ -131,8 +137,9 @@ def test_tv1_write_to_a_partition_not_in_the_transaction_is_refused(make_cluster
     leader = _leaders(wires[coordinator], "tv1")[partition]
     pid, epoch = _init(wires[coordinator], tid)
     # no AddPartitionsToTxn: the remote coordinator says the partition is not in a transaction
-    code = _produce(wires[leader], 10, tid, "tv1", partition, pid, epoch, 0, b"stray")
-    assert code == E.INVALID_TXN_STATE
+    r = _produce_response(wires[leader], 10, tid, "tv1", partition, pid, epoch, 0, b"stray")
+    assert r.error_code == E.INVALID_TXN_STATE
+    assert r.error_message == "Partition was not added to the transaction"  # Kafka's text
     code = _produce(wires[leader], 11, tid, "tv1", partition, pid, epoch, 0, b"stray")
     assert code == E.TRANSACTION_ABORTABLE  # v11 understands it
     # after adding it, the same write goes through

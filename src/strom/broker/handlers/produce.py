@@ -25,7 +25,12 @@ from strom.broker.context import CloseConnection, RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.fetch import Endpoint, leader_hint
 from strom.broker.router import handles
-from strom.broker.txn_gate import Codes, adds_partitions, first_writes, produce_codes
+from strom.broker.txn_gate import (
+    ProduceVerdicts,
+    adds_partitions,
+    first_writes,
+    produce_codes,
+)
 from strom.cluster.image import INTERNAL_TOPICS
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -79,14 +84,14 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
 
 
 async def _append_when_checked(broker: Broker, ctx: RequestContext, request: ProduceRequest,
-                               checking: Awaitable[Codes]) -> bytes | None:
+                               checking: Awaitable[ProduceVerdicts]) -> bytes | None:
     checked = await checking
     reply = _append_all(broker, ctx, request, checked)
     return await reply if isinstance(reply, Awaitable) else reply
 
 
 def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
-                checked: Codes | None) -> bytes | Awaitable[bytes] | None:
+                checked: ProduceVerdicts | None) -> bytes | Awaitable[bytes] | None:
     """Append each partition's batch; `checked` holds the transaction coordinator's verdict
     on partitions whose batch opens a transaction (the others are absent)."""
     version = ctx.api_version
@@ -136,8 +141,9 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             if len(p.records) > _first_batch_size(p.records) and _second_batch(p.records):
                 result.error_code = ErrorCode.INVALID_RECORD  # only one batch per partition
                 continue
-            if checked and checked.get((topic.name, p.index)):  # -- transactions --
-                result.error_code = checked[(topic.name, p.index)]
+            verdict = checked.get((topic.name, p.index)) if checked else None
+            if verdict is not None and verdict[0]:  # -- transactions: not in the transaction --
+                result.error_code, result.error_message = verdict
                 continue
             try:
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
@@ -238,7 +244,7 @@ def _second_batch(records: memoryview) -> bool:
 
 
 def _check_transaction(broker: Broker, request: ProduceRequest,
-                       version: int) -> Codes | Awaitable[Codes]:
+                       version: int) -> ProduceVerdicts | Awaitable[ProduceVerdicts]:
     """The coordinator's verdict on the partitions whose batch would open the producer's
     transaction there: verified on transaction version 1, added on version 2 (Produce v12+).
     Empty when no batch opens a transaction."""
@@ -260,7 +266,7 @@ def _check_transaction(broker: Broker, request: ProduceRequest,
     checked = broker.txn_gate.check(request.transactional_id, pid, epoch, wanted,
                                     add=adds_partitions(version))
     if isinstance(checked, Awaitable):
-        async def mapped() -> Codes:
+        async def mapped() -> ProduceVerdicts:
             return produce_codes(await checked, version)
         return mapped()
     return produce_codes(checked, version)
