@@ -1,0 +1,95 @@
+"""kafka-configs.sh: topic, broker and broker-default configs on one Strom broker."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka.admin import ConfigResource
+
+from .. import clients as kc
+from . import state
+from .tools import properties, unique
+
+pytestmark = pytest.mark.timeout(180)
+BROKER = ConfigResource.Type.BROKER
+
+
+def test_topic_configs(kafka_tools, strom_broker):
+    bs = strom_broker.bootstrap
+    topic = unique("cfg")
+    kc.create_topic(bs, topic)
+
+    def configs(*args: str, code: int = 0):
+        return kafka_tools.run("kafka-configs", "--bootstrap-server", bs, "--entity-type",
+                               "topics", "--entity-name", topic, *args, code=code)
+
+    out = configs("--alter", "--add-config",
+                  "retention.ms=3600000,cleanup.policy=[compact,delete],max.message.bytes=200000")
+    assert out.stdout.strip() == f"Completed updating config for topic {topic}."
+    now = state.topic_configs(bs, topic)
+    assert (now["retention.ms"], now["cleanup.policy"], now["max.message.bytes"]) == (
+        "3600000", "compact,delete", "200000")
+    described = configs("--describe").stdout
+    assert described.splitlines()[0] == f"Dynamic configs for topic {topic} are:"
+    assert properties(described) == {"retention.ms": "3600000",
+                                      "cleanup.policy": "compact,delete",
+                                      "max.message.bytes": "200000"}
+    assert "synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=3600000, " \
+           "DEFAULT_CONFIG:log.retention.hours=168}" in described
+
+    configs("--alter", "--delete-config", "cleanup.policy,max.message.bytes")
+    now = state.topic_configs(bs, topic)
+    assert (now["retention.ms"], now["cleanup.policy"], now["max.message.bytes"]) == (
+        "3600000", "delete", "1048588")
+    every = properties(configs("--describe", "--all").stdout)
+    assert every["cleanup.policy"] == "delete" and every["segment.bytes"] == "1073741824"
+
+    bad = configs("--alter", "--add-config", "retention.ms=soon", code=1)
+    assert "InvalidConfigurationException" in bad.stdout + bad.stderr
+    bad = configs("--alter", "--add-config", "no.such.config=1", code=1)
+    assert "no.such.config" in bad.stdout + bad.stderr
+    assert state.topic_configs(bs, topic)["retention.ms"] == "3600000"
+
+
+def test_broker_and_default_configs(kafka_tools, strom_broker):
+    bs = strom_broker.bootstrap
+    topic = unique("cfg-b")
+    kc.create_topic(bs, topic)
+
+    def configs(*args: str):
+        return kafka_tools.run("kafka-configs", "--bootstrap-server", bs, "--entity-type",
+                               "brokers", *args).stdout
+
+    out = configs("--entity-name", "0", "--alter", "--add-config",
+                  "log.cleaner.threads=2,message.max.bytes=2000000")
+    assert out.strip() == "Completed updating config for broker 0."
+    assert properties(configs("--entity-name", "0", "--describe")) == {
+        "log.cleaner.threads": "2", "message.max.bytes": "2000000"}
+    now = state.configs(bs, BROKER, "0")
+    assert (now["log.cleaner.threads"], now["message.max.bytes"]) == ("2", "2000000")
+
+    out = configs("--entity-default", "--alter", "--add-config", "log.retention.ms=7200000")
+    assert out.strip() == "Completed updating default config for brokers in the cluster."
+    described = configs("--entity-default", "--describe")
+    assert described.splitlines()[0] == "Default configs for brokers in the cluster are:"
+    assert "log.retention.ms=7200000 sensitive=false " \
+           "synonyms={DYNAMIC_DEFAULT_BROKER_CONFIG:log.retention.ms=7200000}" in described
+    assert state.configs(bs, BROKER, "0")["log.retention.ms"] == "7200000"
+    # A topic without its own retention.ms follows the new cluster-wide default.
+    assert state.topic_configs(bs, topic)["retention.ms"] == "7200000"
+    every = properties(kafka_tools.run("kafka-configs", "--bootstrap-server", bs,
+                                       "--entity-type", "topics", "--entity-name", topic,
+                                       "--describe", "--all").stdout)
+    assert every["retention.ms"] == "7200000"
+
+    # Without --entity-name or --entity-default: every broker, then the defaults.
+    both = configs("--describe")
+    assert "Dynamic configs for broker 0 are:" in both
+    assert "Default configs for brokers in the cluster are:" in both
+
+    configs("--entity-name", "0", "--alter", "--delete-config",
+            "log.cleaner.threads,message.max.bytes")
+    configs("--entity-default", "--alter", "--delete-config", "log.retention.ms")
+    assert properties(configs("--entity-name", "0", "--describe")) == {}
+    now = state.configs(bs, BROKER, "0")
+    assert (now["log.cleaner.threads"], now["message.max.bytes"]) == ("1", "1048588")
+    assert state.topic_configs(bs, topic)["retention.ms"] == "604800000"
