@@ -2,11 +2,14 @@
 
 Each Java test method is one pytest item, for each run it belongs to:
 
-- ``strom``: every class not tagged ``cluster``, on one Strom broker;
+- ``strom``: every class not tagged ``cluster`` or ``migration-disabled``, on one Strom broker;
 - ``strom-cluster``: classes tagged ``cluster``, on a private ZooKeeper and 3 Strom brokers;
+- ``strom-migration-disabled``: classes tagged ``migration-disabled``, on one Strom broker with
+  ``group.consumer.migration.policy=disabled``;
 - ``kafka``: classes tagged ``fast`` or ``migration``, on a single-node KRaft Apache Kafka 4.4
-  (``STROM_JAVA_KAFKA=full``: every class), so CI shows the tests encode Kafka's behaviour;
-- ``kafka-cluster``: classes tagged ``cluster``, on 3 KRaft Kafka 4.4 nodes.
+  (``STROM_JAVA_KAFKA=full``: every class of the ``strom`` run), so CI shows that the tests
+  encode Kafka's behaviour; ``kafka-cluster`` and ``kafka-migration-disabled`` as for Strom (3
+  KRaft nodes; one node with the policy disabled).
 
 A run starts its brokers with compat/run_broker.py, runs ``mvn surefire:test`` once (compiled
 once per session into a private build directory, offline when ~/.m2 has everything) and reads
@@ -44,34 +47,35 @@ MAVEN_TIMEOUT = 900  # one Maven run; JUnit bounds each test at 120 s
 RUN_TIMEOUT = 1500  # the pytest item that pays for a run: brokers + Maven
 
 # "Class.method" (or "Class.method[n]" for one invocation of a parameterized test) -> why it fails.
-KNOWN_FAILING_ON_STROM: dict[str, str] = {
-    "GroupMigrationTest.upgradeALiveClassicGroupMemberByMember":
-        "GroupIdNotFoundException: Group ... is not a consumer group (no KIP-848 online upgrade)",
-    "GroupMigrationTest.downgradeALiveConsumerGroupMemberByMember":
-        "InconsistentGroupProtocolException on a classic JoinGroup to a consumer group (no downgrade)",
-}
+KNOWN_FAILING_ON_STROM: dict[str, str] = {}
+
+
+# Tags of classes that need a deployment of their own; the default selection leaves them out.
+SPECIAL_TAGS = {"cluster", "migration-disabled"}
+MIGRATION_DISABLED = {"group.consumer.migration.policy": "disabled"}
 
 
 @dataclass(frozen=True)
 class Run:
     name: str
     kind: str  # a compat/run_broker.py kind
-    groups: str  # JUnit tag expression (-Dgroups)
+    tags: frozenset[str]  # classes with any of these class-level tags; empty: all but SPECIAL_TAGS
     known_failing: dict[str, str] = field(default_factory=dict)
+    overrides: dict[str, str] = field(default_factory=dict)
 
     def selects(self, tags: set[str]) -> bool:
-        """The tag expressions used here are unions of tags ("a | b"), or "" for "not cluster"."""
-        if not self.groups:
-            return "cluster" not in tags
-        return bool(tags & {t.strip() for t in self.groups.split("|")})
+        return bool(tags & self.tags) if self.tags else not tags & SPECIAL_TAGS
 
 
-KAFKA_GROUPS = "" if os.environ.get("STROM_JAVA_KAFKA") == "full" else "fast | migration"
+KAFKA_TAGS = frozenset() if os.environ.get("STROM_JAVA_KAFKA") == "full" else frozenset({"fast", "migration"})
 RUNS = [
-    Run("strom", "strom", "", KNOWN_FAILING_ON_STROM),
-    Run("strom-cluster", "strom-cluster", "cluster", KNOWN_FAILING_ON_STROM),
-    Run("kafka", "kafka", KAFKA_GROUPS),
-    Run("kafka-cluster", "kafka-cluster", "cluster"),
+    Run("strom", "strom", frozenset(), KNOWN_FAILING_ON_STROM),
+    Run("strom-cluster", "strom-cluster", frozenset({"cluster"}), KNOWN_FAILING_ON_STROM),
+    Run("strom-migration-disabled", "strom", frozenset({"migration-disabled"}), KNOWN_FAILING_ON_STROM,
+        MIGRATION_DISABLED),
+    Run("kafka", "kafka", KAFKA_TAGS),
+    Run("kafka-cluster", "kafka-cluster", frozenset({"cluster"})),
+    Run("kafka-migration-disabled", "kafka", frozenset({"migration-disabled"}), {}, MIGRATION_DISABLED),
 ]
 
 
@@ -219,7 +223,8 @@ def execute(run: Run, build: Path, libs: Path | None) -> RunResult:
             f"-Dtest={','.join(sorted(selected))}", "-Dsurefire.failIfNoSpecifiedTests=false",
             "-Dmaven.test.failure.ignore=true"]  # fmt: skip
     try:
-        with run_broker.Deployment(run.kind, strom=STROM, kafka_libs=libs) as d:
+        with run_broker.Deployment(run.kind, strom=STROM, kafka_libs=libs,
+                                   overrides=run.overrides) as d:
             result.bootstrap = d.bootstrap
             done = mvn([*args, f"-Dbootstrap={d.bootstrap}"], log)
             if done.returncode != 0:
