@@ -75,10 +75,14 @@ compat-java-cluster: $(STAMP) system-deps
 	$(BIN)/python compat/run_broker.py strom-cluster --strom $(BIN)/strom -- \
 	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_CLUSTER) $(COMPAT_ARGS)
 
+# The marker names the broker pom's hash (as tests/integration/kafka_tools/jars.py): a copy made
+# from an older pom is fetched again.
+COMPAT_KAFKA_MARK = $(COMPAT_KAFKA_LIBS)/.pom-$(shell sha256sum compat/java/kafka-broker/pom.xml | cut -c1-16)
 compat-kafka-libs:
-	test -f $(COMPAT_KAFKA_LIBS)/.complete || { \
+	test -f $(COMPAT_KAFKA_MARK) || { rm -rf $(COMPAT_KAFKA_LIBS) && \
 	  nice -n 10 mvn -q -B -f compat/java/kafka-broker/pom.xml dependency:copy-dependencies \
-	    -DincludeScope=runtime -DoutputDirectory=$(COMPAT_KAFKA_LIBS) && touch $(COMPAT_KAFKA_LIBS)/.complete; }
+	    -DincludeScope=runtime -DoutputDirectory=$(COMPAT_KAFKA_LIBS) && \
+	  touch $(COMPAT_KAFKA_LIBS)/.complete $(COMPAT_KAFKA_MARK); }
 
 compat-kafka: compat-kafka-libs
 	$(PYTHON) compat/run_broker.py kafka --kafka-libs $(COMPAT_KAFKA_LIBS) -- \

@@ -39,9 +39,6 @@ REPO = Path(__file__).resolve().parents[3]
 COMPAT = REPO / "compat"
 POM = COMPAT / "java" / "pom.xml"
 SOURCES = COMPAT / "java" / "src" / "test" / "java"
-BROKER_POM = COMPAT / "java" / "kafka-broker" / "pom.xml"
-KAFKA_LIBS = Path(os.environ.get("COMPAT_KAFKA_LIBS",
-                                 "~/.cache/strom-compat/kafka-4.4.0/libs")).expanduser()
 STROM = Path(sys.executable).with_name("strom")
 MAVEN_TIMEOUT = 900  # one Maven run; JUnit bounds each test at 120 s
 RUN_TIMEOUT = 1500  # the pytest item that pays for a run: brokers + Maven
@@ -107,15 +104,16 @@ JAVA_TESTS = java_tests()
 # --------------------------------------------------------------------------- Maven and brokers
 
 
-def _load_run_broker():
-    spec = importlib.util.spec_from_file_location("compat_run_broker", COMPAT / "run_broker.py")
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-run_broker = _load_run_broker()
+run_broker = _load("compat_run_broker", COMPAT / "run_broker.py")
+jars = _load("kafka_tools_jars", REPO / "tests" / "integration" / "kafka_tools" / "jars.py")
 
 
 def mvn(args: list[str], log: Path) -> subprocess.CompletedProcess[str]:
@@ -152,23 +150,13 @@ def java_build(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def kafka_libs(tmp_path_factory) -> Path:
-    """Kafka 4.4's broker jars, fetched once from Maven Central into ~/.cache (as make compat-kafka)."""
-    if (KAFKA_LIBS / ".complete").exists():
-        return KAFKA_LIBS
-    staging = KAFKA_LIBS.with_name(f"{KAFKA_LIBS.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    done = mvn(["-q", "-f", str(BROKER_POM), "dependency:copy-dependencies", "-DincludeScope=runtime",
-                f"-DoutputDirectory={staging}"], tmp_path_factory.mktemp("kafka-libs") / "maven.log")
-    if done.returncode != 0:
-        pytest.fail(f"fetching Kafka 4.4's jars failed:\n{tail(done.stdout + done.stderr)}")
-    (staging / ".complete").touch()
-    shutil.rmtree(KAFKA_LIBS, ignore_errors=True)  # an incomplete earlier copy
+def kafka_libs() -> Path:
+    """Kafka 4.4's jars, fetched once from Maven Central into ~/.cache (shared with the tools tests:
+    tests/integration/kafka_tools/jars.py, which refetches when the broker pom changed)."""
     try:
-        staging.rename(KAFKA_LIBS)
-    except OSError:  # another session finished first
-        shutil.rmtree(staging, ignore_errors=True)
-    return KAFKA_LIBS
+        return jars.ensure_libs()
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @dataclass
