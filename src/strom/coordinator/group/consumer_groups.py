@@ -330,9 +330,8 @@ class ConsumerGroupManager:
         if updated is not member or is_new:
             group.put_member(updated)
             records.append(self._current_assignment_record(group.group_id, updated))
-            if updated.uses_classic_protocol:
-                pass
-            elif updated.state == MemberState.UNREVOKED_PARTITIONS:
+            if updated.state == MemberState.UNREVOKED_PARTITIONS and \
+                    not updated.uses_classic_protocol:
                 self._schedule_rebalance_timeout(group.group_id, updated)
             else:
                 self.timers.cancel(("rebalance", group.group_id, member.member_id))
@@ -389,8 +388,7 @@ class ConsumerGroupManager:
         target = group.target.get(existing.member_id)
         records += rec.member_tombstones(group.group_id, existing.member_id)
         group.remove_member(existing.member_id)
-        self.timers.cancel(("session", group.group_id, existing.member_id))
-        self.timers.cancel(("rebalance", group.group_id, existing.member_id))
+        self.cancel_member_timers(group.group_id, existing.member_id)
         if target is not None:
             group.target[member_id] = target
             records.append(rec.consumer_group_record(
@@ -555,7 +553,6 @@ class ConsumerGroupManager:
             records += rec.member_tombstones(gid, mid)
             group.remove_member(mid)
             self.cancel_member_timers(gid, mid)
-        mid = ", ".join(member_ids)
         metadata = self._subscription_metadata(group)
         if metadata != group.subscription_metadata:
             group.subscription_metadata = metadata
@@ -566,7 +563,8 @@ class ConsumerGroupManager:
         try:
             self.store.append(shard.partition, records)
         except KafkaError as exc:
-            log.warning("group %s: cannot persist the removal of member %s: %s", gid, mid, exc)
+            log.warning("group %s: cannot persist the removal of members %s: %s", gid,
+                        member_ids, exc)
 
     def downgrade(self, shard: Shard, group: ConsumerGroup, leaving: set[str],
                   before: list[rec.KeyValue] | None = None) -> ClassicGroup:
