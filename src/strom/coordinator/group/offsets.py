@@ -114,6 +114,10 @@ def _validate_consumer_fetch(group: ConsumerGroup, member_id: str | None, epoch:
     if member is None:
         raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                          f"Member {member_id} is not a member of group {group.group_id}.")
+    if epoch != member.member_epoch and member.classic is not None:
+        raise KafkaError(ErrorCode.ILLEGAL_GENERATION,
+                         f"The received generation id {epoch} does not match the expected "
+                         f"member epoch {member.member_epoch}.")
     if epoch != member.member_epoch:
         raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
                          f"The received member epoch {epoch} does not match the expected "

@@ -234,6 +234,12 @@ def test_classic_member_commits_with_its_member_epoch(env, h):
                  member=a.member_id, version=8)
     assert err.value.code == E.ILLEGAL_GENERATION
     assert h.fetched(env.coordinator, "g", [(TOPIC, [0])]) == {(TOPIC, 0): 5}
+    assert h.fetched(env.coordinator, "g", [(TOPIC, [0])], member_id=a.member_id,
+                     member_epoch=a.generation) == {(TOPIC, 0): 5}
+    with pytest.raises(KafkaError) as err:
+        h.fetched(env.coordinator, "g", [(TOPIC, [0])], member_id=a.member_id,
+                  member_epoch=a.generation + 1)
+    assert err.value.code == E.ILLEGAL_GENERATION
 
 
 def test_classic_requests_to_the_consumer_group_are_validated(env, h):
