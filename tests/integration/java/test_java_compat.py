@@ -230,7 +230,10 @@ def results(run: Run, request: pytest.FixtureRequest) -> RunResult:
     if run.name not in _RESULTS:
         build = request.getfixturevalue("java_build")
         libs = request.getfixturevalue("kafka_libs") if run.kind.startswith("kafka") else None
-        _RESULTS[run.name] = execute(run, build, libs)
+        try:
+            _RESULTS[run.name] = execute(run, build, libs)
+        except Exception as e:  # e.g. Maven's timeout: the other items must not run it again
+            _RESULTS[run.name] = RunResult(run, maven=f"{type(e).__name__}: {e}")
     return _RESULTS[run.name]
 
 
