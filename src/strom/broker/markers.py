@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 
 from strom.broker.core import Node
-from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.cluster.client import BrokerClient, BrokerClients, BrokerConnectionError
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.transaction.markers import MarkerResults, TopicPartition, TxnMarker
 from strom.protocol.api_keys import ApiKey
@@ -63,7 +63,8 @@ class ClusterMarkerWriter:
     def __init__(self, node: Node, groups: GroupCoordinator) -> None:
         self.node = node
         self._groups = groups
-        self._clients: dict[int, BrokerClient] = {}
+        self._clients = BrokerClients(f"strom-txn-markers-{node.broker_id}",
+                                      node.config.get("replica.socket.timeout.ms") / 1000)
 
     def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
         results: MarkerResults = {}
@@ -99,14 +100,7 @@ class ClusterMarkerWriter:
         info = self.node.image.brokers.get(leader)
         if info is None:
             return None
-        client = self._clients.get(leader)
-        if client is None or (client.host, client.port) != (info.host, info.port):
-            if client is not None:
-                client.close()
-            client = self._clients[leader] = BrokerClient(
-                info.host, info.port, client_id=f"strom-txn-markers-{self.node.broker_id}",
-                timeout_s=self.node.config.get("replica.socket.timeout.ms") / 1000)
-        return client
+        return self._clients.get(leader, info.host, info.port)
 
     async def _send(self, leader: int, marker: TxnMarker,
                     tps: list[TopicPartition]) -> MarkerResults:
@@ -139,7 +133,5 @@ class ClusterMarkerWriter:
         return out
 
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        self._clients.close()
 

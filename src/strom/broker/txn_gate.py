@@ -21,7 +21,7 @@ import logging
 from collections.abc import Awaitable, Iterable
 from typing import Any, Protocol
 
-from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.cluster.client import BrokerClient, BrokerClients, BrokerConnectionError
 from strom.cluster.features import finalized_level
 from strom.cluster.image import MetadataImage
 from strom.config.broker import BrokerConfig
@@ -53,7 +53,8 @@ class TxnPartitionGate:
     def __init__(self, node: GateNode, coordinator: TransactionCoordinator) -> None:
         self.node = node
         self.coordinator = coordinator
-        self._clients: dict[int, BrokerClient] = {}
+        self._clients = BrokerClients(f"strom-txn-verify-{node.broker_id}",
+                                      node.config.get("replica.socket.timeout.ms") / 1000)
 
     def check(self, transactional_id: str, producer_id: int, producer_epoch: int,
               partitions: list[TopicPartition], *, add: bool) -> Codes | Awaitable[Codes]:
@@ -90,14 +91,7 @@ class TxnPartitionGate:
         info = self.node.image.brokers.get(broker_id)
         if info is None:
             return None
-        client = self._clients.get(broker_id)
-        if client is None or (client.host, client.port) != (info.host, info.port):
-            if client is not None:
-                client.close()
-            client = self._clients[broker_id] = BrokerClient(
-                info.host, info.port, client_id=f"strom-txn-verify-{self.node.broker_id}",
-                timeout_s=self.node.config.get("replica.socket.timeout.ms") / 1000)
-        return client
+        return self._clients.get(broker_id, info.host, info.port)
 
     async def _remote(self, broker_id: int, transactional_id: str, producer_id: int,
                       producer_epoch: int, partitions: list[TopicPartition],
@@ -133,9 +127,7 @@ class TxnPartitionGate:
         return out
 
     def close(self) -> None:
-        for client in self._clients.values():
-            client.close()
-        self._clients.clear()
+        self._clients.close()
 
 
 # -- Produce: the transactional batches of one request -------------------------------------

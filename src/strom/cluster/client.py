@@ -76,3 +76,27 @@ class BrokerClient:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+
+
+class BrokerClients:
+    """One client per peer broker, kept across requests and replaced when the broker's
+    endpoint changes (a restarted broker may come back on another port)."""
+
+    def __init__(self, client_id: str, timeout_s: float) -> None:
+        self.client_id = client_id
+        self.timeout_s = timeout_s
+        self._clients: dict[int, BrokerClient] = {}
+
+    def get(self, broker_id: int, host: str, port: int) -> BrokerClient:
+        client = self._clients.get(broker_id)
+        if client is None or (client.host, client.port) != (host, port):
+            if client is not None:
+                client.close()
+            client = self._clients[broker_id] = BrokerClient(
+                host, port, client_id=self.client_id, timeout_s=self.timeout_s)
+        return client
+
+    def close(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()

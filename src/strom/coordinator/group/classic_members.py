@@ -25,7 +25,11 @@ from strom.coordinator.group import consumer_protocol as cp
 from strom.coordinator.group import migration
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.classic_groups import JoinRequest, join_error, sync_error
-from strom.coordinator.group.consumer_groups import ConsumerGroupManager, with_classic
+from strom.coordinator.group.consumer_groups import (
+    ConsumerGroupManager,
+    known_static_member,
+    with_classic,
+)
 from strom.coordinator.group.shards import Shard
 from strom.coordinator.group.state import (
     CONSUMER_PROTOCOL_TYPE,
@@ -180,13 +184,7 @@ class ClassicMemberManager:
             if existing is None:
                 return ConsumerMember(member_id)
             return self.consumer.replace_static_member(group, existing, member_id, records)
-        if existing is None:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if existing.member_id != member_id:
-            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
-                             f"Static member {member_id} with instance id {instance_id} was "
-                             f"fenced by member {existing.member_id}.")
-        return existing
+        return known_static_member(existing, instance_id, member_id)
 
     # -- SyncGroup, Heartbeat ----------------------------------------------------------------
 

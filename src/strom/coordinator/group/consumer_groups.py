@@ -100,6 +100,19 @@ def with_classic(member: ConsumerMember, classic: ClassicMetadata | None) -> Con
     return out
 
 
+def known_static_member(existing: ConsumerMember | None, instance_id: str,
+                        member_id: str) -> ConsumerMember:
+    """The static member a rejoining request names: the instance's current member, else
+    UNKNOWN_MEMBER_ID (no such instance) or FENCED_INSTANCE_ID (another member took it)."""
+    if existing is None:
+        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
+    if existing.member_id != member_id:
+        raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
+                         f"Static member {member_id} with instance id {instance_id} was "
+                         f"fenced by member {existing.member_id}.")
+    return existing
+
+
 class ConsumerGroupManager:
     """KIP-848 consumer groups of the shards in `state`."""
 
@@ -366,12 +379,7 @@ class ConsumerGroupManager:
                                  f"cannot join the group because the instance id is owned by "
                                  f"member {existing.member_id}.")
             return self.replace_static_member(group, existing, member_id, records)
-        if existing is None:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Instance id {instance_id} is unknown.")
-        if existing.member_id != member_id:
-            raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
-                             f"Static member {member_id} with instance id {instance_id} was "
-                             f"fenced by member {existing.member_id}.")
+        existing = known_static_member(existing, instance_id, member_id)
         self._check_member_epoch(existing, epoch, owned)
         return existing
 
