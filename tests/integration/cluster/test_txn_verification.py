@@ -101,17 +101,21 @@ def _produce_response(wire: Wire, version: int, tid: str, topic: str, partition:
     return r.responses[0].partition_responses[0]
 
 
-def _setup(cluster: Any, topic: str, tid: str) -> tuple[dict[int, Wire], int, int]:
-    """Wires to every broker, the coordinator of `tid`, and a partition it does not lead."""
+def _setup(request: Any, cluster: Any, topic: str,
+           tid: str) -> tuple[dict[int, Wire], int, int, int]:
+    """Wires to every broker (closed after the test), the coordinator of `tid`, a partition it
+    does not lead, and that partition's leader."""
     admin = AdminClient({"bootstrap.servers": cluster.bootstrap})
     wait_for(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 30, "3 brokers")
     admin.create_topics([NewTopic(topic, 6, 1)], operation_timeout=30)[topic].result(40)
     wires = {i: Wire(b.bootstrap) for i, b in enumerate(cluster.brokers, start=1)}
+    for wire in wires.values():
+        request.addfinalizer(wire.close)
     coordinator = _coordinator(next(iter(wires.values())), tid)
     leaders = wait_for(lambda: (lambda ls: ls if all(v >= 0 for v in ls.values()) else None)(
         _leaders(wires[coordinator], topic)), 30, "leaders")
     partition = next(p for p, leader in sorted(leaders.items()) if leader != coordinator)
-    return wires, coordinator, partition
+    return wires, coordinator, partition, leaders[partition]
 
 
 def _init(wire: Wire, tid: str) -> tuple[int, int]:
@@ -125,16 +129,20 @@ def _init(wire: Wire, tid: str) -> tuple[int, int]:
     return wait_for(init, 60, "InitProducerId")
 
 
+def _end_txn(wire: Wire, version: int, tid: str, pid: int, epoch: int, commit: bool) -> Struct:
+    return wire.request(ApiKey.END_TXN, version, {"transactional_id": tid, "producer_id": pid,
+                                                  "producer_epoch": epoch, "committed": commit})
+
+
 def _describe(wire: Wire, tid: str) -> Struct:
     return wire.request(ApiKey.DESCRIBE_TRANSACTIONS, 0,
                         {"transactional_ids": [tid]}).transaction_states[0]
 
 
-def test_tv1_write_to_a_partition_not_in_the_transaction_is_refused(make_cluster):
+def test_tv1_write_to_a_partition_not_in_the_transaction_is_refused(make_cluster, request):
     cluster = make_cluster(3)
     tid = "tv1-producer"
-    wires, coordinator, partition = _setup(cluster, "tv1", tid)
-    leader = _leaders(wires[coordinator], "tv1")[partition]
+    wires, coordinator, partition, leader = _setup(request, cluster, "tv1", tid)
     pid, epoch = _init(wires[coordinator], tid)
     # no AddPartitionsToTxn: the remote coordinator says the partition is not in a transaction
     r = _produce_response(wires[leader], 10, tid, "tv1", partition, pid, epoch, 0, b"stray")
@@ -149,35 +157,25 @@ def test_tv1_write_to_a_partition_not_in_the_transaction_is_refused(make_cluster
         "v3_and_below_topics": [{"name": "tv1", "partitions": [partition]}]})
     assert r.results_by_topic_v3_and_below[0].results_by_partition[0].partition_error_code == 0
     assert _produce(wires[leader], 11, tid, "tv1", partition, pid, epoch, 0, b"ok") == E.NONE
-    r = wires[coordinator].request(ApiKey.END_TXN, 4, {"transactional_id": tid,
-                                                       "producer_id": pid,
-                                                       "producer_epoch": epoch,
-                                                       "committed": True})
-    assert r.error_code == 0
+    assert _end_txn(wires[coordinator], 4, tid, pid, epoch, True).error_code == 0
     # a fenced producer's write is refused through the remote check too
     new_pid, new_epoch = _init(wires[coordinator], tid)
     assert (new_pid, new_epoch) == (pid, epoch + 1)
     code = _produce(wires[leader], 11, tid, "tv1", partition, pid, epoch, 1, b"late")
     assert code == E.INVALID_PRODUCER_EPOCH
-    for w in wires.values():
-        w.close()
 
 
-def test_tv2_leader_adds_the_partition_and_end_txn_bumps_the_epoch(make_cluster):
+def test_tv2_leader_adds_the_partition_and_end_txn_bumps_the_epoch(make_cluster, request):
     cluster = make_cluster(3)
     tid = "tv2-producer"
-    wires, coordinator, partition = _setup(cluster, "tv2", tid)
-    leader = _leaders(wires[coordinator], "tv2")[partition]
+    wires, coordinator, partition, leader = _setup(request, cluster, "tv2", tid)
     pid, epoch = _init(wires[coordinator], tid)
     # Produce v12 without AddPartitionsToTxn: the leader adds the partition at the coordinator
     assert _produce(wires[leader], 12, tid, "tv2", partition, pid, epoch, 0, b"one") == E.NONE
     state = _describe(wires[coordinator], tid)
     assert state.transaction_state == "Ongoing"
     assert [(t.topic, list(t.partitions)) for t in state.topics] == [("tv2", [partition])]
-    r = wires[coordinator].request(ApiKey.END_TXN, 5, {"transactional_id": tid,
-                                                       "producer_id": pid,
-                                                       "producer_epoch": epoch,
-                                                       "committed": True})
+    r = _end_txn(wires[coordinator], 5, tid, pid, epoch, True)
     assert (r.error_code, r.producer_id, r.producer_epoch) == (0, pid, epoch + 1)
     wait_for(lambda: _describe(wires[coordinator], tid).transaction_state == "CompleteCommit",
              30, "the commit to complete")
@@ -187,10 +185,5 @@ def test_tv2_leader_adds_the_partition_and_end_txn_bumps_the_epoch(make_cluster)
     assert _produce(wires[leader], 12, tid, "tv2", partition, pid, epoch + 1, 0, b"two") == \
         E.NONE
     assert _describe(wires[coordinator], tid).producer_epoch == epoch + 1
-    r = wires[coordinator].request(ApiKey.END_TXN, 5, {"transactional_id": tid,
-                                                       "producer_id": pid,
-                                                       "producer_epoch": epoch + 1,
-                                                       "committed": False})
+    r = _end_txn(wires[coordinator], 5, tid, pid, epoch + 1, False)
     assert (r.error_code, r.producer_epoch) == (0, epoch + 2)
-    for w in wires.values():
-        w.close()
