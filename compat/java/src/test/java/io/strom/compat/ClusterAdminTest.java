@@ -13,6 +13,8 @@ import java.util.Optional;
 import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
 import org.apache.kafka.clients.admin.NewPartitionReassignment;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.PartitionReassignment;
@@ -24,6 +26,7 @@ import org.apache.kafka.common.ElectionType;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
+import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.ElectionNotNeededException;
 import org.apache.kafka.common.errors.InvalidReplicaAssignmentException;
 import org.apache.kafka.common.errors.InvalidReplicationFactorException;
@@ -134,6 +137,91 @@ class ClusterAdminTest extends CompatTest {
         "grown to [b, c, a]: " + partition(topic, 0));
     assertTrue(admin.listPartitionReassignments().reassignments().get(T, TimeUnit.SECONDS).keySet().stream()
         .noneMatch(t -> t.topic().equals(topic)), "no reassignment of " + topic + " listed");
+  }
+
+  /** Sets (value) or deletes (null) a dynamic config on every broker. */
+  private void brokerConfigs(Map<String, String> entries) throws Exception {
+    Map<ConfigResource, java.util.Collection<AlterConfigOp>> ops = new java.util.HashMap<>();
+    for (int id : ids) {
+      List<AlterConfigOp> list = new ArrayList<>();
+      entries.forEach((k, v) -> list.add(v == null
+          ? new AlterConfigOp(new ConfigEntry(k, ""), AlterConfigOp.OpType.DELETE)
+          : new AlterConfigOp(new ConfigEntry(k, v), AlterConfigOp.OpType.SET)));
+      ops.put(new ConfigResource(ConfigResource.Type.BROKER, String.valueOf(id)), list);
+    }
+    admin.incrementalAlterConfigs(ops).all().get(T, TimeUnit.SECONDS);
+  }
+
+  private boolean throttledEverywhere(ConfigResource topic) {
+    try {
+      List<ConfigResource> all = new ArrayList<>();
+      all.add(topic);
+      ids.forEach(id -> all.add(new ConfigResource(ConfigResource.Type.BROKER, String.valueOf(id))));
+      var configs = admin.describeConfigs(all).all().get(T, TimeUnit.SECONDS);
+      for (ConfigResource r : all) {
+        String key = r.type() == ConfigResource.Type.TOPIC
+            ? "leader.replication.throttled.replicas" : "leader.replication.throttled.rate";
+        String want = r.type() == ConfigResource.Type.TOPIC ? "*" : "1024";
+        if (!want.equals(configs.get(r).get(key).value())) {
+          return false;
+        }
+      }
+      return true;
+    } catch (Exception e) {
+      return false;
+    }
+  }
+
+  /**
+   * A reassignment held back by a replication throttle (Kafka's leader/follower
+   * .replication.throttled.rate and .replicas configs) is listed with its adding replica, and a
+   * cancel puts the partition back on its old replicas.
+   */
+  @Test
+  void aThrottledReassignmentIsListedAndCanBeCancelled() throws Exception {
+    int a = ids.get(0);
+    int b = ids.get(1);
+    String topic = createTopic("cl-throttle", Map.of(0, List.of(a)));
+    TopicPartition tp = new TopicPartition(topic, 0);
+    // More than one replica fetch (replica.fetch.max.bytes, 1 MiB): the first fetch uses up the quota.
+    var p = producerProps();
+    p.put(ProducerConfig.ACKS_CONFIG, "all");
+    p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+    byte[] value = new byte[1024];
+    try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(p)) {
+      for (int i = 0; i < 4096; i++) {
+        producer.send(new ProducerRecord<>(topic, 0, null, value));
+      }
+      producer.flush();
+    }
+    ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+    admin.incrementalAlterConfigs(Map.of(res, List.of(
+        new AlterConfigOp(new ConfigEntry("leader.replication.throttled.replicas", "*"), AlterConfigOp.OpType.SET),
+        new AlterConfigOp(new ConfigEntry("follower.replication.throttled.replicas", "*"), AlterConfigOp.OpType.SET))))
+        .all().get(T, TimeUnit.SECONDS);
+    Map<String, String> rates = new java.util.HashMap<>();
+    rates.put("leader.replication.throttled.rate", "1024");
+    rates.put("follower.replication.throttled.rate", "1024");
+    brokerConfigs(rates);
+    try {
+      // Kafka applies configs through its metadata log: wait until every broker shows them.
+      assertTrue(eventually(() -> throttledEverywhere(res)), "throttle configs applied");
+      reassign(tp, List.of(a, b));
+      PartitionReassignment r = admin.listPartitionReassignments(Set.of(tp)).reassignments()
+          .get(T, TimeUnit.SECONDS).get(tp);
+      assertTrue(r != null, "the throttled reassignment is under way");
+      assertEquals(List.of(a, b), r.replicas());
+      assertEquals(List.of(b), r.addingReplicas());
+      assertEquals(List.of(), r.removingReplicas());
+      assertEquals(Set.of(a), idSet(partition(topic, 0).isr()), "b has not caught up");
+
+      admin.alterPartitionReassignments(Map.of(tp, Optional.empty())).all().get(T, TimeUnit.SECONDS);
+      assertTrue(eventually(() -> noReassignment(tp) && placed(topic, 0, List.of(a), a)),
+          "back on [a] after the cancel: " + partition(topic, 0));
+    } finally {
+      rates.replaceAll((k, v) -> null);
+      brokerConfigs(rates);
+    }
   }
 
   @Test
