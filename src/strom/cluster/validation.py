@@ -13,18 +13,19 @@ _LEGAL = re.compile(r"^[a-zA-Z0-9._-]+$")
 def check_topic_name(name: str | None) -> None:
     """Kafka's rules: [a-zA-Z0-9._-], at most 249 characters, not '.' or '..'."""
     if not name:
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is illegal, it can't be empty")
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name is invalid: the empty string is not allowed")
     if name in (".", ".."):
-        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, "Topic name cannot be \".\" or \"..\"")
+        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Topic name is invalid: '{name}' is not allowed")
     if len(name) > MAX_TOPIC_NAME:
         raise KafkaError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters",
+            f"Topic name is invalid: the length of '{name}' is longer than the max allowed "
+            f"length {MAX_TOPIC_NAME}",
         )
     if not _LEGAL.match(name):
         raise KafkaError(
             ErrorCode.INVALID_TOPIC_EXCEPTION,
-            f"Topic name {name!r} is illegal, it contains a character other than "
+            f"Topic name is invalid: '{name}' contains one or more characters other than "
             "ASCII alphanumerics, '.', '_' and '-'",
         )
 

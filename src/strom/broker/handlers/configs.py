@@ -137,7 +137,7 @@ async def describe_configs(broker: Broker, ctx: RequestContext,
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Unsupported resource type {r.resource_type}")
         except KafkaError as exc:
-            result.update(error_code=int(exc.code), error_message=str(exc))
+            result.update(error_code=int(exc.code), error_message=exc.message)
         results.append(result)
     return {"throttle_time": 0, "results": results}
 
@@ -235,7 +235,7 @@ async def alter_configs(broker: Broker, ctx: RequestContext,
             wanted = {c.name: c.value for c in r.configs if c.value is not None}
             await _apply(broker, r.resource_type, r.resource_name, current, wanted, request.validate_only)
         except KafkaError as exc:
-            response.update(error_code=int(exc.code), error_message=str(exc))
+            response.update(error_code=int(exc.code), error_message=exc.message)
         responses.append(response)
     return {"throttle_time": 0, "responses": responses}
 
@@ -300,7 +300,7 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext,
             await _apply(broker, r.resource_type, r.resource_name, current, wanted,
                    request.validate_only)
         except KafkaError as exc:
-            response.update(error_code=int(exc.code), error_message=str(exc))
+            response.update(error_code=int(exc.code), error_message=exc.message)
         responses.append(response)
     return {"throttle_time": 0, "responses": responses}
 

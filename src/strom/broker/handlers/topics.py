@@ -108,7 +108,7 @@ async def create_topics(broker: Broker, ctx: RequestContext,
                           replication_factor=len(first.replicas),
                           configs=describe_topic_configs(broker, topic))
         except KafkaError as exc:
-            result.update(error_code=int(exc.code), error_message=str(exc))
+            result.update(error_code=int(exc.code), error_message=exc.message)
         results.append(result)
     return {"throttle_time": 0, "topics": results}
 
@@ -191,6 +191,15 @@ def _added_partitions(image: Any, topics: Any) -> int:
     return added
 
 
+def _check_increase(name: str, count: int, total: int) -> None:
+    """Kafka 4.4's controller texts, which kafka-topics --alter prints as they come."""
+    if total < count:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"The topic {name} currently has {count} "
+                                                       f"partition(s); {total} would not be an increase.")
+    if total == count:
+        raise KafkaError(ErrorCode.INVALID_PARTITIONS, f"Topic already has {count} partition(s).")
+
+
 @handles(ApiKey.CREATE_PARTITIONS, 0, 3)
 async def create_partitions(broker: Broker, ctx: RequestContext,
                             request: CreatePartitionsRequest) -> dict[str, Any]:
@@ -210,6 +219,7 @@ async def create_partitions(broker: Broker, ctx: RequestContext,
             if topic is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                  f"The topic '{t.name}' does not exist.")
+            _check_increase(t.name, len(topic.partitions), t.count)
             assignments = ([list(a.broker_ids) for a in t.assignments]
                            if t.assignments is not None else None)
             await broker.controller.create_partitions(topic, t.count, assignments,
@@ -217,6 +227,6 @@ async def create_partitions(broker: Broker, ctx: RequestContext,
             if not request.validate_only:  # answer once the local logs exist (made in slices)
                 await broker.partitions.settled()
         except KafkaError as exc:
-            result.update(error_code=int(exc.code), error_message=str(exc))
+            result.update(error_code=int(exc.code), error_message=exc.message)
         results.append(result)
     return {"throttle_time": 0, "results": results}
