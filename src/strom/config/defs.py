@@ -113,10 +113,10 @@ def _coerce(d: ConfigDef, raw: Any) -> Any:
                 return [str(x).strip() for x in raw if str(x).strip()]
             return [p.strip() for p in str(raw).split(",") if p.strip()]
         return str(raw).strip()
-    except ValueError:
-        raise ConfigError(
-            f"Invalid value {raw!r} for configuration {d.name}: expected {t.name.lower()}"
-        ) from None
+    except ValueError:  # Kafka's ConfigDef.parseType texts
+        why = ("Expected value to be either true or false" if t == ConfigType.BOOLEAN
+               else f"Not a number of type {t.name}")
+        raise ConfigError(f"Invalid value {raw} for configuration {d.name}: {why}") from None
 
 
 def at_least(minimum: float) -> Validator:

@@ -65,3 +65,17 @@ def test_config_errors_carry_no_error_name(broker_harness) -> None:
     assert r.error_code == ErrorCode.INVALID_CONFIG
     assert r.error_message is not None and not r.error_message.startswith("INVALID_CONFIG")
     assert "no.such.config" in r.error_message
+
+
+def test_a_bad_value_reads_as_kafkas_parse_error(broker_harness) -> None:
+    h = broker_harness
+    h.create_topic("orders")
+    for key, value, why in (("retention.ms", "soon", "Not a number of type LONG"),
+                            ("min.insync.replicas", "two", "Not a number of type INT"),
+                            ("preallocate", "yes", "Expected value to be either true or false")):
+        r = h.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [{
+            "resource_type": TOPIC, "resource_name": "orders",
+            "configs": [{"name": key, "config_operation": SET, "value": value}]}],
+            "validate_only": False}).responses[0]
+        assert (r.error_code, r.error_message) == (
+            ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {key}: {why}")
