@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import gc
 import itertools
 import logging
 import time
@@ -28,6 +27,7 @@ from typing import Any
 
 from strom.cluster.image import METADATA_TOPIC, MetadataImage, PartitionState, TopicState
 from strom.cluster.records import Change
+from strom.common import collections_held as gc_hold
 from strom.common.waiters import WaiterRegistry
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigSource
@@ -200,8 +200,7 @@ class PartitionManager:
         until the logs exist, and the logs, which live as long as their topic, are then frozen
         out of later ones (`gc.freeze`). A deleted log is still freed: logs hold no reference
         cycles, reference counting frees them (a storage test checks)."""
-        collecting = gc.isenabled()
-        gc.disable()
+        gc_hold.hold()
         try:
             while self._pending:
                 ahead = list(itertools.islice(self._pending.items(), PREPARE_AHEAD))
@@ -232,9 +231,7 @@ class PartitionManager:
                 await asyncio.sleep(0)
         finally:
             self._creator = None
-            if collecting:
-                gc.freeze()
-                gc.enable()
+            gc_hold.release(freeze=True)
             self._wake_settled()
 
     def _create_pending(self, key: tuple[str, int],

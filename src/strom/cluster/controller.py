@@ -14,6 +14,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
 from strom.cluster import records as rec
@@ -23,6 +24,7 @@ from strom.cluster.placement import assign_replicas
 from strom.cluster.reassignment import Assignment, reassign
 from strom.cluster.records import Change
 from strom.cluster.validation import check_topic_name, colliding
+from strom.common.collections_held import collections_held
 from strom.common.immediate import must_complete_now
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.storage.errors import StorageError
@@ -313,9 +315,15 @@ class LocalController:
 
     async def create_topic(self, name, num_partitions, replication_factor, assignments, configs,
                            *, validate_only=False):
+        size = len(assignments) if assignments else num_partitions
+        with _collections_held_if(size > LARGE_COMMIT):
+            return await self._create_topic(name, num_partitions, replication_factor,
+                                            assignments, configs, size, validate_only)
+
+    async def _create_topic(self, name, num_partitions, replication_factor, assignments,
+                            configs, size, validate_only):
         check_new_topic(self.image, name, [])
         live = sorted(self.image.brokers)
-        size = len(assignments) if assignments else num_partitions
         plan = await self._off_loop(size, plan_topic, num_partitions, replication_factor,
                                     assignments, live)
         topic, records = await self._off_loop(len(plan), _new_topic, name, uuid.uuid4(), plan,
@@ -331,6 +339,10 @@ class LocalController:
         log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
 
     async def create_partitions(self, topic, total, assignments, *, validate_only=False):
+        with _collections_held_if(total - len(topic.partitions) > LARGE_COMMIT):
+            await self._create_partitions(topic, total, assignments, validate_only)
+
+    async def _create_partitions(self, topic, total, assignments, validate_only):
         current = {p: s.replicas for p, s in topic.partitions.items()}
         plan = await self._off_loop(total - len(current), plan_partitions, current, total,
                                     assignments, sorted(self.image.brokers))
@@ -432,6 +444,12 @@ def _partition_records(topic_id: uuid.UUID, plan: Mapping[int, list[int]]) -> li
     """The records of partitions added to a topic (pure: may run in a worker thread)."""
     return [rec.partition_record(topic_id, PartitionState(p, r, list(r), r[0]))
             for p, r in plan.items()]
+
+
+def _collections_held_if(large: bool) -> AbstractContextManager[None]:
+    """Large creations allocate hundreds of thousands of objects, in worker threads too: no
+    automatic collection may run meanwhile (see `strom.common.collections_held`)."""
+    return collections_held() if large else nullcontext()
 
 
 def _prepare(shadow: MetadataImage, records: list[Record],
