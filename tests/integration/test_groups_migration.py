@@ -208,12 +208,18 @@ def test_kafka_python_classic_members_ride_through_the_upgrade(broker, unique_to
     kc.create_topic(bs, topic, 4)
     group_id = unique_topic("g")
     admin = AdminClient({"bootstrap.servers": bs})
-    old = KafkaConsumer(topic, bootstrap_servers=bs, group_id=group_id,
+    old = KafkaConsumer(bootstrap_servers=bs, group_id=group_id,
                         auto_offset_reset="earliest", enable_auto_commit=False,
                         session_timeout_ms=SESSION_MS, heartbeat_interval_ms=300,
                         consumer_timeout_ms=100)
     new: Consumer | None = None
     try:
+        # Subscribe once kafka-python knows the topic: a leader without its metadata assigns
+        # nothing and rejoins at once, and kafka-python 3.0.12 then sometimes never restarts
+        # its heartbeat thread (the member times out and is never replaced; seen against
+        # Kafka 4.4 too).
+        wait_until(lambda: old.partitions_for_topic(topic), 30, "kafka-python to see the topic")
+        old.subscribe([topic])
         wait_until(lambda: (old.poll(50), len(old.assignment()) == 4)[1], 60,
                    "the kafka-python member to own every partition")
         new = Consumer({"bootstrap.servers": bs, "group.id": group_id,
