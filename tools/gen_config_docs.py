@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from strom.config.broker import BROKER_CONFIGS
-from strom.config.checks import REFUSED_NAMES, REFUSED_PREFIXES, REFUSED_UNLESS
+from strom.config.checks import REFUSED_NAMES, REFUSED_UNLESS
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS
 
 INTRO = """# Configuration
@@ -70,11 +70,17 @@ Refused at start-up (the broker exits with status 1 and one line, `strom broker:
 start: ...`), because ignoring them would leave security, quotas, throttling or tiered storage
 silently off:
 
-- every `{prefixes}` config, also behind `listener.name.<listener>.`: Strom implements no TLS or
-  SASL;
-- a listener in `listeners`, `advertised.listeners` or `inter.broker.listener.name` whose
-  security protocol (its name, looked up in `listener.security.protocol.map`) is not PLAINTEXT,
-  e.g. `SASL_SSL://:9093`; a listener name missing from that map is refused too, as in Kafka;
+- listeners as Kafka refuses them: a listener name missing from
+  `listener.security.protocol.map`, two listeners with one name or one port, an advertised
+  listener that names no listener, both `inter.broker.listener.name` and
+  `security.inter.broker.protocol` set; in a cluster, an inter-broker listener that is not among
+  the advertised listeners, or whose protocol is not PLAINTEXT (brokers of a Strom cluster reach
+  each other in PLAINTEXT only so far);
+- a TLS or SASL listener whose settings cannot be used (see [security](security.md)): a key
+  store that does not load, a JKS store, `ssl.client.auth` without trusted CAs, SASL mechanism
+  GSSAPI (Kafka's default for `sasl.enabled.mechanisms`) or one Strom does not offer, PLAIN
+  without `listener.name.<listener>.plain.sasl.jaas.config`, a custom
+  `sasl.server.callback.handler.class`;
 {names}
 - {unless};
 - `group.consumer.session.timeout.ms` or `group.consumer.heartbeat.interval.ms` outside their
@@ -90,8 +96,7 @@ def unimplemented_section() -> list[str]:
     names = "\n".join(f"- `{name}` set to anything but empty: {why};"
                         for name, why in REFUSED_NAMES.items())
     unless = "; ".join(f"`{name}` other than `{value}`" for name, value in REFUSED_UNLESS.items())
-    prefixes = "`, `".join(f"{p}*" for p in REFUSED_PREFIXES)
-    lines.append(REFUSED_INTRO.format(prefixes=prefixes, names=names, unless=unless))
+    lines.append(REFUSED_INTRO.format(names=names, unless=unless))
     return lines
 
 

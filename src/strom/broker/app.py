@@ -29,8 +29,11 @@ from strom.common.tasks import cancel_all, cancel_and_wait
 from strom.config.broker import BrokerConfig
 from strom.config.checks import check_startup
 from strom.config.defs import ConfigError
+from strom.config.listeners import default_listener, listeners
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import precompile
+from strom.security.listeners import ListenerSecurity, build_listener_security
+from strom.security.scram_store import lookup_in
 from strom.storage.cleaner import CleanerConfig, LogCleaner
 from strom.storage.errors import KafkaStorageError, StorageError
 
@@ -75,7 +78,16 @@ def build_broker(config: BrokerConfig, loop: asyncio.AbstractEventLoop) -> Broke
     return wire_broker(build_local_node(config), loop)
 
 
-def make_servers(router: Router, config: BrokerConfig) -> list[BrokerServer]:
+def listener_securities(config: BrokerConfig, broker: Broker) -> list[ListenerSecurity]:
+    """Each listener's TLS and SASL, in the order of `listeners` (built before anything listens,
+    so a bad key store or JAAS config stops the start-up with one line)."""
+    credentials = lookup_in(lambda: broker.image.user_configs)
+    return [build_listener_security(config, listener, credentials)
+            for listener in listeners(config)]
+
+
+def make_servers(router: Router, config: BrokerConfig,
+                 securities: list[ListenerSecurity]) -> list[BrokerServer]:
     # one set of limits for every listener: max.connections and the memory pool are broker-wide
     limits = ConnectionLimits(
         max_connections=config.get("max.connections"),
@@ -84,15 +96,29 @@ def make_servers(router: Router, config: BrokerConfig) -> list[BrokerServer]:
         max_waiting=config.get("socket.listen.backlog.size"))
     memory = MemoryPool(config.get("queued.max.request.bytes"))
     return [
-        BrokerServer(router, host or "0.0.0.0", port,
+        BrokerServer(router, security.listener.host or "0.0.0.0", security.listener.port,
                      max_request_bytes=config.get("socket.request.max.bytes"),
                      send_buffer=config.get("socket.send.buffer.bytes"),
                      receive_buffer=config.get("socket.receive.buffer.bytes"),
                      backlog=config.get("socket.listen.backlog.size"),
                      max_idle_ms=config.get("connections.max.idle.ms"),
-                     limits=limits, memory=memory)
-        for _, host, port in config.listeners()
+                     limits=limits, memory=memory, security=security)
+        for security in securities
     ]
+
+
+def _advertise_chosen_ports(broker: Broker, config: BrokerConfig,
+                            servers: list[BrokerServer]) -> None:
+    """A listener on port 0 is advertised with the port the OS chose (tests use this)."""
+    info = broker.info
+    default = default_listener(config).name
+    for server in servers:
+        name = server.security.listener.name
+        host, port = info.endpoints.get(name, (info.host, info.port))
+        if port == 0:
+            info.endpoints[name] = (host, server.port)
+        if name == default and info.port == 0:
+            info.port = server.port
 
 
 async def _periodic(interval_ms: int, fn, name: str) -> None:
@@ -202,23 +228,23 @@ async def serve(config: BrokerConfig) -> None:
         broker, cluster = await build_cluster_broker(config)
     else:
         broker = build_broker(config, asyncio.get_running_loop())
+    securities = listener_securities(config, broker)
     broker.start()
     router = Router(broker, MODULES)
-    servers = make_servers(router, config)
+    servers = make_servers(router, config, securities)
     for server in servers:
         try:
             await server.start()
         except OSError as e:
             raise StartupError(f"cannot listen on {server.host}:{server.port}: "
                                f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
-    if broker.info.port == 0 and servers:  # port 0: advertise the port the OS chose
-        broker.info.port = servers[0].port
+    _advertise_chosen_ports(broker, config, servers)
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()
         replication_task = asyncio.create_task(run_replication(broker.replicas, broker))
         broker.producer_ids.prefetch()
-    listener = ", ".join(f"PLAINTEXT://{s.host}:{s.port}" for s in servers)
+    listener = ", ".join(f"{s.security.listener.name}://{s.host}:{s.port}" for s in servers)
     dirs = ", ".join(str(d) for d in config.log_dirs)
     print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "
           f"(advertised {broker.info.host}:{broker.info.port}), data in {dirs}, "

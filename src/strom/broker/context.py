@@ -9,6 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from strom.security.principal import KafkaPrincipal
+from strom.security.session import Session
+
 
 class CloseConnection(Exception):
     """Raised by a handler to drop the connection without a reply (e.g. errors on acks=0)."""
@@ -24,6 +27,15 @@ class RequestContext:
     client_id: str | None
     peer: str
     connection_id: int
+    session: Session  # the connection's listener, principal and SASL state
+
+    @property
+    def principal(self) -> KafkaPrincipal:
+        return self.session.principal
+
+    @property
+    def listener(self) -> str:
+        return self.session.listener
 
 
 @dataclass(slots=True)

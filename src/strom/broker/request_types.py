@@ -177,6 +177,13 @@ class ListGroupsRequest(Protocol):
     types_filter: list[str]
 
 
+# SASL_HANDSHAKE v0-1
+
+
+class SaslHandshakeRequest(Protocol):
+    mechanism: str
+
+
 # CREATE_TOPICS v2-7
 
 
@@ -407,6 +414,13 @@ class DescribeLogDirsRequest(Protocol):
     topics: list[DescribeLogDirsRequestTopics] | None
 
 
+# SASL_AUTHENTICATE v0-2
+
+
+class SaslAuthenticateRequest(Protocol):
+    auth_bytes: bytes
+
+
 # CREATE_PARTITIONS v0-3
 
 
@@ -514,6 +528,38 @@ class OffsetDeleteRequestTopics(Protocol):
 class OffsetDeleteRequest(Protocol):
     group_id: str
     topics: list[OffsetDeleteRequestTopics]
+
+
+# DESCRIBE_USER_SCRAM_CREDENTIALS v0-0
+
+
+class DescribeUserScramCredentialsRequestUsers(Protocol):
+    name: str
+
+
+class DescribeUserScramCredentialsRequest(Protocol):
+    users: list[DescribeUserScramCredentialsRequestUsers] | None
+
+
+# ALTER_USER_SCRAM_CREDENTIALS v0-0
+
+
+class AlterUserScramCredentialsRequestDeletions(Protocol):
+    name: str
+    mechanism: int
+
+
+class AlterUserScramCredentialsRequestUpsertions(Protocol):
+    name: str
+    mechanism: int
+    iterations: int
+    salt: bytes
+    salted_password: bytes
+
+
+class AlterUserScramCredentialsRequest(Protocol):
+    deletions: list[AlterUserScramCredentialsRequestDeletions]
+    upsertions: list[AlterUserScramCredentialsRequestUpsertions]
 
 
 # DESCRIBE_CLUSTER v0-2

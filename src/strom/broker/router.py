@@ -35,6 +35,7 @@ from strom.protocol.header import (
     request_header_version,
     response_header_version,
 )
+from strom.security.session import Session
 
 if TYPE_CHECKING:
     from strom.broker.core import Broker
@@ -53,6 +54,7 @@ class Connection(Protocol):
 
     peer: str
     cid: int
+    session: Session | None
 
 
 class RequestHook(Protocol):
@@ -155,8 +157,10 @@ class Router:
             raise ProtocolError(f"unsupported version {version} of api key {api_key}")
         header, pos = decode_request_header(memoryview(frame), 0,
                                             self._header_version(api_key, version, False))
+        session = conn.session
+        assert session is not None
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.peer,
-                             conn.cid)
+                             conn.cid, session)
         body = memoryview(frame)[pos:]
         if self.hooks:
             return self._hooked(route, ctx, body)
@@ -227,13 +231,27 @@ class Router:
             except Exception:
                 log.exception("request hook %r failed after %s", hook, ApiKey(ctx.api_key).name)
 
+    def error_reply(self, api_key: int, version: int, error: ErrorCode) -> bytes | None:
+        """A response of the request's own type carrying ``error`` in its top-level
+        ``error_code``, or None when the API has none (or the version is not served)."""
+        route = self.routes.get(api_key)
+        if route is None or not route.spec.min_version <= version <= route.spec.max_version:
+            return None
+        try:
+            codec = response_codec(api_key, version)
+        except UnsupportedVersion:
+            return None
+        if any(f.name == "error_code" for f in codec.schema.fields):
+            return codec.encode({"error_code": int(error)})
+        return None
+
     def _refuse(self, route: Route, ctx: RequestContext, error: ErrorCode) -> bytes:
         """The reply to a request a hook refused: the error in the response's top-level
         ``error_code`` where the API has one; otherwise the connection is closed."""
         if not route.spec.raw:
-            codec = response_codec(ctx.api_key, ctx.api_version)
-            if any(f.name == "error_code" for f in codec.schema.fields):
-                return codec.encode({"error_code": int(error)})
+            reply = self.error_reply(ctx.api_key, ctx.api_version, error)
+            if reply is not None:
+                return reply
         log.info("closing connection %d: %s v%d refused with %s", ctx.connection_id,
                  ApiKey(ctx.api_key).name, ctx.api_version, ErrorCode(error).name)
         raise CloseConnection()

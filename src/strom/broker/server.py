@@ -28,7 +28,11 @@ from strom.broker.connection_limits import ConnectionLimits, MemoryPool
 from strom.broker.context import CloseConnection, Parts
 from strom.broker.router import Router
 from strom.common.tasks import cancel_all
-from strom.protocol.errors import ProtocolError
+from strom.config.listeners import Listener
+from strom.protocol.errors import ErrorCode, ProtocolError
+from strom.security.listeners import AuthenticationError, ListenerSecurity
+from strom.security.sasl.mechanisms import AuthenticationFailed
+from strom.security.session import Gate, Session
 from strom.storage.health import RateLimitedLog
 
 log = logging.getLogger(__name__)
@@ -48,6 +52,10 @@ _QUEUED_BYTES = 256 * 1024
 # instead of a send per chunk plus a sendfile per slice (each costs a syscall and, on loopback,
 # the receiver's wake-up) outweighs copying a few KiB.
 _GATHER_BYTES = 64 * 1024
+# Over TLS, file slices are read and handed to the TLS layer in pieces of this size.
+_TLS_READ_BYTES = 256 * 1024
+# A TLS handshake must finish within this (or connections.max.idle.ms if smaller).
+_TLS_HANDSHAKE_S = 10.0
 _SIZE = struct.Struct(">i")
 _HEAD = struct.Struct(">hhi")
 
@@ -56,8 +64,13 @@ class BrokerServer:
     def __init__(self, router: Router, host: str, port: int, *, max_request_bytes: int,
                  send_buffer: int = -1, receive_buffer: int = -1, backlog: int = 50,
                  max_idle_ms: int = 600_000, limits: ConnectionLimits | None = None,
-                 memory: MemoryPool | None = None) -> None:
+                 memory: MemoryPool | None = None,
+                 security: ListenerSecurity | None = None) -> None:
         self.router = router
+        self.security = security if security is not None else ListenerSecurity(
+            Listener("PLAINTEXT", host, port, "PLAINTEXT"))
+        # zero-copy sendfile only where the kernel may send file bytes as they are
+        self.zero_copy = self.security.ssl_context is None
         self.host, self.port = host, port
         self.max_request_bytes = max_request_bytes
         self.send_buffer, self.receive_buffer = send_buffer, receive_buffer
@@ -99,8 +112,11 @@ class BrokerServer:
             self.port = sock.getsockname()[1]
             loop = asyncio.get_running_loop()
             # the event loop listens and accepts (uvloop: in C), calling _new_connection
-            self._server = await loop.create_server(self._new_connection, sock=sock,
-                                                    backlog=self.backlog)
+            tls = self.security.ssl_context
+            handshake_s = min(_TLS_HANDSHAKE_S, self.max_idle) if self.max_idle > 0 else _TLS_HANDSHAKE_S
+            self._server = await loop.create_server(
+                self._new_connection, sock=sock, backlog=self.backlog, ssl=tls,
+                ssl_handshake_timeout=handshake_s if tls is not None else None)
         except BaseException:
             sock.close()
             raise
@@ -195,6 +211,7 @@ class Connection(asyncio.BufferedProtocol):
         self._eof = False
         self._lost = False
         self._refused = False
+        self.session: Session | None = None  # set once the connection is made (after TLS)
         self.last_active = self.loop.time()
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
 
@@ -237,7 +254,18 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
-        transport.set_write_buffer_limits(high=0)
+        # "pause_writing: the kernel did not take it all yet". A TLS transport pauses when its
+        # buffer holds >= high bytes (a plain one when it holds more), hence 1 there.
+        transport.set_write_buffer_limits(high=0 if self.server.zero_copy else 1)
+        try:
+            self.session = self.server.security.new_session(
+                self.peer, transport.get_extra_info("ssl_object"))
+        except AuthenticationError as e:
+            log.warning("closing connection %s on listener %s: %s", self.peer,
+                        self.server.security.listener.name, e)
+            self._refused = True
+            transport.close()
+            return
         if self.fd >= self.server.fd_ceiling:
             self.server.out_of_fds(self.fd)
             self._refused = True
@@ -279,7 +307,9 @@ class Connection(asyncio.BufferedProtocol):
     def eof_received(self) -> bool:
         self._eof = True
         self._wake()
-        return True  # keep the transport: requests already received still get their replies
+        # keep the transport: requests already received still get their replies (a TLS
+        # transport cannot be half-closed, and asyncio warns if asked to)
+        return self.server.zero_copy
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -344,6 +374,14 @@ class Connection(asyncio.BufferedProtocol):
             log.warning("closing connection %s: request size %d is outside 0..%d "
                         "(socket.request.max.bytes)", self.peer, size, self.server.max_request_bytes)
             raise CloseConnection()
+        session = self.session
+        if session is not None and session.gated:
+            limit = session.max_receive_size
+            if limit is not None and size > limit:
+                log.warning("closing connection %s on listener %s: a %d-byte request before "
+                            "authentication (sasl.server.max.receive.size is %d)", self.peer,
+                            session.listener, size, limit)
+                raise CloseConnection()
         frame = self._frame = bytearray(min(size, _EAGER_BYTES))
         self._size, self._got = size, 0
         self._charge(len(frame))
@@ -448,27 +486,72 @@ class Connection(asyncio.BufferedProtocol):
     # -- dispatch -------------------------------------------------------------------------
 
     async def _handle(self, frame: bytearray) -> None:
+        session = self.session
+        assert session is not None
+        if session.gated and session.raw_tokens:  # SASL tokens after a v0 handshake
+            await self._raw_token(session, frame)
+            return
         if len(frame) < 8:
             raise ProtocolError("request shorter than its header")
         api_key, api_version, correlation_id = _HEAD.unpack_from(frame, 0)
         router = self.server.router
+        if session.gated:
+            verdict = session.gate(api_key)
+            if verdict is Gate.CLOSE:
+                raise CloseConnection()
+            if verdict is Gate.ILLEGAL_STATE:
+                reply = router.error_reply(api_key, api_version, ErrorCode.ILLEGAL_SASL_STATE)
+                if reply is not None:
+                    self._send_reply(router.response_header(api_key, api_version,
+                                                            correlation_id), reply)
+                    await self._drained()
+                raise CloseConnection()
         reply = router.dispatch(self, api_key, api_version, correlation_id, frame)
         if isinstance(reply, Awaitable):
             reply = await reply
+        if session.closing:  # a failed authentication: answered after a delay, then closed
+            await self._fail_authentication(session)
         if reply is None:
+            if session.closing:
+                raise CloseConnection()
             return
         header = router.response_header(api_key, api_version, correlation_id)
+        if session.closing:
+            self._send_reply(header, reply)  # type: ignore[arg-type]
+            await self._drained()
+            raise CloseConnection()
         if isinstance(reply, Parts):
             await self._send_parts(header, reply)
             return
+        self._send_reply(header, reply)
+        if self._writing_paused:
+            await self._drained()
+
+    def _send_reply(self, header: bytes, reply: bytes) -> None:
         prefix = _SIZE.pack(len(header) + len(reply)) + header
         if len(reply) < 65536:
             self._write(prefix + reply)
         else:  # avoid copying a large body just to prepend a few bytes
             self._write(prefix)
             self._write(reply)
-        if self._writing_paused:
-            await self._drained()
+
+    async def _fail_authentication(self, session: Session) -> None:
+        """Kafka answers a failed authentication after connection.failed.authentication.delay.ms
+        (a brake on password guessing), then closes the connection."""
+        delay = session.sasl.failure_delay_s if session.sasl is not None else 0.0
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    async def _raw_token(self, session: Session, frame: bytearray) -> None:
+        """SaslHandshake v0: tokens come and go as bare size-prefixed frames, and a failure
+        closes the connection without a reply."""
+        try:
+            answer = session.authenticate(bytes(frame), version=0)
+        except AuthenticationFailed:
+            await self._fail_authentication(session)
+            raise CloseConnection() from None
+        self._write(_SIZE.pack(len(answer)) + answer)
+        await self._drained()
 
     # -- writing --------------------------------------------------------------------------
 
@@ -488,6 +571,9 @@ class Connection(asyncio.BufferedProtocol):
     async def _send_parts(self, header: bytes, reply: Parts) -> None:
         chunk = bytearray(_SIZE.pack(len(header) + reply.size))
         chunk += header
+        if not self.server.zero_copy:
+            await self._send_parts_copied(chunk, reply)
+            return
         if reply.size <= _GATHER_BYTES:
             for part in reply.parts:
                 chunk += part if isinstance(part, (bytes, bytearray, memoryview)) else _read(part)
@@ -503,6 +589,36 @@ class Connection(asyncio.BufferedProtocol):
                 self._write(chunk)
                 chunk = bytearray()
             await self._sendfile(part)
+        if chunk:
+            self._write(chunk)
+        if self._writing_paused:
+            await self._drained()
+
+    async def _send_parts_copied(self, chunk: bytearray, reply: Parts) -> None:
+        """Over TLS the kernel cannot send file bytes as they are: each file slice is read once,
+        in bounded pieces, and handed to the TLS layer (which encrypts from that buffer)."""
+        for part in reply.parts:
+            if isinstance(part, (bytes, bytearray, memoryview)):
+                chunk += part
+                continue
+            if chunk:
+                self._write(chunk)
+                chunk = bytearray()
+            part.file.pin()
+            try:
+                in_fd = part.file.fileno()
+                offset, remaining = part.position, part.length
+                while remaining > 0:
+                    data = os.pread(in_fd, min(remaining, _TLS_READ_BYTES), offset)
+                    if not data:
+                        raise ConnectionError("segment file truncated during a read")
+                    self._write(data)
+                    offset += len(data)
+                    remaining -= len(data)
+                    if self._writing_paused:
+                        await self._drained()
+            finally:
+                part.file.unpin()
         if chunk:
             self._write(chunk)
         if self._writing_paused:

@@ -30,6 +30,7 @@ from strom.cluster.metadata_log import MetadataLog
 from strom.cluster.records import Change
 from strom.cluster.replication.manager import ReplicaManager
 from strom.config.broker import BrokerConfig
+from strom.config.listeners import advertised_listeners, default_listener
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
@@ -91,10 +92,13 @@ def cluster_id_for(log_dirs: list[Path], broker_id: int, expected: str | None = 
 
 
 def advertised_info(config: BrokerConfig) -> BrokerInfo:
-    """This broker as others reach it: the first advertised listener (host defaults to ours)."""
-    _, host, port = config.advertised_listeners()[0]
-    return BrokerInfo(config.broker_id, host or socket.gethostname(), port,
-                      config.get("broker.rack"))
+    """This broker as others reach it: every advertised listener (a host left empty is this
+    machine's name); host/port are the inter-broker listener's (a single node: the first)."""
+    hostname = socket.gethostname()
+    endpoints = {lst.name: (lst.host or hostname, lst.port) for lst in advertised_listeners(config)}
+    default = default_listener(config)
+    host, port = endpoints[default.name]
+    return BrokerInfo(config.broker_id, host, port, config.get("broker.rack"), endpoints)
 
 
 # --------------------------------------------------------------------------------------------

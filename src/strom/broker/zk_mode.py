@@ -28,6 +28,7 @@ from strom.cluster.zk.client import ZkClient
 from strom.cluster.zk.controller import ZkController, unclean_from
 from strom.cluster.zk.mirror import ZkMirror
 from strom.config.broker import BrokerConfig
+from strom.config.listeners import advertised_listeners
 from strom.storage.manager import LogManager
 
 log = logging.getLogger("strom.broker")
@@ -92,7 +93,8 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
         zk, mirror, image, info, unclean_for=unclean_from(partitions.resolve),
         rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
                               if config.get("auto.leader.rebalance.enable") else None),
-        imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
+        imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"),
+        listener_protocols={lst.name: lst.protocol for lst in advertised_listeners(config)})
     await mirror.start()
     partitions.refresh_dynamic_broker_configs()
     partitions.sync_all()

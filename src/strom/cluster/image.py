@@ -61,10 +61,20 @@ class TopicState:
 
 @dataclass
 class BrokerInfo:
+    """A live broker. host/port are its inter-broker (or only) listener's advertised address;
+    `endpoints` has every advertised listener by name, so a client is told the address of the
+    listener it connected to, as Kafka does."""
+
     broker_id: int
     host: str
     port: int
     rack: str | None = None
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+
+    def address(self, listener: str) -> tuple[str, int]:
+        """(host, port) of the named listener; a broker without it (or one registered before
+        listeners were named) answers with its default address."""
+        return self.endpoints.get(listener) or (self.host, self.port)
 
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
@@ -79,6 +89,7 @@ class ImageCapture:
     next_producer_id: int
     broker_configs: dict[str, dict[str, str]]
     topics: list[tuple[str, uuid.UUID, dict[str, str], list[PartitionState]]]
+    user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_snapshot(self) -> dict[str, Any]:
         """Plain data for the metadata log's snapshot file (replica lists are shared: they are
@@ -87,6 +98,7 @@ class ImageCapture:
             "cluster_id": self.cluster_id,
             "next_producer_id": self.next_producer_id,
             "broker_configs": self.broker_configs,
+            "user_configs": self.user_configs,
             "topics": [
                 {
                     "name": name,
@@ -121,6 +133,9 @@ class MetadataImage:
     topics_by_id: dict[uuid.UUID, TopicState] = field(default_factory=dict)
     # dynamic broker configs: key "" is the cluster-wide default, str(broker_id) a single broker
     broker_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # per-user configs, as Kafka keeps them under /config/users: SCRAM credentials (stored
+    # salted and hashed, see strom.security.scram_store)
+    user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     next_producer_id: int = 0
     version: int = 0  # bumped on every applied record: cheap cache invalidation
 
@@ -137,6 +152,7 @@ class MetadataImage:
             {k: dict(v) for k, v in self.broker_configs.items()},
             [(t.name, t.topic_id, dict(t.configs), list(t.partitions.values()))
              for t in self.topics.values()],
+            {k: dict(v) for k, v in self.user_configs.items()},
         )
 
     def to_snapshot(self) -> dict[str, Any]:
@@ -148,6 +164,7 @@ class MetadataImage:
         image = cls(cluster_id=data["cluster_id"])
         image.next_producer_id = data.get("next_producer_id", 0)
         image.broker_configs = data.get("broker_configs", {})
+        image.user_configs = data.get("user_configs", {})
         for t in data["topics"]:
             topic = TopicState(t["name"], uuid.UUID(t["topic_id"]), configs=dict(t["configs"]))
             for p in t["partitions"]:

@@ -18,7 +18,8 @@ class Change:
     """What applying a record changed, for listeners that reconcile local state."""
 
     # topic_created | topic_deleted | partitions_created | partition_changed | topic_configs |
-    # broker_configs | brokers_changed (a broker registered or left, or the controller changed)
+    # broker_configs | user_configs | brokers_changed (a broker registered or left, or the
+    # controller changed)
     kind: str
     topic: TopicState | None = None
     partitions: tuple[int, ...] = ()
@@ -48,7 +49,8 @@ def remove_topic_record(topic_id: uuid.UUID) -> dict[str, Any]:
 
 
 def config_record(resource: str, name: str, key: str, value: str | None) -> dict[str, Any]:
-    """resource is 'topic' or 'broker'; name the topic name or broker id ('' = cluster default)."""
+    """resource is 'topic', 'broker' or 'user'; name the topic name, broker id ('' = cluster
+    default) or user name."""
     return {"type": "config", "resource": resource, "name": name, "key": key, "value": value}
 
 
@@ -59,7 +61,8 @@ def producer_ids_record(next_producer_id: int) -> dict[str, Any]:
 def broker_record(info: BrokerInfo) -> dict[str, Any]:
     """A broker is live (registered), at this address."""
     return {"type": "broker", "broker_id": info.broker_id, "host": info.host, "port": info.port,
-            "rack": info.rack}
+            "rack": info.rack,
+            "endpoints": [[name, host, port] for name, (host, port) in info.endpoints.items()]}
 
 
 def remove_broker_record(broker_id: int) -> dict[str, Any]:
@@ -107,11 +110,19 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
                 return None
             _set(topic.configs, record["key"], record["value"])
             return Change("topic_configs", topic)
+        if record["resource"] == "user":
+            configs = image.user_configs.setdefault(record["name"], {})
+            _set(configs, record["key"], record["value"])
+            if not configs:
+                del image.user_configs[record["name"]]
+            return Change("user_configs")
         _set(image.broker_configs.setdefault(record["name"], {}), record["key"], record["value"])
         return Change("broker_configs")
     if kind == "broker":
+        endpoints = {name: (host, port) for name, host, port in record.get("endpoints") or []}
         image.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["host"],
-                                                        record["port"], record.get("rack"))
+                                                        record["port"], record.get("rack"),
+                                                        endpoints)
         return Change("brokers_changed")
     if kind == "remove_broker":
         if image.brokers.pop(record["broker_id"], None) is None:

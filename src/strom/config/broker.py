@@ -23,6 +23,7 @@ from strom.config.defs import (
     between,
     one_of,
 )
+from strom.config.security import SECURITY_CONFIGS
 from strom.config.topic import (
     BROKER_SYNONYMS,
     COMPRESSION_TYPES,
@@ -257,6 +258,7 @@ BROKER_CONFIGS.add(
               "share of a broker's preferred partitions it may not lead before a rebalance",
               between(0, 100), read_only=True),
 )
+BROKER_CONFIGS.add(*SECURITY_CONFIGS)
 
 
 @dataclass

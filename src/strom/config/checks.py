@@ -1,7 +1,8 @@
 """Start-up checks of a loaded broker config: no config the operator set is ignored in silence.
 
 A config Strom knows but does not act on (`ConfigDef.implemented=False`) and a name Strom does
-not know get a WARN naming them: Kafka users copy whole server.properties files, and refusing
+not know get a WARN naming them (listener-prefixed TLS and SASL settings of a configured
+listener are known): Kafka users copy whole server.properties files, and refusing
 every such knob would be unfriendly. Settings whose silent ignoring would leave a broker the
 operator believes secured, throttled or tiered running without it are refused instead.
 """
@@ -11,16 +12,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 
-from strom.config.broker import BROKER_CONFIGS, BrokerConfig, parse_listener
+from strom.config.broker import BROKER_CONFIGS, BrokerConfig
 from strom.config.defs import ConfigError
+from strom.config.listeners import (
+    advertised_listeners,
+    inter_broker_listener,
+    inter_broker_listener_name,
+    listeners,
+)
+from strom.config.security import SASL_MECHANISMS
 
 log = logging.getLogger(__name__)
 
 PLAINTEXT = "PLAINTEXT"
-SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-
-# Prefixes of TLS and SASL settings (also behind `listener.name.<listener>.`).
-REFUSED_PREFIXES = ("ssl.", "sasl.")
 
 # Names refused when set to anything but empty, and what Strom would silently not do.
 REFUSED_NAMES: dict[str, str] = {
@@ -36,7 +40,6 @@ REFUSED_NAMES: dict[str, str] = {
 
 # Names refused unless they hold this value (case-insensitive): the only one Strom implements.
 REFUSED_UNLESS: dict[str, str] = {
-    "security.inter.broker.protocol": PLAINTEXT,
     "remote.log.storage.system.enable": "false",
 }
 
@@ -49,66 +52,65 @@ def check_startup(config: BrokerConfig) -> None:
     if problems:
         raise ConfigError("refusing to start: " + "; ".join(problems))
     for name in config.static:
-        if not BROKER_CONFIGS[name].implemented:
+        if name == "sasl.jaas.config":  # Kafka's own words
+            log.warning("Server config sasl.jaas.config should be prefixed with SASL mechanism "
+                        "name, ignoring config (set listener.name.<listener>.<mechanism>."
+                        "sasl.jaas.config)")
+        elif not BROKER_CONFIGS[name].implemented:
             log.warning("config %s is accepted but not implemented by Strom; it has no effect",
                         name)
+    names = _listener_names(config)
     for name in config.unknown:
-        log.warning("config %s is not used by Strom", name)
+        if not _is_listener_setting(name, names):
+            log.warning("config %s is not used by Strom", name)
 
 
-def _is_security_setting(name: str) -> bool:
-    if name.startswith(REFUSED_PREFIXES):
+def _listener_names(config: BrokerConfig) -> set[str]:
+    try:
+        return {lst.name.lower() for lst in listeners(config)}
+    except ConfigError:
+        return set()
+
+
+def _is_listener_setting(name: str, listener_names: set[str]) -> bool:
+    """listener.name.<listener>.<config> or listener.name.<listener>.<mechanism>.<config> of a
+    configured listener and a config Strom knows (strom.security.listeners reads them)."""
+    if not name.startswith("listener.name."):
+        return False
+    listener, _, rest = name[len("listener.name."):].partition(".")
+    if listener.lower() not in listener_names:
+        return False
+    if rest in BROKER_CONFIGS:
         return True
-    if name.startswith("listener.name."):  # listener.name.<l>.ssl.x, listener.name.<l>.<mech>.sasl.x
-        return any(f".{prefix}" in name for prefix in REFUSED_PREFIXES)
-    return False
+    mechanism, _, config_name = rest.partition(".")
+    return mechanism.upper() in (*SASL_MECHANISMS, "GSSAPI") and config_name in BROKER_CONFIGS
 
 
 def _refused_settings(config: BrokerConfig) -> Iterator[str]:
     for name, value in config.unknown.items():
-        if _is_security_setting(name):
-            yield (f"{name} is set, but Strom implements no TLS or SASL (only PLAINTEXT); "
-                   f"remove it")
-        elif name in REFUSED_NAMES and value.strip():
+        if name in REFUSED_NAMES and value.strip():
             yield f"{name} is set, but {REFUSED_NAMES[name]}; remove it"
         elif name in REFUSED_UNLESS and value.strip().lower() != REFUSED_UNLESS[name].lower():
             yield f"{name}={value} is not implemented by Strom (only {REFUSED_UNLESS[name]})"
 
 
-def protocol_map(config: BrokerConfig) -> dict[str, str]:
-    """listener.security.protocol.map as {LISTENER NAME: PROTOCOL}, names upper-cased as Kafka's."""
-    raw = config.get("listener.security.protocol.map") or ""
-    out: dict[str, str] = {}
-    for entry in raw.split(","):
-        if not entry.strip():
-            continue
-        name, sep, protocol = entry.partition(":")
-        name, protocol = name.strip().upper(), protocol.strip().upper()
-        if not sep or not name or protocol not in SECURITY_PROTOCOLS:
-            raise ConfigError(f"Invalid value {raw} for configuration listener.security.protocol.map: "
-                              f"{entry.strip()!r} is not LISTENER_NAME:PROTOCOL with PROTOCOL one "
-                              f"of {', '.join(SECURITY_PROTOCOLS)}")
-        out[name] = protocol
-    return out
-
-
 def _listener_problems(config: BrokerConfig) -> Iterator[str]:
-    """Every listener (and the inter-broker listener) must map to PLAINTEXT: a listener named
-    SASL_SSL would otherwise serve plaintext to clients that believe they are authenticated."""
-    protocols = protocol_map(config)
-    specs = [*config.get("listeners"), *(config.get("advertised.listeners") or [])]
-    names = {parse_listener(spec)[0]: spec for spec in specs}
-    inter_broker = config.unknown.get("inter.broker.listener.name", "").strip().upper()
-    if inter_broker:
-        names.setdefault(inter_broker, f"inter.broker.listener.name={inter_broker}")
-    for name, spec in names.items():
-        protocol = protocols.get(name)
-        if protocol is None:
-            yield (f"listener {spec} has no security protocol: {name} is not in "
-                   f"listener.security.protocol.map")
-        elif protocol != PLAINTEXT:
-            yield (f"listener {spec} uses security protocol {protocol}, which Strom does not "
-                   f"implement (only PLAINTEXT)")
+    """Listeners, their names and protocols, as Kafka checks them; in a cluster, the brokers
+    still talk to each other in PLAINTEXT only."""
+    try:
+        listeners(config)
+        advertised_listeners(config)
+        if config.get("zookeeper.connect"):
+            inter_broker = inter_broker_listener(config)
+            if inter_broker.protocol != PLAINTEXT:
+                yield (f"the inter-broker listener {inter_broker.name} uses "
+                       f"{inter_broker.protocol}, but brokers of a Strom cluster reach each other "
+                       f"in PLAINTEXT only so far; add a PLAINTEXT listener for them "
+                       f"(inter.broker.listener.name)")
+        else:
+            inter_broker_listener_name(config)
+    except ConfigError as e:
+        yield str(e)
 
 
 # Kafka's GroupCoordinatorConfig requirements: (smaller, larger, strictly less).

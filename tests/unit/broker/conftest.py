@@ -16,7 +16,7 @@ import itertools
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ from strom.protocol.header import (
     response_header_version,
 )
 from strom.record import Record, build_batch
+from strom.security.session import Session
 
 REQUEST_TIMEOUT_S = 10.0  # a request that hangs fails its test instead of the whole run
 
@@ -58,10 +59,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @dataclass
 class FakeConnection:
-    """What the router reads from a connection."""
+    """What the router reads from a connection: a PLAINTEXT client (User:ANONYMOUS)."""
 
     peer: str = "127.0.0.1:54321"
     cid: int = 1
+    session: Session = field(
+        default_factory=lambda: Session("PLAINTEXT", "PLAINTEXT", "127.0.0.1:54321"))
 
 
 class BrokerHarness:

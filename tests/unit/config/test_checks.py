@@ -51,27 +51,24 @@ def test_shipped_server_properties_start_without_warnings(caplog) -> None:
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [
-    ({"listeners": "SASL_SSL://127.0.0.1:9093"},
-     "listener SASL_SSL://127.0.0.1:9093 uses security protocol SASL_SSL, which Strom does not "
-     "implement (only PLAINTEXT)"),
-    ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "SSL://host:9093"},
-     "listener SSL://host:9093 uses security protocol SSL"),
-    ({"listener.security.protocol.map": "PLAINTEXT:SASL_PLAINTEXT"},
-     "listener PLAINTEXT://:9092 uses security protocol SASL_PLAINTEXT"),
     ({"listeners": "CLIENT://:9092"},
-     "listener CLIENT://:9092 has no security protocol: CLIENT is not in "
+     "listeners: listener CLIENT://:9092 has no security protocol: CLIENT is not in "
      "listener.security.protocol.map"),
-    ({"listeners": "CLIENT://:9092", "listener.security.protocol.map": "CLIENT:PLAINTEXT,B:SSL",
-      "inter.broker.listener.name": "b"}, "listener inter.broker.listener.name=B uses security protocol SSL"),
-    ({"ssl.keystore.location": "/etc/kafka/keystore.jks"},
-     "ssl.keystore.location is set, but Strom implements no TLS or SASL (only PLAINTEXT)"),
-    ({"sasl.enabled.mechanisms": "PLAIN"}, "sasl.enabled.mechanisms is set"),
-    ({"listener.name.client.plain.sasl.jaas.config": "x"},
-     "listener.name.client.plain.sasl.jaas.config is set"),
-    ({"listener.name.client.ssl.keystore.location": "/k"},
-     "listener.name.client.ssl.keystore.location is set"),
-    ({"security.inter.broker.protocol": "SSL"},
-     "security.inter.broker.protocol=SSL is not implemented by Strom (only PLAINTEXT)"),
+    ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "SSL://host:9093"},
+     "advertised.listeners: SSL://host:9093 names no listener in listeners (PLAINTEXT)"),
+    ({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"},
+     "each listener must have a different name, PLAINTEXT is listed twice"),
+    ({"listeners": "PLAINTEXT://:9092,SSL://:9092"}, "each listener must have a different port"),
+    ({"listeners": "CLIENT://:9092,B://:9093", "listener.security.protocol.map":
+      "CLIENT:PLAINTEXT,B:SSL", "inter.broker.listener.name": "b",
+      "zookeeper.connect": "127.0.0.1:2181"},
+     "the inter-broker listener B uses SSL, but brokers of a Strom cluster reach each other in "
+     "PLAINTEXT only so far"),
+    ({"listeners": "SSL://:9093", "zookeeper.connect": "127.0.0.1:2181"},
+     "inter.broker.listener.name must be a listener name defined in advertised.listeners. The "
+     "valid options based on currently configured listeners are SSL"),
+    ({"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
+     "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."),
     ({"authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer"},
      "authorizer.class.name is set, but ACLs are not implemented"),
     ({"super.users": "User:admin"}, "super.users is set, but ACLs are not implemented"),
@@ -93,9 +90,30 @@ def test_dangerous_settings_are_refused(overrides: dict[str, str], expected: str
 
 def test_every_refusal_is_in_one_message() -> None:
     with pytest.raises(ConfigError) as info:
-        check({"listeners": "SSL://:9093", "sasl.jaas.config": "x", "super.users": "User:a"})
+        check({"listeners": "X://:9093", "authorizer.class.name": "y", "super.users": "User:a"})
     message = str(info.value)
-    assert all(name in message for name in ("SSL://:9093", "sasl.jaas.config", "super.users"))
+    assert all(name in message for name in ("X://:9093", "authorizer.class.name", "super.users"))
+
+
+def test_listener_prefixed_security_settings_are_known(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger=CHECKS):
+        check({"listeners": "PLAINTEXT://:9092,SASL_SSL://:9093",
+               "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+               "listener.name.sasl_ssl.plain.sasl.jaas.config": "x",
+               "listener.name.sasl_ssl.ssl.keystore.location": "/k",
+               "listener.name.other.ssl.keystore.location": "/k",
+               "listener.name.sasl_ssl.no.such.config": "1"})
+    assert warnings(caplog) == [
+        "config listener.name.other.ssl.keystore.location is not used by Strom",
+        "config listener.name.sasl_ssl.no.such.config is not used by Strom"]
+
+
+def test_unprefixed_jaas_config_is_ignored_with_kafkas_warning(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger=CHECKS):
+        check({"sasl.jaas.config": "x"})
+    assert warnings(caplog)[0].startswith(
+        "Server config sasl.jaas.config should be prefixed with SASL mechanism name, ignoring "
+        "config")
 
 
 @pytest.mark.parametrize("overrides", [
@@ -103,6 +121,10 @@ def test_every_refusal_is_in_one_message() -> None:
     {"listeners": "CLIENT://127.0.0.1:9092", "advertised.listeners": "CLIENT://host:9092",
      "listener.security.protocol.map": "client:plaintext,OTHER:SSL",
      "inter.broker.listener.name": "CLIENT"},
+    {"listeners": "PLAINTEXT://:9092,SSL://:9093,SASL_SSL://:9094,SASL_PLAINTEXT://:9095"},
+    {"listeners": "INTERNAL://:9092,CLIENT://:9093", "listener.security.protocol.map":
+     "INTERNAL:PLAINTEXT,CLIENT:SASL_SSL", "inter.broker.listener.name": "INTERNAL",
+     "zookeeper.connect": "127.0.0.1:2181"},
     {"security.inter.broker.protocol": "plaintext", "authorizer.class.name": "",
      "remote.log.storage.system.enable": "false"},
     {"group.consumer.session.timeout.ms": "6000", "group.consumer.heartbeat.interval.ms": "500",

@@ -15,9 +15,11 @@ from strom.broker.handlers import (
     offsets,
     produce,
     reassignments,
+    sasl,
+    scram,
     topics,
     transactions,
 )
 
 MODULES = [cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs, metadata,
-           offsets, produce, reassignments, topics, transactions]
+           offsets, produce, reassignments, sasl, scram, topics, transactions]

@@ -39,9 +39,10 @@ def describe_cluster(broker: Broker, ctx: RequestContext,
         "cluster_id": broker.cluster_id,
         "controller_id": image.controller_id,
         "brokers": [
-            {"broker_id": b.broker_id, "host": b.host, "port": b.port, "rack": b.rack,
+            {"broker_id": b.broker_id, "host": address[0], "port": address[1], "rack": b.rack,
              "is_fenced": False}
             for b in image.brokers.values()
+            for address in (b.address(ctx.session.listener),)
         ],
         "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
     }

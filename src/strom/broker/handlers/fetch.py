@@ -40,13 +40,15 @@ FETCH_FIRST_LEADER_HINT = 16
 Endpoint = tuple[int, str, int, str | None]
 
 
-def leader_hint(broker: Broker, state: PartitionState,
+def leader_hint(broker: Broker, ctx: RequestContext, state: PartitionState,
                 endpoints: dict[int, Endpoint]) -> tuple[int, int]:
     """(leader id, leader epoch) of a partition, as Kafka's KafkaApis.getCurrentLeader; the
-    leader's endpoint is added to ``endpoints`` when it is a live broker."""
+    leader's endpoint (on the client's listener) is added to ``endpoints`` when it is a live
+    broker."""
     info = broker.image.brokers.get(state.leader)
     if info is not None:
-        endpoints[info.broker_id] = (info.broker_id, info.host, info.port, info.rack)
+        endpoints[info.broker_id] = (info.broker_id, *info.address(ctx.session.listener),
+                                     info.rack)
     return state.leader, state.leader_epoch
 
 
@@ -71,7 +73,7 @@ async def fetch(broker: Broker, ctx: RequestContext, body: memoryview) -> Parts:
     keys = [(t.topic, p.partition) for t in request.topics for p in t.partitions]
     while True:
         endpoints: dict[int, Endpoint] = {}
-        topics, total, errors = _read_all(broker, request, version, max_bytes, endpoints)
+        topics, total, errors = _read_all(broker, ctx, request, version, max_bytes, endpoints)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
             parts, size = encode_fetch_response(version, topics, session_id=0,
@@ -88,7 +90,7 @@ def _topic_name(broker: Broker, t: FetchTopic) -> str | None:
     return topic.name if topic else None
 
 
-def _read_all(broker: Broker, request: FetchRequest, version: int, max_bytes: int,
+def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, version: int, max_bytes: int,
               endpoints: dict[int, Endpoint]) -> tuple[list[FetchTopicResponse], int, bool]:
     image = broker.image
     partitions = broker.partitions
@@ -124,7 +126,7 @@ def _read_all(broker: Broker, request: FetchRequest, version: int, max_bytes: in
                     r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
             if r.error_code:
                 if r.error_code in LEADER_HINT_ERRORS and version >= FETCH_FIRST_LEADER_HINT:
-                    r.current_leader = leader_hint(broker, state, endpoints)
+                    r.current_leader = leader_hint(broker, ctx, state, endpoints)
                 errors = True
                 continue
             if log.offline is not None:  # as Kafka: its log dir failed (even when caught up)

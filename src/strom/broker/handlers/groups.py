@@ -70,13 +70,15 @@ def _partition_known(broker: Broker, topic: str, partition: int) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _coordinator_for(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
+def _coordinator_for(broker: Broker, ctx: RequestContext, key_type: int,
+                     key: str) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                            "error_message": None}
     try:
         if key_type == TRANSACTION_KEY:  # -- transactions --
             node = transaction_coordinator_node(broker, key)
-            out.update(node_id=node.broker_id, host=node.host, port=node.port)
+            out.update(node_id=node.broker_id, host=node.address(ctx.session.listener)[0],
+                       port=node.address(ctx.session.listener)[1])
             return out
         if key_type != GROUP_KEY:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported key type {key_type}.")
@@ -89,7 +91,8 @@ def _coordinator_for(broker: Broker, key_type: int, key: str) -> dict[str, Any]:
         if node is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                              f"{OFFSETS_TOPIC}-{partition} has no live leader.")
-        out.update(node_id=node.broker_id, host=node.host, port=node.port)
+        out.update(node_id=node.broker_id, host=node.address(ctx.session.listener)[0],
+                       port=node.address(ctx.session.listener)[1])
     except KafkaError as exc:
         out.update(error_code=int(exc.code), error_message=exc.message or exc.code.name)
     return out
@@ -101,9 +104,9 @@ def find_coordinator(broker: Broker, ctx: RequestContext,
     key_type = request.key_type  # v0: groups only (GROUP_KEY)
     if ctx.api_version >= 4:
         return {"throttle_time": 0,
-                "coordinators": [_coordinator_for(broker, key_type, k)
+                "coordinators": [_coordinator_for(broker, ctx, key_type, k)
                                  for k in request.coordinator_keys]}
-    one = _coordinator_for(broker, key_type, request.key)
+    one = _coordinator_for(broker, ctx, key_type, request.key)
     return {"throttle_time": 0, **one}
 
 

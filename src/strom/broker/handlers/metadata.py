@@ -74,13 +74,13 @@ def metadata(broker: Broker, ctx: RequestContext,
     version = ctx.api_version
     request = decode_metadata_request(body, version)
     if request.topics is None:
-        return _answer(broker, version,
+        return _answer(broker, ctx, version,
                        [_topic_entry(broker, version, t) for t in broker.image.topics.values()])
     wanted = list(dict.fromkeys(request.topics))  # as Kafka: each name and each id once
     if version < 12 and any(name is None for name, _ in wanted):
         # Kafka: "Topic name can not be null for version N" (topic ids arrive in v12), which
         # fails the request: every topic INVALID_REQUEST, a null name answered as ""
-        return _answer(broker, version, [
+        return _answer(broker, ctx, version, [
             _error_entry(version, ErrorCode.INVALID_REQUEST, name or "", topic_id)
             for name, topic_id in wanted])
     auto_create = bool(broker.config.get("auto.create.topics.enable")
@@ -89,8 +89,8 @@ def metadata(broker: Broker, ctx: RequestContext,
     if auto_create and missing and _over_the_cap(broker, ctx, missing):
         auto_create = False  # none is created, as in Kafka
     if auto_create and len(missing) > 1 and broker.controller.immediate:
-        return _create_then_answer(broker, version, wanted, missing)
-    return _answer(broker, version, _entries(broker, version, wanted, auto_create, {}))
+        return _create_then_answer(broker, ctx, version, wanted, missing)
+    return _answer(broker, ctx, version, _entries(broker, version, wanted, auto_create, {}))
 
 
 def _over_the_cap(broker: Broker, ctx: RequestContext, missing: list[str]) -> bool:
@@ -118,7 +118,8 @@ def _valid_name(name: str) -> bool:
     return True
 
 
-async def _create_then_answer(broker: Broker, version: int, wanted: list[Any],
+async def _create_then_answer(broker: Broker, ctx: RequestContext, version: int,
+                              wanted: list[Any],
                               missing: list[str]) -> bytes:
     """Auto-create several topics, yielding to the loop between them (each costs a metadata
     record and a log per partition), then answer from the image."""
@@ -131,7 +132,7 @@ async def _create_then_answer(broker: Broker, version: int, wanted: list[Any],
             except KafkaError as exc:
                 failed[name] = exc.code
         await slicer.tick()
-    return _answer(broker, version, _entries(broker, version, wanted, False, failed))
+    return _answer(broker, ctx, version, _entries(broker, version, wanted, False, failed))
 
 
 def _entries(broker: Broker, version: int, wanted: list[Any], auto_create: bool,
@@ -169,9 +170,11 @@ def _entries(broker: Broker, version: int, wanted: list[Any], auto_create: bool,
     return parts
 
 
-def _answer(broker: Broker, version: int, parts: list[bytes]) -> bytes:
+def _answer(broker: Broker, ctx: RequestContext, version: int, parts: list[bytes]) -> bytes:
     image = broker.image
-    brokers = [MetadataBroker(b.broker_id, b.host, b.port, b.rack) for b in image.brokers.values()]
+    listener = ctx.session.listener  # each client is told the addresses of its own listener
+    brokers = [MetadataBroker(b.broker_id, *b.address(listener), b.rack)
+               for b in image.brokers.values()]
     return encode_metadata_response_from_parts(
         version, encode_metadata_brokers(version, brokers), broker.cluster_id,
         image.controller_id, parts)

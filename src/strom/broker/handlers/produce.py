@@ -130,7 +130,7 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 else:
                     result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
                     if version >= PRODUCE_FIRST_LEADER_HINT:  # KIP-951
-                        result.current_leader = leader_hint(broker, state, endpoints)
+                        result.current_leader = leader_hint(broker, ctx, state, endpoints)
                 continue
             if acks == -1 and len(state.isr) < log.config.min_insync_replicas:
                 result.error_code = ErrorCode.NOT_ENOUGH_REPLICAS
@@ -172,16 +172,16 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             raise CloseConnection()
         return None
     if flushes:
-        return _await_flushes(broker, flushes, pending, request.timeout_ms, version, topics_out,
+        return _await_flushes(broker, ctx, flushes, pending, request.timeout_ms, version, topics_out,
                               endpoints)
     if pending:
-        return _await_replication(broker, pending, request.timeout_ms, version, topics_out,
+        return _await_replication(broker, ctx, pending, request.timeout_ms, version, topics_out,
                                   endpoints)
     return encode_produce_response(version, topics_out,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
-async def _await_flushes(broker: Broker, flushes: list, pending: list, timeout_ms: int,
+async def _await_flushes(broker: Broker, ctx: RequestContext, flushes: list, pending: list, timeout_ms: int,
                          version: int, topics_out: list[ProduceTopicResponse],
                          endpoints: dict[int, Endpoint]) -> bytes:
     """Kafka flushes in the request thread when log.flush.interval.messages is reached and
@@ -193,13 +193,13 @@ async def _await_flushes(broker: Broker, flushes: list, pending: list, timeout_m
             result.error_code = exc.error_code
             result.base_offset = -1
     if pending:
-        return await _await_replication(broker, pending, timeout_ms, version, topics_out,
+        return await _await_replication(broker, ctx, pending, timeout_ms, version, topics_out,
                                         endpoints)
     return encode_produce_response(version, topics_out,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
-async def _await_replication(broker: Broker, pending: list, timeout_ms: int, version: int,
+async def _await_replication(broker: Broker, ctx: RequestContext, pending: list, timeout_ms: int, version: int,
                              topics_out: list[ProduceTopicResponse],
                              endpoints: dict[int, Endpoint]) -> bytes:
     """Kafka's delayed produce: answer once the high watermark passes every appended batch
@@ -217,7 +217,7 @@ async def _await_replication(broker: Broker, pending: list, timeout_ms: int, ver
                 topic = broker.image.topics.get(key[0])
                 state = topic.partitions.get(key[1]) if topic is not None else None
                 if state is not None:
-                    result.current_leader = leader_hint(broker, state, endpoints)
+                    result.current_leader = leader_hint(broker, ctx, state, endpoints)
     return encode_produce_response(version, topics_out,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 

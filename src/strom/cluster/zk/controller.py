@@ -65,8 +65,9 @@ class ZkController:
     def __init__(self, zk: ZkClient, mirror: ZkMirror, image: MetadataImage, broker: BrokerInfo,
                  *, unclean_for: Callable[[TopicState], bool],
                  rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
-                 ) -> None:
+                 listener_protocols: Mapping[str, str] | None = None) -> None:
         self.zk = zk
+        self.listener_protocols = dict(listener_protocols or {})  # for the registration
         self.mirror = mirror
         self.image = image
         self.broker = broker
@@ -301,7 +302,7 @@ class ZkController:
         """Create /brokers/ids/<id> (ephemeral). A registration left by our own previous
         process (killed before its session expired) is replaced."""
         path = zn.broker_path(self.broker.broker_id)
-        data = zn.encode_broker(self.broker, _now_ms())
+        data = zn.encode_broker(self.broker, _now_ms(), self.listener_protocols)
         while True:
             session = self.zk.session_id
             try:

@@ -138,16 +138,23 @@ def decode_cluster_id(data: bytes) -> str:
 # -- /brokers/ids/<id> ---------------------------------------------------------------------------
 
 
-def encode_broker(info: BrokerInfo, timestamp_ms: int) -> bytes:
-    """Version 5 as Kafka writes it (plus an empty features map: Strom finalizes none)."""
+def encode_broker(info: BrokerInfo, timestamp_ms: int,
+                  protocols: Mapping[str, str] | None = None) -> bytes:
+    """Version 5 as Kafka writes it (plus an empty features map: Strom finalizes none): every
+    advertised listener, and host/port of the PLAINTEXT one (null/-1 without one)."""
+    endpoints = info.endpoints or {"PLAINTEXT": (info.host, info.port)}
+    protocols = protocols or {}
+    plaintext = next(((h, p) for name, (h, p) in endpoints.items()
+                      if protocols.get(name, "PLAINTEXT") == "PLAINTEXT"), (None, -1))
     obj: dict[str, Any] = {
         "features": {},
-        "listener_security_protocol_map": {"PLAINTEXT": "PLAINTEXT"},
-        "endpoints": [f"PLAINTEXT://{info.host}:{info.port}"],
+        "listener_security_protocol_map": {name: protocols.get(name, "PLAINTEXT")
+                                           for name in endpoints},
+        "endpoints": [f"{name}://{_bracketed(h)}:{p}" for name, (h, p) in endpoints.items()],
         "jmx_port": -1,
-        "host": info.host,
+        "host": plaintext[0],
         "timestamp": str(timestamp_ms),
-        "port": info.port,
+        "port": plaintext[1],
         "version": 5,
     }
     if info.rack is not None:
@@ -155,22 +162,30 @@ def encode_broker(info: BrokerInfo, timestamp_ms: int) -> bytes:
     return _dump(obj)
 
 
-def decode_broker(broker_id: int, data: bytes) -> BrokerInfo:
-    """Kafka's registration: the PLAINTEXT endpoint (else the first one, else host/port)."""
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def decode_broker(broker_id: int, data: bytes, inter_broker: str = "PLAINTEXT") -> BrokerInfo:
+    """Kafka's registration: every endpoint by listener name; host/port are the inter-broker
+    listener's (else PLAINTEXT's, else the first, else the registration's host/port)."""
     obj = _load(data)
     if obj is None:
         raise ValueError(f"empty registration of broker {broker_id}")
-    host, port = obj.get("host"), obj.get("port", -1)
-    endpoints = obj.get("endpoints") or []
-    chosen = next((e for e in endpoints if e.startswith("PLAINTEXT://")),
-                  endpoints[0] if endpoints else None)
-    if chosen is not None:
-        hostport = chosen.split("://", 1)[1]
+    endpoints: dict[str, tuple[str, int]] = {}
+    for spec in obj.get("endpoints") or []:
+        name, sep, hostport = spec.partition("://")
         h, _, p = hostport.rpartition(":")
-        host, port = h.strip("[]"), int(p)
+        if sep and p.lstrip("-").isdigit():
+            endpoints[name.upper()] = (h.strip("[]"), int(p))
+    host, port = obj.get("host"), obj.get("port", -1)
+    chosen = (endpoints.get(inter_broker) or endpoints.get("PLAINTEXT")
+              or next(iter(endpoints.values()), None))
+    if chosen is not None:
+        host, port = chosen
     if not host or port is None or int(port) < 0:
         raise ValueError(f"broker {broker_id} registration has no usable endpoint: {data!r}")
-    return BrokerInfo(broker_id, host, int(port), obj.get("rack"))
+    return BrokerInfo(broker_id, host, int(port), obj.get("rack"), endpoints)
 
 
 # -- /controller, /controller_epoch --------------------------------------------------------------

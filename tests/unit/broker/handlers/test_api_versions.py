@@ -21,7 +21,8 @@ def test_lists_every_served_api_with_its_version_range(broker_harness) -> None:
     assert ranges[ApiKey.LIST_OFFSETS] == (1, 11)
     assert ranges[ApiKey.API_VERSIONS] == (0, 4)
     assert ApiKey.CONSUMER_GROUP_HEARTBEAT in ranges
-    assert ApiKey.SASL_HANDSHAKE not in ranges  # nothing advertised that is not served
+    assert ranges[ApiKey.SASL_HANDSHAKE] == (0, 1)  # Kafka lists them on every listener
+    assert ApiKey.CREATE_DELEGATION_TOKEN not in ranges  # nothing advertised that is not served
 
 
 def test_an_unknown_version_is_answered_in_v0_with_unsupported_version(broker_harness) -> None:

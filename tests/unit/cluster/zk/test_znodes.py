@@ -76,7 +76,8 @@ def test_broker_registration_is_kafka_version_5() -> None:
     assert obj["jmx_port"] == -1
     assert obj["timestamp"] == "1700000000000"  # a string, as Kafka writes it
     assert obj["rack"] == "rack-a"
-    assert zn.decode_broker(2, data) == BrokerInfo(2, "10.0.0.2", 9093, "rack-a")
+    assert zn.decode_broker(2, data) == BrokerInfo(2, "10.0.0.2", 9093, "rack-a",
+                                                   {"PLAINTEXT": ("10.0.0.2", 9093)})
 
 
 def test_broker_without_rack_has_no_rack_key() -> None:
@@ -91,7 +92,21 @@ def test_kafka_registration_prefers_the_plaintext_endpoint() -> None:
         "endpoints": ["SSL://broker1:9093", "PLAINTEXT://broker1:9092"],
         "jmx_port": 9999, "host": "broker1", "timestamp": "1", "port": 9092, "version": 4,
     }).encode()
-    assert zn.decode_broker(7, data) == BrokerInfo(7, "broker1", 9092, None)
+    assert zn.decode_broker(7, data) == BrokerInfo(
+        7, "broker1", 9092, None, {"SSL": ("broker1", 9093), "PLAINTEXT": ("broker1", 9092)})
+
+
+def test_registration_with_named_listeners() -> None:
+    info = BrokerInfo(3, "b3", 9094, None, {"CLIENT": ("b3", 9092), "INTERNAL": ("b3", 9094)})
+    data = zn.encode_broker(info, 1, {"CLIENT": "SASL_SSL", "INTERNAL": "PLAINTEXT"})
+    obj = json.loads(data)
+    assert obj["endpoints"] == ["CLIENT://b3:9092", "INTERNAL://b3:9094"]
+    assert obj["listener_security_protocol_map"] == {"CLIENT": "SASL_SSL",
+                                                     "INTERNAL": "PLAINTEXT"}
+    assert (obj["host"], obj["port"]) == ("b3", 9094)  # the PLAINTEXT listener's, as Kafka
+    back = zn.decode_broker(3, data, inter_broker="INTERNAL")
+    assert (back.host, back.port) == ("b3", 9094)
+    assert back.address("CLIENT") == ("b3", 9092)
 
 
 def test_old_registration_without_endpoints_uses_host_and_port() -> None:
@@ -101,7 +116,8 @@ def test_old_registration_without_endpoints_uses_host_and_port() -> None:
 
 def test_ipv6_endpoint() -> None:
     data = b'{"version":5,"endpoints":["PLAINTEXT://[::1]:9092"],"host":null,"port":-1}'
-    assert zn.decode_broker(1, data) == BrokerInfo(1, "::1", 9092, None)
+    assert zn.decode_broker(1, data) == BrokerInfo(1, "::1", 9092, None,
+                                                   {"PLAINTEXT": ("::1", 9092)})
 
 
 @pytest.mark.parametrize("data", [b"", b'{"version":5,"endpoints":[],"host":null,"port":-1}'])

@@ -1,0 +1,123 @@
+"""Listeners as Kafka configures them: ``listeners``, ``advertised.listeners``,
+``listener.security.protocol.map`` and the inter-broker listener.
+
+A listener has a name (``CLIENT``, ``PLAINTEXT``, ...), an address, and the security protocol
+its name maps to. Clients are told the advertised address of the listener they connected to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from strom.config.broker import BrokerConfig, parse_listener
+from strom.config.defs import ConfigError
+
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+@dataclass(frozen=True)
+class Listener:
+    name: str  # upper-case, as Kafka's ListenerName
+    host: str  # '' means every interface (listeners) or this host's name (advertised)
+    port: int
+    protocol: str
+
+    @property
+    def tls(self) -> bool:
+        return self.protocol in ("SSL", "SASL_SSL")
+
+    @property
+    def sasl(self) -> bool:
+        return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
+
+    def uri(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+def protocol_map(config: BrokerConfig) -> dict[str, str]:
+    """listener.security.protocol.map as {LISTENER NAME: PROTOCOL}, names upper-cased as Kafka's."""
+    raw = config.get("listener.security.protocol.map") or ""
+    out: dict[str, str] = {}
+    for entry in raw.split(","):
+        if not entry.strip():
+            continue
+        name, sep, protocol = entry.partition(":")
+        name, protocol = name.strip().upper(), protocol.strip().upper()
+        if not sep or not name or protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(f"Invalid value {raw} for configuration listener.security.protocol.map: "
+                              f"{entry.strip()!r} is not LISTENER_NAME:PROTOCOL with PROTOCOL one "
+                              f"of {', '.join(SECURITY_PROTOCOLS)}")
+        out[name] = protocol
+    return out
+
+
+def _resolve(config: BrokerConfig, specs: list[str], what: str) -> list[Listener]:
+    protocols = protocol_map(config)
+    out: list[Listener] = []
+    for spec in specs:
+        name, host, port = parse_listener(spec)
+        name = name.upper()
+        protocol = protocols.get(name)
+        if protocol is None:
+            raise ConfigError(f"{what}: listener {spec} has no security protocol: {name} is not "
+                              f"in listener.security.protocol.map")
+        if any(other.name == name for other in out):
+            raise ConfigError(f"{what}: each listener must have a different name, {name} is "
+                              f"listed twice")
+        out.append(Listener(name, host, port, protocol))
+    return out
+
+
+def listeners(config: BrokerConfig) -> list[Listener]:
+    found = _resolve(config, config.get("listeners"), "listeners")
+    ports = [lst.port for lst in found if lst.port != 0]
+    if len(ports) != len(set(ports)):
+        raise ConfigError("listeners: each listener must have a different port")
+    return found
+
+
+def advertised_listeners(config: BrokerConfig) -> list[Listener]:
+    """advertised.listeners (default: listeners); each must name a listener."""
+    own = listeners(config)
+    adv = config.get("advertised.listeners")
+    if not adv:
+        return own
+    out = _resolve(config, adv, "advertised.listeners")
+    names = {lst.name for lst in own}
+    for lst in out:
+        if lst.name not in names:
+            raise ConfigError(f"advertised.listeners: {lst.uri()} names no listener in "
+                              f"listeners ({', '.join(sorted(names))})")
+    return out
+
+
+def inter_broker_listener_name(config: BrokerConfig) -> str:
+    """inter.broker.listener.name, else the listener named like security.inter.broker.protocol
+    (Kafka's rule; the two may not both be set)."""
+    name = config.get("inter.broker.listener.name")
+    if name:
+        if config.source_of("security.inter.broker.protocol")[1].name != "DEFAULT_CONFIG":
+            raise ConfigError("Only one of inter.broker.listener.name and "
+                              "security.inter.broker.protocol should be set.")
+        return name.strip().upper()
+    return config.get("security.inter.broker.protocol").strip().upper()
+
+
+def inter_broker_listener(config: BrokerConfig) -> Listener:
+    """The advertised listener brokers use to reach this one; an error names the choices."""
+    name = inter_broker_listener_name(config)
+    adv = advertised_listeners(config)
+    for lst in adv:
+        if lst.name == name:
+            return lst
+    raise ConfigError(f"inter.broker.listener.name must be a listener name defined in "
+                      f"advertised.listeners. The valid options based on currently configured "
+                      f"listeners are {','.join(lst.name for lst in adv)}")
+
+
+def default_listener(config: BrokerConfig) -> Listener:
+    """The advertised listener that names this broker when no listener is asked for: the
+    inter-broker one if it exists, else the first (a single node needs no inter-broker one)."""
+    adv = advertised_listeners(config)
+    name = inter_broker_listener_name(config)
+    return next((lst for lst in adv if lst.name == name), adv[0])
