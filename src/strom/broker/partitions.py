@@ -125,17 +125,12 @@ class PartitionManager:
                     if self.logs.get(topic.name, p) is not None:
                         self.logs.delete_partition(topic.name, p)
                     self.waiters.notify((topic.name, p))
+            elif (change.kind == "partitions_created" and topic is not None
+                  and len(change.partitions) > INLINE_CREATES):
+                self._defer_new(topic, change.partitions)
             elif change.kind in ("partitions_created", "partition_changed") and topic is not None:
                 for p in change.partitions:
-                    key = (topic.name, p)
-                    if self.broker_id in topic.partitions[p].replicas:
-                        existing = self._local.get(key)
-                        if existing is None or existing.topic_id != topic.topic_id:
-                            self._defer(key, topic)
-                            continue
-                    elif key in self._local or key in self._pending:
-                        self._drop(topic, p)  # reassigned away from this broker
-                    self._update_leadership(topic.name, p)
+                    self._defer_or_update((topic.name, p), topic)
             elif change.kind == "topic_configs" and topic is not None:
                 config = configs[topic.name] = self.log_config(topic)
                 for p in topic.partitions:
@@ -146,6 +141,30 @@ class PartitionManager:
                 self.refresh_dynamic_broker_configs()
                 configs.clear()
         self._create_new(first_new)
+
+    def _defer_new(self, topic: TopicState, partitions: tuple[int, ...]) -> None:
+        """Many new partitions at once (a large creation): `_defer` in one tight loop, since
+        this runs on the event loop for every partition of a 10,000-partition request."""
+        me, name, states = self.broker_id, topic.name, topic.partitions
+        local, pending = self._local, self._pending
+        for p in partitions:
+            key = (name, p)
+            if me in states[p].replicas and key not in local and key not in pending:
+                self._sequence += 1
+                pending[key] = (topic, self._sequence)
+            else:
+                self._defer_or_update(key, topic)
+
+    def _defer_or_update(self, key: tuple[str, int], topic: TopicState) -> None:
+        """One partition of a partitions_created/partition_changed change."""
+        if self.broker_id in topic.partitions[key[1]].replicas:
+            existing = self._local.get(key)
+            if existing is None or existing.topic_id != topic.topic_id:
+                self._defer(key, topic)
+                return
+        elif key in self._local or key in self._pending:
+            self._drop(topic, key[1])  # reassigned away from this broker
+        self._update_leadership(*key)
 
     def _defer(self, key: tuple[str, int], topic: TopicState) -> None:
         """Mark a partition's log as to be created (a log of an older incarnation stops

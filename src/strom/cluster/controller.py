@@ -278,11 +278,10 @@ class LocalController:
                 listener(merged)
             await self._log.sync(end)
 
-    def _merge(self, shadow: MetadataImage, changes: list[Change | None],
-               count: int) -> list[Change]:
+    def _merge(self, shadow: MetadataImage, changes: list[Change], count: int) -> list[Change]:
         """Move what `_prepare` applied to `shadow` into the image: a new topic as it is, new
-        partitions into the existing topic; the changes, one per kind and topic, name the
-        image's topics."""
+        partitions into the existing topic; the changes (grouped by `_prepare`, one per kind
+        and topic) are made to name the image's topics."""
         image = self.image
         real: dict[uuid.UUID, TopicState] = {}
         for topic in shadow.topics_by_id.values():
@@ -295,16 +294,8 @@ class LocalController:
                 current.partitions.update(topic.partitions)
             real[topic.topic_id] = current
         image.version += count
-        grouped: list[tuple[str, TopicState | None, list[int]]] = []
-        for change in changes:
-            if change is None:
-                continue
-            topic = real[change.topic.topic_id] if change.topic is not None else None
-            if grouped and grouped[-1][0] == change.kind and grouped[-1][1] is topic:
-                grouped[-1][2].extend(change.partitions)
-            else:
-                grouped.append((change.kind, topic, list(change.partitions)))
-        return [Change(kind, topic, tuple(ps)) for kind, topic, ps in grouped]
+        return [Change(c.kind, real[c.topic.topic_id] if c.topic is not None else None,
+                       c.partitions) for c in changes]
 
     async def wait_until(self, predicate: Callable[[MetadataImage], bool],
                          timeout_s: float) -> bool:
@@ -453,11 +444,21 @@ def _collections_held_if(large: bool) -> AbstractContextManager[None]:
 
 
 def _prepare(shadow: MetadataImage, records: list[Record],
-             now_ms: int) -> tuple[bytes, list[Change | None]]:
+             now_ms: int) -> tuple[bytes, list[Change]]:
     """A large commit's work off the loop: its batch, and its records applied to `shadow`, an
-    image of its own (nothing here touches the broker's image)."""
+    image of its own (nothing here touches the broker's image); the changes come grouped, one
+    per kind and topic in a row, so the loop handles a few instead of one per partition."""
     batch = encode_batch(records, now_ms)
-    return batch, [rec.apply(shadow, r) for r in records]
+    grouped: list[tuple[str, TopicState | None, list[int]]] = []
+    for record in records:
+        change = rec.apply(shadow, record)
+        if change is None:
+            continue
+        if grouped and grouped[-1][0] == change.kind and grouped[-1][1] is change.topic:
+            grouped[-1][2].extend(change.partitions)
+        else:
+            grouped.append((change.kind, change.topic, list(change.partitions)))
+    return batch, [Change(kind, topic, tuple(ps)) for kind, topic, ps in grouped]
 
 
 def check_isr_update(state: PartitionState, leader_epoch: int, partition_epoch: int,

@@ -1162,6 +1162,9 @@ class PartitionLog:
         if self._inflight_done is not None:
             self._want_full_flush = self._want_full_flush or full
             return self._inflight_done
+        if not self._rolled_unflushed and not (full and self._unflushed_messages):
+            return None  # nothing to do (as _begin_flush), found without a syscall: the
+            # periodic flush asks every log every second
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

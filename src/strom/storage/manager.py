@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from strom.common.slices import Slicer
 from strom.storage import files
 from strom.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -274,6 +275,17 @@ class LogManager:
         return sum(log.remove_expired_producers(now_ms) for log in list(self._logs.values())
                    if not log.closed)  # fmt: skip
 
+    async def remove_expired_producers_in_slices(self, now_ms: int) -> int:
+        """`remove_expired_producers`, yielding to the loop between slices (a broker's
+        periodic pass over every log)."""
+        removed = 0
+        slicer = Slicer()
+        for log in list(self._logs.values()):
+            if not log.closed:
+                removed += log.remove_expired_producers(now_ms)
+            await slicer.tick()
+        return removed
+
     def dir_of(self, topic: str, partition: int) -> Path | None:
         """The log dir holding a partition (the cleaner keeps its checkpoint there)."""
         return self._dir_of.get((topic, partition))
@@ -288,9 +300,11 @@ class LogManager:
         passed) with the fsyncs in worker threads, at most ``FLUSHES_IN_FLIGHT`` logs at a time
         so ten thousand rolled partitions do not pin ten thousand descriptors at once."""
         running: set[asyncio.Future[None]] = set()
+        slicer = Slicer()  # a pass over 10,000 logs would otherwise hold the loop ~50 ms
         for log in list(self._logs.values()):
             done = log.flush_if_due_in_background(now_ms)
             if done is None:
+                await slicer.tick()
                 continue
             running.add(done)
             if len(running) >= FLUSHES_IN_FLIGHT:

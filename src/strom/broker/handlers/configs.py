@@ -6,7 +6,6 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
-from strom.broker.handlers.slices import Slicer
 from strom.broker.request_types import (
     AlterConfigsRequest,
     DescribeConfigsRequest,
@@ -14,6 +13,7 @@ from strom.broker.request_types import (
 )
 from strom.broker.router import handles
 from strom.cluster.controller import too_many_records
+from strom.common.slices import Slicer
 from strom.config.broker import BROKER_CONFIGS
 from strom.config.defs import ConfigError, ConfigSource, ConfigType
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs

@@ -12,13 +12,13 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
-from strom.broker.handlers.slices import Slicer
 from strom.broker.handlers.topics import create_topic
 from strom.broker.router import handles
 from strom.cluster.controller import MAX_RECORDS_PER_USER_OP, too_many_records
 from strom.cluster.image import PartitionState, TopicState
 from strom.cluster.validation import check_topic_name
 from strom.common.immediate import run_or_start
+from strom.common.slices import Slicer
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.metadata import (

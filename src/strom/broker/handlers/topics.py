@@ -8,7 +8,6 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
-from strom.broker.handlers.slices import Slicer
 from strom.broker.request_types import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -17,6 +16,7 @@ from strom.broker.request_types import (
 from strom.broker.router import handles
 from strom.cluster.controller import MAX_RECORDS_PER_USER_OP, too_many_records
 from strom.cluster.image import TopicState
+from strom.common.slices import Slicer
 from strom.config.defs import ConfigError
 from strom.config.topic import TOPIC_CONFIGS, validate_topic_configs
 from strom.protocol.api_keys import ApiKey

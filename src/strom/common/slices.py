@@ -1,9 +1,10 @@
-"""Yielding to the event loop inside a handler whose work grows with the request's entries.
+"""Yielding to the event loop inside work that grows with a request's entries or with the
+number of partitions.
 
-Every request runs on the one event loop: a handler that spends 1 ms per entry of a
-10,000-entry request would hold every other client for 10 s. Handlers whose entries each cost
-real work (creating or deleting a topic, writing a config record, describing a resource's
-configs) tick a `Slicer` after each entry, which yields once a slice's time is used up.
+Everything runs on the one event loop: a handler that spends 1 ms per entry of a 10,000-entry
+request would hold every other client for 10 s, and a background pass over 10,000 logs that
+spends 5 µs on each holds them for 50 ms. Such loops tick a `Slicer` after each entry, which
+yields once a slice's time is used up.
 """
 
 from __future__ import annotations
