@@ -109,8 +109,8 @@ class BrokerProcess:
         cmd = [str(STROM_BIN), "broker"]
         settings = {"listeners": f"PLAINTEXT://{HOST}:{self.port}", "log.dirs": str(self.data_dir)}
         settings.update(self.overrides)
-        for key, value in settings.items():
-            cmd += ["--override", f"{key}={value}"]
+        for key, value in settings.items():  # "{port}" in a value: this broker's own port
+            cmd += ["--override", f"{key}={value.replace('{port}', str(self.port))}"]
         return cmd
 
     # ------------------------------------------------------------------ lifecycle

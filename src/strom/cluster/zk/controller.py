@@ -154,6 +154,8 @@ class ZkController:
             return
         if resource == "topic":
             path = zn.topic_config_path(name)
+        elif resource == "user":
+            path = zn.user_config_path(name)
         else:
             path = zn.broker_config_path(name or zn.DEFAULT_ENTITY)
         while True:

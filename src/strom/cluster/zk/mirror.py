@@ -42,6 +42,7 @@ BROKERS: Key = ("brokers",)
 CONTROLLER: Key = ("controller",)
 TOPICS: Key = ("topics",)
 BROKER_CONFIGS: Key = ("broker_configs",)
+USER_CONFIGS: Key = ("user_configs",)
 
 
 def key_for(path: str) -> Key | None:
@@ -62,6 +63,8 @@ def key_for(path: str) -> Key | None:
         return ("topic", parts[0])
     if path == zn.CONFIG_BROKERS or path.startswith(zn.CONFIG_BROKERS + "/"):
         return BROKER_CONFIGS
+    if path == zn.CONFIG_USERS or path.startswith(zn.CONFIG_USERS + "/"):
+        return USER_CONFIGS
     if path.startswith(zn.CONFIG_TOPICS + "/"):
         return ("topic_config", path[len(zn.CONFIG_TOPICS) + 1:].split("/")[0])
     return None
@@ -232,6 +235,8 @@ class ZkMirror:
             records += self._controller_records(*await self._read_controller())
         if BROKER_CONFIGS in batch:
             records += self._broker_config_records(await self._read_broker_configs())
+        if USER_CONFIGS in batch:
+            records += self._user_config_records(await self._read_user_configs())
         self.apply(records)
         topics: set[str] = {k[1] for k in batch if k[0] == "topic"}
         if TOPICS in batch:
@@ -272,9 +277,11 @@ class ZkMirror:
         names = await self.zk.children(zn.TOPICS, watch=True) or []
         snapshots = await asyncio.gather(*(self._read_topic(n) for n in names))
         broker_configs = await self._read_broker_configs()
+        user_configs = await self._read_user_configs()
         block_read = await self.zk.get(zn.PRODUCER_ID_BLOCK)
         records = self._broker_records(brokers) + self._controller_records(*controller)
         records += self._broker_config_records(broker_configs)
+        records += self._user_config_records(user_configs)
         present = set(names)
         records += [rec.remove_topic_record(t.topic_id) for t in self.image.topics.values()
                     if t.name not in present]
@@ -318,6 +325,11 @@ class ZkMirror:
         reads = await asyncio.gather(*(self._read_config(f"{zn.CONFIG_BROKERS}/{n}")
                                        for n in names))
         return {zn.broker_config_entity(n): cfg for n, cfg in zip(names, reads, strict=True)}
+
+    async def _read_user_configs(self) -> dict[str, dict[str, str]]:
+        names = await self.zk.children(zn.CONFIG_USERS, watch=True) or []
+        reads = await asyncio.gather(*(self._read_config(zn.user_config_path(n)) for n in names))
+        return dict(zip(names, reads, strict=True))
 
     async def _read_config(self, path: str) -> dict[str, str]:
         got = await self.zk.get_or_watch(path)
@@ -384,6 +396,13 @@ class ZkMirror:
         for entity in sorted(set(desired) | set(self.image.broker_configs)):
             out += config_records("broker", entity, self.image.broker_configs.get(entity, {}),
                                   desired.get(entity, {}))
+        return out
+
+    def _user_config_records(self, desired: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for user in sorted(set(desired) | set(self.image.user_configs)):
+            out += config_records("user", user, self.image.user_configs.get(user, {}),
+                                  desired.get(user, {}))
         return out
 
     def _topic_records(self, name: str, snap: TopicSnapshot | None) -> list[dict[str, Any]]:

@@ -26,6 +26,7 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
+CONFIG_USERS = "/config/users"  # SCRAM credentials, as Kafka's ZooKeeper mode kept them
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
@@ -37,7 +38,7 @@ DEFAULT_ENTITY = "<default>"  # /config/brokers/<default>: the cluster-wide dyna
 # Created (empty, persistent) by every broker at start, as Kafka does, so later writes never
 # need to create parents.
 PERSISTENT_PATHS = (
-    BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_CHANGES, DELETE_TOPICS,
+    BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_USERS, CONFIG_CHANGES, DELETE_TOPICS,
     PRODUCER_ID_BLOCK, "/cluster", "/isr_change_notification", CONTROLLED_SHUTDOWN,
 )
 
@@ -64,6 +65,10 @@ def state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def user_config_path(user: str) -> str:
+    return f"{CONFIG_USERS}/{user}"
 
 
 def broker_config_path(entity: str) -> str:
