@@ -530,6 +530,20 @@ class OffsetDeleteRequest(Protocol):
     topics: list[OffsetDeleteRequestTopics]
 
 
+# DESCRIBE_CLIENT_QUOTAS v0-1
+
+
+class DescribeClientQuotasRequestComponents(Protocol):
+    entity_type: str
+    match_type: int
+    match: str | None
+
+
+class DescribeClientQuotasRequest(Protocol):
+    components: list[DescribeClientQuotasRequestComponents]
+    strict: bool
+
+
 # DESCRIBE_USER_SCRAM_CREDENTIALS v0-0
 
 

@@ -1,5 +1,6 @@
 """AlterUserScramCredentials and DescribeUserScramCredentials, with the checks and messages of
-Kafka's ScramControlManager and ScramImage.
+Kafka's ScramControlManager and ScramImage (and DescribeClientQuotas, the other half of what
+kafka-configs describes for users).
 
 Clients send the salted password (Hi(password, salt, iterations)), never the password; the
 broker keeps the salt, StoredKey, ServerKey and iteration count as user configs in the cluster
@@ -14,6 +15,7 @@ from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import (
     AlterUserScramCredentialsRequest,
+    DescribeClientQuotasRequest,
     DescribeUserScramCredentialsRequest,
 )
 from strom.broker.router import handles
@@ -117,3 +119,13 @@ def describe_user_scram_credentials(broker: Broker, ctx: RequestContext,
                             for m, c in sorted(found.items())]})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "results": results}
+
+
+@handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
+def describe_client_quotas(broker: Broker, ctx: RequestContext,
+                           request: DescribeClientQuotasRequest) -> dict[str, Any]:
+    """No entity has a quota: Strom implements no client quotas yet, and refuses to start with
+    quota configs (strom.config.checks), so an empty answer is the true one. kafka-configs
+    --describe --entity-type users asks for quotas beside the SCRAM credentials."""
+    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
+            "entries": []}
