@@ -287,8 +287,13 @@ _JAAS_PLAIN = re.compile(r"""(\w+)\s*=\s*"((?:[^"\\]|\\.)*)"|(\w+)\s*=\s*([^\s;"
 def translate_client_properties(props: dict[str, str]) -> dict[str, str]:
     """Map the Java client property names a Kafka user puts in a `--command-config` file onto
     librdkafka's: `sasl.jaas.config` with a PLAIN/SCRAM login module becomes
-    `sasl.username`/`sasl.password`; `sasl.mechanism` is accepted by both."""
+    `sasl.username`/`sasl.password`, a PEM `ssl.truststore.location` becomes `ssl.ca.location`;
+    `sasl.mechanism` and `security.protocol` are accepted by both."""
     result = dict(props)
+    # a PEM trust store is librdkafka's CA file (JKS/PKCS12 stores it cannot read)
+    store_type = result.pop("ssl.truststore.type", "PEM").upper()
+    if "ssl.truststore.location" in result and store_type == "PEM":
+        result.setdefault("ssl.ca.location", result.pop("ssl.truststore.location"))
     jaas = result.pop("sasl.jaas.config", None)
     if jaas is not None:
         opts = {}
