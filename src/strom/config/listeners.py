@@ -58,9 +58,9 @@ def _resolve(config: BrokerConfig, specs: list[str], what: str) -> list[Listener
         name, host, port = parse_listener(spec)
         name = name.upper()
         protocol = protocols.get(name)
-        if protocol is None:
-            raise ConfigError(f"{what}: listener {spec} has no security protocol: {name} is not "
-                              f"in listener.security.protocol.map")
+        if protocol is None:  # Kafka's words, then where and what to do
+            raise ConfigError(f"No security protocol defined for listener {name} ({what}: "
+                              f"{spec}; add {name} to listener.security.protocol.map)")
         if any(other.name == name for other in out):
             raise ConfigError(f"{what}: each listener must have a different name, {name} is "
                               f"listed twice")
@@ -83,11 +83,12 @@ def advertised_listeners(config: BrokerConfig) -> list[Listener]:
     if not adv:
         return own
     out = _resolve(config, adv, "advertised.listeners")
-    names = {lst.name for lst in own}
-    for lst in out:
-        if lst.name not in names:
-            raise ConfigError(f"advertised.listeners: {lst.uri()} names no listener in "
-                              f"listeners ({', '.join(sorted(names))})")
+    names = [lst.name for lst in own]
+    unknown = [lst.name for lst in out if lst.name not in names]
+    if unknown:
+        raise ConfigError(f"advertised.listeners listener names must be equal to or a subset of "
+                          f"the ones defined in listeners. Found {','.join(unknown)}. The valid "
+                          f"options based on the current configuration are {','.join(names)}")
     return out
 
 

@@ -12,6 +12,7 @@ from strom.config.defs import INT_MAX, ConfigDef, ConfigType, at_least, between,
 T = ConfigType
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
+OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
 
 SECURITY_CONFIGS = (
     # listeners
@@ -86,17 +87,24 @@ SECURITY_CONFIGS = (
               "sessions of SASL connections last at most this long; clients re-authenticate "
               "(KIP-368; 0: no limit)", at_least(0), read_only=True),
     ConfigDef("sasl.oauthbearer.jwks.endpoint.url", T.STRING, None,
-              "JWKS of the keys that sign OAUTHBEARER tokens (a file: URL)", read_only=True, implemented=False),
+              "JWKS of the keys that sign OAUTHBEARER tokens (a file: URL)", read_only=True),
     ConfigDef("sasl.oauthbearer.expected.audience", T.LIST, [],
-              "audiences an OAUTHBEARER token must name one of", read_only=True, implemented=False),
+              "audiences an OAUTHBEARER token must name one of", read_only=True),
     ConfigDef("sasl.oauthbearer.expected.issuer", T.STRING, None,
-              "issuer an OAUTHBEARER token must name", read_only=True, implemented=False),
+              "issuer an OAUTHBEARER token must name", read_only=True),
     ConfigDef("sasl.oauthbearer.sub.claim.name", T.STRING, "sub",
-              "claim that names the principal", read_only=True, implemented=False),
+              "claim that names the principal", read_only=True),
     ConfigDef("sasl.oauthbearer.scope.claim.name", T.STRING, "scope",
-              "claim that holds the scopes", read_only=True, implemented=False),
+              "claim that holds the scopes (Strom checks no scopes of signed tokens)",
+              read_only=True, implemented=False),
     ConfigDef("sasl.oauthbearer.clock.skew.seconds", T.INT, 30,
-              "clock difference tolerated in token times", between(0, INT_MAX), read_only=True, implemented=False),
+              "clock difference tolerated in token times", between(0, INT_MAX), read_only=True),
+    ConfigDef("sasl.oauthbearer.allow.unverified.issuer", T.BOOLEAN, False,
+              "accept signed OAUTHBEARER tokens without checking their issuer (Kafka 4.4 "
+              "requires sasl.oauthbearer.expected.issuer otherwise)", read_only=True),
+    ConfigDef("sasl.oauthbearer.allow.unverified.audience", T.BOOLEAN, False,
+              "accept signed OAUTHBEARER tokens without checking their audience (Kafka 4.4 "
+              "requires sasl.oauthbearer.expected.audience otherwise)", read_only=True),
     ConfigDef("sasl.server.callback.handler.class", T.CLASS, None,
               "server callback handler (Strom: Kafka's OAuthBearerValidatorCallbackHandler "
               "for signed OAUTHBEARER tokens)", read_only=True),

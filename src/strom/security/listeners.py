@@ -19,6 +19,7 @@ from typing import Any
 from strom.config.broker import BROKER_CONFIGS, BrokerConfig
 from strom.config.defs import ConfigError
 from strom.config.listeners import Listener
+from strom.config.security import OAUTHBEARER_VALIDATOR
 from strom.security.jaas import JaasError, single_module
 from strom.security.principal import ANONYMOUS, KafkaPrincipal, NoMatchingRule, SslPrincipalMapper
 from strom.security.sasl.mechanisms import (
@@ -28,13 +29,23 @@ from strom.security.sasl.mechanisms import (
     SaslExchange,
     ScramExchange,
 )
+from strom.security.sasl.oauthbearer import (
+    JwksValidator,
+    OAuthBearerExchange,
+    TokenValidator,
+    UnsecuredValidator,
+    jwks_path,
+)
 from strom.security.session import SaslSettings, Session
 from strom.security.tls import peer_distinguished_name, server_context
 
 log = logging.getLogger("strom.security")
 
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS)
+SUPPORTED_MECHANISMS = ("PLAIN", *SCRAM_MECHANISMS, "OAUTHBEARER")
+# Kafka's older name of the signed-token validator (before KIP-768 moved it)
+_VALIDATORS = (OAUTHBEARER_VALIDATOR,
+               "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler")
 
 
 class AuthenticationError(Exception):
@@ -125,11 +136,15 @@ def _sasl_settings(settings: ListenerSettings, scram_credentials: CredentialLook
         if mechanism not in SUPPORTED_MECHANISMS:
             raise ConfigError(f"listener {name}: SASL mechanism {mechanism} is not supported "
                               f"(supported: {', '.join(SUPPORTED_MECHANISMS)})")
-        if settings.get("sasl.server.callback.handler.class", mechanism):
+        handler = settings.get("sasl.server.callback.handler.class", mechanism)
+        if handler and not (mechanism == "OAUTHBEARER" and handler in _VALIDATORS):
             raise ConfigError(f"listener {name}: a custom sasl.server.callback.handler.class for "
                               f"{mechanism} is not supported by Strom")
         if mechanism == "PLAIN":
             factories[mechanism] = functools.partial(PlainExchange, _plain_users(settings))
+        elif mechanism == "OAUTHBEARER":
+            validator = _oauthbearer_validator(settings, bool(handler))
+            factories[mechanism] = functools.partial(OAuthBearerExchange, validator)
         else:
             factories[mechanism] = functools.partial(ScramExchange, mechanism, scram_credentials)
         reauth[mechanism] = int(settings.get("connections.max.reauth.ms", mechanism) or 0)
@@ -157,3 +172,60 @@ def _plain_users(settings: ListenerSettings) -> dict[str, str]:
         log.warning("%s defines no user_<name> entries: no client can authenticate with PLAIN "
                     "on listener %s", key, settings.listener.name)
     return users
+
+
+def _oauthbearer_validator(settings: ListenerSettings, signed: bool) -> TokenValidator:
+    """Kafka's validators: signed tokens checked against a JWKS when the listener names
+    OAuthBearerValidatorCallbackHandler, else the unsecured validator (for development)."""
+    name = settings.listener.name
+    get = settings.for_mechanism("OAUTHBEARER")
+    if not signed:
+        options = _jaas_options(settings, "OAUTHBEARER")
+        log.warning("listener %s accepts unsecured OAUTHBEARER tokens: any client can claim any "
+                    "identity (Kafka's default, for development; set listener.name.%s."
+                    "oauthbearer.sasl.server.callback.handler.class=%s and a JWKS to check "
+                    "signed tokens)", name, name.lower(), OAUTHBEARER_VALIDATOR)
+        try:
+            skew = int(options.get("unsecuredValidatorAllowableClockSkewMs", "0"))
+        except ValueError:
+            raise ConfigError("unsecuredValidatorAllowableClockSkewMs must be a number") from None
+        if skew < 0:
+            raise ConfigError(f"Allowable clock skew millis must not be negative: {skew}")
+        return UnsecuredValidator(
+            principal_claim=options.get("unsecuredValidatorPrincipalClaimName", "sub"),
+            scope_claim=options.get("unsecuredValidatorScopeClaimName", "scope"),
+            required_scope=tuple(options.get("unsecuredValidatorRequiredScope", "").split()),
+            clock_skew_ms=skew)
+    url = get("sasl.oauthbearer.jwks.endpoint.url")
+    if not url:
+        raise ConfigError(f"listener {name}: {OAUTHBEARER_VALIDATOR} needs "
+                          f"sasl.oauthbearer.jwks.endpoint.url (a file: URL)")
+    issuer = get("sasl.oauthbearer.expected.issuer")
+    audience = [a for a in get("sasl.oauthbearer.expected.audience") or [] if a]
+    # Kafka 4.4: an unchecked issuer or audience must be asked for explicitly
+    if not issuer and not get("sasl.oauthbearer.allow.unverified.issuer"):
+        raise ConfigError(f"listener {name}: set sasl.oauthbearer.expected.issuer (or "
+                          f"sasl.oauthbearer.allow.unverified.issuer=true)")
+    if not audience and not get("sasl.oauthbearer.allow.unverified.audience"):
+        raise ConfigError(f"listener {name}: set sasl.oauthbearer.expected.audience (or "
+                          f"sasl.oauthbearer.allow.unverified.audience=true)")
+    try:
+        return JwksValidator(jwks_path(url), issuer=issuer or None, audience=audience,
+                             principal_claim=get("sasl.oauthbearer.sub.claim.name") or "sub",
+                             clock_skew_s=int(get("sasl.oauthbearer.clock.skew.seconds")))
+    except ValueError as e:
+        raise ConfigError(f"listener {name}: {e}") from None
+    except OSError as e:
+        raise ConfigError(f"listener {name}: cannot read the JWKS {url}: "
+                          f"{e.strerror or e}") from None
+
+
+def _jaas_options(settings: ListenerSettings, mechanism: str) -> dict[str, str]:
+    text = settings.get("sasl.jaas.config", mechanism)
+    if not text:
+        return {}
+    key = f"{settings.prefix}{mechanism.lower()}.sasl.jaas.config"
+    try:
+        return dict(single_module(text, key).options)
+    except JaasError as e:
+        raise ConfigError(str(e)) from None

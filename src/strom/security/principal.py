@@ -101,8 +101,11 @@ class SslPrincipalMapper:
             if m.group(4):
                 self.rules.append(_Rule(None))
             else:
-                self.rules.append(_Rule(re.compile(m.group(1)), _java_replacement(m.group(2)),
-                                        m.group(3)))
+                try:
+                    pattern = re.compile(m.group(1))
+                except re.error as e:
+                    raise ValueError(f"Invalid rule: {m.group(0).strip()} ({e})") from None
+                self.rules.append(_Rule(pattern, _java_replacement(m.group(2)), m.group(3)))
             pos = m.end()
 
     def principal_name(self, distinguished_name: str) -> str:

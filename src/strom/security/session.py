@@ -245,7 +245,7 @@ class Session:
         user = f"User:{e.user}" if e.user else "unknown principal"
         log.warning("failed %sauthentication of %s on listener %s from %s with %s: %s",
                     "re-" if self._reauth else "", user, self.listener, self.peer,
-                    self.mechanism, e)
+                    self.mechanism, e.detail or e)
 
 
 def _name(api_key: int) -> str:

@@ -101,11 +101,18 @@ def _load_keystore(ctx: ssl.SSLContext, get: Setting) -> None:
                              f"PKCS12 (keytool -importkeystore converts a JKS store to PKCS12)")
 
 
+def _no_password() -> bytes:
+    raise TlsConfigError("the private key is encrypted but ssl.key.password is not set")
+
+
 def _load_chain(ctx: ssl.SSLContext, path: str, password: bytes | None, name: str) -> None:
     try:
-        ctx.load_cert_chain(path, password=password)
+        # without a password, OpenSSL would ask for one on the terminal: never wait for that
+        ctx.load_cert_chain(path, password=password if password is not None else _no_password)
     except FileNotFoundError:
         raise TlsConfigError(f"{name}: {path} does not exist") from None
+    except TlsConfigError as e:
+        raise TlsConfigError(f"{name}: {e}") from None
     except (ssl.SSLError, OSError) as e:
         reason = getattr(e, "reason", None) or str(e)
         raise TlsConfigError(f"{name}: cannot load the private key and certificate chain "
@@ -123,7 +130,10 @@ def _load_truststore(ctx: ssl.SSLContext, get: Setting) -> bool:
         if not location:
             return False
         if kind == "PEM":
-            ctx.load_verify_locations(cafile=location)
+            try:
+                ctx.load_verify_locations(cafile=location)
+            except FileNotFoundError:
+                raise TlsConfigError(f"ssl.truststore.location={location}: no such file") from None
         elif kind == "PKCS12":
             _, certs = _pkcs12_to_pem(_read(location, "ssl.truststore.location"),
                                       _password(get("ssl.truststore.password")),

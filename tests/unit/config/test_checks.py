@@ -52,10 +52,11 @@ def test_shipped_server_properties_start_without_warnings(caplog) -> None:
 
 @pytest.mark.parametrize(("overrides", "expected"), [
     ({"listeners": "CLIENT://:9092"},
-     "listeners: listener CLIENT://:9092 has no security protocol: CLIENT is not in "
-     "listener.security.protocol.map"),
+     "No security protocol defined for listener CLIENT (listeners: CLIENT://:9092; add CLIENT "
+     "to listener.security.protocol.map)"),
     ({"listeners": "PLAINTEXT://:9092", "advertised.listeners": "SSL://host:9093"},
-     "advertised.listeners: SSL://host:9093 names no listener in listeners (PLAINTEXT)"),
+     "advertised.listeners listener names must be equal to or a subset of the ones defined in "
+     "listeners. Found SSL. The valid options based on the current configuration are PLAINTEXT"),
     ({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"},
      "each listener must have a different name, PLAINTEXT is listed twice"),
     ({"listeners": "PLAINTEXT://:9092,SSL://:9092"}, "each listener must have a different port"),

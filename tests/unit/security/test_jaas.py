@@ -71,8 +71,8 @@ def test_an_unterminated_quote_is_refused() -> None:
 
 
 def test_single_module_refuses_two_modules() -> None:
-    with pytest.raises(JaasError, match="^listener.name.x.plain.sasl.jaas.config must contain "
-                                        "exactly one login module, found 2$"):
+    with pytest.raises(JaasError, match=r"^listener\.name\.x\.plain\.sasl\.jaas\.config must contain "
+                                        r"exactly one login module, found 2$"):
         single_module(f"{PLAIN} required; {PLAIN} optional;",
                       "listener.name.x.plain.sasl.jaas.config")
 

@@ -22,7 +22,7 @@ from strom.security.listeners import (
     build_listener_security,
 )
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
-from strom.security.sasl.mechanisms import ScramExchange
+from strom.security.sasl.mechanisms import AuthenticationFailed, ScramExchange
 
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 JAAS = f'{PLAIN_MODULE} required user_alice="alice-secret" user_bob="bob-secret";'
@@ -109,15 +109,15 @@ def test_gssapi_among_other_mechanisms_is_refused() -> None:
                  JAAS})
 
 
-@pytest.mark.parametrize("mechanism", ["DIGEST-MD5", "OAUTHBEARER", "plain"])
+@pytest.mark.parametrize("mechanism", ["DIGEST-MD5", "CRAM-MD5", "plain"])
 def test_unknown_mechanisms_are_refused(mechanism: str) -> None:
     with pytest.raises(ConfigError, match=f"SASL mechanism {mechanism} is not supported "
-                                          r"\(supported: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512\)"):
+                                          r"\(supported: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"):
         build(**{"sasl.enabled.mechanisms": mechanism})
 
 
 def test_no_mechanism_at_all_is_refused() -> None:
-    with pytest.raises(ConfigError, match="sasl.enabled.mechanisms is empty"):
+    with pytest.raises(ConfigError, match=r"sasl\.enabled\.mechanisms is empty"):
         build(**{"sasl.enabled.mechanisms": ""})
 
 
@@ -129,7 +129,7 @@ def test_plain_without_a_jaas_config_is_refused() -> None:
 
 
 def test_plain_with_only_an_unprefixed_jaas_config_is_refused() -> None:
-    with pytest.raises(ConfigError, match="plain.sasl.jaas.config is not set"):
+    with pytest.raises(ConfigError, match=r"plain\.sasl\.jaas\.config is not set"):
         build(**{"sasl.enabled.mechanisms": "PLAIN", "sasl.jaas.config": JAAS})
 
 
@@ -147,7 +147,7 @@ def test_plain_with_a_broken_jaas_config_names_the_config() -> None:
 
 
 def test_a_custom_callback_handler_is_refused() -> None:
-    with pytest.raises(ConfigError, match="sasl.server.callback.handler.class for PLAIN"):
+    with pytest.raises(ConfigError, match=r"sasl\.server\.callback\.handler\.class for PLAIN"):
         build(**{"sasl.enabled.mechanisms": "PLAIN", f"{PREFIX}plain.sasl.jaas.config": JAAS,
                  f"{PREFIX}plain.sasl.server.callback.handler.class": "com.example.Handler"})
 
@@ -182,7 +182,7 @@ def test_scram_mechanisms_use_the_credential_lookup() -> None:
     assert list(sec.sasl.mechanisms) == ["SCRAM-SHA-256", "SCRAM-SHA-512"]
     exchange = sec.sasl.mechanisms["SCRAM-SHA-512"]()
     assert isinstance(exchange, ScramExchange) and exchange.mechanism == "SCRAM-SHA-512"
-    with pytest.raises(Exception, match="invalid credentials"):
+    with pytest.raises(AuthenticationFailed, match="invalid credentials"):
         exchange.evaluate(b"n,,n=carol,r=abcdefgh")
     assert asked == [("carol", "SCRAM-SHA-512")]
 
@@ -288,9 +288,6 @@ def test_an_invalid_mapping_rule_is_a_config_error(pki: Any) -> None:
         build(TLS, **tls_overrides(pki, **{"ssl.principal.mapping.rules": "RULE:x/y"}))
 
 
-@pytest.mark.xfail(strict=True, raises=re.error, reason=(
-    "SslPrincipalMapper lets re.error (not a ValueError) escape for a pattern that is not a "
-    "valid regex, so build_listener_security fails with re.error instead of a ConfigError"))
 def test_a_mapping_rule_with_an_invalid_regex_is_a_config_error(pki: Any) -> None:
     with pytest.raises(ConfigError, match=r"ssl\.principal\.mapping\.rules"):
         build(TLS, **tls_overrides(pki, **{"ssl.principal.mapping.rules": "RULE:^CN=(x$/$1/"}))

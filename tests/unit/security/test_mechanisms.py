@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import scramp
 
@@ -52,9 +54,9 @@ def test_plain_wrong_password_and_unknown_user_give_the_same_message(token: byte
 
 def test_plain_authzid_different_from_the_user_is_refused() -> None:
     exchange = PlainExchange(USERS)
-    with pytest.raises(AuthenticationFailed, match="^Authentication failed: Client requested an "
-                                                   "authorization id that is different from "
-                                                   "username$"):
+    with pytest.raises(AuthenticationFailed, match=r"^Authentication failed: Client requested an "
+                                                   r"authorization id that is different from "
+                                                   r"username$"):
         exchange.evaluate(b"admin\0alice\0alice-secret")
     assert not exchange.complete
 
@@ -175,7 +177,7 @@ def test_scram_credentials_are_per_mechanism() -> None:
     store.creds["carol", "SCRAM-SHA-256"] = credential_from_password("SCRAM-SHA-256", "pw")
     exchange = ScramExchange("SCRAM-SHA-512", store)
     client = scramp.ScramClient(["SCRAM-SHA-512"], "carol", "pw")
-    with pytest.raises(AuthenticationFailed, match="mechanism SCRAM-SHA-512$"):
+    with pytest.raises(AuthenticationFailed, match=r"mechanism SCRAM-SHA-512$"):
         exchange.evaluate(client.get_client_first().encode())
 
 
@@ -206,7 +208,6 @@ DOUBLE_UNESCAPE = ("ScramExchange._credential unescapes a username scramp has al
                    "up as another user ('x=2Cy' as 'x,y')")
 
 
-@pytest.mark.xfail(strict=True, raises=AuthenticationFailed, reason=DOUBLE_UNESCAPE)
 @pytest.mark.parametrize("mechanism", SCRAM_MECHANISMS)
 def test_scram_username_with_comma_and_equals(mechanism: str) -> None:
     exchange, store, client_first = scram_login_as(mechanism, "o=u,x")
@@ -215,27 +216,24 @@ def test_scram_username_with_comma_and_equals(mechanism: str) -> None:
     assert store.asked == [("o=u,x", mechanism)]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=DOUBLE_UNESCAPE)
 def test_scram_username_that_looks_escaped_is_not_unescaped_twice() -> None:
     store = Store()
     store.add("x,y", "pw")
     exchange = ScramExchange("SCRAM-SHA-256", store)
     client = scramp.ScramClient(["SCRAM-SHA-256"], "x=2Cy", "pw")  # on the wire: n=x=3D2Cy
-    try:
+    with contextlib.suppress(AuthenticationFailed):  # unknown user: the right outcome
         exchange.evaluate(client.get_client_first().encode())
-    except AuthenticationFailed:
-        pass  # unknown user: the right outcome
     assert store.asked == [("x=2Cy", "SCRAM-SHA-256")]
 
 
 def test_scram_a_bad_username_escape_fails_the_first_message() -> None:
     exchange = ScramExchange("SCRAM-SHA-256", Store(carol="pw"))
-    with pytest.raises(AuthenticationFailed, match="^Invalid SCRAM client first message: "):
+    with pytest.raises(AuthenticationFailed, match=r"^Invalid SCRAM client first message: "):
         exchange.evaluate(b"n,,n=car=5Dol,r=abcdefghijklmnop")
 
 
 def test_scram_malformed_first_message() -> None:
-    with pytest.raises(AuthenticationFailed, match="^Invalid SCRAM client first message: "):
+    with pytest.raises(AuthenticationFailed, match=r"^Invalid SCRAM client first message: "):
         ScramExchange("SCRAM-SHA-256", Store(carol="pw")).evaluate(b"garbage")
 
 

@@ -183,7 +183,7 @@ def test_failed_authentication_closes() -> None:
     s = sasl_session()
     s.handshake("PLAIN", 1)
     with pytest.raises(AuthenticationFailed,
-                       match="^Authentication failed: Invalid username or password$"):
+                       match=r"^Authentication failed: Invalid username or password$"):
         s.authenticate(b"\0alice\0wrong", 2)
     assert s.closing
     assert not s.authenticated

@@ -153,15 +153,15 @@ def test_inline_encrypted_key_with_ssl_key_password(pki: Pki) -> None:
 
 def test_inline_key_needs_the_pem_type_and_a_chain(pki: Pki) -> None:
     key = pki.server.key.read_text()
-    with pytest.raises(TlsConfigError, match="ssl.keystore.key needs ssl.keystore.type=PEM"):
+    with pytest.raises(TlsConfigError, match=r"ssl\.keystore\.key needs ssl\.keystore\.type=PEM"):
         server_context(getter(ssl_keystore_key=key,
                               ssl_keystore_certificate_chain=pki.server.cert.read_text()))
-    with pytest.raises(TlsConfigError, match="ssl.keystore.certificate.chain"):
+    with pytest.raises(TlsConfigError, match=r"ssl\.keystore\.certificate\.chain"):
         server_context(getter(ssl_keystore_type="PEM", ssl_keystore_key=key))
 
 
 def test_inline_key_and_location_are_exclusive(pki: Pki) -> None:
-    with pytest.raises(TlsConfigError, match="either ssl.keystore.location or ssl.keystore.key"):
+    with pytest.raises(TlsConfigError, match=r"either ssl\.keystore\.location or ssl\.keystore\.key"):
         server_context(getter(ssl_keystore_type="PEM", ssl_keystore_key=pki.server.key.read_text(),
                               ssl_keystore_certificate_chain=pki.server.cert.read_text(),
                               ssl_keystore_location=str(pki.server.both)))
@@ -198,7 +198,7 @@ def test_a_missing_keystore_file(pki: Pki) -> None:
 
 
 def test_no_keystore_at_all() -> None:
-    with pytest.raises(TlsConfigError, match="a TLS listener needs ssl.keystore.location"):
+    with pytest.raises(TlsConfigError, match=r"a TLS listener needs ssl\.keystore\.location"):
         server_context(getter(ssl_keystore_type="PEM"))
 
 
@@ -270,15 +270,11 @@ def test_jks_truststore_is_refused(pki: Pki) -> None:
 
 
 def test_a_missing_truststore_file_is_a_tls_config_error(pki: Pki) -> None:
-    with pytest.raises(TlsConfigError, match="trust store"):
+    with pytest.raises(TlsConfigError, match="no such file"):
         server_context(pem_keystore(pki, ssl_truststore_type="PEM",
                                     ssl_truststore_location=str(pki.dir / "nope.pem")))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a missing PEM trust store file gives 'cannot load the trust store: [Errno 2] ...', which "
-    "names neither ssl.truststore.location nor the file (the PKCS12 path and the key store "
-    "name both)"))
 def test_a_missing_truststore_file_names_the_config(pki: Pki) -> None:
     with pytest.raises(TlsConfigError, match=r"ssl\.truststore\.location"):
         server_context(pem_keystore(pki, ssl_truststore_type="PEM",

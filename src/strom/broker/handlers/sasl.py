@@ -39,11 +39,11 @@ def sasl_authenticate(broker: Broker, ctx: RequestContext,
         answer = session.authenticate(bytes(request.auth_bytes), ctx.api_version)
     except AuthenticationFailed as e:
         return _reply(ErrorCode.SASL_AUTHENTICATION_FAILED, str(e))
-    lifetime = session.session_lifetime_ms if session.authenticated else 0
+    lifetime = session.session_lifetime_ms if session.authenticated else 0  # v1+
     return _reply(ErrorCode.NONE, None, answer, lifetime)
 
 
 def _reply(code: ErrorCode, message: str | None, auth_bytes: bytes = b"",
            lifetime_ms: int = 0) -> dict[str, Any]:
     return {"error_code": code, "error_message": message, "auth_bytes": auth_bytes,
-            "session_lifetime_ms": lifetime_ms}
+            "session_lifetime": lifetime_ms}

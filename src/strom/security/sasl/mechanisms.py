@@ -26,9 +26,11 @@ class AuthenticationFailed(Exception):
     """The client's credentials are wrong or its tokens malformed; str() is what Kafka tells
     the client (SASL_AUTHENTICATION_FAILED)."""
 
-    def __init__(self, message: str, user: str | None = None) -> None:
+    def __init__(self, message: str, user: str | None = None, *,
+                 detail: str | None = None) -> None:
         super().__init__(message)
         self.user = user  # who the client claimed to be, for the log line
+        self.detail = detail  # why, when the client is told less (the log line only)
 
 
 class SaslExchange(Protocol):
@@ -147,26 +149,6 @@ def credential_from_password(mechanism: str, password: str, iterations: int = 40
         mechanism, salt, salted_password(mechanism, password, salt, iterations), iterations)
 
 
-def _unescape_username(name: str) -> str:
-    """RFC 5802 saslname: '=2C' is ',' and '=3D' is '='; any other '=' is malformed."""
-    out, i = [], 0
-    while i < len(name):
-        if name[i] == "=":
-            code = name[i + 1 : i + 3]
-            if code == "2C":
-                out.append(",")
-            elif code == "3D":
-                out.append("=")
-            else:
-                raise AuthenticationFailed("Invalid SCRAM client first message: bad username "
-                                           "escape")
-            i += 3
-        else:
-            out.append(name[i])
-            i += 1
-    return "".join(out)
-
-
 class _UnknownUser(Exception):
     pass
 
@@ -185,8 +167,8 @@ class ScramExchange:
         self._done = False
         self._unknown = False
 
-    def _credential(self, username: str) -> tuple[bytes, bytes, bytes, int]:
-        user = _unescape_username(username)
+    def _credential(self, user: str) -> tuple[bytes, bytes, bytes, int]:
+        # scramp has turned RFC 5802's "=2C" and "=3D" back into "," and "=" already
         self._user = user
         cred = self._lookup(user, self.mechanism)
         if cred is None:
