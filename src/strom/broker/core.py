@@ -21,6 +21,7 @@ from strom.config.broker import BrokerConfig
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.client import ClientSecurity
 from strom.storage.manager import LogManager
 
 PREFETCH_BELOW = 100  # producer ids left in the block when the next one is asked for
@@ -38,6 +39,7 @@ class Node:
     controller: Controller
     partitions: PartitionManager
     logs: LogManager
+    inter_broker: ClientSecurity  # how this broker reaches the others (TLS, SASL credentials)
 
     @staticmethod
     def now_ms() -> int:

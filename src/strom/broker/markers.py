@@ -64,7 +64,8 @@ class ClusterMarkerWriter:
         self.node = node
         self._groups = groups
         self._clients = BrokerClients(f"strom-txn-markers-{node.broker_id}",
-                                      node.config.get("replica.socket.timeout.ms") / 1000)
+                                      node.config.get("replica.socket.timeout.ms") / 1000,
+                                      node.inter_broker)
 
     def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
         results: MarkerResults = {}

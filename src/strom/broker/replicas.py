@@ -23,6 +23,7 @@ def build_replica_manager(node: Node) -> ReplicaManager:
         partition_max_bytes=config.get("replica.fetch.max.bytes"),
         backoff_ms=config.get("replica.fetch.backoff.ms"),
         socket_timeout_ms=config.get("replica.socket.timeout.ms"),
+        security=node.inter_broker,
     )
 
     def min_isr_for(topic_name: str) -> int:

@@ -31,6 +31,7 @@ from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, ProtocolError
 from strom.record import HEADER_STRUCT, RECORD_BATCH_OVERHEAD, TRANSACTIONAL_MASK
+from strom.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class GateNode(Protocol):
     broker_id: int
     image: MetadataImage
     config: BrokerConfig
+    inter_broker: ClientSecurity
 
 
 class TxnPartitionGate:
@@ -54,7 +56,8 @@ class TxnPartitionGate:
         self.node = node
         self.coordinator = coordinator
         self._clients = BrokerClients(f"strom-txn-verify-{node.broker_id}",
-                                      node.config.get("replica.socket.timeout.ms") / 1000)
+                                      node.config.get("replica.socket.timeout.ms") / 1000,
+                                      node.inter_broker)
 
     def check(self, transactional_id: str, producer_id: int, producer_epoch: int,
               partitions: list[TopicPartition], *, add: bool) -> Codes | Awaitable[Codes]:

@@ -34,6 +34,7 @@ from strom.config.listeners import advertised_listeners, default_listener
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
+from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
 from strom.storage.manager import LogManager
 
 log = logging.getLogger("strom.broker")
@@ -123,7 +124,8 @@ def build_local_node(config: BrokerConfig) -> Node:
     controller.subscribe(partitions.on_changes)
     log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
              len(image.topics), time.monotonic() - started)
-    return Node(config, broker_id, cluster_id, info, image, controller, partitions, logs)
+    return Node(config, broker_id, cluster_id, info, image, controller, partitions, logs,
+                PLAINTEXT_CLIENT)  # a single node has no other broker to reach
 
 
 # --------------------------------------------------------------------------------------------

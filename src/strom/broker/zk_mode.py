@@ -28,7 +28,8 @@ from strom.cluster.zk.client import ZkClient
 from strom.cluster.zk.controller import ZkController, unclean_from
 from strom.cluster.zk.mirror import ZkMirror
 from strom.config.broker import BrokerConfig
-from strom.config.listeners import advertised_listeners
+from strom.config.listeners import advertised_listeners, inter_broker_listener_name
+from strom.security.client import inter_broker_security
 from strom.storage.manager import LogManager
 
 log = logging.getLogger("strom.broker")
@@ -87,7 +88,7 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
     logs.load()
     image = MetadataImage(cluster_id=cluster_id)
     info = advertised_info(config)
-    mirror = ZkMirror(zk, image)
+    mirror = ZkMirror(zk, image, inter_broker=inter_broker_listener_name(config))
     partitions = PartitionManager(broker_id, config, image, logs)
     controller = ZkController(
         zk, mirror, image, info, unclean_for=unclean_from(partitions.resolve),
@@ -99,7 +100,8 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
     partitions.refresh_dynamic_broker_configs()
     partitions.sync_all()
     mirror.subscribe(partitions.on_changes)
-    node = Node(config, broker_id, cluster_id, info, image, controller, partitions, logs)
+    node = Node(config, broker_id, cluster_id, info, image, controller, partitions, logs,
+                inter_broker_security(config))
     replicas = build_replica_manager(node)
     mirror.subscribe(replicas.on_changes)
     broker = wire_broker(node, asyncio.get_running_loop(), replicas)

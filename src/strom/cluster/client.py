@@ -1,7 +1,7 @@
 """A minimal asyncio Kafka client for broker-to-broker requests (replica fetches, markers).
 
 Brokers talk to each other with the same wire protocol clients use, encoded by the schema
-codecs. One connection carries one request at a time: the callers (a replica fetcher, a marker
+codecs, over the inter-broker listener's security protocol (`strom.security.client`). One connection carries one request at a time: the callers (a replica fetcher, a marker
 sender) are sequential anyway, and it keeps a lost connection easy to reason about — it is
 closed and the next call reconnects.
 """
@@ -14,6 +14,7 @@ from typing import Any
 
 from strom.protocol.codec import Struct, request_codec, response_codec
 from strom.protocol.header import decode_response_header, encode_request_header
+from strom.security.client import PLAINTEXT, ClientAuthenticationError, ClientSecurity, authenticate
 
 _SIZE = struct.Struct(">i")
 
@@ -24,21 +25,33 @@ class BrokerConnectionError(ConnectionError):
 
 class BrokerClient:
     def __init__(self, host: str, port: int, *, client_id: str,
-                 timeout_s: float = 30.0) -> None:
+                 timeout_s: float = 30.0, security: ClientSecurity = PLAINTEXT) -> None:
         self.host = host
         self.port = port
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = security
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
         self._lock = asyncio.Lock()
 
     async def _connect(self) -> None:
+        security = self.security
         try:
             self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.host, self.port), self.timeout_s)
-        except (TimeoutError, OSError) as exc:
+                asyncio.open_connection(self.host, self.port, ssl=security.ssl_context,
+                                        server_hostname=security.server_hostname(self.host)),
+                self.timeout_s)
+            if security.sasl is not None:
+                await authenticate(security.sasl, self._reader, self._writer, self.client_id,
+                                   self.timeout_s)
+        except ClientAuthenticationError as exc:
+            self.close()
+            raise BrokerConnectionError(f"cannot authenticate to {self.host}:{self.port}: "
+                                        f"{exc}") from exc
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            self.close()
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
 
     async def request(self, api_key: int, version: int, body: Any,
@@ -82,9 +95,11 @@ class BrokerClients:
     """One client per peer broker, kept across requests and replaced when the broker's
     endpoint changes (a restarted broker may come back on another port)."""
 
-    def __init__(self, client_id: str, timeout_s: float) -> None:
+    def __init__(self, client_id: str, timeout_s: float,
+                 security: ClientSecurity = PLAINTEXT) -> None:
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.security = security
         self._clients: dict[int, BrokerClient] = {}
 
     def get(self, broker_id: int, host: str, port: int) -> BrokerClient:
@@ -93,7 +108,8 @@ class BrokerClients:
             if client is not None:
                 client.close()
             client = self._clients[broker_id] = BrokerClient(
-                host, port, client_id=self.client_id, timeout_s=self.timeout_s)
+                host, port, client_id=self.client_id, timeout_s=self.timeout_s,
+                security=self.security)
         return client
 
     def close(self) -> None:

@@ -101,12 +101,7 @@ def _listener_problems(config: BrokerConfig) -> Iterator[str]:
         listeners(config)
         advertised_listeners(config)
         if config.get("zookeeper.connect"):
-            inter_broker = inter_broker_listener(config)
-            if inter_broker.protocol != PLAINTEXT:
-                yield (f"the inter-broker listener {inter_broker.name} uses "
-                       f"{inter_broker.protocol}, but brokers of a Strom cluster reach each other "
-                       f"in PLAINTEXT only so far; add a PLAINTEXT listener for them "
-                       f"(inter.broker.listener.name)")
+            inter_broker_listener(config)  # Kafka's rule: it must be an advertised listener
         else:
             inter_broker_listener_name(config)
     except ConfigError as e:

@@ -61,7 +61,7 @@ SECURITY_CONFIGS = (
               read_only=True),
     ConfigDef("ssl.endpoint.identification.algorithm", T.STRING, "https",
               "host name verification of the brokers' certificates when brokers connect to "
-              "each other ('' turns it off)", read_only=True, implemented=False),
+              "each other ('' turns it off)", read_only=True),
     ConfigDef("ssl.cipher.suites", T.LIST, [],
               "TLS 1.2 cipher suites (Strom uses OpenSSL's secure defaults)",
               read_only=True, implemented=False),
@@ -76,7 +76,7 @@ SECURITY_CONFIGS = (
               "SASL mechanisms offered on SASL listeners (Strom: PLAIN, SCRAM-SHA-256, "
               "SCRAM-SHA-512, OAUTHBEARER)", read_only=True),
     ConfigDef("sasl.mechanism.inter.broker.protocol", T.STRING, "GSSAPI",
-              "SASL mechanism brokers use with each other", read_only=True, implemented=False),
+              "SASL mechanism brokers use with each other", read_only=True),
     ConfigDef("sasl.jaas.config", T.PASSWORD, None,
               "JAAS login module and options (set per listener and mechanism as "
               "listener.name.<listener>.<mechanism>.sasl.jaas.config)",

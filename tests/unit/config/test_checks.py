@@ -60,11 +60,6 @@ def test_shipped_server_properties_start_without_warnings(caplog) -> None:
     ({"listeners": "PLAINTEXT://:9092,PLAINTEXT://:9093"},
      "each listener must have a different name, PLAINTEXT is listed twice"),
     ({"listeners": "PLAINTEXT://:9092,SSL://:9092"}, "each listener must have a different port"),
-    ({"listeners": "CLIENT://:9092,B://:9093", "listener.security.protocol.map":
-      "CLIENT:PLAINTEXT,B:SSL", "inter.broker.listener.name": "b",
-      "zookeeper.connect": "127.0.0.1:2181"},
-     "the inter-broker listener B uses SSL, but brokers of a Strom cluster reach each other in "
-     "PLAINTEXT only so far"),
     ({"listeners": "SSL://:9093", "zookeeper.connect": "127.0.0.1:2181"},
      "inter.broker.listener.name must be a listener name defined in advertised.listeners. The "
      "valid options based on currently configured listeners are SSL"),

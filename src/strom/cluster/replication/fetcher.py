@@ -21,6 +21,7 @@ from strom.cluster.client import BrokerClient, BrokerConnectionError
 from strom.common.tasks import cancel_and_wait
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, ProtocolError
+from strom.security.client import PLAINTEXT, ClientSecurity
 from strom.storage.errors import StorageError
 from strom.storage.log import PartitionLog
 from strom.storage.validator import ORIGIN_REPLICATION
@@ -52,6 +53,7 @@ class FetcherSettings:
     partition_max_bytes: int = 1024 * 1024
     backoff_ms: int = 1000
     socket_timeout_ms: int = 30000
+    security: ClientSecurity = PLAINTEXT  # the inter-broker listener's TLS and SASL
 
 
 class ReplicaFetcher:
@@ -65,7 +67,8 @@ class ReplicaFetcher:
         self._on_progress = on_progress
         self.partitions: dict[tuple[str, int], FollowedPartition] = {}
         self._client = BrokerClient(host, port, client_id=f"strom-replica-{settings.broker_id}",
-                                    timeout_s=settings.socket_timeout_ms / 1000)
+                                    timeout_s=settings.socket_timeout_ms / 1000,
+                                    security=settings.security)
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False  # ends the loop even if a cancellation gets lost

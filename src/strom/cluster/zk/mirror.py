@@ -112,9 +112,10 @@ def config_records(resource: str, name: str, current: dict[str, str],
 
 class ZkMirror:
     def __init__(self, zk: ZkClient, image: MetadataImage, *,
-                 resync_interval_s: float = 30.0) -> None:
+                 resync_interval_s: float = 30.0, inter_broker: str = "PLAINTEXT") -> None:
         self.zk = zk
         self.image = image
+        self.inter_broker = inter_broker  # the listener whose address brokers reach each other on
         self.resync_interval_s = resync_interval_s
         self._listeners: list[Listener] = []
         self._dirty: set[Key] = set()
@@ -303,7 +304,7 @@ class ZkMirror:
             if got is None:
                 continue  # gone meanwhile; the children watch tells us
             try:
-                out[int(i)] = zn.decode_broker(int(i), got[0])
+                out[int(i)] = zn.decode_broker(int(i), got[0], self.inter_broker)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("ignoring unreadable registration of broker %s: %s", i, exc)
         return out

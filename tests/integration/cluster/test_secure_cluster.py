@@ -1,0 +1,90 @@
+"""Brokers of a cluster reach each other over a SASL_SSL inter-broker listener: replication
+(acks=all with three replicas in sync), and failover, with every broker authenticating to the
+others as the broker principal over TLS."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from .. import clients as kc
+from ..security.certs import CertificateAuthority
+from .faults import wait_for
+
+pytestmark = pytest.mark.timeout(240)
+
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        'username="broker" password="broker-secret" user_broker="broker-secret";')
+
+
+def _isr(bootstrap: str, topic: str) -> list[int]:
+    meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
+    return sorted(meta.topics[topic].partitions[0].isrs)
+
+
+def test_replication_over_a_sasl_ssl_inter_broker_listener(make_cluster, tmp_path) -> None:
+    ca = CertificateAuthority(tmp_path / "pki")
+    server = ca.issue("broker", server=True, CN="localhost")
+    cluster = make_cluster(3, {
+        "listeners": "PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+        "inter.broker.listener.name": "INTERNAL",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.both),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.path),
+        "sasl.enabled.mechanisms": "PLAIN",
+        "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": JAAS,
+    })
+    bootstrap = cluster.bootstrap
+    topic = "secured-replicas"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})],
+                        operation_timeout=30)[topic].result(40)
+    wait_for(lambda: _isr(bootstrap, topic) == [1, 2, 3], 60, "three replicas in sync")
+
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    for i in range(100):
+        producer.produce(topic, b"r%d" % i)
+    assert producer.flush(60) == 0
+
+    leader = AdminClient({"bootstrap.servers": bootstrap}).list_topics(
+        topic, timeout=10).topics[topic].partitions[0].leader
+    cluster.broker(leader).kill()
+    survivors = cluster.bootstrap
+    wait_for(lambda: leader not in _isr(survivors, topic), 60, "the dead leader leaves the ISR")
+    values = [m.value for m in kc.read_partition(survivors, topic, 0, timeout=60)]
+    assert values == [b"r%d" % i for i in range(100)]
+    for b in cluster.brokers:  # the followers fetched over the secured listener, no failures
+        assert "cannot authenticate" not in b.log_text(0)
+        assert "failed authentication" not in b.log_text(0)
+
+
+def test_a_broker_with_wrong_inter_broker_credentials_cannot_follow(make_cluster, tmp_path):
+    ca = CertificateAuthority(tmp_path / "pki")
+    server = ca.issue("broker", server=True, CN="localhost")
+    overrides = {
+        "listeners": "PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:0",
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
+        "inter.broker.listener.name": "INTERNAL",
+        "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.both),
+        "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.path),
+        "sasl.enabled.mechanisms": "PLAIN", "sasl.mechanism.inter.broker.protocol": "PLAIN",
+        "listener.name.internal.plain.sasl.jaas.config": JAAS,
+        "replica.lag.time.max.ms": "3000",  # a follower that cannot fetch leaves the ISR soon
+    }
+    cluster = make_cluster(3, overrides)
+    wrong = JAAS.replace('password="broker-secret"', 'password="not-it"')
+    cluster.broker(3).restart({"listener.name.internal.plain.sasl.jaas.config": wrong})
+    bootstrap = cluster.bootstrap
+    topic = "wrong-credentials"
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2, 3]])],  # broker 1 leads
+                        operation_timeout=30)[topic].result(40)
+    leader = 1
+    wait_for(lambda: "cannot authenticate" in cluster.broker(3).log_text(0), 60,
+             "broker 3 logs its refused authentication")
+    wait_for(lambda: 3 not in _isr(bootstrap, topic), 60, "broker 3 out of the ISR")
+    assert _isr(bootstrap, topic) == [1, 2]  # broker 2's credentials are right
+    assert "failed authentication of User:broker on listener INTERNAL" in \
+        cluster.broker(leader).log_text(0)
