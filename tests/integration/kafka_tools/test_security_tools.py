@@ -15,6 +15,8 @@ from .tools import unique
 pytestmark = pytest.mark.timeout(240)
 
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+OAUTH_MODULE = "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule"
 
 
 @pytest.fixture(scope="module")
@@ -22,12 +24,17 @@ def sasl_ssl(make_module_broker, tmp_path_factory):
     base: Path = tmp_path_factory.mktemp("tool-certs")
     ca = CertificateAuthority(base)
     server = ca.issue("broker", server=True, CN="localhost")
-    port = free_port()
+    port, plain_port = free_port(), free_port()
     broker = make_module_broker({
-        "listeners": f"PLAINTEXT://{HOST}:{{port}},SASL_SSL://{HOST}:{port}",
+        "listeners": f"PLAINTEXT://{HOST}:{{port}},SASL_SSL://{HOST}:{port},"
+                     f"SASL_PLAINTEXT://{HOST}:{plain_port}",
         "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.both),
         "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+        "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "PLAIN,OAUTHBEARER",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f'{PLAIN_MODULE} required user_alice="alice-secret";',
     })
+    broker.plain_bootstrap = f"{HOST}:{plain_port}"
     return broker, f"{HOST}:{port}", ca
 
 
@@ -85,3 +92,22 @@ def test_scram_users_with_kafka_configs_then_console_clients(kafka_tools, sasl_s
 
     configs("--alter", "--delete-config", "SCRAM-SHA-512")
     assert "SCRAM-SHA-512" not in configs("--describe").stdout
+
+
+@pytest.mark.parametrize(("mechanism", "jaas"), [
+    ("PLAIN", f'{PLAIN_MODULE} required username="alice" password="alice-secret";'),
+    ("OAUTHBEARER", f'{OAUTH_MODULE} required unsecuredLoginStringClaim_sub="alice";'),
+])
+def test_java_client_with_plain_and_oauthbearer(kafka_tools, sasl_ssl, tmp_path, mechanism, jaas):
+    broker, _, _ = sasl_ssl
+    config = tmp_path / "client.properties"
+    config.write_text(f"security.protocol=SASL_PLAINTEXT\nsasl.mechanism={mechanism}\n"
+                      f"sasl.jaas.config={jaas}\n")
+    topic = unique(mechanism.lower())
+    kafka_tools.run("kafka-console-producer", "--bootstrap-server", broker.plain_bootstrap,
+                    "--topic", topic, "--command-config", str(config), input="a\nb\n")
+    consumed = kafka_tools.run(
+        "kafka-console-consumer", "--bootstrap-server", broker.plain_bootstrap, "--topic", topic,
+        "--from-beginning", "--max-messages", "2", "--timeout-ms", "30000",
+        "--command-config", str(config))
+    assert consumed.stdout.split() == ["a", "b"]
