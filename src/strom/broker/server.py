@@ -571,9 +571,6 @@ class Connection(asyncio.BufferedProtocol):
     async def _send_parts(self, header: bytes, reply: Parts) -> None:
         chunk = bytearray(_SIZE.pack(len(header) + reply.size))
         chunk += header
-        if not self.server.zero_copy:
-            await self._send_parts_copied(chunk, reply)
-            return
         if reply.size <= _GATHER_BYTES:
             for part in reply.parts:
                 chunk += part if isinstance(part, (bytes, bytearray, memoryview)) else _read(part)
@@ -581,6 +578,7 @@ class Connection(asyncio.BufferedProtocol):
             if self._writing_paused:
                 await self._drained()
             return
+        send_file = self._sendfile if self.server.zero_copy else self._send_copied
         for part in reply.parts:
             if isinstance(part, (bytes, bytearray, memoryview)):
                 chunk += part
@@ -588,41 +586,30 @@ class Connection(asyncio.BufferedProtocol):
             if chunk:
                 self._write(chunk)
                 chunk = bytearray()
-            await self._sendfile(part)
+            await send_file(part)
         if chunk:
             self._write(chunk)
         if self._writing_paused:
             await self._drained()
 
-    async def _send_parts_copied(self, chunk: bytearray, reply: Parts) -> None:
-        """Over TLS the kernel cannot send file bytes as they are: each file slice is read once,
+    async def _send_copied(self, part: Any) -> None:
+        """A file slice over TLS, where the kernel cannot send file bytes as they are: read once,
         in bounded pieces, and handed to the TLS layer (which encrypts from that buffer)."""
-        for part in reply.parts:
-            if isinstance(part, (bytes, bytearray, memoryview)):
-                chunk += part
-                continue
-            if chunk:
-                self._write(chunk)
-                chunk = bytearray()
-            part.file.pin()
-            try:
-                in_fd = part.file.fileno()
-                offset, remaining = part.position, part.length
-                while remaining > 0:
-                    data = os.pread(in_fd, min(remaining, _TLS_READ_BYTES), offset)
-                    if not data:
-                        raise ConnectionError("segment file truncated during a read")
-                    self._write(data)
-                    offset += len(data)
-                    remaining -= len(data)
-                    if self._writing_paused:
-                        await self._drained()
-            finally:
-                part.file.unpin()
-        if chunk:
-            self._write(chunk)
-        if self._writing_paused:
-            await self._drained()
+        part.file.pin()
+        try:
+            in_fd = part.file.fileno()
+            offset, remaining = part.position, part.length
+            while remaining > 0:
+                data = os.pread(in_fd, min(remaining, _TLS_READ_BYTES), offset)
+                if not data:
+                    raise ConnectionError("segment file truncated during a read")
+                self._write(data)
+                offset += len(data)
+                remaining -= len(data)
+                if self._writing_paused:
+                    await self._drained()
+        finally:
+            part.file.unpin()
 
     async def _sendfile(self, part: Any) -> None:
         """Zero-copy send of a file slice; the file stays pinned (open) across the awaits.

@@ -101,6 +101,16 @@ def partition_update_needed(current: PartitionState | None, desired: PartitionSt
     return desired != current
 
 
+def entity_config_records(resource: str, current: dict[str, dict[str, str]],
+                          desired: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
+    """Records turning every entity's configs (brokers or users) from `current` into
+    `desired`."""
+    out: list[dict[str, Any]] = []
+    for entity in sorted(set(desired) | set(current)):
+        out += config_records(resource, entity, current.get(entity, {}), desired.get(entity, {}))
+    return out
+
+
 def config_records(resource: str, name: str, current: dict[str, str],
                    desired: dict[str, str]) -> list[dict[str, Any]]:
     out = [rec.config_record(resource, name, k, v) for k, v in sorted(desired.items())
@@ -393,18 +403,10 @@ class ZkMirror:
         return [rec.controller_record(controller, epoch)]
 
     def _broker_config_records(self, desired: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for entity in sorted(set(desired) | set(self.image.broker_configs)):
-            out += config_records("broker", entity, self.image.broker_configs.get(entity, {}),
-                                  desired.get(entity, {}))
-        return out
+        return entity_config_records("broker", self.image.broker_configs, desired)
 
     def _user_config_records(self, desired: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for user in sorted(set(desired) | set(self.image.user_configs)):
-            out += config_records("user", user, self.image.user_configs.get(user, {}),
-                                  desired.get(user, {}))
-        return out
+        return entity_config_records("user", self.image.user_configs, desired)
 
     def _topic_records(self, name: str, snap: TopicSnapshot | None) -> list[dict[str, Any]]:
         existing = self.image.topics.get(name)
