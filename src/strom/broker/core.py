@@ -21,6 +21,7 @@ from strom.config.broker import BrokerConfig
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.acl import Authorizer
 from strom.security.client import ClientSecurity
 from strom.storage.manager import LogManager
 
@@ -40,6 +41,7 @@ class Node:
     partitions: PartitionManager
     logs: LogManager
     inter_broker: ClientSecurity  # how this broker reaches the others (TLS, SASL credentials)
+    authorizer: Authorizer | None  # ACLs (authorizer.class.name); None: everything allowed
 
     @staticmethod
     def now_ms() -> int:

@@ -368,6 +368,53 @@ class TxnOffsetCommitRequest(Protocol):
     group_instance_id: str | None
 
 
+# DESCRIBE_ACLS v1-3
+
+
+class DescribeAclsRequest(Protocol):
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+
+# CREATE_ACLS v1-3
+
+
+class CreateAclsRequestCreations(Protocol):
+    resource_type: int
+    resource_name: str
+    resource_pattern_type: int
+    principal: str
+    host: str
+    operation: int
+    permission_type: int
+
+
+class CreateAclsRequest(Protocol):
+    creations: list[CreateAclsRequestCreations]
+
+
+# DELETE_ACLS v1-3
+
+
+class DeleteAclsRequestFilters(Protocol):
+    resource_type_filter: int
+    resource_name_filter: str | None
+    pattern_type_filter: int
+    principal_filter: str | None
+    host_filter: str | None
+    operation: int
+    permission_type: int
+
+
+class DeleteAclsRequest(Protocol):
+    filters: list[DeleteAclsRequestFilters]
+
+
 # DESCRIBE_CONFIGS v1-4
 
 

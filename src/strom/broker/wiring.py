@@ -25,7 +25,7 @@ from strom.broker.internal_topics import InternalTopic
 from strom.broker.markers import OFFSETS_TOPIC, ClusterMarkerWriter
 from strom.broker.partitions import PartitionManager
 from strom.cluster.controller import LocalController
-from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo
+from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo, MetadataImage
 from strom.cluster.metadata_log import MetadataLog
 from strom.cluster.records import Change
 from strom.cluster.replication.manager import ReplicaManager
@@ -34,6 +34,7 @@ from strom.config.listeners import advertised_listeners, default_listener
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
+from strom.security.acl import Authorizer, parse_super_users
 from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
 from strom.storage.manager import LogManager
 
@@ -92,6 +93,27 @@ def cluster_id_for(log_dirs: list[Path], broker_id: int, expected: str | None = 
     return cluster_id
 
 
+AUTHORIZERS = ("org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+               "kafka.security.authorizer.AclAuthorizer")
+
+
+def build_authorizer(config: BrokerConfig, image: MetadataImage) -> Authorizer | None:
+    """Kafka's authorizer, reading the ACLs of this broker's metadata image (None when
+    authorizer.class.name is empty: every request is allowed, as in Kafka)."""
+    name = (config.get("authorizer.class.name") or "").strip()
+    if not name:
+        return None
+    if name not in AUTHORIZERS:
+        raise StartupError(f"authorizer.class.name={name} is not supported: Strom implements "
+                           f"Kafka's ACLs as {AUTHORIZERS[0]}")
+    try:
+        super_users = parse_super_users(config.get("super.users"))
+    except ValueError as e:
+        raise StartupError(f"super.users: {e}") from None
+    return Authorizer(lambda: image.acls, lambda: image.version, super_users=super_users,
+                      allow_if_no_acl=config.get("allow.everyone.if.no.acl.found"))
+
+
 def advertised_info(config: BrokerConfig) -> BrokerInfo:
     """This broker as others reach it: every advertised listener (a host left empty is this
     machine's name); host/port are the inter-broker listener's (a single node: the first)."""
@@ -125,7 +147,8 @@ def build_local_node(config: BrokerConfig) -> Node:
     log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
              len(image.topics), time.monotonic() - started)
     return Node(config, broker_id, cluster_id, info, image, controller, partitions, logs,
-                PLAINTEXT_CLIENT)  # a single node has no other broker to reach
+                PLAINTEXT_CLIENT,  # a single node has no other broker to reach
+                build_authorizer(config, image))
 
 
 # --------------------------------------------------------------------------------------------

@@ -21,7 +21,13 @@ from kazoo.exceptions import NodeExistsError
 from strom.broker.core import Broker, Node
 from strom.broker.partitions import PartitionManager
 from strom.broker.replicas import build_replica_manager
-from strom.broker.wiring import StartupError, advertised_info, cluster_id_for, wire_broker
+from strom.broker.wiring import (
+    StartupError,
+    advertised_info,
+    build_authorizer,
+    cluster_id_for,
+    wire_broker,
+)
 from strom.cluster.image import MetadataImage
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import ZkClient
@@ -101,7 +107,7 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
     partitions.sync_all()
     mirror.subscribe(partitions.on_changes)
     node = Node(config, broker_id, cluster_id, info, image, controller, partitions, logs,
-                inter_broker_security(config))
+                inter_broker_security(config), build_authorizer(config, image))
     replicas = build_replica_manager(node)
     mirror.subscribe(replicas.on_changes)
     broker = wire_broker(node, asyncio.get_running_loop(), replicas)

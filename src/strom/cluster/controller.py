@@ -13,7 +13,7 @@ import dataclasses
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol, TypeVar
 
@@ -27,6 +27,7 @@ from strom.cluster.validation import check_topic_name, colliding
 from strom.common.collections_held import collections_held
 from strom.common.immediate import must_complete_now
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.acl import AclBinding
 from strom.storage.errors import StorageError
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,10 @@ class Controller(Protocol):
 
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         """A block of producer ids unique in the cluster: (first, count)."""
+        ...
+
+    async def alter_acls(self, create: Sequence[AclBinding], delete: Sequence[AclBinding]) -> None:
+        """Add and remove ACLs (one change: a cluster applies both at once)."""
         ...
 
     async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
@@ -359,6 +364,12 @@ class LocalController:
                             changes: Mapping[str, str | None]) -> None:
         if changes:
             self._commit([rec.config_record(resource, name, k, v) for k, v in changes.items()])
+
+    async def alter_acls(self, create: Sequence[AclBinding], delete: Sequence[AclBinding]) -> None:
+        records = [rec.remove_acl_record(a) for a in delete if a in self.image.acls]
+        records += [rec.acl_record(a) for a in create if a not in self.image.acls]
+        if records:
+            self._commit(records)
 
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         first = self.image.next_producer_id

@@ -11,6 +11,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.security.acl import AclBinding
+
 ZERO_UUID = uuid.UUID(int=0)
 
 
@@ -90,6 +92,7 @@ class ImageCapture:
     broker_configs: dict[str, dict[str, str]]
     topics: list[tuple[str, uuid.UUID, dict[str, str], list[PartitionState]]]
     user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    acls: list[dict[str, Any]] = field(default_factory=list)
 
     def to_snapshot(self) -> dict[str, Any]:
         """Plain data for the metadata log's snapshot file (replica lists are shared: they are
@@ -99,6 +102,7 @@ class ImageCapture:
             "next_producer_id": self.next_producer_id,
             "broker_configs": self.broker_configs,
             "user_configs": self.user_configs,
+            "acls": self.acls,
             "topics": [
                 {
                     "name": name,
@@ -136,6 +140,8 @@ class MetadataImage:
     # per-user configs, as Kafka keeps them under /config/users: SCRAM credentials (stored
     # salted and hashed, see strom.security.scram_store)
     user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    # the ACLs (an ordered set), read by strom.security.acl.Authorizer
+    acls: dict[AclBinding, None] = field(default_factory=dict)
     next_producer_id: int = 0
     version: int = 0  # bumped on every applied record: cheap cache invalidation
 
@@ -153,6 +159,7 @@ class MetadataImage:
             [(t.name, t.topic_id, dict(t.configs), list(t.partitions.values()))
              for t in self.topics.values()],
             {k: dict(v) for k, v in self.user_configs.items()},
+            [acl.to_record() for acl in self.acls],
         )
 
     def to_snapshot(self) -> dict[str, Any]:
@@ -165,6 +172,7 @@ class MetadataImage:
         image.next_producer_id = data.get("next_producer_id", 0)
         image.broker_configs = data.get("broker_configs", {})
         image.user_configs = data.get("user_configs", {})
+        image.acls = {AclBinding.from_record(r): None for r in data.get("acls", [])}
         for t in data["topics"]:
             topic = TopicState(t["name"], uuid.UUID(t["topic_id"]), configs=dict(t["configs"]))
             for p in t["partitions"]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
+from strom.security.acl import AclBinding
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class Change:
     """What applying a record changed, for listeners that reconcile local state."""
 
     # topic_created | topic_deleted | partitions_created | partition_changed | topic_configs |
-    # broker_configs | user_configs | brokers_changed (a broker registered or left, or the
+    # broker_configs | user_configs | acls | brokers_changed (a broker registered or left, or the
     # controller changed)
     kind: str
     topic: TopicState | None = None
@@ -52,6 +53,14 @@ def config_record(resource: str, name: str, key: str, value: str | None) -> dict
     """resource is 'topic', 'broker' or 'user'; name the topic name, broker id ('' = cluster
     default) or user name."""
     return {"type": "config", "resource": resource, "name": name, "key": key, "value": value}
+
+
+def acl_record(acl: AclBinding) -> dict[str, Any]:
+    return {"type": "acl", **acl.to_record()}
+
+
+def remove_acl_record(acl: AclBinding) -> dict[str, Any]:
+    return {"type": "remove_acl", **acl.to_record()}
 
 
 def producer_ids_record(next_producer_id: int) -> dict[str, Any]:
@@ -132,6 +141,13 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
         image.controller_id = record["controller_id"]
         image.controller_epoch = record["controller_epoch"]
         return Change("brokers_changed")
+    if kind == "acl":
+        image.acls[AclBinding.from_record(record)] = None
+        return Change("acls")
+    if kind == "remove_acl":
+        if image.acls.pop(AclBinding.from_record(record), 0) == 0:
+            return None
+        return Change("acls")
     if kind == "producer_ids":
         image.next_producer_id = max(image.next_producer_id, record["next"])
         return None

@@ -28,8 +28,6 @@ PLAINTEXT = "PLAINTEXT"
 
 # Names refused when set to anything but empty, and what Strom would silently not do.
 REFUSED_NAMES: dict[str, str] = {
-    "authorizer.class.name": "ACLs are not implemented, every client could do everything",
-    "super.users": "ACLs are not implemented",
     "client.quota.callback.class": "client quotas are not implemented",
     "quota.producer.default": "client quotas are not implemented",
     "quota.consumer.default": "client quotas are not implemented",

@@ -23,6 +23,16 @@ SECURITY_CONFIGS = (
               "security protocol between brokers when inter.broker.listener.name is not set",
               one_of("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL", case_insensitive=True),
               read_only=True),
+    # authorization
+    ConfigDef("authorizer.class.name", T.STRING, "",
+              "the authorizer: Kafka's org.apache.kafka.metadata.authorizer.StandardAuthorizer "
+              "(or kafka.security.authorizer.AclAuthorizer) turns ACLs on; empty: none",
+              read_only=True),
+    ConfigDef("super.users", T.STRING, "",
+              "principals allowed everything, separated by ';' (User:admin;User:broker)",
+              read_only=True),
+    ConfigDef("allow.everyone.if.no.acl.found", T.BOOLEAN, False,
+              "allow a request on a resource that no ACL names", read_only=True),
     # TLS
     ConfigDef("ssl.keystore.type", T.STRING, "JKS",
               "format of the key store: PEM or PKCS12 (Strom reads no JKS files)",

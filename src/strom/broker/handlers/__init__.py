@@ -4,6 +4,7 @@ ApiVersions is answered by the router itself (it lists its own routes and checks
 software name), so this package never needs importing from the router."""
 
 from strom.broker.handlers import (
+    acls,
     cluster,
     configs,
     consumer_groups,
@@ -21,5 +22,5 @@ from strom.broker.handlers import (
     transactions,
 )
 
-MODULES = [cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs, metadata,
-           offsets, produce, reassignments, sasl, scram, topics, transactions]
+MODULES = [acls, cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
+           metadata, offsets, produce, reassignments, sasl, scram, topics, transactions]

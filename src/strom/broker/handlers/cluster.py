@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.authz import (
+    Op,
+    Res,
+    allowed,
+    authorized_operations,
+    client_host,
+    cluster_allowed,
+    cluster_name,
+    requires,
+)
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import (
@@ -15,6 +25,7 @@ from strom.broker.router import handles
 from strom.cluster.controller import too_many_records
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
+from strom.security.acl import CLUSTER_NAME
 
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
 BROKER_ENDPOINT = 1
@@ -44,7 +55,10 @@ def describe_cluster(broker: Broker, ctx: RequestContext,
             for b in image.brokers.values()
             for address in (b.address(ctx.session.listener),)
         ],
-        "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+        "cluster_authorized_operations": (
+            authorized_operations(broker, ctx, Res.CLUSTER, CLUSTER_NAME)
+            if request.include_cluster_authorized_operations and broker.authorizer is not None
+            else UNKNOWN_AUTHORIZED_OPERATIONS),
     }
 
 
@@ -59,6 +73,10 @@ def init_producer_id(broker: Broker, ctx: RequestContext,
     if (pid == -1) != (epoch == -1):
         return _init_pid_error(ErrorCode.INVALID_REQUEST)
     tid = request.transactional_id
+    if tid is not None and not allowed(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid):
+        return _init_pid_error(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    if tid is None and not _may_write_idempotently(broker, ctx):
+        return _init_pid_error(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     if tid is not None:
         if tid == "":
             return _init_pid_error(ErrorCode.INVALID_REQUEST)
@@ -76,7 +94,17 @@ def _init_pid_error(code: int) -> dict[str, Any]:
 _EXCESSIVE_BATCH = "Unable to perform excessively large batch operation."
 
 
+def _may_write_idempotently(broker: Broker, ctx: RequestContext) -> bool:
+    """Kafka: IDEMPOTENT_WRITE on the cluster, or WRITE on some topic (any producer allowed to
+    write somewhere may be idempotent)."""
+    authorizer = broker.authorizer
+    if authorizer is None or cluster_allowed(broker, ctx, Op.IDEMPOTENT_WRITE):
+        return True
+    return authorizer.allows_some(ctx.session.principal, client_host(ctx), Op.WRITE, Res.TOPIC)
+
+
 @handles(ApiKey.ELECT_LEADERS, 0, 2)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def elect_leaders(broker: Broker, ctx: RequestContext,
                         request: ElectLeadersRequest) -> dict[str, Any]:
     """Preferred (0) or unclean (1) leader election; v0 has no election type (preferred)."""

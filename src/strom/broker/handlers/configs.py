@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import (
@@ -19,6 +20,7 @@ from strom.config.defs import ConfigError, ConfigSource, ConfigType
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.acl import AclOperation
 from strom.storage.cleaner.service import threads_change_error
 
 TOPIC = 2
@@ -127,6 +129,7 @@ async def describe_configs(broker: Broker, ctx: RequestContext,
                                   "resource_type": r.resource_type,
                                   "resource_name": r.resource_name, "configs": []}
         try:
+            _authorize(broker, ctx, Op.DESCRIBE_CONFIGS, r.resource_type, r.resource_name)
             if r.resource_type == TOPIC:
                 result["configs"] = describe_topic(broker, r.resource_name, keys, synonyms, docs)
             elif r.resource_type == BROKER:
@@ -140,6 +143,19 @@ async def describe_configs(broker: Broker, ctx: RequestContext,
             result.update(error_code=int(exc.code), error_message=exc.message)
         results.append(result)
     return {"throttle_time": 0, "results": results}
+
+
+def _authorize(broker: Broker, ctx: RequestContext, op: AclOperation, resource_type: int,
+               name: str) -> None:
+    """ACLs on a config resource, as Kafka maps them: a topic's are the topic's, a broker's
+    (and its loggers') the cluster's."""
+    if broker.authorizer is None:
+        return
+    if resource_type == TOPIC:
+        if not allowed(broker, ctx, op, Res.TOPIC, name):
+            raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    elif not cluster_allowed(broker, ctx, op):
+        raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
 
 # -- altering ------------------------------------------------------------------------------
@@ -231,6 +247,7 @@ async def alter_configs(broker: Broker, ctx: RequestContext,
         try:
             if too_large is not None:
                 raise too_large
+            _authorize(broker, ctx, Op.ALTER_CONFIGS, r.resource_type, r.resource_name)
             current = _current_overrides(broker, r.resource_type, r.resource_name)
             wanted = {c.name: c.value for c in r.configs if c.value is not None}
             await _apply(broker, r.resource_type, r.resource_name, current, wanted, request.validate_only)
@@ -266,6 +283,7 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext,
         try:
             if too_large is not None:
                 raise too_large
+            _authorize(broker, ctx, Op.ALTER_CONFIGS, r.resource_type, r.resource_name)
             current = _current_overrides(broker, r.resource_type, r.resource_name)
             wanted = dict(current)
             seen: set[str] = set()

@@ -7,16 +7,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, authorized_operations, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.groups import client_host
 from strom.broker.request_types import ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.errors import KafkaError
+from strom.protocol.errors import ErrorCode, KafkaError
 
 
 @handles(ApiKey.CONSUMER_GROUP_HEARTBEAT, 0, 1)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def consumer_group_heartbeat(broker: Broker, ctx: RequestContext,
                              request: ConsumerGroupHeartbeatRequest) -> dict[str, Any]:
     result = broker.groups.consumer_group_heartbeat(
@@ -37,10 +39,21 @@ def consumer_group_heartbeat(broker: Broker, ctx: RequestContext,
 def consumer_group_describe(broker: Broker, ctx: RequestContext,
                             request: ConsumerGroupDescribeRequest) -> dict[str, Any]:
     include = request.include_authorized_operations
+    wanted = list(request.group_ids)
+    refused = [g for g in wanted if not allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
+    visible = [g for g in wanted if g not in refused]
     try:
         groups = broker.groups.consumer_group_describe(
-            list(request.group_ids), include_authorized_operations=include)
+            visible, include_authorized_operations=include) if visible else []
     except KafkaError as exc:
         groups = [{"group_id": g, "error_code": int(exc.code), "error_message": exc.message}
-                  for g in request.group_ids]
+                  for g in visible]
+    groups = list(groups) + [
+        {"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+         "error_message": "Group authorization failed."} for g in refused]
+    if include and broker.authorizer is not None:
+        for g in groups:
+            if not g.get("error_code"):
+                g["authorized_operations"] = authorized_operations(broker, ctx, Res.GROUP,
+                                                                   g["group_id"])
     return {"throttle_time": 0, "groups": groups}

@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.metadata import partition_metadata
@@ -50,10 +51,17 @@ def describe_topic_partitions(broker: Broker, ctx: RequestContext,
     remaining = max(1, min(cap, request.response_partition_limit))  # as Kafka 4.4: 0 gives 1
     topics: list[dict[str, Any]] = []
     next_cursor = None
+    may = ((lambda n: allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, n))
+           if broker.authorizer is not None else None)
     for name in wanted:
         if remaining <= 0:
             next_cursor = {"topic_name": name, "partition_index": 0}
             break
+        if may is not None and not may(name):  # ACLs: left out, or refused when named
+            if not every:
+                topics.append({**_missing(name),
+                               "error_code": ErrorCode.TOPIC_AUTHORIZATION_FAILED})
+            continue
         topic = broker.image.topics.get(name)
         if topic is None:
             if not every:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 
+from strom.broker.authz import Op, Res, allowed, cluster_allowed
 from strom.broker.context import Parts, RequestContext
 from strom.broker.core import Broker
 from strom.broker.router import handles
@@ -99,6 +100,10 @@ def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, versio
     topics_out = []
     replicas = broker.replicas
     replica = request.replica_id >= 0 and replicas is not None
+    # ACLs: a follower needs CLUSTER_ACTION, a consumer READ on each topic
+    authorizer = broker.authorizer
+    follower_refused = (authorizer is not None and request.replica_id >= 0
+                        and not cluster_allowed(broker, ctx, Op.CLUSTER_ACTION))
     for t in request.topics:
         if version >= 13:
             topic = image.topics_by_id.get(t.topic_id)
@@ -108,9 +113,18 @@ def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, versio
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         out = FetchTopicResponse(t.topic, t.topic_id, [])
         topics_out.append(out)
+        name = topic.name if topic is not None else t.topic
+        refused = authorizer is not None and (follower_refused or (
+            request.replica_id < 0 and name is not None
+            and not allowed(broker, ctx, Op.READ, Res.TOPIC, name)))
         for p in t.partitions:
             r = FetchPartitionResponse(p.partition, records=b"")  # Kafka sends empty, never null
             out.partitions.append(r)
+            if refused:
+                r.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                r.aborted_transactions = []
+                errors = True
+                continue
             state = topic.partitions.get(p.partition) if topic is not None else None
             if state is None:
                 r.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -12,6 +12,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, authorized_operations, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.transactions import transaction_coordinator_node
@@ -74,6 +75,15 @@ def _coordinator_for(broker: Broker, ctx: RequestContext, key_type: int,
                      key: str) -> dict[str, Any]:
     out: dict[str, Any] = {"key": key, "node_id": -1, "host": "", "port": -1, "error_code": 0,
                            "error_message": None}
+    if key_type == TRANSACTION_KEY and not allowed(broker, ctx, Op.DESCRIBE,
+                                                   Res.TRANSACTIONAL_ID, key):
+        out.update(error_code=int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+                   error_message="Transactional Id authorization failed.")
+        return out
+    if key_type == GROUP_KEY and not allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, key):
+        out.update(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                   error_message="Group authorization failed.")
+        return out
     try:
         if key_type == TRANSACTION_KEY:  # -- transactions --
             node = transaction_coordinator_node(broker, key)
@@ -116,6 +126,7 @@ def find_coordinator(broker: Broker, ctx: RequestContext,
 
 
 @handles(ApiKey.JOIN_GROUP, 0, 9)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 async def join_group(broker: Broker, ctx: RequestContext,
                      request: JoinGroupRequest) -> dict[str, Any]:
     version = ctx.api_version
@@ -144,6 +155,7 @@ def _join_reply(version: int, result: dict[str, Any]) -> dict[str, Any]:
 
 
 @handles(ApiKey.SYNC_GROUP, 0, 5)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 async def sync_group(broker: Broker, ctx: RequestContext,
                      request: SyncGroupRequest) -> dict[str, Any]:
     groups = broker.groups
@@ -156,6 +168,7 @@ async def sync_group(broker: Broker, ctx: RequestContext,
 
 
 @handles(ApiKey.HEARTBEAT, 0, 4)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def heartbeat(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) -> dict[str, Any]:
     try:
         code = broker.groups.heartbeat(request.group_id, request.generation_id,
@@ -166,6 +179,7 @@ def heartbeat(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) ->
 
 
 @handles(ApiKey.LEAVE_GROUP, 0, 5)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> dict[str, Any]:
     version = ctx.api_version
     if version < 3:
@@ -202,8 +216,13 @@ def offset_commit(broker: Broker, ctx: RequestContext,
     out_topics: list[dict[str, Any]] = []
     commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
+    group_ok = allowed(broker, ctx, Op.READ, Res.GROUP, request.group_id)
     for t in request.topics:
         name, error = _topic_of(broker, t, version, 10)
+        if not group_ok:
+            error = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif name is not None and not allowed(broker, ctx, Op.READ, Res.TOPIC, name):
+            error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
         parts = []
         out_topics.append({"name": t.name if version < 10 else name or "",
                            "topic_id": t.topic_id, "partitions": parts})
@@ -266,10 +285,15 @@ async def _answer_once_replicated(broker: Broker, group_id: str, slots: dict[Any
     return {"throttle_time": 0, "topics": out_topics}
 
 
-def _fetch_group(broker: Broker, version: int, group_id: str, topics: Any, member_id: str | None,
-                 member_epoch: int, require_stable: bool = False) -> dict[str, Any]:
+def _fetch_group(broker: Broker, ctx: RequestContext, version: int, group_id: str, topics: Any,
+                 member_id: str | None, member_epoch: int,
+                 require_stable: bool = False) -> dict[str, Any]:
     """One group of an OffsetFetch: {group_id, topics, error_code}."""
+    if not allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, group_id):
+        return {"group_id": group_id, "topics": [],
+                "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED)}
     requested: list[tuple[str, list[int]]] | None = None
+    denied: list[dict[str, Any]] = []
     unknown_ids: list[dict[str, Any]] = []
     id_of: dict[str, uuid.UUID] = {}
     if topics is not None:
@@ -282,6 +306,13 @@ def _fetch_group(broker: Broker, version: int, group_id: str, topics: Any, membe
                      "metadata": "", "error_code": int(error)} for p in t.partition_indexes]})
                 continue
             assert name is not None
+            if not allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, name):
+                denied.append({"name": t.name if version < 10 else "", "topic_id": t.topic_id,
+                               "partitions": [
+                    {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
+                     "metadata": "", "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)}
+                    for p in t.partition_indexes]})
+                continue
             requested.append((name, list(t.partition_indexes)))
             if version >= 10:
                 id_of[name] = t.topic_id
@@ -297,6 +328,8 @@ def _fetch_group(broker: Broker, version: int, group_id: str, topics: Any, membe
     # -- end transactions --
     out_topics = []
     for name, parts in rows:
+        if requested is None and not allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, name):
+            continue  # all of a group's offsets: the topics it may not see are left out
         topic_id = id_of.get(name)
         if version >= 10 and topic_id is None:
             info = broker.image.topics.get(name)
@@ -310,7 +343,8 @@ def _fetch_group(broker: Broker, version: int, group_id: str, topics: Any, membe
             {"partition_index": p, "committed_offset": -1, "committed_leader_epoch": -1,
              "metadata": "", "error_code": int(ErrorCode.UNSTABLE_OFFSET_COMMIT)}
             for p, off, epoch, meta in parts]})
-    return {"group_id": group_id, "topics": out_topics + unknown_ids, "error_code": error}
+    return {"group_id": group_id, "topics": out_topics + unknown_ids + denied,
+            "error_code": error}
 
 
 @handles(ApiKey.OFFSET_FETCH, 1, 10)
@@ -318,16 +352,17 @@ def offset_fetch(broker: Broker, ctx: RequestContext,
                  request: OffsetFetchRequest) -> dict[str, Any]:
     version = ctx.api_version
     if version >= 8:
-        groups = [_fetch_group(broker, version, g.group_id, g.topics, g.member_id,
+        groups = [_fetch_group(broker, ctx, version, g.group_id, g.topics, g.member_id,
                                g.member_epoch, request.require_stable)
                   for g in request.groups]
         return {"throttle_time": 0, "groups": groups}
-    one = _fetch_group(broker, version, request.group_id, request.topics, None, -1,
+    one = _fetch_group(broker, ctx, version, request.group_id, request.topics, None, -1,
                        request.require_stable)
     return {"throttle_time": 0, "topics": one["topics"], "error_code": one["error_code"]}
 
 
 @handles(ApiKey.OFFSET_DELETE, 0, 0)
+@requires(Op.DELETE, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def offset_delete(broker: Broker, ctx: RequestContext,
                   request: OffsetDeleteRequest) -> dict[str, Any]:
     out_topics = []
@@ -368,6 +403,8 @@ def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest)
         error, groups = broker.groups.list_groups(request.states_filter, request.types_filter)
     except KafkaError as exc:
         error, groups = exc.code, []
+    if broker.authorizer is not None:
+        groups = [g for g in groups if allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g["group_id"])]
     return {"throttle_time": 0, "error_code": int(error), "groups": groups}
 
 
@@ -375,14 +412,28 @@ def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest)
 def describe_groups(broker: Broker, ctx: RequestContext,
                     request: DescribeGroupsRequest) -> dict[str, Any]:
     include = request.include_authorized_operations
+    names = list(request.groups)
+    visible = [g for g in names if allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
     try:
-        groups = broker.groups.describe_groups(list(request.groups),
-                                                 include_authorized_operations=include,
-                                                 version=ctx.api_version)
+        described = broker.groups.describe_groups(visible,
+                                                  include_authorized_operations=include,
+                                                  version=ctx.api_version)
     except KafkaError as exc:
-        groups = [{"group_id": g, "error_code": int(exc.code), "group_state": "",
-                   "protocol_type": "", "protocol_data": "", "members": []}
-                  for g in request.groups]
+        described = [{"group_id": g, "error_code": int(exc.code), "group_state": "",
+                      "protocol_type": "", "protocol_data": "", "members": []}
+                     for g in visible]
+    by_name = {g["group_id"]: g for g in described}
+    groups = []
+    for g in names:
+        found = by_name.get(g)
+        if found is None:
+            groups.append({"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+                           "group_state": "", "protocol_type": "", "protocol_data": "",
+                           "members": []})
+            continue
+        if include and broker.authorizer is not None:
+            found["authorized_operations"] = authorized_operations(broker, ctx, Res.GROUP, g)
+        groups.append(found)
     return {"throttle_time": 0, "groups": groups}
 
 
@@ -390,9 +441,12 @@ def describe_groups(broker: Broker, ctx: RequestContext,
 def delete_groups(broker: Broker, ctx: RequestContext,
                   request: DeleteGroupsRequest) -> dict[str, Any]:
     names = list(request.groups_names)
+    refused = [g for g in names if not allowed(broker, ctx, Op.DELETE, Res.GROUP, g)]
+    names = [g for g in names if g not in refused]
     try:
-        results = broker.groups.delete_groups(names)
+        results = broker.groups.delete_groups(names) if names else []
     except KafkaError as exc:
         results = [(g, exc.code) for g in names]
+    results = list(results) + [(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in refused]
     return {"throttle_time": 0,
             "results": [{"group_id": g, "error_code": int(code)} for g, code in results]}

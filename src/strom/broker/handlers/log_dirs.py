@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, cluster_name, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import DescribeLogDirsRequest, DescribeProducersRequest
@@ -35,6 +36,9 @@ def describe_producers(broker: Broker, ctx: RequestContext,
     topics = []
     for t in request.topics:
         error = _topic_error(broker, t.name)
+        if broker.authorizer is not None and not allowed(broker, ctx, Op.READ, Res.TOPIC,
+                                                          t.name):
+            error = (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None)
         partitions = [
             _partition_error(index, *error) if error is not None
             else _producers(broker, t.name, index)
@@ -80,6 +84,7 @@ def _producers(broker: Broker, topic: str, index: int) -> dict[str, Any]:
 
 
 @handles(ApiKey.DESCRIBE_LOG_DIRS, 1, 5)
+@requires(Op.DESCRIBE, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def describe_log_dirs(broker: Broker, ctx: RequestContext,
                       request: DescribeLogDirsRequest) -> dict[str, Any]:
     """Every configured log dir, with the partitions it holds that the request names (null

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, authorized_operations, cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.topics import create_topic
@@ -24,12 +25,14 @@ from strom.protocol.errors import ErrorCode, KafkaError
 from strom.protocol.metadata import (
     MetadataBroker,
     MetadataPartition,
+    MetadataRequest,
     MetadataTopic,
     decode_metadata_request,
     encode_metadata_brokers,
     encode_metadata_response_from_parts,
     encode_metadata_topic,
 )
+from strom.security.acl import CLUSTER_NAME, AclOperation
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +76,8 @@ def metadata(broker: Broker, ctx: RequestContext,
              body: memoryview) -> bytes | Coroutine[Any, Any, bytes]:
     version = ctx.api_version
     request = decode_metadata_request(body, version)
+    if broker.authorizer is not None:
+        return _authorized(broker, ctx, request)
     if request.topics is None:
         return _answer(broker, ctx, version,
                        [_topic_entry(broker, version, t) for t in broker.image.topics.values()])
@@ -91,6 +96,62 @@ def metadata(broker: Broker, ctx: RequestContext,
     if auto_create and len(missing) > 1 and broker.controller.immediate:
         return _create_then_answer(broker, ctx, version, wanted, missing)
     return _answer(broker, ctx, version, _entries(broker, version, wanted, auto_create, {}))
+
+
+def _authorized(broker: Broker, ctx: RequestContext, request: MetadataRequest) -> bytes:
+    """Metadata with ACLs, as Kafka answers it: asked for all topics, only those the principal
+    may DESCRIBE; a named topic it may not describe is TOPIC_AUTHORIZATION_FAILED (existing or
+    not); a missing one is auto-created only with CREATE on it or on the cluster; authorized
+    operations (v8+) when asked for."""
+    version, image = ctx.api_version, broker.image
+    with_ops = version >= 8 and request.include_topic_authorized_operations
+
+    def entry(topic: TopicState) -> bytes:
+        if not with_ops:
+            return _topic_entry(broker, version, topic)
+        return _topic_entry_with_ops(broker, version, topic, authorized_operations(
+            broker, ctx, Res.TOPIC, topic.name))
+
+    def may(op: AclOperation, name: str) -> bool:
+        return allowed(broker, ctx, op, Res.TOPIC, name)
+
+    cluster_ops = (authorized_operations(broker, ctx, Res.CLUSTER, CLUSTER_NAME)
+                   if 8 <= version <= 10 and request.include_cluster_authorized_operations
+                   else None)
+    if request.topics is None:
+        return _answer(broker, ctx, version, [entry(t) for t in image.topics.values()
+                                              if may(Op.DESCRIBE, t.name)], cluster_ops)
+    auto_create = bool(broker.config.get("auto.create.topics.enable")
+                       and (version < 4 or request.allow_auto_topic_creation))
+    may_create_all = cluster_allowed(broker, ctx, Op.CREATE)
+    parts = []
+    for name, topic_id in dict.fromkeys(request.topics):
+        topic = image.topics.get(name) if name is not None else image.topics_by_id.get(topic_id)
+        label = name if name is not None else (topic.name if topic is not None else None)
+        if topic is not None and may(Op.DESCRIBE, topic.name):
+            parts.append(entry(topic))
+        elif topic is None and name is not None and auto_create and (
+                may_create_all or may(Op.CREATE, name)):
+            parts += _entries(broker, version, [(name, topic_id)], True, {})
+        elif topic is None and label is not None and may(Op.DESCRIBE, label):
+            parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, label))
+        elif topic is None and name is None:
+            parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
+        else:
+            parts.append(_error_entry(version, ErrorCode.TOPIC_AUTHORIZATION_FAILED, name,
+                                      None if name is not None else topic_id))
+    return _answer(broker, ctx, version, parts, cluster_ops)
+
+
+def _topic_entry_with_ops(broker: Broker, version: int, topic: TopicState, ops: int) -> bytes:
+    """A topic entry with the principal's authorized operations (never cached: they differ
+    between principals)."""
+    live = broker.image.brokers
+    partitions = [partition_metadata(p, live)
+                  for p in sorted(topic.partitions.values(), key=lambda s: s.partition)]
+    return encode_metadata_topic(version, MetadataTopic(
+        ErrorCode.NONE, topic.name, topic.topic_id, topic.internal, partitions,
+        topic_authorized_operations=ops))
 
 
 def _over_the_cap(broker: Broker, ctx: RequestContext, missing: list[str]) -> bool:
@@ -170,11 +231,13 @@ def _entries(broker: Broker, version: int, wanted: list[Any], auto_create: bool,
     return parts
 
 
-def _answer(broker: Broker, ctx: RequestContext, version: int, parts: list[bytes]) -> bytes:
+def _answer(broker: Broker, ctx: RequestContext, version: int, parts: list[bytes],
+            cluster_ops: int | None = None) -> bytes:
     image = broker.image
     listener = ctx.session.listener  # each client is told the addresses of its own listener
     brokers = [MetadataBroker(b.broker_id, *b.address(listener), b.rack)
                for b in image.brokers.values()]
+    extra = {} if cluster_ops is None else {"cluster_authorized_operations": cluster_ops}
     return encode_metadata_response_from_parts(
         version, encode_metadata_brokers(version, brokers), broker.cluster_id,
-        image.controller_id, parts)
+        image.controller_id, parts, **extra)

@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.fetch import check_leader_epoch
@@ -18,6 +19,7 @@ from strom.broker.router import handles
 from strom.cluster.image import INTERNAL_TOPICS
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
+from strom.security.acl import AclOperation
 from strom.storage.errors import StorageError
 
 LATEST, EARLIEST, MAX_TIMESTAMP, EARLIEST_LOCAL, LATEST_TIERED, EARLIEST_PENDING_UPLOAD = (
@@ -35,23 +37,29 @@ def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str
                     fn: Callable[[Any, Any, Any, dict[str, Any]], None], *,
                     reject_duplicates: bool = False,
                     any_replica: bool = False,
-                    precheck: Callable[[Any], int] | None = None) -> list[dict[str, Any]]:
+                    precheck: Callable[[Any], int] | None = None,
+                    permitted: Callable[[str], bool] | None = None) -> list[dict[str, Any]]:
     """Resolve every (topic, partition) of a request to its log; fn fills the partition result.
     Only the leader answers, unless ``any_replica`` (Kafka's debug ListOffsets, replica id -2).
-    ``precheck`` gives an error for a partition request before its partition is looked up."""
+    ``precheck`` gives an error for a partition request before its partition is looked up;
+    a topic ``permitted`` refuses (ACLs) is TOPIC_AUTHORIZATION_FAILED, whether it exists or
+    not."""
     seen: Counter[tuple[str, int]] = Counter(
         (getattr(t, name_attr), getattr(p, index_attr)) for t in topics for p in t.partitions)
     out = []
     for t in topics:
         name = getattr(t, name_attr)
         topic = broker.image.topics.get(name)
+        refused = permitted is not None and not permitted(name)
         results = []
         for p in t.partitions:
             index = getattr(p, index_attr)
             result: dict[str, Any] = {index_attr: index, "error_code": 0}
             state = topic.partitions.get(index) if topic is not None else None
             log = broker.partitions.get(name, index) if state is not None else None
-            if reject_duplicates and seen[(name, index)] > 1:
+            if refused:
+                result["error_code"] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif reject_duplicates and seen[(name, index)] > 1:
                 result["error_code"] = ErrorCode.INVALID_REQUEST  # as Kafka: duplicates are ambiguous
             elif precheck is not None and (early := precheck(p)):
                 result["error_code"] = early
@@ -114,6 +122,7 @@ def list_offsets(broker: Broker, ctx: RequestContext,
 
     return {"throttle_time": 0,
             "topics": _each_partition(broker, request.topics, "name", "partition_index", lookup,
+                                      permitted=_may(broker, ctx, Op.DESCRIBE),
                                       reject_duplicates=True,
                                       any_replica=replica_id == DEBUG_REPLICA_ID,
                                       precheck=unsupported)}
@@ -131,8 +140,12 @@ def offset_for_leader_epoch(broker: Broker, ctx: RequestContext,
         epoch, end = log.end_offset_for_epoch(p.leader_epoch)
         result.update(leader_epoch=epoch, end_offset=end)
 
+    follower = request.replica_id >= 0  # v3+: a broker asking as a follower
+    permitted = (_may_cluster(broker, ctx, Op.CLUSTER_ACTION) if follower
+                 else _may(broker, ctx, Op.DESCRIBE))
     return {"throttle_time": 0,
-            "topics": _each_partition(broker, request.topics, "topic", "partition", lookup)}
+            "topics": _each_partition(broker, request.topics, "topic", "partition", lookup,
+                                      permitted=permitted)}
 
 
 @handles(ApiKey.DELETE_RECORDS, 0, 2)
@@ -150,4 +163,20 @@ def delete_records(broker: Broker, ctx: RequestContext,
         result["low_watermark"] = log.delete_records_before(target)
 
     return {"throttle_time": 0,
-            "topics": _each_partition(broker, request.topics, "name", "partition_index", delete)}
+            "topics": _each_partition(broker, request.topics, "name", "partition_index", delete,
+                                      permitted=_may(broker, ctx, Op.DELETE))}
+
+
+def _may(broker: Broker, ctx: RequestContext, op: AclOperation) -> Callable[[str], bool] | None:
+    """The ACL check of one operation on a topic (None without an authorizer: no check)."""
+    if broker.authorizer is None:
+        return None
+    return lambda name: allowed(broker, ctx, op, Res.TOPIC, name)
+
+
+def _may_cluster(broker: Broker, ctx: RequestContext,
+                 op: AclOperation) -> Callable[[str], bool] | None:
+    if broker.authorizer is None:
+        return None
+    ok = cluster_allowed(broker, ctx, op)
+    return lambda _name: ok

@@ -21,6 +21,7 @@ import logging
 import struct
 from collections.abc import Awaitable
 
+from strom.broker.authz import Op, Res, allowed
 from strom.broker.context import CloseConnection, RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.fetch import Endpoint, leader_hint
@@ -75,12 +76,29 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
                     ctx.connection_id, version)
         raise CloseConnection()
     request = decode_produce_request(body, version)
+    txn = request.transactional_id
+    if txn is not None and not allowed(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn):
+        return _all_refused(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     if request.transactional_id is None:
         return _append_all(broker, ctx, request, None)
     checked = _check_transaction(broker, request, version)  # -- transactions: KIP-890 --
     if isinstance(checked, Awaitable):  # the coordinator is on another broker
         return _append_when_checked(broker, ctx, request, checked)
     return _append_all(broker, ctx, request, checked)
+
+
+def _all_refused(ctx: RequestContext, request: ProduceRequest, code: ErrorCode) -> bytes | None:
+    """Every partition of the request answered with ``code`` (acks=0: the connection closes,
+    the only way to tell such a producer)."""
+    if request.acks == 0:
+        raise CloseConnection()
+    out = []
+    for t in request.topics:
+        parts = [ProducePartitionResponse(p.index) for p in t.partitions]
+        for part in parts:
+            part.error_code = code
+        out.append(ProduceTopicResponse(t.name, t.topic_id, parts))
+    return encode_produce_response(ctx.api_version, out)
 
 
 async def _append_when_checked(broker: Broker, ctx: RequestContext, request: ProduceRequest,
@@ -105,15 +123,23 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
     pending: list[tuple[tuple[str, int], int, ProducePartitionResponse]] = []
     flushes: list[tuple[asyncio.Future[None], ProducePartitionResponse]] = []
     endpoints: dict[int, Endpoint] = {}  # KIP-951: the endpoints of leaders named in answers
+    authorizer = broker.authorizer
     for t in request.topics:
         topic = image.topics.get(t.name) if t.name is not None else (
             image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
+        # ACLs: WRITE on the topic, checked before whether it exists (as Kafka)
+        name = t.name if t.name is not None else (topic.name if topic is not None else None)
+        refused = (authorizer is not None and name is not None
+                   and not allowed(broker, ctx, Op.WRITE, Res.TOPIC, name))
         results = []
         for p in t.partitions:
             result = ProducePartitionResponse(p.index)
             results.append(result)
             if acks not in VALID_ACKS:
                 result.error_code = ErrorCode.INVALID_REQUIRED_ACKS
+                continue
+            if refused:
+                result.error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
                 continue
             if topic is None:
                 result.error_code = (ErrorCode.UNKNOWN_TOPIC_ID if t.name is None

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from strom.broker.authz import Op, Res, cluster_name, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import (
@@ -22,6 +23,7 @@ from strom.protocol.errors import ErrorCode
 
 
 @handles(ApiKey.ALTER_PARTITION_REASSIGNMENTS, 0, 1)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def alter_partition_reassignments(broker: Broker, ctx: RequestContext,
                                         request: AlterPartitionReassignmentsRequest) -> dict[str, Any]:
     allow = request.allow_replication_factor_change  # v0: True
@@ -70,6 +72,7 @@ def _reply(allow: bool, results: dict[tuple[str, int], tuple[int, str | None, An
 
 
 @handles(ApiKey.LIST_PARTITION_REASSIGNMENTS, 0, 0)
+@requires(Op.DESCRIBE, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def list_partition_reassignments(broker: Broker, ctx: RequestContext,
                                  request: ListPartitionReassignmentsRequest) -> dict[str, Any]:
     """Partitions with a reassignment under way (all, or among those asked for); partitions

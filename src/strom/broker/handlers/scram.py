@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from strom.broker.authz import Op, Res, cluster_allowed, cluster_name, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import (
@@ -39,6 +40,10 @@ async def alter_user_scram_credentials(broker: Broker, ctx: RequestContext,
                                        request: AlterUserScramCredentialsRequest) -> dict[str, Any]:
     deletions, upsertions = request.deletions, request.upsertions
     names = [d.name for d in deletions] + [u.name for u in upsertions]
+    if not cluster_allowed(broker, ctx, Op.ALTER):
+        return {"throttle_time_ms": 0, "results": [
+            _result(n, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+            for n in dict.fromkeys(names)]}
     error = too_many_records(len(names), "Unable to alter more than 10000 user credentials in "
                                          "one request")
     if error is not None:
@@ -91,6 +96,7 @@ def _result(user: str, code: int, message: str | None) -> dict[str, Any]:
 
 
 @handles(ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS, 0, 0)
+@requires(Op.DESCRIBE, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def describe_user_scram_credentials(broker: Broker, ctx: RequestContext,
                                     request: DescribeUserScramCredentialsRequest) -> dict[str, Any]:
     configs = broker.image.user_configs
@@ -122,6 +128,7 @@ def describe_user_scram_credentials(broker: Broker, ctx: RequestContext,
 
 
 @handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
+@requires(Op.DESCRIBE_CONFIGS, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def describe_client_quotas(broker: Broker, ctx: RequestContext,
                            request: DescribeClientQuotasRequest) -> dict[str, Any]:
     """No entity has a quota: Strom implements no client quotas yet, and refuses to start with

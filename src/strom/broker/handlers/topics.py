@@ -6,6 +6,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import (
@@ -93,6 +94,9 @@ async def create_topics(broker: Broker, ctx: RequestContext,
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Create topics request from client {ctx.client_id} contains "
                                  f"multiple entries for the topic {t.name}")
+            if not (cluster_allowed(broker, ctx, Op.CREATE)
+                    or allowed(broker, ctx, Op.CREATE, Res.TOPIC, t.name)):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
             configs = {c.name: c.value for c in t.configs}
             topic = await create_topic(broker, t.name, t.num_partitions, t.replication_factor,
@@ -105,8 +109,11 @@ async def create_topics(broker: Broker, ctx: RequestContext,
                 await broker.partitions.settled()
             first = next(iter(topic.partitions.values()))
             result.update(topic_id=topic.topic_id, num_partitions=len(topic.partitions),
-                          replication_factor=len(first.replicas),
-                          configs=describe_topic_configs(broker, topic))
+                          replication_factor=len(first.replicas))
+            if allowed(broker, ctx, Op.DESCRIBE_CONFIGS, Res.TOPIC, t.name):
+                result.update(configs=describe_topic_configs(broker, topic))
+            else:
+                result.update(topic_config_error_code=int(ErrorCode.TOPIC_AUTHORIZATION_FAILED))
         except KafkaError as exc:
             result.update(error_code=int(exc.code), error_message=exc.message)
         results.append(result)
@@ -149,6 +156,13 @@ async def delete_topics(broker: Broker, ctx: RequestContext,
         if not broker.config.get("delete.topic.enable"):
             response.update(error_code=ErrorCode.TOPIC_DELETION_DISABLED,
                             error_message="Topic deletion is disabled.")
+        elif topic is not None and not (
+                allowed(broker, ctx, Op.DELETE, Res.TOPIC, topic.name)
+                or cluster_allowed(broker, ctx, Op.DELETE)):
+            may_see = allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, topic.name)
+            response.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            error_message="Authorization failed.",
+                            name=topic.name if may_see or topic_id.int == 0 else None)
         elif topic is None:
             response.update(error_code=missing,
                             error_message="This server does not host this topic.")
@@ -215,6 +229,8 @@ async def create_partitions(broker: Broker, ctx: RequestContext,
                 raise too_large
             if counts[t.name] > 1:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Duplicate topic {t.name}")
+            if not allowed(broker, ctx, Op.ALTER, Res.TOPIC, t.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             topic = broker.image.topics.get(t.name)
             if topic is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Awaitable
 from typing import Any
 
+from strom.broker.authz import Op, Res, allowed, cluster_allowed, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.markers import OFFSETS_TOPIC, write_marker
@@ -103,6 +104,24 @@ def _add_partitions_result(broker: Broker, tid: str, pid: int, epoch: int, topic
     return out
 
 
+def _refused_partitions(broker: Broker, ctx: RequestContext, tid: str,
+                        topics: Any) -> dict[str, list[tuple[int, int]]] | None:
+    """ACLs of a client's AddPartitionsToTxn: WRITE on the transactional id (else every
+    partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on each topic (the refused
+    ones TOPIC_AUTHORIZATION_FAILED, the rest OPERATION_NOT_ATTEMPTED); None: allowed."""
+    if broker.authorizer is None:
+        return None
+    if not allowed(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, tid):
+        return {t.name: [(p, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+                         for p in t.partitions] for t in topics}
+    denied = {t.name for t in topics if not allowed(broker, ctx, Op.WRITE, Res.TOPIC, t.name)}
+    if not denied:
+        return None
+    return {t.name: [(p, ErrorCode.TOPIC_AUTHORIZATION_FAILED if t.name in denied
+                      else ErrorCode.OPERATION_NOT_ATTEMPTED) for p in t.partitions]
+            for t in topics}
+
+
 def _topic_results(by_topic: dict[str, list[tuple[int, int]]]) -> list[dict[str, Any]]:
     return [{"name": topic, "results_by_partition": [
         {"partition_index": p, "partition_error_code": code} for p, code in rows]}
@@ -116,10 +135,15 @@ def add_partitions_to_txn(broker: Broker, ctx: RequestContext,
     shape brokers use to check a partition is in a transaction before appending, KIP-890)."""
     version = ctx.api_version
     if version < 4:
-        by_topic = _add_partitions_result(
-            broker, request.v3_and_below_transactional_id, request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch, request.v3_and_below_topics, False, version)
+        tid, topics = request.v3_and_below_transactional_id, request.v3_and_below_topics
+        refused = _refused_partitions(broker, ctx, tid, topics)
+        by_topic = refused if refused is not None else _add_partitions_result(
+            broker, tid, request.v3_and_below_producer_id,
+            request.v3_and_below_producer_epoch, topics, False, version)
         return {"throttle_time": 0, "results_by_topic_v3_and_below": _topic_results(by_topic)}
+    if not cluster_allowed(broker, ctx, Op.CLUSTER_ACTION):  # v4+: brokers only
+        return {"throttle_time": 0, "error_code": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                "results_by_transaction": []}
     results = []
     for txn in request.transactions:
         by_topic = _add_partitions_result(broker, txn.transactional_id, txn.producer_id,
@@ -131,6 +155,9 @@ def add_partitions_to_txn(broker: Broker, ctx: RequestContext,
 
 
 @handles(ApiKey.ADD_OFFSETS_TO_TXN, 0, 4)
+@requires(Op.WRITE, Res.TRANSACTIONAL_ID, lambda r: r.transactional_id,
+          ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def add_offsets_to_txn(broker: Broker, ctx: RequestContext,
                        request: AddOffsetsToTxnRequest) -> dict[str, Any]:
     """Adds the group's `__consumer_offsets` partition to the transaction (Kafka's way of
@@ -150,6 +177,8 @@ def add_offsets_to_txn(broker: Broker, ctx: RequestContext,
 
 
 @handles(ApiKey.END_TXN, 0, 5)
+@requires(Op.WRITE, Res.TRANSACTIONAL_ID, lambda r: r.transactional_id,
+          ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 def end_txn(broker: Broker, ctx: RequestContext, request: EndTxnRequest) -> dict[str, Any]:
     """v5 is transaction version 2: the coordinator bumps the producer epoch on every EndTxn
     and answers with the producer id and epoch the producer goes on with."""
@@ -179,13 +208,25 @@ def txn_offset_commit(broker: Broker, ctx: RequestContext, request: TxnOffsetCom
     out_topics: list[dict[str, Any]] = []
     commit: list[tuple[str, list[tuple[int, int, int, str | None]]]] = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
+    # ACLs: WRITE on the transactional id, READ on the group (either refuses every
+    # partition), READ on each topic
+    whole = (ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+             if not allowed(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID,
+                            request.transactional_id)
+             else ErrorCode.GROUP_AUTHORIZATION_FAILED
+             if not allowed(broker, ctx, Op.READ, Res.GROUP, request.group_id) else None)
     for t in request.topics:
         parts: list[dict[str, Any]] = []
         out_topics.append({"name": t.name, "partitions": parts})
         wanted = []
+        refused = whole or (ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                            if not allowed(broker, ctx, Op.READ, Res.TOPIC, t.name) else None)
         for p in t.partitions:
             slot = {"partition_index": p.partition_index, "error_code": 0}
             parts.append(slot)
+            if refused is not None:
+                slot["error_code"] = int(refused)
+                continue
             if not _known(broker, t.name, p.partition_index):
                 slot["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
@@ -255,6 +296,7 @@ def _commit_in_txn(broker: Broker, ctx: RequestContext, request: TxnOffsetCommit
 def write_txn_markers(broker: Broker, ctx: RequestContext,
                       request: WriteTxnMarkersRequest) -> dict[str, Any]:
     markers = []
+    permitted = cluster_allowed(broker, ctx, Op.CLUSTER_ACTION)  # brokers only
     for m in request.markers:
         topics = []
         for t in m.topics:
@@ -262,7 +304,8 @@ def write_txn_markers(broker: Broker, ctx: RequestContext,
                 {"partition_index": p,
                  "error_code": int(write_marker(broker, broker.groups, t.name, p, m.producer_id,
                                                 m.producer_epoch, m.coordinator_epoch,
-                                                m.transaction_result))}
+                                                m.transaction_result)
+                                   if permitted else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)}
                 for p in t.partition_indexes]})
         markers.append({"producer_id": m.producer_id, "topics": topics})
     return {"markers": markers}
@@ -277,12 +320,20 @@ def write_txn_markers(broker: Broker, ctx: RequestContext,
 def describe_transactions(broker: Broker, ctx: RequestContext,
                           request: DescribeTransactionsRequest) -> dict[str, Any]:
     ids = list(request.transactional_ids)
+    refused = [t for t in ids if not allowed(broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, t)]
+    ids = [t for t in ids if t not in refused]
+
+    def failed(tid: str, code: int) -> dict[str, Any]:
+        return {"transactional_id": tid, "error_code": code, "transaction_state": "",
+                "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
+                "producer_epoch": -1, "topics": []}
+
     try:
-        states = broker.transactions.describe_transactions(ids)
+        states = broker.transactions.describe_transactions(ids) if ids else []
     except KafkaError as exc:
-        states = [{"transactional_id": tid, "error_code": int(exc.code), "transaction_state": "",
-                   "transaction_timeout": 0, "transaction_start_time": -1, "producer_id": -1,
-                   "producer_epoch": -1, "topics": []} for tid in ids]
+        states = [failed(tid, int(exc.code)) for tid in ids]
+    states = list(states) + [failed(t, int(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
+                             for t in refused]
     return {"throttle_time": 0, "transaction_states": states}
 
 
@@ -296,4 +347,8 @@ def list_transactions(broker: Broker, ctx: RequestContext,
     except KafkaError as exc:
         result = {"error_code": int(exc.code), "unknown_state_filters": [],
                   "transaction_states": []}
+    if broker.authorizer is not None:  # only the transactions the principal may describe
+        result["transaction_states"] = [
+            s for s in result["transaction_states"]
+            if allowed(broker, ctx, Op.DESCRIBE, Res.TRANSACTIONAL_ID, s["transactional_id"])]
     return {"throttle_time": 0, **result}

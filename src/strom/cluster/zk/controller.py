@@ -17,7 +17,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
@@ -49,6 +49,7 @@ from strom.cluster.zk.decisions import (
 from strom.cluster.zk.mirror import ZkMirror
 from strom.common.tasks import cancel_all
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.acl import AclBinding
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +176,25 @@ class ZkController:
                 return
             except (BadVersionError, NodeExistsError):
                 continue  # someone else changed it: apply ours on top of theirs
+
+    async def alter_acls(self, create: Sequence[AclBinding], delete: Sequence[AclBinding]) -> None:
+        if not create and not delete:
+            return
+        while True:
+            got = await self.zk.get(zn.ACLS)
+            current = [AclBinding.from_record(r) for r in zn.decode_acls(got[0])] if got else []
+            gone = set(delete)
+            wanted = list(dict.fromkeys([a for a in current if a not in gone] + list(create)))
+            data = zn.encode_acls([a.to_record() for a in wanted])
+            try:
+                if got is None:
+                    await self.zk.ensure_path(zn.ACLS.rsplit("/", 1)[0])
+                    await self.zk.create(zn.ACLS, data)
+                else:
+                    await self.zk.set(zn.ACLS, data, got[1].version)
+                return
+            except (BadVersionError, NodeExistsError):
+                continue  # changed meanwhile: apply ours on top
 
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         while True:

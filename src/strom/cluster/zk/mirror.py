@@ -31,6 +31,7 @@ from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import ZkClient
 from strom.cluster.zk.decisions import NO_LEADER, NO_STATE
 from strom.common.tasks import cancel_all
+from strom.security.acl import AclBinding
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ CONTROLLER: Key = ("controller",)
 TOPICS: Key = ("topics",)
 BROKER_CONFIGS: Key = ("broker_configs",)
 USER_CONFIGS: Key = ("user_configs",)
+ACLS: Key = ("acls",)
 
 
 def key_for(path: str) -> Key | None:
@@ -63,6 +65,8 @@ def key_for(path: str) -> Key | None:
         return ("topic", parts[0])
     if path == zn.CONFIG_BROKERS or path.startswith(zn.CONFIG_BROKERS + "/"):
         return BROKER_CONFIGS
+    if path == zn.ACLS:
+        return ACLS
     if path == zn.CONFIG_USERS or path.startswith(zn.CONFIG_USERS + "/"):
         return USER_CONFIGS
     if path.startswith(zn.CONFIG_TOPICS + "/"):
@@ -248,6 +252,8 @@ class ZkMirror:
             records += self._broker_config_records(await self._read_broker_configs())
         if USER_CONFIGS in batch:
             records += self._user_config_records(await self._read_user_configs())
+        if ACLS in batch:
+            records += self._acl_records(await self._read_acls())
         self.apply(records)
         topics: set[str] = {k[1] for k in batch if k[0] == "topic"}
         if TOPICS in batch:
@@ -293,6 +299,7 @@ class ZkMirror:
         records = self._broker_records(brokers) + self._controller_records(*controller)
         records += self._broker_config_records(broker_configs)
         records += self._user_config_records(user_configs)
+        records += self._acl_records(await self._read_acls())
         present = set(names)
         records += [rec.remove_topic_record(t.topic_id) for t in self.image.topics.values()
                     if t.name not in present]
@@ -336,6 +343,22 @@ class ZkMirror:
         reads = await asyncio.gather(*(self._read_config(f"{zn.CONFIG_BROKERS}/{n}")
                                        for n in names))
         return {zn.broker_config_entity(n): cfg for n, cfg in zip(names, reads, strict=True)}
+
+    async def _read_acls(self) -> list[AclBinding]:
+        got = await self.zk.get_or_watch(zn.ACLS)
+        if got is None:
+            return []
+        try:
+            return [AclBinding.from_record(r) for r in zn.decode_acls(got[0])]
+        except (ValueError, KeyError, TypeError) as exc:
+            log.error("ignoring unreadable %s (no ACL changes applied): %s", zn.ACLS, exc)
+            return list(self.image.acls)
+
+    def _acl_records(self, desired: list[AclBinding]) -> list[dict[str, Any]]:
+        wanted = dict.fromkeys(desired)
+        out = [rec.remove_acl_record(a) for a in self.image.acls if a not in wanted]
+        out += [rec.acl_record(a) for a in wanted if a not in self.image.acls]
+        return out
 
     async def _read_user_configs(self) -> dict[str, dict[str, str]]:
         names = await self.zk.children(zn.CONFIG_USERS, watch=True) or []

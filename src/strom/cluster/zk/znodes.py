@@ -33,6 +33,9 @@ REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
 PRODUCER_ID_BLOCK = "/latest_producer_id_block"
 CONTROLLED_SHUTDOWN = "/strom/controlled_shutdown"
+# Strom's own layout (Kafka's /kafka-acl tree has one znode per resource): every ACL in one
+# JSON list, changed by compare-and-set, so a CreateAcls/DeleteAcls is one atomic write
+ACLS = "/strom/acls"
 DEFAULT_ENTITY = "<default>"  # /config/brokers/<default>: the cluster-wide dynamic defaults
 
 # Created (empty, persistent) by every broker at start, as Kafka does, so later writes never
@@ -65,6 +68,20 @@ def state_path(topic: str, partition: int) -> str:
 
 def topic_config_path(topic: str) -> str:
     return f"{CONFIG_TOPICS}/{topic}"
+
+
+def encode_acls(acls: list[dict[str, Any]]) -> bytes:
+    return _dump({"version": 1, "acls": acls})
+
+
+def decode_acls(data: bytes) -> list[dict[str, Any]]:
+    obj = _load(data)
+    if obj is None:
+        return []
+    acls = obj.get("acls")
+    if not isinstance(acls, list):
+        raise ValueError(f"bad {ACLS}: {data[:200]!r}")
+    return acls
 
 
 def user_config_path(user: str) -> str:
