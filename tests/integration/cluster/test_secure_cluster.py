@@ -88,3 +88,45 @@ def test_a_broker_with_wrong_inter_broker_credentials_cannot_follow(make_cluster
     assert _isr(bootstrap, topic) == [1, 2]  # broker 2's credentials are right
     assert "failed authentication of User:broker on listener INTERNAL" in \
         cluster.broker(leader).log_text(0)
+
+
+def _listener_port(broker, name: str) -> int:
+    for line in broker.log_text(0).splitlines():
+        if "listening on" in line:
+            for part in line.split("listening on ", 1)[1].split(" (")[0].split(", "):
+                if part.startswith(f"{name}://"):
+                    return int(part.rsplit(":", 1)[1])
+    raise AssertionError(f"no {name} listener in {broker.name}'s start-up line")
+
+
+def test_acls_reach_every_broker(make_cluster) -> None:
+    users = 'user_alice="alice-pw"'
+    cluster = make_cluster(3, {
+        "listeners": "PLAINTEXT://127.0.0.1:{port},SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:ANONYMOUS",  # the brokers (and the test) on PLAINTEXT
+    })
+    from confluent_kafka.admin import (
+        AclBinding,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    admin = AdminClient({"bootstrap.servers": cluster.broker(1).bootstrap})
+    admin.create_topics([NewTopic("shared", 1, 3)], operation_timeout=30)["shared"].result(40)
+    for future in admin.create_acls([AclBinding(
+            ResourceType.TOPIC, "shared", ResourcePatternType.LITERAL, "User:alice", "*",
+            AclOperation.READ, AclPermissionType.ALLOW)]).values():
+        future.result(30)
+    for b in cluster.brokers:  # every broker authorizes alice from the same ACLs
+        alice = AdminClient({
+            "bootstrap.servers": f"127.0.0.1:{_listener_port(b, 'SASL_PLAINTEXT')}",
+            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+            "sasl.username": "alice", "sasl.password": "alice-pw"})
+        wait_for(lambda alice=alice: "shared" in alice.list_topics(timeout=10).topics, 30,
+                 f"alice sees the topic through {b.name}")

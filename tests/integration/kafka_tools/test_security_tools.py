@@ -111,3 +111,41 @@ def test_java_client_with_plain_and_oauthbearer(kafka_tools, sasl_ssl, tmp_path,
         "--from-beginning", "--max-messages", "2", "--timeout-ms", "30000",
         "--command-config", str(config))
     assert consumed.stdout.split() == ["a", "b"]
+
+
+def test_kafka_acls_tool(kafka_tools, make_broker, tmp_path):
+    port = free_port()
+    broker = make_broker({
+        "listeners": f"PLAINTEXT://{HOST}:{{port}},SASL_PLAINTEXT://{HOST}:{port}",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config":
+            f'{PLAIN_MODULE} required user_admin="admin-pw" user_bob="bob-pw";',
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",
+    })
+    admin = tmp_path / "admin.properties"
+    admin.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                     f'sasl.jaas.config={PLAIN_MODULE} required username="admin" '
+                     'password="admin-pw";\n')
+    topic = unique("acl")
+
+    def acls(*args: str, code: int = 0):
+        return kafka_tools.run("kafka-acls", "--bootstrap-server", f"{HOST}:{port}",
+                               "--command-config", str(admin), *args, code=code)
+
+    added = acls("--add", "--allow-principal", "User:bob", "--operation", "Write",
+                 "--operation", "Describe", "--topic", topic)
+    assert f"resourceType=TOPIC, name={topic}, patternType=LITERAL" in added.stdout
+    listed = acls("--list", "--topic", topic).stdout
+    assert "(principal=User:bob, host=*, operation=WRITE, permissionType=ALLOW)" in listed
+    assert "(principal=User:bob, host=*, operation=DESCRIBE, permissionType=ALLOW)" in listed
+    bob = tmp_path / "bob.properties"
+    bob.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
+                   f'sasl.jaas.config={PLAIN_MODULE} required username="bob" password="bob-pw";\n')
+    kafka_tools.run("kafka-topics", "--bootstrap-server", broker.bootstrap, "--create",
+                    "--topic", topic, "--partitions", "1")
+    kafka_tools.run("kafka-console-producer", "--bootstrap-server", f"{HOST}:{port}",
+                    "--topic", topic, "--command-config", str(bob), input="ok\n")
+    acls("--remove", "--allow-principal", "User:bob", "--operation", "Write", "--topic", topic,
+         "--force")
+    assert "operation=WRITE" not in acls("--list", "--topic", topic).stdout
