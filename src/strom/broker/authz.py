@@ -16,6 +16,7 @@ from typing import Any
 
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
 
@@ -73,3 +74,25 @@ def requires(operation: AclOperation, rtype: ResourceType, name_of: Callable[[An
 
 def cluster_name(_request: Any) -> str:
     return CLUSTER_NAME
+
+
+# Every API the broker serves is in one of these two sets (a unit test checks it): a new API
+# must be looked at for its ACL checks before it is served.
+K = ApiKey
+CHECKED_APIS = frozenset({
+    K.PRODUCE, K.FETCH, K.LIST_OFFSETS, K.METADATA, K.OFFSET_COMMIT, K.OFFSET_FETCH,
+    K.FIND_COORDINATOR, K.JOIN_GROUP, K.HEARTBEAT, K.LEAVE_GROUP, K.SYNC_GROUP,
+    K.DESCRIBE_GROUPS, K.LIST_GROUPS, K.CREATE_TOPICS, K.DELETE_TOPICS, K.DELETE_RECORDS,
+    K.INIT_PRODUCER_ID, K.OFFSET_FOR_LEADER_EPOCH, K.ADD_PARTITIONS_TO_TXN,
+    K.ADD_OFFSETS_TO_TXN, K.END_TXN, K.WRITE_TXN_MARKERS, K.TXN_OFFSET_COMMIT,
+    K.DESCRIBE_ACLS, K.CREATE_ACLS, K.DELETE_ACLS, K.DESCRIBE_CONFIGS, K.ALTER_CONFIGS,
+    K.DESCRIBE_LOG_DIRS, K.CREATE_PARTITIONS, K.DELETE_GROUPS, K.ELECT_LEADERS,
+    K.INCREMENTAL_ALTER_CONFIGS, K.ALTER_PARTITION_REASSIGNMENTS,
+    K.LIST_PARTITION_REASSIGNMENTS, K.OFFSET_DELETE, K.DESCRIBE_CLIENT_QUOTAS,
+    K.DESCRIBE_USER_SCRAM_CREDENTIALS, K.ALTER_USER_SCRAM_CREDENTIALS, K.DESCRIBE_PRODUCERS,
+    K.DESCRIBE_TRANSACTIONS, K.LIST_TRANSACTIONS, K.CONSUMER_GROUP_HEARTBEAT,
+    K.CONSUMER_GROUP_DESCRIBE, K.DESCRIBE_TOPIC_PARTITIONS,
+})
+# Kafka checks nothing for these (DescribeCluster only computes authorized operations)
+UNCHECKED_APIS = frozenset({K.API_VERSIONS, K.SASL_HANDSHAKE, K.SASL_AUTHENTICATE,
+                            K.DESCRIBE_CLUSTER})
