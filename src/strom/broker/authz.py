@@ -3,8 +3,8 @@
 Handlers ask `allowed(broker, ctx, operation, resource type, name)` for each resource a request
 names and answer Kafka's error for the refused ones (TOPIC_AUTHORIZATION_FAILED per topic or
 partition, GROUP_AUTHORIZATION_FAILED, TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-CLUSTER_AUTHORIZATION_FAILED); `strom.broker.acl_hook` refuses whole requests whose fate one
-resource decides. The principal is the connection's (`RequestContext.principal`), the host the
+CLUSTER_AUTHORIZATION_FAILED); `requires` refuses whole requests whose fate one resource
+decides. The principal is the connection's (`RequestContext.principal`), the host the
 client's address.
 """
 

@@ -248,24 +248,39 @@ class Authorizer:
 
     def allows_some(self, principal: KafkaPrincipal, host: str, operation: AclOperation,
                     rtype: ResourceType) -> bool:
-        """Whether the principal may do ``operation`` on some resource of a type (Kafka's
-        authorizeByResourceType, e.g. an idempotent producer needs WRITE on some topic): an
-        ALLOW for it that no DENY on the same pattern or on ``*`` overrides."""
-        who = str(principal)
-        if who in self.super_users:
+        """Whether the principal may do ``operation`` on some resource of a type, as Kafka's
+        authorizeByResourceType (an idempotent producer needs WRITE on some topic): a name no
+        ACL matches would be allowed (the wildcard, allow.everyone.if.no.acl.found), or an ALLOW
+        that no DENY overrides (a LITERAL DENY of its name, a PREFIXED DENY covering it, a
+        DENY on ``*``)."""
+        if self.authorize(principal, host, operation, rtype, "hardcode"):
             return True
+        who = str(principal)
         index = self._current()
         acls = [a for (t, _), bucket in index.literal.items() if t == rtype for a in bucket]
         acls += index.prefixed.get(rtype, [])
-        if not acls:
-            return self.allow_if_no_acl
         mine = [a for a in acls if a.principal in (who, WILDCARD_PRINCIPAL)
                 and a.host in (host, WILDCARD) and a.operation in (operation, AclOperation.ALL)]
-        denies = [a for a in mine if a.permission == AclPermission.DENY]
-        return any(a.permission == AclPermission.ALLOW and not any(
-            d.resource_name == WILDCARD or (d.resource_name == a.resource_name
-                                            and d.pattern_type == a.pattern_type)
-            for d in denies) for a in mine)
+        denied_names: set[str] = set()
+        denied_prefixes: list[str] = []
+        for a in mine:
+            if a.permission != AclPermission.DENY:
+                continue
+            if a.pattern_type == PatternType.LITERAL:
+                if a.resource_name == WILDCARD:
+                    return False
+                denied_names.add(a.resource_name)
+            else:
+                denied_prefixes.append(a.resource_name)
+        for a in mine:
+            if a.permission != AclPermission.ALLOW:
+                continue
+            covered = any(a.resource_name.startswith(p) for p in denied_prefixes)
+            if a.pattern_type == PatternType.LITERAL:
+                covered = covered or a.resource_name in denied_names
+            if not covered:
+                return True
+        return False
 
     def authorized_operations(self, principal: KafkaPrincipal, host: str, rtype: ResourceType,
                               name: str) -> int:

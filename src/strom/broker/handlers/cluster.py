@@ -11,8 +11,6 @@ from strom.broker.authz import (
     authorized_operations,
     client_host,
     cluster_allowed,
-    cluster_name,
-    requires,
 )
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
@@ -104,10 +102,13 @@ def _may_write_idempotently(broker: Broker, ctx: RequestContext) -> bool:
 
 
 @handles(ApiKey.ELECT_LEADERS, 0, 2)
-@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def elect_leaders(broker: Broker, ctx: RequestContext,
                         request: ElectLeadersRequest) -> dict[str, Any]:
     """Preferred (0) or unclean (1) leader election; v0 has no election type (preferred)."""
+    if not cluster_allowed(broker, ctx, Op.ALTER):  # each partition says so (v0: no top level)
+        named = [(t.topic, p) for t in request.topic_partitions or () for p in t.partitions]
+        return _elect_leaders_reply(dict.fromkeys(named, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+                                    ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     election_type = request.election_type  # v0: preferred (0)
     if election_type not in (0, 1):
         return {"throttle_time": 0, "error_code": ErrorCode.INVALID_REQUEST,

@@ -12,7 +12,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from strom.broker.authz import Op, Res, allowed, authorized_operations, requires
+from strom.broker.authz import Op, Res, allowed, authorized_operations, cluster_allowed, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.transactions import transaction_coordinator_node
@@ -403,7 +403,7 @@ def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest)
         error, groups = broker.groups.list_groups(request.states_filter, request.types_filter)
     except KafkaError as exc:
         error, groups = exc.code, []
-    if broker.authorizer is not None:
+    if broker.authorizer is not None and not cluster_allowed(broker, ctx, Op.DESCRIBE):
         groups = [g for g in groups if allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g["group_id"])]
     return {"throttle_time": 0, "error_code": int(error), "groups": groups}
 

@@ -128,18 +128,19 @@ def _authorized(broker: Broker, ctx: RequestContext, request: MetadataRequest) -
     for name, topic_id in dict.fromkeys(request.topics):
         topic = image.topics.get(name) if name is not None else image.topics_by_id.get(topic_id)
         label = name if name is not None else (topic.name if topic is not None else None)
-        if topic is not None and may(Op.DESCRIBE, topic.name):
-            parts.append(entry(topic))
-        elif topic is None and name is not None and auto_create and (
-                may_create_all or may(Op.CREATE, name)):
-            parts += _entries(broker, version, [(name, topic_id)], True, {})
-        elif topic is None and label is not None and may(Op.DESCRIBE, label):
-            parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, label))
-        elif topic is None and name is None:
+        if topic is None and name is None:  # an unknown id names nothing to authorize
             parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
-        else:
+        elif label is None or not may(Op.DESCRIBE, label):  # DESCRIBE first, as Kafka
             parts.append(_error_entry(version, ErrorCode.TOPIC_AUTHORIZATION_FAILED, name,
                                       None if name is not None else topic_id))
+        elif topic is not None:
+            parts.append(entry(topic))
+        elif not auto_create:
+            parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, label))
+        elif may_create_all or may(Op.CREATE, label):
+            parts += _entries(broker, version, [(name, topic_id)], True, {})
+        else:  # may see it but not create it
+            parts.append(_error_entry(version, ErrorCode.TOPIC_AUTHORIZATION_FAILED, label))
     return _answer(broker, ctx, version, parts, cluster_ops)
 
 

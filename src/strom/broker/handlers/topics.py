@@ -163,6 +163,9 @@ async def delete_topics(broker: Broker, ctx: RequestContext,
             response.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
                             error_message="Authorization failed.",
                             name=topic.name if may_see or topic_id.int == 0 else None)
+        elif topic is None and name and not allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, name):
+            response.update(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                            error_message="Authorization failed.")
         elif topic is None:
             response.update(error_code=missing,
                             error_message="This server does not host this topic.")
