@@ -23,10 +23,10 @@ def _strom_only(peer: str | None) -> None:
         pytest.skip("checks Strom's own start-up")
 
 
-def test_sasl_ssl_listener_refuses_to_start_with_one_line(tmp_path) -> None:
+def test_a_sasl_ssl_listener_without_key_store_refuses_to_start_with_one_line(tmp_path) -> None:
     port = free_port()
     spec = f"SASL_SSL://{HOST}:{port}"
-    # subprocess.run kills the broker if it outlives the timeout (it would be serving plaintext)
+    # subprocess.run kills the broker if it outlives the timeout
     result = subprocess.run(
         [str(STROM_BIN), "broker", "--override", f"listeners={spec}",
          "--override", f"log.dirs={tmp_path / 'data'}"],
@@ -35,10 +35,22 @@ def test_sasl_ssl_listener_refuses_to_start_with_one_line(tmp_path) -> None:
     assert result.returncode != 0
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        f"strom broker: refusing to start: listener {spec} uses security protocol SASL_SSL, "
-        f"which Strom does not implement (only PLAINTEXT)"
+        "strom broker: listener SASL_SSL: a TLS listener needs ssl.keystore.location (or "
+        "ssl.keystore.key and ssl.keystore.certificate.chain)"
     ]
     assert not (tmp_path / "data").exists(), "refused before touching the log directory"
+
+
+def test_gssapi_refuses_to_start_with_one_line(tmp_path) -> None:
+    port = free_port()
+    result = subprocess.run(
+        [str(STROM_BIN), "broker", "--override", f"listeners=SASL_PLAINTEXT://{HOST}:{port}",
+         "--override", f"log.dirs={tmp_path / 'data'}"],
+        capture_output=True, text=True, timeout=T, stdin=subprocess.DEVNULL, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode != 0
+    [line] = result.stderr.splitlines()
+    assert line.startswith("strom broker: listener SASL_PLAINTEXT: SASL mechanism GSSAPI")
 
 
 def test_unimplemented_config_is_named_in_the_log(make_broker, unique_topic) -> None:

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,7 +33,7 @@ from strom.config.listeners import default_listener, listeners
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import precompile
 from strom.security.listeners import ListenerSecurity, build_listener_security
-from strom.security.scram_store import lookup_in
+from strom.security.scram_store import UserConfigs, lookup_in
 from strom.storage.cleaner import CleanerConfig, LogCleaner
 from strom.storage.errors import KafkaStorageError, StorageError
 
@@ -78,10 +78,12 @@ def build_broker(config: BrokerConfig, loop: asyncio.AbstractEventLoop) -> Broke
     return wire_broker(build_local_node(config), loop)
 
 
-def listener_securities(config: BrokerConfig, broker: Broker) -> list[ListenerSecurity]:
-    """Each listener's TLS and SASL, in the order of `listeners` (built before anything listens,
-    so a bad key store or JAAS config stops the start-up with one line)."""
-    credentials = lookup_in(lambda: broker.image.user_configs)
+def listener_securities(config: BrokerConfig,
+                        user_configs: Callable[[], UserConfigs]) -> list[ListenerSecurity]:
+    """Each listener's TLS and SASL, in the order of `listeners`: built before the logs are
+    touched, so a bad key store or JAAS config stops the start-up with one line. SCRAM
+    credentials are read from ``user_configs`` (the metadata image's) at each authentication."""
+    credentials = lookup_in(user_configs)
     return [build_listener_security(config, listener, credentials)
             for listener in listeners(config)]
 
@@ -221,6 +223,7 @@ async def _step(name: str, awaitable) -> None:
 
 async def serve(config: BrokerConfig) -> None:
     precompile(_HOT_APIS, latest_only=True)
+    securities = listener_securities(config, lambda: broker.image.user_configs)
     cluster: ClusterParts | None = None
     if config.get("zookeeper.connect"):
         from strom.broker.zk_mode import build_cluster_broker  # kazoo: only for a cluster
@@ -228,7 +231,6 @@ async def serve(config: BrokerConfig) -> None:
         broker, cluster = await build_cluster_broker(config)
     else:
         broker = build_broker(config, asyncio.get_running_loop())
-    securities = listener_securities(config, broker)
     broker.start()
     router = Router(broker, MODULES)
     servers = make_servers(router, config, securities)
