@@ -54,10 +54,26 @@ class SaslExchange(Protocol):
         ...
 
 
+class _PasswordExchange:
+    """What PLAIN and SCRAM share: the user they authenticated, credentials that never
+    expire by themselves."""
+
+    _user: str | None = None
+
+    @property
+    def authorization_id(self) -> str:
+        assert self._user is not None
+        return self._user
+
+    @property
+    def lifetime_ms(self) -> int | None:
+        return None
+
+
 # -- PLAIN (RFC 4616) -----------------------------------------------------------------------
 
 
-class PlainExchange:
+class PlainExchange(_PasswordExchange):
     """One message, ``[authzid] NUL authcid NUL passwd``, checked against the JAAS config's
     ``user_<name>="<password>"`` entries, as Kafka's PlainServerCallbackHandler."""
 
@@ -93,15 +109,6 @@ class PlainExchange:
     @property
     def complete(self) -> bool:
         return self._user is not None
-
-    @property
-    def authorization_id(self) -> str:
-        assert self._user is not None
-        return self._user
-
-    @property
-    def lifetime_ms(self) -> int | None:
-        return None
 
 
 # -- SCRAM (RFC 5802, RFC 7677) -------------------------------------------------------------
@@ -153,7 +160,7 @@ class _UnknownUser(Exception):
     pass
 
 
-class ScramExchange:
+class ScramExchange(_PasswordExchange):
     """client-first -> server-first -> client-final -> server-final, as Kafka's ScramSaslServer
     (no channel binding; Kafka's ``tokenauth`` extension is for delegation tokens, which Strom
     does not have)."""
@@ -209,12 +216,3 @@ class ScramExchange:
     @property
     def complete(self) -> bool:
         return self._done
-
-    @property
-    def authorization_id(self) -> str:
-        assert self._user is not None
-        return self._user
-
-    @property
-    def lifetime_ms(self) -> int | None:
-        return None
