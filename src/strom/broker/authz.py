@@ -18,7 +18,7 @@ from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
-from strom.security.acl import CLUSTER_NAME, AclOperation, ResourceType
+from strom.security.acl import CLUSTER_NAME, OPERATIONS, AclOperation, ResourceType
 
 HandlerFn = Callable[..., Any]
 
@@ -47,8 +47,6 @@ def authorized_operations(broker: Broker, ctx: RequestContext, rtype: ResourceTy
     """Kafka's authorized_operations bit set; without an authorizer, every operation."""
     authorizer = broker.authorizer
     if authorizer is None:
-        from strom.security.acl import OPERATIONS
-
         return sum(1 << int(op) for op in OPERATIONS.get(rtype, ()))
     return authorizer.authorized_operations(ctx.session.principal, client_host(ctx), rtype, name)
 

@@ -24,6 +24,7 @@ from strom.cli.common import (
     out,
     print_table,
     result_of,
+    wait_all,
 )
 
 app = typer.Typer(help="Add, list and remove ACLs.", no_args_is_help=True)
@@ -103,16 +104,7 @@ def add(topic: TopicOpt = None, group: GroupOpt = None, transactional_id: TxnOpt
                          allow_principal, deny_principal, operation, host)
     opts = ClientOptions(bootstrap, command_config, timeout)
     admin, _ = make_admin(opts)
-    failed = []
-    for binding, future in admin.create_acls(bindings, **admin_kwargs(opts)).items():
-        try:
-            result_of(future, opts)
-        except CliError:
-            raise
-        except Exception as e:
-            failed.append(f"{_describe(binding)}: {kafka_error_text(e)}")
-    if failed:
-        raise CliError("; ".join(failed))
+    wait_all(admin.create_acls(bindings, **admin_kwargs(opts)), opts, _describe)
     out.print(f"Added {len(bindings)} ACL(s)")
 
 

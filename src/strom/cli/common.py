@@ -490,6 +490,22 @@ def result_of(future: concurrent.futures.Future, opts: ClientOptions) -> Any:
                        EXIT_UNREACHABLE) from None
 
 
+def wait_all(futures: dict[Any, concurrent.futures.Future], opts: ClientOptions,
+             name: Callable[[Any], str] = str) -> None:
+    """Wait for every admin future of a request; the failures become one CliError naming each
+    (by ``name`` of its key)."""
+    failed = []
+    for key, future in futures.items():
+        try:
+            result_of(future, opts)
+        except CliError:
+            raise
+        except Exception as e:
+            failed.append(f"{name(key)}: {kafka_error_text(e)}")
+    if failed:
+        raise CliError("; ".join(failed))
+
+
 def admin_kwargs(opts: ClientOptions) -> dict[str, float]:
     return {"request_timeout": opts.timeout}
 

@@ -26,6 +26,7 @@ from strom.cli.common import (
     out,
     print_table,
     result_of,
+    wait_all,
 )
 
 app = typer.Typer(help="Add, list and delete SCRAM users.", no_args_is_help=True)
@@ -56,17 +57,7 @@ def _scram_mechanism(name: str):
 
 def _apply(opts: ClientOptions, alterations: list) -> None:
     admin, _ = make_admin(opts)
-    futures = admin.alter_user_scram_credentials(alterations, **admin_kwargs(opts))
-    failed = []
-    for user, future in futures.items():
-        try:
-            result_of(future, opts)
-        except CliError:
-            raise
-        except Exception as e:
-            failed.append(f"{user}: {kafka_error_text(e)}")
-    if failed:
-        raise CliError("; ".join(failed))
+    wait_all(admin.alter_user_scram_credentials(alterations, **admin_kwargs(opts)), opts)
 
 
 @app.command("add")

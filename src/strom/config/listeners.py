@@ -30,9 +30,6 @@ class Listener:
     def sasl(self) -> bool:
         return self.protocol in ("SASL_PLAINTEXT", "SASL_SSL")
 
-    def uri(self) -> str:
-        return f"{self.name}://{self.host}:{self.port}"
-
 
 def protocol_map(config: BrokerConfig) -> dict[str, str]:
     """listener.security.protocol.map as {LISTENER NAME: PROTOCOL}, names upper-cased as Kafka's."""

@@ -43,7 +43,6 @@ def test_custom_names_mapped_in_the_protocol_map() -> None:
                      Listener("SECURE", "::1", 9094, "SASL_SSL")]
     assert [(lst.tls, lst.sasl) for lst in found] == [(False, True), (False, False),
                                                       (True, True)]
-    assert found[1].uri() == "INTERNAL://10.0.0.5:9093"
 
 
 def test_listener_names_and_protocols_are_case_insensitive() -> None:
