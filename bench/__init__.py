@@ -1,5 +1,5 @@
 """Strom's side-by-side benchmark suite (Strom vs. the Tansu peer broker).
 
-Run with ``python -m bench`` (``make bench``). Nothing in here is imported by ``make test``
-except the pure report logic, which has a unit test.
+Run with ``python -m bench`` (``make bench``). ``make test`` checks its pure parts without a
+broker: the report's arithmetic and composition, and the chart's data (tests/unit/bench).
 """

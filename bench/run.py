@@ -1,7 +1,8 @@
 """``python -m bench``: run Strom and Tansu side by side and print the markdown report.
 
 Options: --rounds N, --scenarios a,b,c, --quick, --subject strom|tansu (tansu stands in for
-Strom to check the harness itself), --list.
+Strom to check the harness itself), --list. The report is saved under bench/results/ with its
+chart beside it (bench/chart.py: the same name, .svg).
 """
 
 from __future__ import annotations
@@ -11,12 +12,13 @@ import dataclasses
 import datetime as dt
 import os
 import platform
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-from bench import config, report
+from bench import chart, config, report
 from bench.brokers import BrokerSpec, strom_spec, tansu_spec
 from bench.peer import ensure_tansu
 from bench.runner import CLIENT, Results, run
@@ -117,6 +119,7 @@ def compose(
     rounds: int,
     started: dt.datetime,
     load: tuple[str, str],
+    command: str,
 ) -> str:
     """The whole markdown document: context, client ceiling, main table, verdict."""
     ceiling_runs = results.runs.get("client-ceiling", {}).get(CLIENT, [])
@@ -136,6 +139,7 @@ def compose(
         f"- Machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
         f"{platform.python_version()}, load average {load[0]} at start, {load[1]} at end; "
         f"run took {results.seconds / 60:.1f} min.",
+        f"- Command: `{command}`.",
         "- MB = 10^6 bytes of record values. Broker CPU = on-CPU seconds of the broker's process "
         "tree (/proc stat and schedstat, see docs/benchmarks.md); RSS = peak VmHWM.",
         "",
@@ -159,12 +163,42 @@ def compose(
                 f"{report.cell(ceiling_runs, reported).text} |"
             )
         out.append("")
-    table_scenarios = [s.rows(sizes) for s in scenarios if s.needs_broker]
+    table_scenarios = _table(scenarios, sizes)
     rows = report.build_rows(table_scenarios, results.runs, subject.label, peer.label, refs)
     out += [f"## {subject.label} vs. {peer.label}", ""]
     out += [report.markdown_table(rows, subject.label, peer.label), ""]
     out += [report.verdict_summary(rows), ""]
     return "\n".join(out)
+
+
+def _table(scenarios: list[Scenario], sizes: config.Sizes) -> list[report.ScenarioRows]:
+    """The scenarios of the main table (the client ceiling has its own)."""
+    return [s.rows(sizes) for s in scenarios if s.needs_broker]
+
+
+def _chart(
+    path: Path,
+    text: str,
+    scenarios: list[Scenario],
+    sizes: config.Sizes,
+    results: Results,
+    subject: BrokerSpec,
+    peer: BrokerSpec,
+) -> None:
+    """The report's chart beside it; a missing matplotlib costs the picture, not the run."""
+    data = chart.from_results(
+        _table(scenarios, sizes),
+        results.runs,
+        subject.label,
+        peer.label,
+        chart.title_from_report(text),
+    )
+    try:
+        chart.draw(data, path)
+    except ImportError as e:
+        _log(f"no chart: {e} (pip install matplotlib, or make bench, which installs it)")
+        return
+    _log(f"chart saved to {path}")
 
 
 def _commit() -> str:
@@ -199,6 +233,7 @@ def _loadavg() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
     if args.list:
         for s in ALL:
             print(s.name)
@@ -212,11 +247,20 @@ def main(argv: list[str] | None = None) -> int:
     _log(f"{len(scenarios)} scenarios x {rounds} round(s): {subject.label} vs. {peer.label}")
     results = run(scenarios, subject, peer, sizes, rounds, _log)
     text = compose(
-        scenarios, results, subject, peer, sizes, rounds, started, (load_start, _loadavg())
+        scenarios,
+        results,
+        subject,
+        peer,
+        sizes,
+        rounds,
+        started,
+        (load_start, _loadavg()),
+        command,
     )
     args.out_dir.mkdir(parents=True, exist_ok=True)
     path = args.out_dir / f"{started:%Y%m%d-%H%M%S}{'-quick' if args.quick else ''}.md"
     path.write_text(text)
     print(text)
     _log(f"report saved to {path}")
+    _chart(path.with_suffix(".svg"), text, scenarios, sizes, results, subject, peer)
     return 0
