@@ -24,6 +24,7 @@ from bench.report import Outcome, ScenarioRows, Stat
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
+    from matplotlib.patches import Patch
 
 # Units of the table's rows, as build_rows prints them after the metric: "produce (MB/s)".
 HIGHER_IS_BETTER = frozenset({"MB/s", "records/s", "records/broker-CPU-s"})
@@ -255,7 +256,7 @@ def _number(x: float) -> str:
 
 
 def _ratios(ax: Axes, bars: Sequence[Bar], data: ChartData) -> None:
-    from matplotlib.patches import Patch
+    from matplotlib.transforms import offset_copy
 
     ax.set_title(
         f"(a) {data.subject}/{data.peer}, medians (the rows with a target)", fontsize=FONT + 1
@@ -290,14 +291,19 @@ def _ratios(ax: Axes, bars: Sequence[Bar], data: ChartData) -> None:
     ax.grid(axis="x", alpha=0.3)
     better = f"{data.subject} better (higher rate; lower time, latency, RSS)"
     ax.legend(
-        handles=[
-            Patch(color=BETTER_COLOUR, label=better),
-            Patch(color=WORSE_COLOUR, label=f"{data.peer} better"),
-        ],
+        handles=_patches((BETTER_COLOUR, better), (WORSE_COLOUR, f"{data.peer} better")),
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.06),  # under the axis label, clear of every bar
+        # A fixed distance under the axis, below its label: clear of every bar.
+        bbox_to_anchor=(0.5, 0.0),
+        bbox_transform=offset_copy(ax.transAxes, ax.figure, y=-36, units="points"),
         fontsize=FONT - 1,
     )
+
+
+def _patches(*items: tuple[str, str]) -> list[Patch]:
+    from matplotlib.patches import Patch
+
+    return [Patch(color=colour, label=label) for colour, label in items]
 
 
 def _pairs(
@@ -309,10 +315,10 @@ def _pairs(
         return
     width = 0.4
     sides = (
-        (-width / 2, data.subject, SUBJECT_COLOUR, [g.subject for g in groups]),
-        (width / 2, data.peer, PEER_COLOUR, [g.peer for g in groups]),
+        (-width / 2, SUBJECT_COLOUR, [g.subject for g in groups]),
+        (width / 2, PEER_COLOUR, [g.peer for g in groups]),
     )
-    for offset, who, colour, stats in sides:
+    for offset, colour, stats in sides:
         measured = [(x + offset, s) for x, s in enumerate(stats) if s is not None]
         for x, s in enumerate(stats):
             if s is None:
@@ -331,7 +337,6 @@ def _pairs(
             [s.median for _, s in measured],
             width,
             color=colour,
-            label=who,
             yerr=[[s.median - s.lo for _, s in measured], [s.hi - s.median for _, s in measured]],
             capsize=2,
             error_kw={"linewidth": 0.8},
@@ -339,11 +344,14 @@ def _pairs(
         if log:  # a log axis is hard to read off: print the medians
             for x, s in measured:
                 ax.text(
-                    x, s.hi * 1.15, _number(s.median), ha="center", va="bottom", fontsize=FONT - 2
+                    x, s.hi * 1.2, _number(s.median), ha="center", va="bottom", fontsize=FONT - 2
                 )
     if log:
         ax.set_yscale("log")
-        ax.margins(y=0.15)
+        lows = [s.lo for g in groups for s in (g.subject, g.peer) if s and s.lo > 0]
+        highs = [s.hi for g in groups for s in (g.subject, g.peer) if s and s.hi > 0]
+        if lows and highs:  # room above the whiskers for the printed medians
+            ax.set_ylim(min(lows) / 3, max(highs) * 6)
     ax.set_xticks(
         range(len(groups)),
         [g.label for g in groups],
@@ -353,7 +361,10 @@ def _pairs(
         rotation_mode="anchor",
     )
     ax.set_ylabel(ylabel, fontsize=FONT)
-    ax.legend(fontsize=FONT - 1)
+    ax.legend(
+        handles=_patches((SUBJECT_COLOUR, data.subject), (PEER_COLOUR, data.peer)),
+        fontsize=FONT - 1,
+    )
     ax.grid(axis="y", alpha=0.3)
 
 
