@@ -376,7 +376,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("-o", "--out", type=Path, help="SVG or PNG to write (default: REPORT.svg)")
     args = ap.parse_args(argv)
     out = args.out or args.report.with_suffix(".svg")
-    draw(from_markdown(args.report.read_text()), out)
+    try:
+        data = from_markdown(args.report.read_text())
+    except (OSError, ValueError) as e:
+        raise SystemExit(f"{args.report}: {e}") from None
+    draw(data, out)
     print(out)
     return 0
 
