@@ -64,6 +64,8 @@ class History:
     """The last hour of samples (a ring buffer), safe to read while the sampler writes."""
 
     def __init__(self, interval: float, span: float = HOUR_S) -> None:
+        if interval <= 0:
+            raise ValueError("the sampling interval must be positive")
         self.interval = interval
         self.span = span
         self._samples: deque[Sample] = deque(maxlen=max(2, math.ceil(span / interval)))
