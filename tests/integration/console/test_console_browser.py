@@ -146,6 +146,33 @@ def test_pages_show_what_the_clients_did(cluster, console, browser, artifacts) -
     page.close()
 
 
+def test_a_live_member_and_its_assignment(cluster, console, browser, artifacts) -> None:
+    consumer = Consumer({"bootstrap.servers": cluster["bootstrap"], "group.id": "live",
+                         "client.id": "console-test-client", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": False})
+    try:
+        consumer.subscribe([TOPIC])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "the consumer got no assignment"
+            consumer.poll(0.2)
+        page = browser.new_page()
+        page.goto(console.url + "/groups/live")
+        assert page.locator("#group-state").inner_text() == "Stable"
+        member = page.locator("#members tbody tr").first
+        texts = member.locator("td").all_inner_texts()
+        assert texts[1] == "console-test-client"
+        assert texts[4] == f"{TOPIC} [0, 1, 2]"
+        for p in range(3):  # nothing committed: no lag to show, the member owns the partition
+            lrow = f'#lag tr[data-topic="{TOPIC}"][data-partition="{p}"]'
+            assert cells(page, lrow, "td.committed") == "-"
+            assert page.locator(f"{lrow} td").nth(5).inner_text() == "console-test-client"
+        shot(page, artifacts, "group-live")
+        page.close()
+    finally:
+        consumer.close()
+
+
 def test_charts_draw_the_sampled_hour(cluster, console, browser, artifacts) -> None:
     """More records arrive while the console samples every second: the in-throughput chart
     gets points above zero and the lag chart follows the group."""
