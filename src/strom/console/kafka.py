@@ -30,6 +30,7 @@ from strom.cli.common import (
     INTERNAL_TOPICS,
     ClientOptions,
     CliError,
+    UsageError,
     kafka_error_code,
     kafka_error_text,
 )
@@ -90,7 +91,7 @@ class KafkaSource:
         try:
             self.admin = AdminClient(self.errors.install(conf))
         except KafkaException as exc:
-            raise CliError(f"invalid client configuration: {kafka_error_text(exc)}") from None
+            raise UsageError(f"invalid client configuration: {kafka_error_text(exc)}") from None
         self._consumer: Consumer | None = None
         self._consumer_lock = threading.Lock()
 
