@@ -39,11 +39,10 @@ def console(
     timeout: TimeoutOpt = 10.0,
 ) -> None:
     """Serve the web console: cluster, topics, records, consumer groups, an hour of charts."""
-    import uvicorn
-
     from strom.console.app import create_app
     from strom.console.kafka import KafkaSource
     from strom.console.sampler import History, Sampler
+    from strom.console.server import make_server
 
     if not host.strip():
         raise UsageError("--host must not be empty")
@@ -54,10 +53,7 @@ def console(
     history = History(sample_interval)
     sampler = Sampler(source.observe, history)
     app = create_app(source, history)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            server_header=False, proxy_headers=False, lifespan="off",
-                            limit_concurrency=200, timeout_keep_alive=5)
-    server = uvicorn.Server(config)
+    server = make_server(app, host, port)
     shown = f"[{host}]" if ":" in host else host
     out.print(f"Strom console on http://{shown}:{port}/ for {bootstrap_server}", markup=False)
     sampler.start()

@@ -10,13 +10,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-import uvicorn
 from confluent_kafka.admin import AdminClient
 
 from strom.console.app import create_app
 from strom.console.cluster import ClusterInfo, GroupInfo, GroupSummary, TopicInfo
 from strom.console.records import RecordView
 from strom.console.sampler import History
+from strom.console.server import HEAD_TIMEOUT_S, make_server
 
 from ..broker import HOST, free_port
 from .console_process import ConsoleProcess, Reply, get, request
@@ -127,6 +127,10 @@ def test_slow_clients_stall_neither_the_console_nor_the_broker(broker, console) 
         started = time.monotonic()
         admin.list_topics(timeout=5)
         assert time.monotonic() - started < 5
+        # and the console closes them once their request head is overdue
+        for s in slow:
+            s.settimeout(HEAD_TIMEOUT_S + 10)
+            assert s.recv(1024) == b""  # closed without an answer
     finally:
         for s in slow:
             s.close()
@@ -164,9 +168,7 @@ class BrokenSource:
 def broken_console() -> Iterator[int]:
     """The console's app over a failing source, served by uvicorn in a thread of this process."""
     port = free_port()
-    config = uvicorn.Config(create_app(BrokenSource(), History(1.0)), host=HOST, port=port,
-                            log_level="critical", lifespan="off", server_header=False)
-    server = uvicorn.Server(config)
+    server = make_server(create_app(BrokenSource(), History(1.0)), HOST, port)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 15
