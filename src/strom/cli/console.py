@@ -14,6 +14,7 @@ import typer
 from strom.cli.common import (
     BootstrapOpt,
     ClientOptions,
+    CliError,
     CommandConfigOpt,
     TimeoutOpt,
     UsageError,
@@ -42,25 +43,34 @@ def console(
     from strom.console.app import create_app
     from strom.console.kafka import KafkaSource
     from strom.console.sampler import History, Sampler
-    from strom.console.server import make_server
+    from strom.console.server import bind, make_server
 
     if not host.strip():
         raise UsageError("--host must not be empty")
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: "
                                                      "%(message)s")
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise CliError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     opts = ClientOptions(bootstrap_server, command_config, timeout)
-    source = KafkaSource(opts)
+    try:
+        source = KafkaSource(opts)
+    except BaseException:
+        sock.close()
+        raise
     history = History(sample_interval)
     sampler = Sampler(source.observe, history)
     app = create_app(source, history)
-    server = make_server(app, host, port)
-    shown = f"[{host}]" if ":" in host else host
-    out.print(f"Strom console on http://{shown}:{port}/ for {bootstrap_server}", markup=False)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    out.print(f"Strom console on http://{shown}:{bound_port}/ for {bootstrap_server}",
+              markup=False)
+    server = make_server(app, host, bound_port)
     sampler.start()
     try:
-        server.run()
+        server.run(sockets=[sock])
     finally:
         sampler.stop()
         source.close()
-    if not server.started:  # the address was taken or refused: uvicorn logged why
-        raise typer.Exit(1)
+        sock.close()

@@ -63,7 +63,11 @@ class _ClientErrors:
 
     def __init__(self) -> None:
         self.recent: deque[str] = deque(maxlen=20)
+        # librdkafka logs every failed connection attempt; the pages say when the cluster is away
         self.logger = logging.getLogger("strom.console.librdkafka")
+        self.logger.propagate = False
+        if not self.logger.handlers:
+            self.logger.addHandler(logging.NullHandler())
 
     def __call__(self, error: KafkaError) -> None:
         self.recent.append(error.str())

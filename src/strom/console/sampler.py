@@ -132,10 +132,14 @@ class Sampler:
         while not self._stop.is_set():
             try:
                 self.history.add(self.read())
+                if self.last_error is not None:
+                    log.warning("sampling the cluster works again")
                 self.last_error = None
             except Exception as exc:  # the broker may be down for a while: keep sampling
-                self.last_error = str(exc) or type(exc).__name__
-                log.warning("sampling the cluster failed: %s", self.last_error)
+                error = str(exc) or type(exc).__name__
+                if error != self.last_error:  # once per new reason, not every interval
+                    log.warning("sampling the cluster failed: %s", error)
+                self.last_error = error
             next_at += self.history.interval
             now = time.monotonic()
             if next_at < now:  # a slow reading: skip the missed ticks instead of bursting

@@ -10,6 +10,7 @@ uvicorn answers 503.
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -65,3 +66,19 @@ def make_server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
                             lifespan="off", limit_concurrency=MAX_CONNECTIONS,
                             timeout_keep_alive=5)
     return uvicorn.Server(config)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before uvicorn starts so that a taken or foreign address is
+    one clear error (OSError) and port 0 tells which port it got."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
