@@ -44,6 +44,7 @@ from strom.console.svg import Chart, line_chart
 HERE = Path(__file__).parent
 KAFKA_CALLS = 4  # Kafka calls running at once, across all requests
 MAX_LAG_LINES = 6  # groups drawn on one lag chart
+INT32_MAX, INT64_MAX = 2**31 - 1, 2**63 - 1
 log = logging.getLogger("strom.console")
 T = TypeVar("T")
 
@@ -113,7 +114,6 @@ def _templates() -> Jinja2Templates:
                              autoescape=True, undefined=jinja2.StrictUndefined)
     env.filters["num"] = _num
     env.filters["bytes"] = human_bytes
-    env.filters["iso"] = lambda ms: iso_time(ms) if ms is not None else "-"
     return Jinja2Templates(env=env)
 
 
@@ -122,7 +122,7 @@ def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
         for name, attr in vars(type(value)).items():
-            if isinstance(attr, property) and not name.startswith("plot"):
+            if isinstance(attr, property):
                 out[name] = _jsonable(getattr(value, name))
         return out
     if isinstance(value, list | tuple):
@@ -132,14 +132,18 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def _int_param(request: Request, name: str) -> int | None:
+def _int_param(request: Request, name: str, maximum: int) -> int | None:
+    """A whole number from 0 to `maximum` (Kafka's int32 or int64), or None when not given."""
     text = request.query_params.get(name, "").strip()
     if not text:
         return None
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise BadRequest(f"{name} must be a whole number, not {text!r}") from None
+        raise BadRequest(f"{name} must be a whole number, not {text[:40]!r}") from None
+    if not 0 <= value <= maximum:
+        raise BadRequest(f"{name} must be from 0 to {maximum}")
+    return value
 
 
 def create_app(source: Source, history: History, *, title: str = "Strom console") -> Starlette:
@@ -176,10 +180,10 @@ def create_app(source: Source, history: History, *, title: str = "Strom console"
         return page(request, "topics.html", topics=shown, internal=internal)
 
     async def read_records(request: Request, info: TopicInfo) -> tuple[str, list[RecordView]]:
-        offset = _int_param(request, "offset")
+        offset = _int_param(request, "offset", INT64_MAX)
         when = request.query_params.get("time", "").strip()
         if offset is not None:
-            partition = _int_param(request, "partition") or 0
+            partition = _int_param(request, "partition", INT32_MAX) or 0
             found = await call(source.from_offset, info, partition, offset)
             return f"from offset {offset} of partition {partition}", found
         if when:

@@ -89,12 +89,15 @@ def parse_time(text: str) -> int:
 
     Raises ValueError with a message fit for the page."""
     text = text.strip()
-    if text.isdigit():
+    if text.isdigit() and len(text) <= 15:  # up to the year 33658
         return int(text)
     try:
         when = dt.datetime.fromisoformat(text.replace("Z", "+00:00").replace(" ", "T", 1))
     except ValueError:
-        raise ValueError(f"not an ISO 8601 time or epoch milliseconds: {text!r}") from None
+        raise ValueError(f"not an ISO 8601 time or epoch milliseconds: {text[:40]!r}") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
+    ms = int(when.timestamp() * 1000)
+    if ms < 0:
+        raise ValueError(f"a time before 1970 has no records: {text[:40]!r}")
+    return ms

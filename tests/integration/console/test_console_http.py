@@ -86,6 +86,11 @@ def test_errors_are_short_pages(console) -> None:
     bad = get(console.port, "/topics/__consumer_offsets?offset=abc")
     assert bad.status == 400 and "offset must be a whole number" in bad.text
     assert_short_page(bad)
+    for query in ("offset=" + "9" * 30, "offset=-1", "offset=0&partition=" + "9" * 12,
+                  "time=" + "9" * 30, "time=0001-01-01", "offset=" + "9" * 5000):
+        reply = get(console.port, "/topics/__consumer_offsets?" + query)
+        assert reply.status == 400, (query, reply.status)
+        assert_short_page(reply)
     api = get(console.port, "/api/topics/no-such-topic")
     assert api.status == 404 and api.json() == {"error": "no topic named 'no-such-topic'"}
 

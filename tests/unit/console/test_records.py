@@ -94,9 +94,15 @@ def test_parse_time(text: str, ms: int) -> None:
     assert parse_time(text) == ms
 
 
-def test_parse_time_refuses_other_text() -> None:
+@pytest.mark.parametrize("text", ["yesterday", "9" * 5000, "2026-13-01", ""])
+def test_parse_time_refuses_other_text(text: str) -> None:
     with pytest.raises(ValueError, match="not an ISO 8601 time"):
-        parse_time("yesterday")
+        parse_time(text)
+
+
+def test_parse_time_refuses_times_before_1970() -> None:
+    with pytest.raises(ValueError, match="before 1970"):
+        parse_time("1969-12-31T23:59:59Z")
 
 
 def test_iso_time_round_trips() -> None:
