@@ -162,6 +162,8 @@ def create_app(source: Source, history: History, *, title: str = "Strom console"
     def in_out_charts() -> list[Chart]:
         now = time.time()
         return [line_chart("Records in, all topics", "records/s", {"in": history.in_total()}, now),
+                line_chart("Bytes in, all topics (growth of the logs' sizes)", "bytes/s",
+                           {"bytes in": history.in_bytes_total()}, now),
                 line_chart("Records out, all groups (estimated from committed offsets)",
                            "records/s", {"out": history.out_total()}, now)]
 

@@ -280,20 +280,23 @@ class KafkaSource:
     # -- the sampler's reading ---------------------------------------------------------------
 
     def observe(self) -> Observation:
-        """Log-end offsets summed per topic, committed offsets and lag summed per group."""
+        """Log-end offsets and sizes summed per topic, committed offsets and lag per group."""
         meta = self._metadata()
-        tps = [(t, p) for t, m in meta.topics.items() if t not in INTERNAL_TOPICS
-               for p in m.partitions]
-        ends = self._offsets(tps, OffsetSpec.latest())
+        leaders = {(t, p): pm.leader for t, m in meta.topics.items() if t not in INTERNAL_TOPICS
+                   for p, pm in m.partitions.items()}
+        ends = self._offsets(leaders, OffsetSpec.latest())
         end_sums: dict[str, int] = {}
         for (t, _), end in ends.items():
             end_sums[t] = end_sums.get(t, 0) + (end or 0)
+        size_sums: dict[str, int] = {}
+        for (t, _), size in (self.log_sizes(leaders) or {}).items():
+            size_sums[t] = size_sums.get(t, 0) + size
         committed_sums, lags = {}, {}
         for gid in self.group_ids():
             committed = self.committed(gid)
             committed_sums[gid] = sum(committed.values())
             lags[gid] = sum(lag_of(off, ends.get(tp)) or 0 for tp, off in committed.items())
-        return Observation(time.time(), end_sums, committed_sums, lags)
+        return Observation(time.time(), end_sums, committed_sums, lags, size_sums)
 
     # -- records -----------------------------------------------------------------------------
 

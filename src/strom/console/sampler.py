@@ -1,7 +1,9 @@
 """An hour of throughput and lag in memory: a background thread reads the cluster every
 `interval` seconds and turns consecutive readings into rates.
 
-In-throughput is the growth of the topics' log-end offsets (records per second). Kafka has no
+In-throughput is the growth of the topics' log-end offsets (records per second) and, where the
+log-dir sizes can be read, of their sizes (bytes per second; retention and compaction shrink
+logs, so this under-counts while they run). Kafka has no
 per-consumer byte counters a client can read, so out-throughput is estimated from the growth of
 each group's committed offsets. Memory is bounded: the history keeps 3600 / interval samples.
 """
@@ -28,6 +30,7 @@ class Observation:
     end_offsets: dict[str, int]  # topic -> sum of its partitions' log-end offsets
     committed: dict[str, int]  # group -> sum of its committed offsets
     lag: dict[str, int]  # group -> total lag
+    sizes: dict[str, int] = field(default_factory=dict)  # topic -> bytes (empty: not known)
 
 
 @dataclass(frozen=True)
@@ -38,6 +41,7 @@ class Sample:
     in_rate: dict[str, float] = field(default_factory=dict)  # topic -> records/s
     out_rate: dict[str, float] = field(default_factory=dict)  # group -> records/s (estimated)
     lag: dict[str, int] = field(default_factory=dict)
+    in_bytes: dict[str, float] = field(default_factory=dict)  # topic -> bytes/s
 
 
 def growth_rates(before: dict[str, int], after: dict[str, int], seconds: float) -> dict[str, float]:
@@ -54,7 +58,8 @@ def sample_of(before: Observation | None, now: Observation) -> Sample:
         return Sample(now.at, lag=dict(now.lag))
     seconds = now.at - before.at
     return Sample(now.at, growth_rates(before.end_offsets, now.end_offsets, seconds),
-                  growth_rates(before.committed, now.committed, seconds), dict(now.lag))
+                  growth_rates(before.committed, now.committed, seconds), dict(now.lag),
+                  growth_rates(before.sizes, now.sizes, seconds))
 
 
 Point = tuple[float, float]  # (seconds since the epoch, value)
@@ -87,6 +92,10 @@ class History:
 
     def in_total(self) -> list[Point]:
         return [(s.at, sum(s.in_rate.values())) for s in self.samples()[1:]]
+
+    def in_bytes_total(self) -> list[Point]:
+        """Bytes/s from the growth of log sizes (readings without sizes are left out)."""
+        return [(s.at, sum(s.in_bytes.values())) for s in self.samples()[1:] if s.in_bytes]
 
     def out_total(self) -> list[Point]:
         return [(s.at, sum(s.out_rate.values())) for s in self.samples()[1:]]

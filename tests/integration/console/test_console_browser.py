@@ -174,8 +174,8 @@ def test_a_live_member_and_its_assignment(cluster, console, browser, artifacts) 
 
 
 def test_charts_draw_the_sampled_hour(cluster, console, browser, artifacts) -> None:
-    """More records arrive while the console samples every second: the in-throughput chart
-    gets points above zero and the lag chart follows the group."""
+    """More records arrive while the console samples every second: the records-in and bytes-in
+    charts get points above zero and the lag chart follows the group."""
     producer = Producer({"bootstrap.servers": cluster["bootstrap"], "linger.ms": 0})
     deadline = time.monotonic() + 30
     seen_in = False
@@ -186,7 +186,9 @@ def test_charts_draw_the_sampled_hour(cluster, console, browser, artifacts) -> N
         assert producer.flush(30) == 0
         time.sleep(0.5)  # pacing: a few readings of the sampler see each burst
         samples = get(console.port, "/api/history").json()["samples"]
-        seen_in = any(s["in_rate"].get(TOPIC, 0) > 0 for s in samples) and len(samples) >= 3
+        seen_in = (any(s["in_rate"].get(TOPIC, 0) > 0 for s in samples)
+                   and any(s["in_bytes"].get(TOPIC, 0) > 0 for s in samples)
+                   and len(samples) >= 3)
 
     page = browser.new_page()
     page.goto(console.url + "/charts")
@@ -194,9 +196,11 @@ def test_charts_draw_the_sampled_hour(cluster, console, browser, artifacts) -> N
     assert int(inflow.get_attribute("data-count")) >= 2
     points = [tuple(map(float, p.split(","))) for p in inflow.get_attribute("points").split()]
     assert any(y < HEIGHT - PAD_BOTTOM for _, y in points), points  # a point above zero
+    bytes_in = page.locator('polyline[data-series="bytes in"]').get_attribute("points")
+    assert any(float(p.split(",")[1]) < HEIGHT - PAD_BOTTOM for p in bytes_in.split())
     lag_line = page.locator(f'polyline[data-series="{GROUP}"]')
     assert int(lag_line.get_attribute("data-count")) >= 2
-    assert page.locator("figure.chart").count() == 3
+    assert page.locator("figure.chart").count() == 4
     shot(page, artifacts, "charts")
 
     page.goto(f"{console.url}/topics/{TOPIC}")

@@ -45,6 +45,15 @@ def test_history_is_bounded_to_an_hour() -> None:
     assert history.in_topic("other") == [] and history.lag("other") == []
 
 
+def test_bytes_in_from_log_sizes() -> None:
+    history = History(interval=1.0)
+    history.add(Observation(1.0, {"t": 0}, {}, {}, {"t": 1000}))
+    history.add(Observation(3.0, {"t": 4}, {}, {}, {"t": 5000}))
+    history.add(Observation(4.0, {"t": 8}, {}, {}, {"t": 100}))  # retention deleted a segment
+    history.add(Observation(5.0, {"t": 9}, {}, {}))  # sizes not readable this time
+    assert history.in_bytes_total() == [(3.0, 2000.0), (4.0, 0.0)]
+
+
 def test_history_series_skip_the_first_reading_for_rates() -> None:
     history = History(interval=1.0)
     history.add(obs(1.0, {"t": 0}, {"g": 0}, {"g": 5}))
