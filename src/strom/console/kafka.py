@@ -53,6 +53,7 @@ from strom.console.records import RecordView, newest, oldest, record_view, tail_
 from strom.console.sampler import Observation
 
 DESCRIBE_LOG_DIRS = 35
+INVALID_GROUP_ID = 24
 TP = tuple[str, int]
 log = logging.getLogger("strom.console.kafka")
 
@@ -238,8 +239,8 @@ class KafkaSource:
             try:
                 desc = self._result(future)
             except KafkaException as exc:
-                if kafka_error_code(exc) == GROUP_ID_NOT_FOUND:
-                    continue
+                if kafka_error_code(exc) in (GROUP_ID_NOT_FOUND, INVALID_GROUP_ID):
+                    continue  # no such group (an empty id is none either)
                 raise SourceError(f"cannot describe group {gid!r}: "
                                   f"{kafka_error_text(exc)}") from None
             if state_name(desc.state) == "Dead" and not desc.members:

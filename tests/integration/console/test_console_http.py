@@ -83,6 +83,7 @@ def test_errors_are_short_pages(console) -> None:
         assert time.monotonic() < deadline, group.text
         time.sleep(0.1)  # poll interval
     assert group.status == 404 and "no consumer group named" in group.text
+    assert get(console.port, "/groups/").status == 404  # an empty group id
     bad = get(console.port, "/topics/__consumer_offsets?offset=abc")
     assert bad.status == 400 and "offset must be a whole number" in bad.text
     assert_short_page(bad)
