@@ -59,8 +59,8 @@ log = logging.getLogger("strom.console.kafka")
 
 
 class _ClientErrors:
-    """librdkafka's asynchronous errors: the last few, for the log (a long-running process must
-    not keep them all)."""
+    """librdkafka's asynchronous errors: the last few, to say why the cluster cannot be reached
+    (a long-running process must not keep them all)."""
 
     def __init__(self) -> None:
         self.recent: deque[str] = deque(maxlen=20)
@@ -88,23 +88,24 @@ class KafkaSource:
         self.errors = _ClientErrors()
         conf = opts.config()
         self._plaintext = str(conf.get("security.protocol", "PLAINTEXT")).upper() == "PLAINTEXT"
-        self._consumer_conf = self.errors.install(opts.config(**{
+        consumer_conf = self.errors.install(opts.config(**{
             "group.id": f"strom-console-{uuid.uuid4().hex}",  # librdkafka wants one; never used
             "enable.auto.commit": False, "enable.auto.offset.store": False,
             "enable.partition.eof": True, "auto.offset.reset": "earliest",
             "fetch.wait.max.ms": 100}))
         try:
             self.admin = AdminClient(self.errors.install(conf))
+            self._consumer = Consumer(consumer_conf)
         except KafkaException as exc:
             raise UsageError(f"invalid client configuration: {kafka_error_text(exc)}") from None
-        self._consumer: Consumer | None = None
         self._consumer_lock = threading.Lock()
+        self._closed = False
 
     def close(self) -> None:
         with self._consumer_lock:
-            if self._consumer is not None:
+            if not self._closed:
+                self._closed = True
                 self._consumer.close()
-                self._consumer = None
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -118,15 +119,15 @@ class KafkaSource:
     def _kwargs(self) -> dict[str, float]:
         return {"request_timeout": self.opts.timeout}
 
-    def _metadata(self, topic: str | None = None) -> Any:
+    def _metadata(self) -> Any:
         self.admin.poll(0)  # serve queued error callbacks
         try:
-            if topic is None:
-                return self.admin.list_topics(timeout=self.opts.timeout)
-            return self.admin.list_topics(topic=topic, timeout=self.opts.timeout)
+            return self.admin.list_topics(timeout=self.opts.timeout)
         except KafkaException as exc:
+            self.admin.poll(0)
+            last = f" (last: {self.errors.recent[-1]})" if self.errors.recent else ""
             raise SourceError(f"cannot reach {self.opts.bootstrap}: "
-                              f"{kafka_error_text(exc)}") from None
+                              f"{kafka_error_text(exc)}{last}") from None
 
     def _offsets(self, partitions: Iterable[TP], spec: OffsetSpec) -> dict[TP, int | None]:
         wanted = list(partitions)
@@ -337,8 +338,8 @@ class KafkaSource:
         deadline = time.monotonic() + self.opts.timeout
         found: list[RecordView] = []
         with self._consumer_lock:
-            if self._consumer is None:
-                self._consumer = Consumer(self._consumer_conf)
+            if self._closed:
+                raise SourceError("the console is shutting down")
             consumer = self._consumer
             consumer.assign([TopicPartition(topic, p, r[0]) for p, r in ranges.items()])
             try:
