@@ -16,12 +16,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # Debian packages the tests drive (kcat; ZooKeeper for the cluster tests; iproute2 for the
-# network-namespace partition test). Installed only when missing; the cluster tests start their
+# network-namespace partition test; Chromium for the web console's browser test, driven by
+# Playwright, which never downloads a browser of its own). Installed only when missing; the cluster tests start their
 # own private ZooKeeper server.
 system-deps:
 	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	  test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
 	  command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
+	  test -x /usr/bin/chromium || missing="$$missing chromium"; \
 	  if [ -n "$$missing" ]; then \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && \

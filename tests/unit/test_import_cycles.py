@@ -147,6 +147,16 @@ def test_layers_point_downward() -> None:
     assert _under(below, "strom.protocol") <= {"strom.protocol", "strom.protocol.errors"}
 
 
+def test_nothing_below_the_cli_imports_the_console() -> None:
+    """The web console is a client: the broker and its layers never reach it."""
+    graph = import_graph("strom")
+    console = _under(set(graph), "strom.console")
+    assert console
+    server_side = _under(set(graph), "strom.broker", "strom.coordinator", "strom.cluster",
+                         "strom.storage", "strom.record", "strom.protocol", "strom.config")
+    assert _under(_reachable(graph, sorted(server_side)), "strom.console") == set()
+
+
 def test_layer_check_sees_a_violation() -> None:
     graph = {"s.a": {"s.b"}, "s.b": {"x.c"}, "x.c": set()}
     assert _under(_reachable(graph, ["s.a"]), "x") == {"x.c"}

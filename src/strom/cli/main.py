@@ -51,6 +51,7 @@ app.command("dump-log")(dump_log.dump_log)
 app.command("reassign-partitions")(
     importlib.import_module("strom.cli.reassign").reassign_partitions)
 app.command("leader-election")(importlib.import_module("strom.cli.leader_election").leader_election)
+app.command("console")(importlib.import_module("strom.cli.console").console)
 
 
 @app.command("broker")

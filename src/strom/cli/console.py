@@ -1,0 +1,76 @@
+"""`strom console`: the web console (`strom.console`), a separate process that is a Kafka client.
+
+It binds to 127.0.0.1 unless told otherwise, and starts even when the cluster is not up yet:
+its pages then say that the cluster does not answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Annotated
+
+import typer
+
+from strom.cli.common import (
+    BootstrapOpt,
+    ClientOptions,
+    CliError,
+    CommandConfigOpt,
+    TimeoutOpt,
+    UsageError,
+    handle_errors,
+    out,
+)
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9405
+
+
+@handle_errors
+def console(
+    host: Annotated[str, typer.Option("--host", help="Address to serve on (all interfaces: "
+                                                     "0.0.0.0).")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option("--port", help="Port to serve on.", min=0,
+                                      max=65535)] = DEFAULT_PORT,
+    sample_interval: Annotated[float, typer.Option(
+        "--sample-interval", help="Seconds between readings of offsets and lag for the charts "
+                                  "(an hour of them is kept).", min=0.2)] = 10.0,
+    bootstrap_server: BootstrapOpt = "localhost:9092",
+    command_config: CommandConfigOpt = None,
+    timeout: TimeoutOpt = 10.0,
+) -> None:
+    """Serve the web console: cluster, topics, records, consumer groups, an hour of charts."""
+    from strom.console.app import create_app
+    from strom.console.kafka import KafkaSource
+    from strom.console.sampler import History, Sampler
+    from strom.console.server import bind, make_server
+
+    if not host.strip():
+        raise UsageError("--host must not be empty")
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: "
+                                                     "%(message)s")
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise CliError(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+    opts = ClientOptions(bootstrap_server, command_config, timeout)
+    try:
+        source = KafkaSource(opts)
+    except BaseException:
+        sock.close()
+        raise
+    history = History(sample_interval)
+    sampler = Sampler(source.observe, history)
+    app = create_app(source, history)
+    bound_host, bound_port = sock.getsockname()[:2]
+    shown = f"[{bound_host}]" if ":" in bound_host else bound_host
+    out.print(f"Strom console on http://{shown}:{bound_port}/ for {bootstrap_server}",
+              markup=False)
+    server = make_server(app, host, bound_port)
+    sampler.start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        sampler.stop()
+        source.close()
+        sock.close()

@@ -1,0 +1,84 @@
+"""Serving the app with uvicorn (h11: no hand-written HTTP parsing), hardened for a port that
+may face slow or hostile clients.
+
+uvicorn closes idle keep-alive connections but waits forever for a request's head. Here a
+connection that has not sent a complete request head `HEAD_TIMEOUT_S` after it opened (or after
+its previous response) is closed, so stalled clients cannot pile up; past `MAX_CONNECTIONS`,
+uvicorn answers 503.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+import uvicorn
+from starlette.types import ASGIApp
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+HEAD_TIMEOUT_S = 5.0
+MAX_CONNECTIONS = 200
+
+
+class HeadDeadlineH11(H11Protocol):
+    """uvicorn's h11 protocol with a deadline for each request head."""
+
+    _head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def handle_events(self) -> None:
+        cycle = self.cycle
+        super().handle_events()
+        if self.cycle is not cycle and self._head_timer is not None:  # a request head arrived
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timeout)
+
+    def _head_timeout(self) -> None:
+        self._head_timer = None
+        in_request = self.cycle is not None and not self.cycle.response_complete
+        if in_request or self.transport.is_closing():
+            return
+        self.transport.close()
+
+
+def make_server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
+    config = uvicorn.Config(app, host=host, port=port, http=HeadDeadlineH11, log_level="warning",
+                            access_log=False, server_header=False, proxy_headers=False,
+                            lifespan="off", limit_concurrency=MAX_CONNECTIONS,
+                            timeout_keep_alive=5)
+    return uvicorn.Server(config)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before uvicorn starts so that a taken or foreign address is
+    one clear error (OSError) and port 0 tells which port it got."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
