@@ -54,6 +54,7 @@ def strom_spec(
         for item in (
             f"listeners=PLAINTEXT://127.0.0.1:{port}",
             f"log.dirs={data_dir / 'logs'}",
+            "metrics.listener=http://127.0.0.1:0",  # on, as by default; --strom-override wins
             *overrides,
         ):
             argv += ["--override", item]

@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             [args.strom_bin, "broker", "--override", f"log.dirs={work / 'data'}",
              "--override", f"listeners=PLAINTEXT://{HOST}:{plain},SSL://{HOST}:{tls}",
              "--override", "ssl.keystore.type=PEM",
+             "--override", f"metrics.listener=http://{HOST}:0",
              "--override", f"ssl.keystore.location={store}"],
             stdout=subprocess.DEVNULL, stderr=log)
     try:

@@ -265,7 +265,8 @@ class Deployment:
         port = free_port()
         name = f"strom-{node}" if n > 1 else "broker"
         settings = {"listeners": f"PLAINTEXT://{HOST}:{port}",
-                    "log.dirs": str(self.work / name / "data")}
+                    "log.dirs": str(self.work / name / "data"),
+                    "metrics.listener": f"http://{HOST}:0"}
         if n > 1:
             settings["broker.id"] = str(node)
             settings["zookeeper.connect"] = f"{HOST}:{self.servers[0].port}/strom"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import signal
 import socket
@@ -93,6 +94,20 @@ class BrokerProcess:
         return f"{HOST}:{self.port}"
 
     @property
+    def metrics_url(self) -> str:
+        """The metrics endpoint of the running broker, from its start-up line (printed once
+        it serves: polled for a few seconds)."""
+        deadline = time.monotonic() + 10
+        while True:
+            last = self.log_path.read_text(errors="replace").rsplit("=== start #", 1)[-1]
+            found = re.search(r"metrics at (http://\S+/metrics)", last)
+            if found is not None:
+                return found.group(1)
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{self.name} printed no metrics endpoint ({self.log_path})")
+            time.sleep(0.05)  # poll interval, not synchronisation
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc else None
 
@@ -107,7 +122,9 @@ class BrokerProcess:
             return [peer, "broker", "--listener-url", url, "--advertised-listener-url", url,
                     "--storage-engine", "memory://tansu/"]  # fmt: skip
         cmd = [str(STROM_BIN), "broker"]
-        settings = {"listeners": f"PLAINTEXT://{HOST}:{self.port}", "log.dirs": str(self.data_dir)}
+        # metrics on, on a port of the OS's choosing (brokers of a cluster share the host)
+        settings = {"listeners": f"PLAINTEXT://{HOST}:{self.port}", "log.dirs": str(self.data_dir),
+                    "metrics.listener": f"http://{HOST}:0"}
         settings.update(self.overrides)
         for key, value in settings.items():  # "{port}" in a value: this broker's own port
             cmd += ["--override", f"{key}={value.replace('{port}', str(self.port))}"]

@@ -190,7 +190,8 @@ def test_unreadable_checkpoints_are_read_as_absent(make_broker, unique_topic, ho
 
 def _start_failure(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
     data = tmp_path / "data"
-    settings = {"log.dirs": str(data), "listeners": f"PLAINTEXT://{HOST}:{free_port()}"}
+    settings = {"log.dirs": str(data), "listeners": f"PLAINTEXT://{HOST}:{free_port()}",
+                "metrics.listener": f"http://{HOST}:0"}
     settings.update(dict(o.split("=", 1) for o in overrides))
     cmd = [str(STROM_BIN), "broker"]
     for k, v in settings.items():

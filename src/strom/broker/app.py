@@ -21,6 +21,7 @@ import strom
 from strom.broker.connection_limits import ConnectionLimits, MemoryPool, parse_ip_overrides
 from strom.broker.core import Broker
 from strom.broker.handlers import MODULES
+from strom.broker.metrics.collector import start_metrics
 from strom.broker.replicas import run_replication
 from strom.broker.router import Router
 from strom.broker.server import BrokerServer
@@ -30,6 +31,8 @@ from strom.config.broker import BrokerConfig
 from strom.config.checks import check_startup
 from strom.config.defs import ConfigError
 from strom.config.listeners import default_listener, listeners
+from strom.config.metrics import metrics_endpoint
+from strom.metrics.exposition import MetricsServer
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import precompile
 from strom.security.listeners import ListenerSecurity, build_listener_security
@@ -104,7 +107,8 @@ def make_servers(router: Router, config: BrokerConfig,
                      receive_buffer=config.get("socket.receive.buffer.bytes"),
                      backlog=config.get("socket.listen.backlog.size"),
                      max_idle_ms=config.get("connections.max.idle.ms"),
-                     limits=limits, memory=memory, security=security)
+                     limits=limits, memory=memory, security=security,
+                     stats=router.broker.stats)
         for security in securities
     ]
 
@@ -221,6 +225,20 @@ async def _step(name: str, awaitable) -> None:
         log.warning("shutdown: %s failed: %r", name, task.exception())
 
 
+def _start_metrics(broker: Broker, config: BrokerConfig,
+                   servers: list[BrokerServer]) -> MetricsServer | None:
+    endpoint = metrics_endpoint(config.get("metrics.listener"))
+    if endpoint is None:
+        return None
+    host, port = endpoint
+    try:
+        return start_metrics(broker, servers, host, port)
+    except OSError as e:
+        raise StartupError(f"cannot serve metrics on {host}:{port} (metrics.listener): "
+                           f"{(e.strerror or str(e)).lower()}; give it another port, or an "
+                           "empty value to turn metrics off") from e
+
+
 async def serve(config: BrokerConfig) -> None:
     precompile(_HOT_APIS, latest_only=True)
     securities = listener_securities(config, lambda: broker.image.user_configs)
@@ -241,6 +259,7 @@ async def serve(config: BrokerConfig) -> None:
             raise StartupError(f"cannot listen on {server.host}:{server.port}: "
                                f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
     _advertise_chosen_ports(broker, config, servers)
+    metrics = _start_metrics(broker, config, servers)
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()
@@ -250,7 +269,8 @@ async def serve(config: BrokerConfig) -> None:
     dirs = ", ".join(str(d) for d in config.log_dirs)
     print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "
           f"(advertised {broker.info.host}:{broker.info.port}), data in {dirs}, "
-          f"cluster id {broker.cluster_id}", flush=True)
+          f"cluster id {broker.cluster_id}"
+          + (f", metrics at {metrics.url}" if metrics is not None else ""), flush=True)
     _SERVING.set()
     logs = broker.logs
     tasks = [
@@ -286,6 +306,8 @@ async def serve(config: BrokerConfig) -> None:
     await _step("log cleaner", cleaner.stop())
     for server in servers:
         await _step("listener", server.stop())
+    if metrics is not None:
+        await _step("metrics endpoint", asyncio.to_thread(metrics.stop))
     broker.stop()
     if cluster is not None:
         await _step("replication", cancel_and_wait(replication_task))

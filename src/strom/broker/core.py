@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, fields
 
+from strom.broker.metrics.stats import BrokerStats
 from strom.broker.partitions import PartitionManager
 from strom.broker.txn_gate import TxnPartitionGate
 from strom.cluster.controller import Controller
@@ -18,6 +19,7 @@ from strom.cluster.image import BrokerInfo, MetadataImage
 from strom.cluster.replication.manager import ReplicaManager
 from strom.common.immediate import run_now, run_or_start
 from strom.config.broker import BrokerConfig
+from strom.config.metrics import metrics_endpoint
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -110,13 +112,17 @@ class Broker(Node):
     # per-topic encoded Metadata parts, keyed by (version, topic name); cleared on image change
     metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
     metadata_cache_version: int = -1
+    # what the broker counts for its metrics; None with metrics.listener empty (nothing counted)
+    stats: BrokerStats | None = None
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,
            replicas: ReplicaManager | None, producer_ids: ProducerIds) -> Broker:
         parts = {f.name: getattr(node, f.name) for f in fields(Node)}
+        counting = metrics_endpoint(node.config.get("metrics.listener")) is not None
         return cls(**parts, groups=groups, transactions=transactions, replicas=replicas,
-                   producer_ids=producer_ids, txn_gate=TxnPartitionGate(node, transactions))
+                   producer_ids=producer_ids, txn_gate=TxnPartitionGate(node, transactions),
+                   stats=BrokerStats() if counting else None)
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next()

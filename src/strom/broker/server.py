@@ -20,12 +20,14 @@ import os
 import resource
 import socket
 import struct
+import time
 from collections import deque
 from collections.abc import Awaitable
 from typing import Any
 
 from strom.broker.connection_limits import ConnectionLimits, MemoryPool
 from strom.broker.context import CloseConnection, Parts
+from strom.broker.metrics.stats import ApiStats, BrokerStats
 from strom.broker.router import Router
 from strom.common.tasks import cancel_all
 from strom.config.listeners import Listener
@@ -65,8 +67,10 @@ class BrokerServer:
                  send_buffer: int = -1, receive_buffer: int = -1, backlog: int = 50,
                  max_idle_ms: int = 600_000, limits: ConnectionLimits | None = None,
                  memory: MemoryPool | None = None,
-                 security: ListenerSecurity | None = None) -> None:
+                 security: ListenerSecurity | None = None,
+                 stats: BrokerStats | None = None) -> None:
         self.router = router
+        self.stats = stats  # None: metrics off, nothing is timed
         self.security = security if security is not None else ListenerSecurity(
             Listener("PLAINTEXT", host, port, "PLAINTEXT"))
         # zero-copy sendfile only where the kernel may send file bytes as they are
@@ -140,7 +144,19 @@ class BrokerServer:
         task = connection.loop.create_task(connection.run())
         self._connections[cid] = task
         self._live[cid] = connection
+        if self.stats is not None:
+            name = self.security.listener.name
+            created = self.stats.connections_created
+            created[name] = created.get(name, 0) + 1
         task.add_done_callback(self._forget(connection))
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._live)
+
+    @property
+    def listener_name(self) -> str:
+        return self.security.listener.name
 
     def out_of_fds(self, fd: int) -> None:
         self._fd_error.error(
@@ -214,6 +230,11 @@ class Connection(asyncio.BufferedProtocol):
         self.session: Session | None = None  # set once the connection is made (after TLS)
         self.last_active = self.loop.time()
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
+        # with metrics on: when each queued frame arrived, and the phases of the one handled
+        self._arrivals: deque[float] | None = deque() if server.stats is not None else None
+        self._local_done: float | None = None
+        self._reply_ready: float | None = None
+        self._waiting: ApiStats | None = None
 
     @property
     def peer(self) -> str:
@@ -400,6 +421,8 @@ class Connection(asyncio.BufferedProtocol):
         assert frame is not None
         self._frame = None
         self._frames.append(frame)
+        if self._arrivals is not None:
+            self._arrivals.append(time.monotonic())
         self._queued += len(frame)
         if self._queued >= _QUEUED_BYTES:
             self._pause("queue")
@@ -456,7 +479,10 @@ class Connection(asyncio.BufferedProtocol):
                     return
                 self.busy = True
                 try:
-                    await self._handle(frame)
+                    if self._arrivals is None:
+                        await self._handle(frame)
+                    else:
+                        await self._handle_timed(frame, self._arrivals.popleft())
                 finally:
                     self._give_back(min(len(frame), self._charged))
                 self.busy = False
@@ -485,6 +511,27 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- dispatch -------------------------------------------------------------------------
 
+    async def _handle_timed(self, frame: bytearray, arrived: float) -> None:
+        """`_handle`, with Kafka's request phases counted: queued (arrived to dispatched),
+        local (the handler's own work), remote (waiting: replication, a long poll), send."""
+        stats = self.server.stats
+        assert stats is not None
+        self._local_done = self._reply_ready = self._waiting = None
+        dispatched = time.monotonic()
+        try:
+            await self._handle(frame)
+        finally:
+            if self._waiting is not None:  # the handler failed or was cancelled while waiting
+                self._waiting.waiting -= 1
+                self._waiting = None
+        ready = self._reply_ready
+        if ready is None:  # a bare SASL token, not a request
+            return
+        local_done = self._local_done if self._local_done is not None else ready
+        api_key, api_version, _ = _HEAD.unpack_from(frame, 0)
+        stats.request_done(api_key, api_version, dispatched - arrived, local_done - dispatched,
+                           ready - local_done, time.monotonic() - ready)
+
     async def _handle(self, frame: bytearray) -> None:
         session = self.session
         assert session is not None
@@ -508,7 +555,16 @@ class Connection(asyncio.BufferedProtocol):
                 raise CloseConnection()
         reply = router.dispatch(self, api_key, api_version, correlation_id, frame)
         if isinstance(reply, Awaitable):
+            if self._arrivals is not None:  # timed: the local phase ends, waiting begins
+                self._local_done = time.monotonic()
+                self._waiting = self.server.stats.api(api_key)  # type: ignore[union-attr]
+                self._waiting.waiting += 1
             reply = await reply
+        if self._arrivals is not None:
+            self._reply_ready = time.monotonic()
+            if self._waiting is not None:
+                self._waiting.waiting -= 1
+                self._waiting = None
         if session.closing:  # a failed authentication: answered after a delay, then closed
             await self._fail_authentication(session)
         if reply is None:

@@ -62,6 +62,9 @@ class Controller(Protocol):
     # True when calls complete without awaiting anything (the single node), so callers on
     # synchronous paths may run them to completion on the spot
     immediate: bool
+    # leader elections this broker made as the active controller (metrics): all, and unclean
+    leader_elections: int
+    unclean_leader_elections: int
 
     def subscribe(self, listener: Listener) -> None: ...
 
@@ -229,6 +232,8 @@ class LocalController:
     """
 
     immediate = True  # every change is in the image when the call returns (nothing is awaited)
+    leader_elections = 0  # one broker leads everything: there is never an election
+    unclean_leader_elections = 0
 
     def __init__(self, metadata_log: MetadataLog, image: MetadataImage, broker: BrokerInfo) -> None:
         self._log = metadata_log

@@ -23,6 +23,7 @@ from strom.config.defs import (
     between,
     one_of,
 )
+from strom.config.metrics import METRICS_CONFIGS
 from strom.config.security import SECURITY_CONFIGS
 from strom.config.topic import (
     BROKER_SYNONYMS,
@@ -259,6 +260,7 @@ BROKER_CONFIGS.add(
               between(0, 100), read_only=True),
 )
 BROKER_CONFIGS.add(*SECURITY_CONFIGS)
+BROKER_CONFIGS.add(*METRICS_CONFIGS)
 
 
 @dataclass

@@ -25,10 +25,12 @@ from pathlib import Path
 from strom.record import (
     CONTROL_MASK,
     LOG_OVERHEAD,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     BatchHeader,
     CorruptRecordError,
     decode_records,
+    read_header,
 )
 from strom.storage import files
 from strom.storage.checkpoints import (
@@ -634,6 +636,19 @@ class PartitionLog:
             if r.timestamp >= ts and r.offset >= min_offset:
                 return r.offset, r.timestamp
         return None
+
+    def batch_timestamp_at(self, offset: int) -> int | None:
+        """The timestamp of the batch holding ``offset`` (its first record's, or the append
+        time), from the batch header alone: consumer lag in seconds is estimated from it.
+        None when the offset is not below the high watermark."""
+        if not self.log_start_offset <= offset < self.high_watermark:
+            return None
+        found = self.read(offset, 1).slice
+        if found is None or found.length < RECORD_BATCH_OVERHEAD:
+            return None
+        head = FileSlice(found.file, found.position, RECORD_BATCH_OVERHEAD).read_bytes()
+        h = read_header(head)
+        return h.max_timestamp if h.attributes & TIMESTAMP_TYPE_MASK else h.base_timestamp
 
     def max_timestamp_offset(self, *, max_offset: int | None = None) -> tuple[int, int] | None:
         """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3)."""

@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from strom.common.slices import Slicer
+from strom.metrics.primitives import Histogram
 from strom.storage import files
 from strom.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -93,6 +94,7 @@ class LogManager:
         self._online_listeners: list[Callable[[Path], None]] = []
         self._fd_log = RateLimitedLog(log)
         self._reload_log = RateLimitedLog(log, 60.0)  # a reload failing at every check
+        self.flush_times = Histogram()  # ms per log flushed in the background (metrics)
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -306,12 +308,19 @@ class LogManager:
             if done is None:
                 await slicer.tick()
                 continue
+            done.add_done_callback(self._timer(time.monotonic()))
             running.add(done)
             if len(running) >= FLUSHES_IN_FLIGHT:
                 _, pending = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
                 running = set(pending)
         if running:
             await asyncio.wait(running)
+
+    def _timer(self, started: float) -> Callable[[asyncio.Future[None]], None]:
+        def done(_: asyncio.Future[None]) -> None:
+            self.flush_times.observe((time.monotonic() - started) * 1000)
+
+        return done
 
     def checkpoint(self) -> None:
         """Write the three offset checkpoint files of every online log dir (blocking: fsyncs);

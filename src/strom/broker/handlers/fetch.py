@@ -15,6 +15,7 @@ import time
 from strom.broker.authz import Op, Res, allowed, cluster_allowed
 from strom.broker.context import Parts, RequestContext
 from strom.broker.core import Broker
+from strom.broker.metrics.stats import BrokerStats
 from strom.broker.router import handles
 from strom.cluster.image import PartitionState
 from strom.protocol.api_keys import ApiKey
@@ -77,11 +78,33 @@ async def fetch(broker: Broker, ctx: RequestContext, body: memoryview) -> Parts:
         topics, total, errors = _read_all(broker, ctx, request, version, max_bytes, endpoints)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
+            if broker.stats is not None:
+                _count(broker, broker.stats, topics, follower=request.replica_id >= 0)
             parts, size = encode_fetch_response(version, topics, session_id=0,
                                                 node_endpoints=list(endpoints.values()))
             return Parts(parts, size)
         names = [(_topic_name(broker, t), p.partition) for t in request.topics for p in t.partitions]
         await broker.partitions.waiters.wait_any(names, remaining)
+
+
+def _count(broker: Broker, stats: BrokerStats, topics: list[FetchTopicResponse], *,
+           follower: bool) -> None:
+    """Bytes out per topic, per partition answered (consumers and followers apart, as Kafka's
+    BytesOutPerSec and ReplicationBytesOutPerSec)."""
+    for t in topics:
+        size = sum(p.records_size for p in t.partitions if p.records_size)
+        if not size:
+            continue
+        name = t.topic
+        if name is None:  # v13+: by id
+            topic = broker.image.topics_by_id.get(t.topic_id)  # type: ignore[arg-type]
+            if topic is None:
+                continue
+            name = topic.name
+        if follower:
+            stats.replicated_out(name, size)
+        else:
+            stats.fetched(name, size)
 
 
 def _topic_name(broker: Broker, t: FetchTopic) -> str | None:

@@ -124,6 +124,7 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
     flushes: list[tuple[asyncio.Future[None], ProducePartitionResponse]] = []
     endpoints: dict[int, Endpoint] = {}  # KIP-951: the endpoints of leaders named in answers
     authorizer = broker.authorizer
+    stats = broker.stats
     for t in request.topics:
         topic = image.topics.get(t.name) if t.name is not None else (
             image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
@@ -174,6 +175,8 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             try:
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
             except StorageError as exc:
+                if stats is not None:
+                    stats.produce_failed(topic.name)
                 result.error_code = exc.error_code
                 if exc.error_code not in _NO_LOG_START:  # as Kafka's appendToLocalLog
                     result.log_start_offset = log.log_start_offset
@@ -187,6 +190,9 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             result.log_start_offset = appended.log_start_offset
             if not appended.duplicate:
                 partitions.waiters.notify((topic.name, p.index))
+                if stats is not None:  # per batch: its header says how many records
+                    stats.produced(topic.name, appended.last_offset - appended.first_offset + 1,
+                                   len(p.records))
             if appended.flushed is not None:  # log.flush.interval.messages: answer once synced
                 flushes.append((appended.flushed, result))
             if acks == -1 and replicas is not None:

@@ -52,6 +52,9 @@ class ReplicaManager:
         self.settings = settings
         self.lag_max_ms = lag_max_ms
         self._min_isr_for = min_isr_for
+        # ISR changes this leader made (Kafka's IsrShrinksPerSec and IsrExpandsPerSec)
+        self.isr_shrinks = 0
+        self.isr_expands = 0
         self.leaders: dict[Key, LeaderState] = {}
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._followed: dict[Key, int] = {}  # partition -> leader id we fetch it from
@@ -292,6 +295,10 @@ class ReplicaManager:
                 result = alter(key[0], key[1], state.leader_epoch, state.partition_epoch, isr)
                 if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
                     await result
+                if len(isr) < len(state.isr):
+                    self.isr_shrinks += 1
+                elif len(isr) > len(state.isr):
+                    self.isr_expands += 1
             except KafkaError as exc:
                 log.info("ISR change of %s-%d to %s refused: %s", key[0], key[1], isr, exc)
             except Exception:

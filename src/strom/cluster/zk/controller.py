@@ -74,6 +74,9 @@ class ZkController:
         self.broker = broker
         self._unclean_for = unclean_for
         self.active = False
+        # leader elections this controller made: all, and those outside the ISR (unclean)
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
         # auto.leader.rebalance.enable: how often, and how much imbalance is tolerated
         self._rebalance_interval_s = rebalance_interval_s
         self._imbalance_percentage = imbalance_percentage
@@ -257,6 +260,7 @@ class ZkController:
             try:
                 await self.zk.set(zn.state_path(topic, p), data, state.partition_epoch)
                 out[(topic, p)] = ErrorCode.NONE
+                self._count_election(state, write.leader)
                 log.info("%s-%d: leader %d elected (%s)", topic, p, write.leader,
                          "preferred" if election_type == PREFERRED else "unclean")
             except (BadVersionError, NoNodeError):
@@ -432,7 +436,10 @@ class ZkController:
         live = set(self.image.brokers)
         decisions = decide(list(self.image.topics.values()), live, self._unclean_for)
         for d in decisions:
-            await self._write(d)
+            topic = self.image.topics.get(d.topic)
+            before = topic.partitions.get(d.partition) if topic is not None else None
+            if await self._write(d) and before is not None:
+                self._count_election(before, d.write.leader)
         await self._reassignments(live)
         await self._maybe_rebalance()
 
@@ -496,7 +503,14 @@ class ZkController:
                      len(moves))
             await self.elect_leaders(PREFERRED, moves)
 
-    async def _write(self, d: Decision) -> None:
+    def _count_election(self, before: PartitionState, leader: int) -> None:
+        if leader != NO_LEADER and leader != before.leader:
+            self.leader_elections += 1
+            if leader not in before.isr:
+                self.unclean_leader_elections += 1
+
+    async def _write(self, d: Decision) -> bool:
+        """Write a decided partition state; False when a newer one won meanwhile."""
         data = zn.encode_state(zn.LeaderAndIsr(d.write.leader, d.write.leader_epoch,
                                                d.write.isr, self.epoch))
         path = zn.state_path(d.topic, d.partition)
@@ -507,9 +521,10 @@ class ZkController:
             else:
                 await self.zk.set(path, data, d.expected_version)
         except (BadVersionError, NodeExistsError, NoNodeError):
-            return  # a newer state or a deleted topic: the mirror catches up, we decide again
+            return False  # a newer state or a deleted topic: the mirror catches up, we decide again
         log.info("%s-%d: leader %d, epoch %d, ISR %s", d.topic, d.partition, d.write.leader,
                  d.write.leader_epoch, list(d.write.isr))
+        return True
 
     async def _delete_topics(self) -> None:
         names = await self.zk.children(zn.DELETE_TOPICS, watch=True) or []

@@ -94,6 +94,20 @@ class GroupCoordinator:
     def is_loading(self, partition: int) -> bool:
         return self.state.is_loading(partition)
 
+    def committed_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
+        """Every committed offset of the groups this broker coordinates and has loaded, per
+        group (consumer lag is computed from them)."""
+        out: dict[str, dict[tuple[str, int], int]] = {}
+        for partition, shard in list(self.state.shards.items()):
+            if self.state.is_loading(partition):
+                continue
+            for group_id, offsets in list(shard.offsets.items()):
+                group = shard.groups.get(group_id)
+                if isinstance(group, ClassicGroup) and group.is_state(ClassicState.DEAD):
+                    continue
+                out[group_id] = {tp: oam.offset for tp, oam in list(offsets.items())}
+        return out
+
     def group(self, group_id: str) -> Group | None:
         """The group if this broker coordinates it and it exists (tests and tools)."""
         return self.state.group(group_id)
