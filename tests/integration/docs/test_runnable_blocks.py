@@ -1,7 +1,7 @@
 """The documentation cannot drift from the code: the fenced blocks marked ```bash runnable in
 the README and in each page of docs/ run, one page at a time, in order, as one bash script in a
 fresh directory, and must succeed. A fresh broker serves them (its address replaces
-localhost:9092 and is $STROM_BOOTSTRAP_SERVER); a page may start its own broker in the
+localhost:9092 and is $STROM_BOOTSTRAP_SERVER, its metrics endpoint replaces localhost:9404); a page may start its own broker in the
 background, which is stopped with the script's process group."""
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ def test_runnable_blocks(page: str, script: str, make_broker, tmp_path) -> None:
     broker = make_broker()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "STROM_BOOTSTRAP_SERVER": broker.bootstrap}
-    script = script.replace("localhost:9092", broker.bootstrap)
+    script = script.replace("localhost:9092", broker.bootstrap).replace(
+        "localhost:9404", broker.metrics_url.removeprefix("http://").removesuffix("/metrics"))
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # its own process group, stopped below

@@ -4,11 +4,13 @@ and a scraper that never sends its request holds neither the endpoint nor the br
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 import urllib.error
 import urllib.request
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit
 
 import pytest
@@ -18,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..clients import create_topic
 
 pytestmark = pytest.mark.timeout(120)
+MONITORING = Path(__file__).resolve().parents[3] / "docs" / "monitoring"
 
 
 def scrape(url: str) -> dict[tuple[str, frozenset], float]:
@@ -113,6 +116,11 @@ def test_counts_match_what_the_clients_did(broker) -> None:
     size = value(samples, "kafka_log_log_size", topic=topic, partition="0")
     assert size is not None and size > 200 * len(values[0])
     assert value(samples, "kafka_log_log_logendoffset", topic=topic, partition="1") == 100
+    # the dashboard and the alerts in docs/ use only names a broker serves
+    served = {name for name, _ in samples}
+    for doc in ("grafana-dashboard.json", "alerts.yml"):
+        used = set(re.findall(r"\b((?:kafka|strom|process)_[a-z0-9_]+)", (MONITORING / doc).read_text()))
+        assert used and used <= served, (doc, sorted(used - served))
 
 
 def test_the_lag_shrinks_as_the_group_commits(broker) -> None:
