@@ -45,6 +45,20 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         default="strom",
         help="broker in the first slot; 'tansu' runs Tansu against itself to check the harness",
     )
+    ap.add_argument(
+        "--peer",
+        choices=("tansu", "strom"),
+        default="tansu",
+        help="broker in the second slot; 'strom' compares Strom with Strom under --peer-override "
+        "(e.g. metrics.listener= for the cost of metrics)",
+    )
+    ap.add_argument(
+        "--peer-override",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="--override for the Strom peer (repeatable; with --peer strom)",
+    )
     ap.add_argument("--strom-bin", help="Strom executable (default: .venv/bin/strom)")
     ap.add_argument("--strom-config", help="passed to Strom as --config FILE")
     ap.add_argument(
@@ -101,6 +115,11 @@ def _strom_exe(given: str | None) -> str:
 
 
 def _brokers(args: argparse.Namespace) -> tuple[BrokerSpec, BrokerSpec]:
+    if args.peer == "strom":  # Strom against itself with other settings: an A/B of one change
+        label = "Strom " + " ".join(args.peer_override) if args.peer_override else "Strom again"
+        exe = _strom_exe(args.strom_bin)
+        subject = strom_spec(exe, args.strom_config, args.strom_override)
+        return subject, strom_spec(exe, args.strom_config, args.peer_override, label=label)
     binary, version = ensure_tansu(log=_log)
     peer = tansu_spec(str(binary), version=version)
     if args.subject == "tansu":
