@@ -11,6 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from strom.cluster.quotas import QuotaEntity
 from strom.security.acl import AclBinding
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -142,6 +143,8 @@ class MetadataImage:
     user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     # the ACLs (an ordered set), read by strom.security.acl.Authorizer
     acls: dict[AclBinding, None] = field(default_factory=dict)
+    # client quotas per entity (strom.cluster.quotas): {entity: {key: value}}
+    client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
     next_producer_id: int = 0
     version: int = 0  # bumped on every applied record: cheap cache invalidation
 
