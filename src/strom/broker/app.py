@@ -108,7 +108,7 @@ def make_servers(router: Router, config: BrokerConfig,
                      backlog=config.get("socket.listen.backlog.size"),
                      max_idle_ms=config.get("connections.max.idle.ms"),
                      limits=limits, memory=memory, security=security,
-                     stats=router.broker.stats)
+                     stats=router.broker.stats, quotas=router.broker.quotas)
         for security in securities
     ]
 

@@ -6,7 +6,7 @@ that both, and every handler, depend on this small module rather than on each ot
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from strom.security.principal import KafkaPrincipal
@@ -15,6 +15,20 @@ from strom.security.session import Session
 
 class CloseConnection(Exception):
     """Raised by a handler to drop the connection without a reply (e.g. errors on acks=0)."""
+
+
+class Throttle:
+    """A connection's quota throttling: a handler that finds its client over a quota sets
+    ``ms``; the connection answers, then reads nothing more for that long (KIP-219)."""
+
+    __slots__ = ("ms",)
+
+    def __init__(self) -> None:
+        self.ms = 0
+
+    def add(self, ms: int) -> None:
+        if ms > self.ms:
+            self.ms = ms
 
 
 @dataclass(slots=True)
@@ -28,6 +42,7 @@ class RequestContext:
     peer: str
     connection_id: int
     session: Session  # the connection's listener, principal and SASL state
+    throttle: Throttle = field(default_factory=Throttle)  # the connection's
 
     @property
     def principal(self) -> KafkaPrincipal:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 
 from strom.broker.metrics.stats import BrokerStats
 from strom.broker.partitions import PartitionManager
+from strom.broker.quotas.clients import ClientQuotas
 from strom.broker.txn_gate import TxnPartitionGate
 from strom.cluster.controller import Controller
 from strom.cluster.image import BrokerInfo, MetadataImage
@@ -109,6 +110,7 @@ class Broker(Node):
     replicas: ReplicaManager | None  # a cluster's replication; None on a single node
     producer_ids: ProducerIds
     txn_gate: TxnPartitionGate  # a transaction's first write to a partition is checked here
+    quotas: ClientQuotas  # client quotas: rates measured and throttle times decided here
     # per-topic encoded Metadata parts, keyed by (version, topic name); cleared on image change
     metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
     metadata_cache_version: int = -1
@@ -122,7 +124,8 @@ class Broker(Node):
         counting = metrics_endpoint(node.config.get("metrics.listener")) is not None
         return cls(**parts, groups=groups, transactions=transactions, replicas=replicas,
                    producer_ids=producer_ids, txn_gate=TxnPartitionGate(node, transactions),
-                   stats=BrokerStats() if counting else None)
+                   stats=BrokerStats() if counting else None,
+                   quotas=ClientQuotas.build(node.image, node.config))
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
-from strom.broker.context import CloseConnection, Parts, RequestContext
+from strom.broker.context import CloseConnection, Parts, RequestContext, Throttle
 from strom.broker.requests import complete_request
 from strom.cluster.features import api_versions_features
 from strom.protocol.api_keys import ApiKey
@@ -55,6 +55,7 @@ class Connection(Protocol):
     peer: str
     cid: int
     session: Session | None
+    throttle: Throttle
 
 
 class RequestHook(Protocol):
@@ -160,7 +161,7 @@ class Router:
         session = conn.session
         assert session is not None
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.peer,
-                             conn.cid, session)
+                             conn.cid, session, conn.throttle)
         body = memoryview(frame)[pos:]
         if self.hooks:
             return self._hooked(route, ctx, body)

@@ -26,8 +26,9 @@ from collections.abc import Awaitable
 from typing import Any
 
 from strom.broker.connection_limits import ConnectionLimits, MemoryPool
-from strom.broker.context import CloseConnection, Parts
+from strom.broker.context import CloseConnection, Parts, Throttle
 from strom.broker.metrics.stats import ApiStats, BrokerStats
+from strom.broker.quotas.clients import ClientQuotas
 from strom.broker.router import Router
 from strom.common.tasks import cancel_all
 from strom.config.listeners import Listener
@@ -68,9 +69,11 @@ class BrokerServer:
                  max_idle_ms: int = 600_000, limits: ConnectionLimits | None = None,
                  memory: MemoryPool | None = None,
                  security: ListenerSecurity | None = None,
-                 stats: BrokerStats | None = None) -> None:
+                 stats: BrokerStats | None = None,
+                 quotas: ClientQuotas | None = None) -> None:
         self.router = router
         self.stats = stats  # None: metrics off, nothing is timed
+        self.quotas = quotas  # request_percentage is measured here
         self.security = security if security is not None else ListenerSecurity(
             Listener("PLAINTEXT", host, port, "PLAINTEXT"))
         # zero-copy sendfile only where the kernel may send file bytes as they are
@@ -230,6 +233,7 @@ class Connection(asyncio.BufferedProtocol):
         self.session: Session | None = None  # set once the connection is made (after TLS)
         self.last_active = self.loop.time()
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
+        self.throttle = Throttle()  # set by a handler whose client is over a quota
         # with metrics on: when each queued frame arrived, and the phases of the one handled
         self._arrivals: deque[float] | None = deque() if server.stats is not None else None
         self._local_done: float | None = None
@@ -485,6 +489,8 @@ class Connection(asyncio.BufferedProtocol):
                         await self._handle_timed(frame, self._arrivals.popleft())
                 finally:
                     self._give_back(min(len(frame), self._charged))
+                if self.throttle.ms:
+                    await self._mute()
                 self.busy = False
                 self.last_active = self.loop.time()
         except (ConnectionError, CloseConnection):
@@ -508,6 +514,16 @@ class Connection(asyncio.BufferedProtocol):
                 raise ConnectionError("connection closed mid-frame")
             await self._wait()
         return self._take()
+
+    async def _mute(self) -> None:
+        """A client over its quota was answered; now nothing is read from it for the throttle
+        time (Kafka mutes the channel the same way, KIP-219)."""
+        seconds, self.throttle.ms = self.throttle.ms / 1000, 0
+        self._pause("quota")
+        try:
+            await asyncio.sleep(seconds)
+        finally:
+            self._resume("quota")
 
     # -- dispatch -------------------------------------------------------------------------
 
@@ -553,7 +569,14 @@ class Connection(asyncio.BufferedProtocol):
                                                             correlation_id), reply)
                     await self._drained()
                 raise CloseConnection()
-        reply = router.dispatch(self, api_key, api_version, correlation_id, frame)
+        quotas = self.server.quotas
+        if quotas is not None and quotas.active:  # request_percentage: the handler's time
+            started = time.monotonic()
+            reply = router.dispatch(self, api_key, api_version, correlation_id, frame)
+            self.throttle.add(quotas.request.record(session.principal.name, _client_id(frame),
+                                                    (time.monotonic() - started) * 100))
+        else:
+            reply = router.dispatch(self, api_key, api_version, correlation_id, frame)
         if isinstance(reply, Awaitable):
             if self._arrivals is not None:  # timed: the local phase ends, waiting begins
                 self._local_done = time.monotonic()
@@ -706,3 +729,14 @@ def _read(part: Any) -> bytes:
     if len(data) != part.length:  # the file shrank under us: the frame can't be completed
         raise ConnectionError("segment file truncated during a read")
     return data
+
+
+def _client_id(frame: bytearray) -> str:
+    """The client id of a request header (a nullable string after api key, version and
+    correlation id, in every header version with one); "" when absent."""
+    if len(frame) < 10:
+        return ""
+    size = int.from_bytes(frame[8:10], "big", signed=True)
+    if size <= 0 or len(frame) < 10 + size:
+        return ""
+    return frame[10:10 + size].decode("utf-8", "replace")

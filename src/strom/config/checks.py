@@ -28,9 +28,14 @@ PLAINTEXT = "PLAINTEXT"
 
 # Names refused when set to anything but empty, and what Strom would silently not do.
 REFUSED_NAMES: dict[str, str] = {
-    "client.quota.callback.class": "client quotas are not implemented",
-    "quota.producer.default": "client quotas are not implemented",
-    "quota.consumer.default": "client quotas are not implemented",
+    "client.quota.callback.class": "custom quota callbacks are not supported (Strom applies "
+                                   "Kafka's default quota precedence)",
+    "quota.producer.default": "removed in Kafka 4; set a default quota instead: kafka-configs "
+                              "--alter --entity-type clients --entity-default --add-config "
+                              "producer_byte_rate=N",
+    "quota.consumer.default": "removed in Kafka 4; set a default quota instead: kafka-configs "
+                              "--alter --entity-type clients --entity-default --add-config "
+                              "consumer_byte_rate=N",
     "leader.replication.throttled.rate": "replication throttling is not implemented",
     "follower.replication.throttled.rate": "replication throttling is not implemented",
     "replica.alter.log.dirs.io.max.bytes.per.second": "replication throttling is not implemented",

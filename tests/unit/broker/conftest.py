@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from strom.broker.app import build_broker
-from strom.broker.context import Parts
+from strom.broker.context import Parts, Throttle
 from strom.broker.core import Broker
 from strom.broker.handlers import MODULES
 from strom.broker.router import Router
@@ -65,6 +65,7 @@ class FakeConnection:
     cid: int = 1
     session: Session = field(
         default_factory=lambda: Session("PLAINTEXT", "PLAINTEXT", "127.0.0.1:54321"))
+    throttle: Throttle = field(default_factory=Throttle)
 
 
 class BrokerHarness:

@@ -65,7 +65,7 @@ def test_shipped_server_properties_start_without_warnings(caplog) -> None:
      "valid options based on currently configured listeners are SSL"),
     ({"inter.broker.listener.name": "PLAINTEXT", "security.inter.broker.protocol": "PLAINTEXT"},
      "Only one of inter.broker.listener.name and security.inter.broker.protocol should be set."),
-    ({"client.quota.callback.class": "x.Y"}, "client quotas are not implemented"),
+    ({"client.quota.callback.class": "x.Y"}, "custom quota callbacks are not supported"),
     ({"remote.log.storage.system.enable": "true"}, "remote.log.storage.system.enable=true"),
     ({"group.consumer.session.timeout.ms": "6000"},
      "group.consumer.min.session.timeout.ms (45000) must be less than or equal to "

@@ -78,13 +78,32 @@ async def fetch(broker: Broker, ctx: RequestContext, body: memoryview) -> Parts:
         topics, total, errors = _read_all(broker, ctx, request, version, max_bytes, endpoints)
         remaining = deadline - time.monotonic()
         if total >= request.min_bytes or errors or remaining <= 0 or not keys:
-            if broker.stats is not None:
-                _count(broker, broker.stats, topics, follower=request.replica_id >= 0)
             parts, size = encode_fetch_response(version, topics, session_id=0,
                                                 node_endpoints=list(endpoints.values()))
+            if request.replica_id < 0 and broker.image.client_quotas and _throttled(
+                    broker, ctx, size):  # over consumer_byte_rate: answered empty
+                parts, size = encode_fetch_response(version, [], session_id=0,
+                                                    throttle_time_ms=ctx.throttle.ms)
+                return Parts(parts, size)
+            if broker.stats is not None:
+                _count(broker, broker.stats, topics, follower=request.replica_id >= 0)
             return Parts(parts, size)
         names = [(_topic_name(broker, t), p.partition) for t in request.topics for p in t.partitions]
         await broker.partitions.waiters.wait_any(names, remaining)
+
+
+def _throttled(broker: Broker, ctx: RequestContext, size: int) -> bool:
+    """consumer_byte_rate: count the answer's bytes; a client over its quota gets an empty
+    answer with the throttle time instead, and the bytes it did not get are taken back (as
+    Kafka's throttled fetch response)."""
+    quota = broker.quotas.fetch
+    user, client_id = ctx.principal.name, ctx.client_id or ""
+    throttle = quota.record(user, client_id, size)
+    if not throttle:
+        return False
+    quota.unrecord(user, client_id, size)
+    ctx.throttle.add(throttle)
+    return True
 
 
 def _count(broker: Broker, stats: BrokerStats, topics: list[FetchTopicResponse], *,

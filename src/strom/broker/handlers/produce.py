@@ -76,6 +76,9 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
                     ctx.connection_id, version)
         raise CloseConnection()
     request = decode_produce_request(body, version)
+    if broker.image.client_quotas:  # producer_byte_rate: the request's bytes count
+        ctx.throttle.add(broker.quotas.produce.record(ctx.principal.name, ctx.client_id or "",
+                                                      len(body)))
     txn = request.transactional_id
     if txn is not None and not allowed(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn):
         return _all_refused(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -98,7 +101,7 @@ def _all_refused(ctx: RequestContext, request: ProduceRequest, code: ErrorCode) 
         for part in parts:
             part.error_code = code
         out.append(ProduceTopicResponse(t.name, t.topic_id, parts))
-    return encode_produce_response(ctx.api_version, out)
+    return encode_produce_response(ctx.api_version, out, throttle_time_ms=ctx.throttle.ms)
 
 
 async def _append_when_checked(broker: Broker, ctx: RequestContext, request: ProduceRequest,
@@ -209,7 +212,7 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
     if pending:
         return _await_replication(broker, ctx, pending, request.timeout_ms, version, topics_out,
                                   endpoints)
-    return encode_produce_response(version, topics_out,
+    return encode_produce_response(version, topics_out, throttle_time_ms=ctx.throttle.ms,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
@@ -227,7 +230,7 @@ async def _await_flushes(broker: Broker, ctx: RequestContext, flushes: list, pen
     if pending:
         return await _await_replication(broker, ctx, pending, timeout_ms, version, topics_out,
                                         endpoints)
-    return encode_produce_response(version, topics_out,
+    return encode_produce_response(version, topics_out, throttle_time_ms=ctx.throttle.ms,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
@@ -250,7 +253,7 @@ async def _await_replication(broker: Broker, ctx: RequestContext, pending: list,
                 state = topic.partitions.get(key[1]) if topic is not None else None
                 if state is not None:
                     result.current_leader = leader_hint(broker, ctx, state, endpoints)
-    return encode_produce_response(version, topics_out,
+    return encode_produce_response(version, topics_out, throttle_time_ms=ctx.throttle.ms,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from strom.broker.authz import Op, Res, allowed, cluster_allowed
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.quotas.clients import MutationQuota
 from strom.broker.request_types import (
     CreatePartitionsRequest,
     CreateTopicsRequest,
@@ -83,6 +84,8 @@ async def create_topics(broker: Broker, ctx: RequestContext,
     too_large = too_many_records(
         _requested_partitions(request.topics, broker.config.get("num.partitions")),
         "Excessively large number of partitions per request.")
+    quota = _mutation_quota(broker, ctx, strict=ctx.api_version >= 6)
+    default_partitions = broker.config.get("num.partitions")
     results = []
     for t in request.topics:
         result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None,
@@ -99,6 +102,9 @@ async def create_topics(broker: Broker, ctx: RequestContext,
                 raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             assignments = {a.partition_index: list(a.broker_ids) for a in t.assignments} or None
             configs = {c.name: c.value for c in t.configs}
+            if not request.validate_only:
+                quota.take(len(assignments) if assignments else
+                           t.num_partitions if t.num_partitions > 0 else default_partitions)
             topic = await create_topic(broker, t.name, t.num_partitions, t.replication_factor,
                                        assignments, configs, validate_only=request.validate_only)
             if not request.validate_only and not broker.controller.immediate:
@@ -117,7 +123,12 @@ async def create_topics(broker: Broker, ctx: RequestContext,
         except KafkaError as exc:
             result.update(error_code=int(exc.code), error_message=exc.message)
         results.append(result)
-    return {"throttle_time": 0, "topics": results}
+    ctx.throttle.add(quota.throttle_ms)
+    return {"throttle_time": quota.throttle_ms, "topics": results}
+
+
+def _mutation_quota(broker: Broker, ctx: RequestContext, *, strict: bool) -> MutationQuota:
+    return broker.quotas.mutation(ctx.principal.name, ctx.client_id or "", strict=strict)
 
 
 _Entry = tuple[str | None, uuid.UUID]  # a DeleteTopics entry: (name, id), the zero id if none
@@ -133,6 +144,7 @@ async def delete_topics(broker: Broker, ctx: RequestContext,
                              if ctx.api_version >= 6
                              else [(n, ZERO_UUID) for n in request.topic_names])
     duplicates = _duplicate_keys(entries)
+    quota = _mutation_quota(broker, ctx, strict=ctx.api_version >= 5)
     deleted = 0
     slicer = Slicer()
     for entry in entries:
@@ -176,11 +188,18 @@ async def delete_topics(broker: Broker, ctx: RequestContext,
                                           f"{MAX_RECORDS_PER_USER_OP} topics in one request.")
         else:
             response.update(name=topic.name, topic_id=topic.topic_id)
+            try:
+                quota.take(len(topic.partitions))
+            except KafkaError as exc:
+                response.update(error_code=int(exc.code), error_message=exc.message)
+                responses.append(response)
+                continue
             await broker.controller.delete_topic(topic)
             deleted += 1
             await slicer.tick()  # a deletion costs a metadata record and the logs' removal
         responses.append(response)
-    return {"throttle_time": 0, "responses": responses}
+    ctx.throttle.add(quota.throttle_ms)
+    return {"throttle_time": quota.throttle_ms, "responses": responses}
 
 
 def _delete_key(entry: _Entry) -> tuple[str, str | uuid.UUID | None]:
@@ -224,6 +243,7 @@ async def create_partitions(broker: Broker, ctx: RequestContext,
     # a request over the cap fails as a whole, as in Kafka
     too_large = too_many_records(_added_partitions(broker.image, request.topics),
                                  "Unable to perform excessively large batch operation.")
+    quota = _mutation_quota(broker, ctx, strict=ctx.api_version >= 3)
     results = []
     for t in request.topics:
         result: dict[str, Any] = {"name": t.name, "error_code": 0, "error_message": None}
@@ -239,6 +259,8 @@ async def create_partitions(broker: Broker, ctx: RequestContext,
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                  f"The topic '{t.name}' does not exist.")
             _check_increase(t.name, len(topic.partitions), t.count)
+            if not request.validate_only:
+                quota.take(t.count - len(topic.partitions))
             assignments = ([list(a.broker_ids) for a in t.assignments]
                            if t.assignments is not None else None)
             await broker.controller.create_partitions(topic, t.count, assignments,
@@ -248,4 +270,5 @@ async def create_partitions(broker: Broker, ctx: RequestContext,
         except KafkaError as exc:
             result.update(error_code=int(exc.code), error_message=exc.message)
         results.append(result)
-    return {"throttle_time": 0, "results": results}
+    ctx.throttle.add(quota.throttle_ms)
+    return {"throttle_time": quota.throttle_ms, "results": results}

@@ -39,6 +39,7 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     yield from _log_metrics(snap)
     yield from _socket_metrics(snap)
     yield from lag_families(snap)
+    yield from _quota_metrics(snap)
 
 
 def _topic_metrics(snap: Snapshot) -> Iterator[Metric]:
@@ -210,3 +211,31 @@ def lag_families(snap: Snapshot) -> Iterator[Metric]:
         worst.add_metric([group], m)
         worst_seconds.add_metric([group], sec)
     yield from (lag, seconds, current, total, worst, worst_seconds)
+
+
+# Kafka's per-client quota metrics (type=Produce|Fetch|Request|ControllerMutation, user,
+# client-id): the throttle time and the measured rate
+_QUOTA_NAMES = {"Produce": ("produce", "byte_rate", "bytes per second"),
+                "Fetch": ("fetch", "byte_rate", "bytes per second"),
+                "Request": ("request", "request_time", "% of the event loop's time"),
+                "ControllerMutation": ("controllermutation", "mutation_rate",
+                                       "partitions created or deleted per second")}
+
+
+def _quota_metrics(snap: Snapshot) -> Iterator[Metric]:
+    labels = ["user", "client_id"]
+    families: dict[str, tuple[GaugeMetricFamily, GaugeMetricFamily]] = {}
+    for kind, (prefix, rate, unit) in _QUOTA_NAMES.items():
+        families[kind] = (
+            GaugeMetricFamily(f"kafka_server_{prefix}_throttle_time",
+                              f"average throttle time (ms) of a client's {kind} quota",
+                              labels=labels),
+            GaugeMetricFamily(f"kafka_server_{prefix}_{rate}",
+                              f"a client's measured rate against its {kind} quota ({unit})",
+                              labels=labels))
+    for row in snap.quotas:
+        throttle, rate = families[row.kind]
+        throttle.add_metric([row.user, row.client_id], row.throttle_ms)
+        rate.add_metric([row.user, row.client_id], row.rate)
+    for pair in families.values():
+        yield from pair

@@ -59,6 +59,16 @@ class LagRow:
         return max(self.end_offset - self.committed, 0)
 
 
+@dataclass(frozen=True)
+class QuotaRow:
+    kind: str  # Kafka's quota type: Produce, Fetch, Request, ControllerMutation
+    user: str
+    client_id: str
+    bound: float
+    rate: float  # measured, in the quota's unit
+    throttle_ms: float  # average throttle time of the window's requests
+
+
 @dataclass
 class Snapshot:
     broker_id: int
@@ -80,6 +90,10 @@ class Snapshot:
     leader_elections: int = 0
     unclean_leader_elections: int = 0
     lag: list[LagRow] = field(default_factory=list)
+    quotas: list[QuotaRow] = field(default_factory=list)
+
+
+_QUOTA_KINDS = ("Produce", "Fetch", "Request", "ControllerMutation")
 
 
 async def take(broker: Broker, listeners: Sequence[Listening]) -> Snapshot:
@@ -106,6 +120,11 @@ async def take(broker: Broker, listeners: Sequence[Listening]) -> Snapshot:
     snap.flush = broker.logs.flush_times.snapshot()
     await _partitions(broker, snap, slicer)
     snap.lag = await lag_rows(broker, slicer)
+    now = time.monotonic()
+    for kind, manager in zip(_QUOTA_KINDS, broker.quotas.managers, strict=True):
+        for (user, client_id), client in list(manager.rates.items()):
+            snap.quotas.append(QuotaRow(kind, user, client_id, client.bound,
+                                        client.rate.measure(now), client.average_throttle_ms(now)))
     return snap
 
 
