@@ -9,6 +9,7 @@ import logging
 from strom.broker.core import Node
 from strom.cluster.replication.fetcher import FetcherSettings
 from strom.cluster.replication.manager import ReplicaManager
+from strom.cluster.replication.throttle import FOLLOWER, LEADER, ReplicationThrottle
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +33,19 @@ def build_replica_manager(node: Node) -> ReplicaManager:
             return 1
         return int(node.partitions.resolve(topic, "min.insync.replicas").value)
 
+    window = {"samples": config.get("replication.quota.window.num"),
+              "window_s": config.get("replication.quota.window.size.seconds")}
     return ReplicaManager(
         node.broker_id, node.image, node.controller, node.partitions.get,
         node.partitions.waiters, settings, lag_max_ms=config.get("replica.lag.time.max.ms"),
-        min_isr_for=min_isr_for)
+        min_isr_for=min_isr_for,
+        # the rates are dynamic broker configs: read again whenever the image changes
+        leader_throttle=ReplicationThrottle(
+            LEADER, node.broker_id, node.image,
+            lambda: config.get("leader.replication.throttled.rate"), **window),
+        follower_throttle=ReplicationThrottle(
+            FOLLOWER, node.broker_id, node.image,
+            lambda: config.get("follower.replication.throttled.rate"), **window))
 
 
 async def run_replication(replicas: ReplicaManager, node: Node) -> None:

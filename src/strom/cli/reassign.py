@@ -190,6 +190,14 @@ def reassign_partitions(
     additional: Annotated[bool, typer.Option(
         "--additional", help="Execute even though other reassignments are under way.")
                           ] = False,
+    throttle: Annotated[int | None, typer.Option(
+        "--throttle", min=1, help="With --execute: move the data at most this fast, in "
+        "bytes/s (sets leader.replication.throttled.rate and follower.replication.throttled."
+        "rate on the brokers involved and the throttled replicas on the topics; --verify "
+        "removes them once done).")] = None,
+    preserve_throttles: Annotated[bool, typer.Option(
+        "--preserve-throttles", help="With --verify or --cancel: leave the throttles set.")
+    ] = False,
     wait: Annotated[bool, typer.Option(
         "--wait", help="After --execute, follow the reassignment until it completes.")
                     ] = False,
@@ -206,6 +214,10 @@ def reassign_partitions(
                          "--cancel")
     if wait and not execute:
         raise UsageError("--wait goes with --execute")
+    if throttle is not None and not execute:
+        raise UsageError("--throttle goes with --execute")
+    if preserve_throttles and not (verify or cancel):
+        raise UsageError("--preserve-throttles goes with --verify or --cancel")
     if generate:
         if topics_to_move_json_file is None or broker_list is None:
             raise UsageError("--generate needs --topics-to-move-json-file and --broker-list")
@@ -223,13 +235,17 @@ def reassign_partitions(
     moves = parse_reassignment(_read_json(reassignment_json_file, "reassignment"))
     with _cluster(bootstrap_server, command_config, timeout) as cluster:
         if execute:
-            _execute(cluster, moves, additional)
+            _execute(cluster, moves, additional, throttle)
             if wait:
                 _wait(cluster, moves)
+                if throttle is not None:
+                    _clear_throttles(cluster, moves)
         elif verify:
-            _verify(cluster, moves)
+            _verify(cluster, moves, preserve_throttles)
         else:
             _cancel(cluster, moves)
+            if not preserve_throttles:
+                _clear_throttles(cluster, moves)
 
 
 class _cluster:
@@ -282,7 +298,8 @@ def _generate(cluster: Cluster, topics: list[str], brokers: list[int], rack_awar
     typer.echo(format_reassignment(proposed))
 
 
-def _execute(cluster: Cluster, moves: dict[Move, list[int]], additional: bool) -> None:
+def _execute(cluster: Cluster, moves: dict[Move, list[int]], additional: bool,
+             throttle: int | None = None) -> None:
     unknown = sorted({b for r in moves.values() for b in r if b not in cluster.brokers})
     if unknown:
         raise CliError(f"unknown broker(s) {unknown}; the cluster has "
@@ -299,6 +316,9 @@ def _execute(cluster: Cluster, moves: dict[Move, list[int]], additional: bool) -
     typer.echo(format_reassignment({k: current[k] for k in moves}))
     typer.echo("")
     typer.echo("Save this to use as the --reassignment-json-file option during rollback")
+    if throttle is not None:
+        _set_throttles(cluster, throttle, {k: current[k] for k in moves}, moves)
+        typer.echo(f"The inter-broker throttle limit was set to {throttle} B/s")
     results = alter(cluster, dict(moves))
     failed = {k: r for k, r in results.items() if r[0]}
     started = [k for k in moves if k not in failed]
@@ -333,7 +353,8 @@ def _done(cluster: Cluster, moves: dict[Move, list[int]]) -> set[Move]:
             if k not in under_way and current.get(k[0], {}).get(k[1]) == target}
 
 
-def _verify(cluster: Cluster, moves: dict[Move, list[int]]) -> None:
+def _verify(cluster: Cluster, moves: dict[Move, list[int]], preserve_throttles: bool = False
+            ) -> None:
     under_way = ongoing(cluster, moves)
     current = cluster.topics(sorted({t for t, _ in moves}))
     typer.echo("Status of partition reassignment:")
@@ -354,6 +375,8 @@ def _verify(cluster: Cluster, moves: dict[Move, list[int]]) -> None:
             all_done = False
     if not all_done:
         raise typer.Exit(EXIT_ERROR)
+    if not preserve_throttles:  # as Kafka's tool: a finished reassignment drops its throttles
+        _clear_throttles(cluster, moves)
 
 
 def _list(cluster: Cluster) -> None:
@@ -385,3 +408,63 @@ def _cancel(cluster: Cluster, moves: dict[Move, list[int]]) -> None:
                    + (f" ({message})" if message else ""), err=True)
     if failed:
         raise typer.Exit(EXIT_ERROR)
+
+
+# -- replication throttles (Kafka's kafka-reassign-partitions --throttle) ---------------------
+
+_INCREMENTAL_ALTER_CONFIGS = 44
+_TOPIC_RESOURCE, _BROKER_RESOURCE = 2, 4
+_SET, _DELETE = 0, 1
+_RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
+_REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
+
+
+def throttled_replicas(current: dict[Move, list[int]], moves: dict[Move, list[int]]
+                       ) -> dict[str, tuple[str, str]]:
+    """Per topic, the leader and follower throttled replicas Kafka's tool sets: the replicas a
+    partition has now send throttled, the ones it gains fetch throttled."""
+    leaders: dict[str, list[str]] = {}
+    followers: dict[str, list[str]] = {}
+    for (topic, p), target in sorted(moves.items()):
+        existing = current.get((topic, p), [])
+        leaders.setdefault(topic, []).extend(f"{p}:{b}" for b in existing)
+        followers.setdefault(topic, []).extend(f"{p}:{b}" for b in target if b not in existing)
+    return {t: (",".join(leaders[t]), ",".join(followers.get(t, []))) for t in leaders}
+
+
+def _set_throttles(cluster: Cluster, rate: int, current: dict[Move, list[int]],
+                   moves: dict[Move, list[int]]) -> None:
+    brokers = sorted({b for r in (*current.values(), *moves.values()) for b in r})
+    for broker in brokers:
+        _alter(cluster, broker, _BROKER_RESOURCE, str(broker),
+               [(name, _SET, str(rate)) for name in _RATES])
+    for topic, (leader, follower) in throttled_replicas(current, moves).items():
+        changes = [(_REPLICAS[0], _SET, leader)]
+        changes.append((_REPLICAS[1], _SET, follower) if follower else (_REPLICAS[1], _DELETE, None))
+        _alter(cluster, None, _TOPIC_RESOURCE, topic, changes)
+
+
+def _clear_throttles(cluster: Cluster, moves: dict[Move, list[int]]) -> None:
+    for broker in sorted(cluster.brokers):
+        _alter(cluster, broker, _BROKER_RESOURCE, str(broker),
+               [(name, _DELETE, None) for name in _RATES])
+    for topic in sorted({t for t, _ in moves}):
+        _alter(cluster, None, _TOPIC_RESOURCE, topic, [(name, _DELETE, None) for name in _REPLICAS])
+    typer.echo("Throttles cleared (brokers: " + ",".join(map(str, sorted(cluster.brokers)))
+               + "; topics: " + ",".join(sorted({t for t, _ in moves})) + ")")
+
+
+def _alter(cluster: Cluster, broker: int | None, resource_type: int, name: str,
+           changes: list[tuple[str, int, str | None]]) -> None:
+    """IncrementalAlterConfigs of one resource; a broker's own configs go to that broker."""
+    conn = cluster.conn(broker) if broker is not None else cluster.any_conn()
+    version = conn.version(_INCREMENTAL_ALTER_CONFIGS, 1, "IncrementalAlterConfigs")
+    resp = conn.call(_INCREMENTAL_ALTER_CONFIGS, version, {
+        "resources": [{"resource_type": resource_type, "resource_name": name,
+                       "configs": [{"name": k, "config_operation": op, "value": v}
+                                   for k, op, v in changes]}],
+        "validate_only": False})
+    result = resp.responses[0]
+    if result.error_code:
+        raise CliError(f"cannot set the replication throttle on {name}: "
+                       f"{result.error_message or error_name(result.error_code)}")

@@ -74,6 +74,17 @@ BROKER_CONFIGS.add(
               read_only=True),
     ConfigDef("num.network.threads", T.INT, 3, "accepted for compatibility; Strom uses one event loop",
               at_least(1), implemented=False),
+    ConfigDef("leader.replication.throttled.rate", T.LONG, LONG_MAX,
+              "bytes per second a leader sends to its throttled replicas out of the ISR "
+              "(leader.replication.throttled.replicas)", at_least(0)),
+    ConfigDef("follower.replication.throttled.rate", T.LONG, LONG_MAX,
+              "bytes per second a follower fetches for its throttled replicas out of the ISR "
+              "(follower.replication.throttled.replicas)", at_least(0)),
+    ConfigDef("replication.quota.window.num", T.INT, 11,
+              "samples in the window replication throttles are measured over", at_least(1),
+              read_only=True),
+    ConfigDef("replication.quota.window.size.seconds", T.INT, 1,
+              "seconds per sample of replication throttles", at_least(1), read_only=True),
     ConfigDef("quota.window.num", T.INT, 11,
               "samples in the window client quotas are measured over", at_least(1),
               read_only=True),

@@ -36,8 +36,6 @@ REFUSED_NAMES: dict[str, str] = {
     "quota.consumer.default": "removed in Kafka 4; set a default quota instead: kafka-configs "
                               "--alter --entity-type clients --entity-default --add-config "
                               "consumer_byte_rate=N",
-    "leader.replication.throttled.rate": "replication throttling is not implemented",
-    "follower.replication.throttled.rate": "replication throttling is not implemented",
     "replica.alter.log.dirs.io.max.bytes.per.second": "replication throttling is not implemented",
 }
 

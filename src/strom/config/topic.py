@@ -22,6 +22,20 @@ log = logging.getLogger(__name__)
 
 T = ConfigType
 
+
+def _throttled_replicas(name: str, value: Any) -> None:
+    """``*`` or a list of partition:broker, as Kafka's ThrottledReplicaListValidator."""
+    items = [str(v).strip() for v in (value if isinstance(value, list) else [value])]
+    items = [i for i in items if i]
+    if items == ["*"]:
+        return
+    for item in items:
+        partition, sep, broker = item.partition(":")
+        if not sep or not partition.strip().isdigit() or not broker.strip().isdigit():
+            raise ConfigError(f"Invalid value {','.join(items)} for configuration {name}: "
+                              "must be the list [partitionId]:[brokerId],"
+                              "[partitionId]:[brokerId],... or the wildcard '*'")
+
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
 TOPIC_CONFIGS = ConfigRegistry()
@@ -40,9 +54,12 @@ TOPIC_CONFIGS.add(
     ConfigDef("flush.messages", T.LONG, LONG_MAX, "fsync after this many messages", at_least(1)),
     ConfigDef("flush.ms", T.LONG, LONG_MAX, "fsync after this much time", at_least(0)),
     ConfigDef("follower.replication.throttled.replicas", T.LIST, [],
-              "throttled follower replicas (Strom does not throttle replication)", implemented=False),
+              "replicas (partition:broker, or *) a follower fetches within "
+              "follower.replication.throttled.rate while out of the ISR", _throttled_replicas),
     ConfigDef("leader.replication.throttled.replicas", T.LIST, [],
-              "throttled leader replicas (Strom does not throttle replication)", implemented=False),
+              "replicas (partition:broker, or *) a leader sends to within "
+              "leader.replication.throttled.rate while they are out of the ISR",
+              _throttled_replicas),
     ConfigDef("index.interval.bytes", T.INT, 4096, "bytes of log between offset index entries", at_least(0)),
     ConfigDef("max.compaction.lag.ms", T.LONG, LONG_MAX, "max time a message stays uncompacted", at_least(1)),
     ConfigDef("max.message.bytes", T.INT, 1048588, "largest record batch size allowed", at_least(0)),

@@ -44,11 +44,7 @@ MAVEN_TIMEOUT = 900  # one Maven run; JUnit bounds each test at 120 s
 RUN_TIMEOUT = 1500  # the pytest item that pays for a run: brokers + Maven
 
 # "Class.method" (or "Class.method[n]" for one invocation of a parameterized test) -> why it fails.
-KNOWN_FAILING_ON_STROM: dict[str, str] = {
-    "ClusterAdminTest.aThrottledReassignmentIsListedAndCanBeCancelled":
-        "InvalidConfigurationException: Unknown broker config name: leader.replication.throttled.rate"
-        " (Strom has no replication throttles, docs/clusters.md)",
-}
+KNOWN_FAILING_ON_STROM: dict[str, str] = {}
 
 
 # Tags of classes that need a deployment of their own; the default selection leaves them out.

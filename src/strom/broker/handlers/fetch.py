@@ -142,6 +142,9 @@ def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, versio
     topics_out = []
     replicas = broker.replicas
     replica = request.replica_id >= 0 and replicas is not None
+    # leader.replication.throttled.rate: is it used up for out-of-sync throttled replicas?
+    throttle = replicas.leader_throttle if replica else None  # type: ignore[union-attr]
+    held = throttle is not None and throttle.exceeded()
     # ACLs: a follower needs CLUSTER_ACTION, a consumer READ on each topic
     authorizer = broker.authorizer
     follower_refused = (authorizer is not None and request.replica_id >= 0
@@ -201,6 +204,7 @@ def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, versio
                     r.diverging_epoch = (epoch, end)
                     errors = True
                     continue
+            throttled = False
             if replica:  # a follower: note its position, then give it everything we have
                 code = replicas.on_replica_fetch((topic.name, p.partition), request.replica_id,
                                                  p.fetch_offset, log)
@@ -210,6 +214,10 @@ def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, versio
                     continue
                 r.high_watermark = log.high_watermark
                 limit = log.log_end_offset
+                throttled = throttle is not None and throttle.throttled(
+                    topic.name, p.partition, request.replica_id)
+                if throttled and held:
+                    continue  # this replica waits until the leader's rate allows more
             else:
                 limit = hw if request.isolation_level != READ_COMMITTED else stable
             if p.fetch_offset == limit and p.fetch_offset <= log.log_end_offset:
@@ -228,6 +236,8 @@ def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, versio
                 r.records = result.slice
                 r.records_size = result.slice.length
                 total += result.slice.length
+                if replica and throttled:
+                    throttle.record(result.slice.length)  # type: ignore[union-attr]
                 if request.isolation_level == READ_COMMITTED:
                     try:
                         r.aborted_transactions = log.aborted_transactions_in(p.fetch_offset,

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from strom.broker.quotas.rates import SampledRate
 from strom.cluster.image import MetadataImage
 from strom.cluster.quotas import QuotaEntity, entity
+from strom.common.rates import SampledRate
 
 # (user, client id) of a shared rate; "" where the quota does not tell them apart
 Tags = tuple[str, str]

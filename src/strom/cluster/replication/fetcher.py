@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.cluster.replication.throttle import ReplicationThrottle
 from strom.common.tasks import cancel_and_wait
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, ProtocolError
@@ -60,8 +61,10 @@ class ReplicaFetcher:
     """Fetches every partition this broker follows on one leader."""
 
     def __init__(self, leader_id: int, host: str, port: int, settings: FetcherSettings,
-                 get_log: LogLookup, on_progress: Callable[[str, int], None]) -> None:
+                 get_log: LogLookup, on_progress: Callable[[str, int], None],
+                 throttle: ReplicationThrottle | None = None) -> None:
         self.leader_id = leader_id
+        self._throttle = throttle  # follower.replication.throttled.rate
         self.settings = settings
         self._get_log = get_log
         self._on_progress = on_progress
@@ -137,10 +140,14 @@ class ReplicaFetcher:
     def _request(self, ready: list[FollowedPartition]) -> dict[str, Any]:
         s = self.settings
         topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
+        throttle = self._throttle
+        held = throttle is not None and throttle.exceeded()
         for p in ready:
             plog = self._get_log(p.topic, p.partition)
             if plog is None:
                 continue
+            if held and throttle.throttled(p.topic, p.partition, s.broker_id):  # type: ignore[union-attr]
+                continue  # a throttled replica waits until the follower's rate allows more
             latest = plog.latest_epoch
             topics.setdefault(p.topic_id, []).append({
                 "partition": p.partition,
@@ -190,6 +197,10 @@ class ReplicaFetcher:
                 return
             records = r.records
             if records is not None and len(records):
+                throttle = self._throttle
+                if throttle is not None and throttle.throttled(p.topic, p.partition,
+                                                               self.settings.broker_id):
+                    throttle.record(len(records))
                 try:
                     plog.append(records, leader_epoch=p.leader_epoch,
                                 now_ms=_now_ms(), origin=ORIGIN_REPLICATION)

@@ -26,6 +26,7 @@ from strom.cluster.replication.fetcher import (
     ReplicaFetcher,
 )
 from strom.cluster.replication.leader import UNKNOWN_OFFSET, LeaderState
+from strom.cluster.replication.throttle import FOLLOWER, LEADER, UNLIMITED, ReplicationThrottle
 from strom.common.tasks import cancel_all
 from strom.common.waiters import WaiterRegistry
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -40,10 +41,16 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
+def _unlimited() -> int:
+    return UNLIMITED
+
+
 class ReplicaManager:
     def __init__(self, broker_id: int, image: MetadataImage, controller: Any,
                  get_log: LogLookup, waiters: WaiterRegistry, settings: FetcherSettings, *,
-                 lag_max_ms: int, min_isr_for: Callable[[str], int]) -> None:
+                 lag_max_ms: int, min_isr_for: Callable[[str], int],
+                 leader_throttle: ReplicationThrottle | None = None,
+                 follower_throttle: ReplicationThrottle | None = None) -> None:
         self.broker_id = broker_id
         self.image = image
         self.controller = controller
@@ -52,6 +59,11 @@ class ReplicaManager:
         self.settings = settings
         self.lag_max_ms = lag_max_ms
         self._min_isr_for = min_isr_for
+        # replication throttles (leader.replication.throttled.rate and the follower's)
+        self.leader_throttle = leader_throttle or ReplicationThrottle(
+            LEADER, broker_id, image, _unlimited)
+        self.follower_throttle = follower_throttle or ReplicationThrottle(
+            FOLLOWER, broker_id, image, _unlimited)
         # ISR changes this leader made (Kafka's IsrShrinksPerSec and IsrExpandsPerSec)
         self.isr_shrinks = 0
         self.isr_expands = 0
@@ -202,7 +214,7 @@ class ReplicaManager:
             fetcher = None
         if fetcher is None:
             fetcher = ReplicaFetcher(leader, info.host, info.port, self.settings, self._get_log,
-                                     self._on_follower_progress)
+                                     self._on_follower_progress, self.follower_throttle)
             self.fetchers[leader] = fetcher
             fetcher.start()
         return fetcher

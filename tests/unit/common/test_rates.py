@@ -1,6 +1,6 @@
 import pytest
 
-from strom.broker.quotas.rates import SampledRate
+from strom.common.rates import SampledRate
 
 
 def test_a_first_burst_is_spread_over_the_whole_window() -> None:
