@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer
 
 from ..clients import create_topic
-from ..wire import Conn, array, i8, i32, string
+from ..wire import Conn, array, i8, string
 
 ALTER_CLIENT_QUOTAS = 49
 MB = 1024 * 1024
