@@ -122,6 +122,11 @@ def _replica_metrics(snap: Snapshot) -> Iterator[Metric]:
                    snap.isr_shrinks)
     yield _counter(prefix + "isrexpands", "ISR expansions of partitions this broker leads",
                    snap.isr_expands)
+    yield _gauge("kafka_server_leaderreplication_byte_rate",
+                 "bytes/s this leader sends to throttled replicas", snap.leader_replication_rate)
+    yield _gauge("kafka_server_followerreplication_byte_rate",
+                 "bytes/s this follower fetches for throttled replicas",
+                 snap.follower_replication_rate)
 
 
 def _controller_metrics(snap: Snapshot) -> Iterator[Metric]:

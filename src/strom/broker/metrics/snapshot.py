@@ -83,6 +83,8 @@ class Snapshot:
     under_min_isr: int = 0
     isr_shrinks: int = 0
     isr_expands: int = 0
+    leader_replication_rate: float = 0.0  # bytes/s sent to throttled replicas
+    follower_replication_rate: float = 0.0  # bytes/s fetched for throttled replicas
     active_controller: bool = False
     offline_partitions: int = 0
     global_partitions: int = 0
@@ -161,6 +163,8 @@ async def _partitions(broker: Broker, snap: Snapshot, slicer: Slicer) -> None:
     if broker.replicas is not None:
         snap.isr_shrinks = broker.replicas.isr_shrinks
         snap.isr_expands = broker.replicas.isr_expands
+        snap.leader_replication_rate = broker.replicas.leader_throttle.byte_rate()
+        snap.follower_replication_rate = broker.replicas.follower_throttle.byte_rate()
 
 
 async def lag_rows(broker: Broker, slicer: Slicer | None = None) -> list[LagRow]:
