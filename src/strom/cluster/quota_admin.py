@@ -71,62 +71,63 @@ class Outcome:
     error_message: str | None
 
 
-def check_entity(parts: Sequence[tuple[str, str | None]]) -> QuotaEntity:
+def check_entity(parts: Mapping[str, str | None]) -> QuotaEntity:
     """The canonical entity, or KafkaError INVALID_REQUEST as ClientQuotaControlManager
     answers (validateEntity, configKeysForEntityType); ip entities are refused here: Strom
     enforces no connection_creation_rate, and accepting a quota it ignores would be a lie."""
     if not parts:
         raise _invalid("Invalid empty client quota entity")
-    seen: dict[str, str | None] = {}
-    for entity_type, name in parts:
-        if entity_type in seen:
-            raise _invalid(f"Invalid client quota entity, duplicate entity entry {entity_type}")
+    for entity_type, name in parts.items():
         if entity_type not in (USER, CLIENT_ID, IP):
             raise _invalid(f"Unhandled client quota entity type: {entity_type}")
         if name is not None and not name:
             raise _invalid(f"Empty {entity_type} not supported")
-        seen[entity_type] = name
-    if IP in seen:
-        if len(seen) > 1:
+    if IP in parts:
+        if len(parts) > 1:
             raise _invalid("Invalid quota entity combination, IP entity shouldnot be combined "
                            "with User or ClientId")
         raise _invalid(IP_REFUSED)
-    return tuple(sorted(seen.items()))
+    return tuple(sorted(parts.items()))
 
 
 def check_value(key: str, value: float) -> None:
-    """Kafka's validateQuotaKeyValue: a known key, a positive value, whole for LONG keys.
-    NaN is refused too (Kafka lets it through the comparisons; a rate of NaN means nothing)."""
+    """Kafka's validateQuotaKeyValue: a known key, a finite positive value, whole for LONG
+    keys (in this order, with these messages: checked against Kafka 4.4)."""
     if key not in VALID_KEYS:
         raise _invalid(f"Invalid configuration key {key}")
-    if math.isnan(value) or value <= 0.0:
+    if not math.isfinite(value):
+        raise _invalid(f"Quota {key} must be a finite number")
+    if value <= 0.0:
         raise _invalid(f"Quota {key} must be greater than 0")
     if key in INTEGRAL_KEYS:
         if value > LONG_MAX:
             raise _invalid(f"Proposed value for {key} is too large for a LONG.")
         if abs(value % 1.0) > 1e-6:
             raise _invalid(f"{key} cannot be a fractional value.")
-    elif math.isinf(value):
-        raise _invalid(f"Proposed value for {key} is too large for a DOUBLE.")
 
 
 def plan_alterations(current: Quotas, alterations: Sequence[Alteration]
                      ) -> tuple[list[Outcome], Changes]:
     """The outcome per distinct entity (in request order) and the changes to store: only keys
-    whose value changes, and removals of keys the entity has. An entity named twice, or with a
-    key twice, is refused whole (Kafka: "Ignoring duplicate entity")."""
-    outcomes: dict[QuotaEntity | tuple[tuple[str, str | None], ...], Outcome] = {}
+    whose value changes, and removals of keys the entity has.
+
+    As Kafka, an entity is a map: a type named twice keeps its last name. An entity named
+    twice, or with a key twice, is answered "Ignoring duplicate entity"; Kafka still applies
+    the first of two equal entities, Strom applies neither (the answer says it failed)."""
+    outcomes: dict[tuple[tuple[str, str | None], ...], Outcome] = {}
     changes: Changes = {}
     for alt in alterations:
-        ident = tuple(sorted(alt.parts, key=lambda p: p[0]))
+        parts = dict(alt.parts)
+        shown = tuple(parts.items())
+        ident = tuple(sorted(shown, key=lambda p: p[0]))
         keys = [k for k, _ in alt.ops]
         if ident in outcomes or len(set(keys)) != len(keys):
-            outcomes[ident] = Outcome(alt.parts, ErrorCode.INVALID_REQUEST,
-                                      f"Ignoring duplicate entity {describe_entity(alt.parts)}")
+            outcomes[ident] = Outcome(shown, ErrorCode.INVALID_REQUEST,
+                                      f"Ignoring duplicate entity {describe_entity(shown)}")
             changes.pop(ident, None)
             continue
         try:
-            entity = check_entity(alt.parts)
+            entity = check_entity(parts)
             have = current.get(entity, {})
             wanted: dict[str, float | None] = {}
             for key, value in alt.ops:
@@ -138,9 +139,9 @@ def plan_alterations(current: Quotas, alterations: Sequence[Alteration]
                 if have.get(key) != value:
                     wanted[key] = float(value)
         except KafkaError as exc:
-            outcomes[ident] = Outcome(alt.parts, exc.code, exc.message)
+            outcomes[ident] = Outcome(shown, exc.code, exc.message)
             continue
-        outcomes[ident] = Outcome(alt.parts, ErrorCode.NONE, None)
+        outcomes[ident] = Outcome(shown, ErrorCode.NONE, None)
         if wanted:
             changes[entity] = wanted
     return list(outcomes.values()), changes

@@ -39,7 +39,8 @@ def describe_client_quotas(broker: Broker, ctx: RequestContext,
         {"entity": [{"entity_type": t, "entity_name": n} for t, n in entity],
          "values": [{"key": k, "value": v} for k, v in sorted(values.items())]}
         for entity, values in quota_admin.describe(broker.image.client_quotas, f)]
-    return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": None,
+    # Kafka answers an empty message, not null, when all is well
+    return {"throttle_time": 0, "error_code": ErrorCode.NONE, "error_message": "",
             "entries": entries}
 
 

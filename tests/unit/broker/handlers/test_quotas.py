@@ -38,7 +38,7 @@ def describe(h, *components: tuple[str, int, str | None], strict: bool = False,
 
 def described(h, *components, strict: bool = False) -> dict:
     r = describe(h, *components, strict=strict)
-    assert (r.error_code, r.error_message) == (0, None)
+    assert (r.error_code, r.error_message) == (0, "")
     return {tuple(sorted((e.entity_type, e.entity_name) for e in x.entity)):
             {v.key: v.value for v in x.values} for x in r.entries}
 
@@ -154,7 +154,10 @@ def test_validate_only_changes_nothing(h) -> None:
     ({"user": "bob"}, {"request_percentage": -5},
      "Quota request_percentage must be greater than 0"),
     ({"user": "bob"}, {"request_percentage": float("nan")},
-     "Quota request_percentage must be greater than 0"),
+     "Quota request_percentage must be a finite number"),
+    ({"user": "bob"}, {"producer_byte_rate": float("-inf")},
+     "Quota producer_byte_rate must be a finite number"),
+    ({"user": "bob"}, {"bogus": float("nan")}, "Invalid configuration key bogus"),
     ({"user": "bob"}, {"producer_byte_rate": 1.5},
      "producer_byte_rate cannot be a fractional value."),
     ({"user": "bob"}, {"consumer_byte_rate": 1e19},
@@ -185,6 +188,16 @@ def test_a_duplicate_entity_or_key_is_refused(h) -> None:
                         "Ignoring duplicate entity ClientQuotaEntity(entries={user=y})")]
     assert (("user", "x"),) not in h.broker.image.client_quotas
     assert (("user", "y"),) not in h.broker.image.client_quotas
+
+
+def test_a_type_named_twice_keeps_its_last_name(broker_harness) -> None:
+    """As Kafka (checked against 4.4): the entity is a map."""
+    assert alter(broker_harness, {"entity": [{"entity_type": "user", "entity_name": "a"},
+                                             {"entity_type": "user", "entity_name": "b"}],
+                                  "ops": [op("producer_byte_rate", 1)]}) == [
+        ({"user": "b"}, 0, None)]
+    assert broker_harness.broker.image.client_quotas == {
+        (("user", "b"),): {"producer_byte_rate": 1.0}}
 
 
 def test_alter_v0(broker_harness) -> None:
