@@ -98,8 +98,9 @@ class Controller(Protocol):
 
     async def alter_client_quotas(
         self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]) -> None:
-        """Set (or, value None, remove) quotas of client quota entities; checked already
-        (cluster.quota_admin), applied as one change."""
+        """Set (or, value None, remove) quotas of client quota entities, checked already
+        (cluster.quota_admin): one commit on the single node, one compare-and-set per entity
+        on ZooKeeper."""
         ...
 
     async def alter_acls(self, create: Sequence[AclBinding], delete: Sequence[AclBinding]) -> None:

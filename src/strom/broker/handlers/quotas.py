@@ -16,6 +16,7 @@ from strom.broker.core import Broker
 from strom.broker.request_types import AlterClientQuotasRequest, DescribeClientQuotasRequest
 from strom.broker.router import handles
 from strom.cluster import quota_admin
+from strom.cluster.controller import too_many_records
 from strom.cluster.quota_admin import Alteration, Outcome
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -54,9 +55,13 @@ async def alter_client_quotas(broker: Broker, ctx: RequestContext,
                    tuple((op.key, None if op.remove else op.value) for op in entry.ops))
         for entry in request.entries]
     if not cluster_allowed(broker, ctx, Op.ALTER_CONFIGS):
-        refused = {a.parts: Outcome(a.parts, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                                    "Cluster authorization failed.") for a in alterations}
-        return _response(refused.values())
+        return _refuse_all(alterations, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                           "Cluster authorization failed.")
+    # Kafka 4.4 answers this (checked) with POLICY_VIOLATION's generic text
+    too_many = too_many_records(sum(len(a.ops) for a in alterations),
+                                "Request parameters do not satisfy the configured policy.")
+    if too_many is not None:  # as Kafka's controller: the whole request is refused
+        return _refuse_all(alterations, too_many.code, too_many.message)
     outcomes, changes = quota_admin.plan_alterations(broker.image.client_quotas, alterations)
     if changes and not request.validate_only:
         try:
@@ -70,6 +75,11 @@ async def alter_client_quotas(broker: Broker, ctx: RequestContext,
         await broker.controller.wait_until(
             lambda image: _applied(image.client_quotas, changes), APPLIED_WITHIN_S)
     return _response(outcomes)
+
+
+def _refuse_all(alterations: list[Alteration], code: int, message: str) -> dict[str, Any]:
+    refused = {a.parts: Outcome(a.parts, code, message) for a in alterations}
+    return _response(refused.values())
 
 
 def _applied(current: quota_admin.Quotas, changes: quota_admin.Changes) -> bool:

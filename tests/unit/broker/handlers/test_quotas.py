@@ -200,6 +200,18 @@ def test_a_type_named_twice_keeps_its_last_name(broker_harness) -> None:
         (("user", "b"),): {"producer_byte_rate": 1.0}}
 
 
+def test_more_than_kafkas_records_per_operation_is_refused(broker_harness) -> None:
+    many = [entry({"client-id": f"c{i}"}, producer_byte_rate=1, consumer_byte_rate=1)
+            for i in range(5001)]
+    results = alter(broker_harness, *many)
+    assert len(results) == 5001
+    assert {(code, message) for _, code, message in results} == {
+        (ErrorCode.POLICY_VIOLATION,
+         "Request parameters do not satisfy the configured policy.")}
+    assert broker_harness.broker.image.client_quotas == {}
+    assert alter(broker_harness, *many[:5000])[0][1] == 0  # 10000 records: allowed
+
+
 def test_alter_v0(broker_harness) -> None:
     assert alter(broker_harness, entry({"client-id": None}, producer_byte_rate=3), version=0) == [
         ({"client-id": None}, 0, None)]
