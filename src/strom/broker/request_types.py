@@ -591,6 +591,30 @@ class DescribeClientQuotasRequest(Protocol):
     strict: bool
 
 
+# ALTER_CLIENT_QUOTAS v0-1
+
+
+class AlterClientQuotasRequestEntriesEntity(Protocol):
+    entity_type: str
+    entity_name: str | None
+
+
+class AlterClientQuotasRequestEntriesOps(Protocol):
+    key: str
+    value: float
+    remove: bool
+
+
+class AlterClientQuotasRequestEntries(Protocol):
+    entity: list[AlterClientQuotasRequestEntriesEntity]
+    ops: list[AlterClientQuotasRequestEntriesOps]
+
+
+class AlterClientQuotasRequest(Protocol):
+    entries: list[AlterClientQuotasRequestEntries]
+    validate_only: bool
+
+
 # DESCRIBE_USER_SCRAM_CREDENTIALS v0-0
 
 

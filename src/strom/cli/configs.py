@@ -1,4 +1,5 @@
-"""`strom configs ...`: describe and alter topic and broker configs (kafka-configs.sh)."""
+"""`strom configs ...`: describe and alter topic and broker configs and client quotas
+(kafka-configs.sh)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from strom.cli import quotas
 from strom.cli.common import (
     BootstrapOpt,
     ClientOptions,
@@ -28,13 +30,22 @@ from strom.cli.common import (
 from strom.cli.topics import UNKNOWN_TOPIC_OR_PARTITION, alter_topic_configs
 from strom.cli.wire import connect_cluster, error_name
 
-app = typer.Typer(help="Describe and alter topic and broker configs.", no_args_is_help=True)
+app = typer.Typer(help="Describe and alter topic and broker configs and client quotas.",
+                  no_args_is_help=True)
 
 TopicOpt = Annotated[str | None, typer.Option("--topic", help="The topic whose configs to use.")]
 BrokerOpt = Annotated[int | None, typer.Option("--broker", help="The broker id whose configs to use.")]
 BrokerDefaultsOpt = Annotated[
     bool, typer.Option("--broker-defaults", help="The cluster-wide dynamic broker defaults.")
 ]
+EntityTypeOpt = Annotated[list[str] | None, typer.Option(
+    "--entity-type", help="Client quotas of users or clients (both: a user's client id); "
+                          "each followed by --entity-name or --entity-default.")]
+EntityNameOpt = Annotated[list[str] | None, typer.Option(
+    "--entity-name", help="The user or client id of the --entity-type before it.")]
+EntityDefaultOpt = Annotated[int, typer.Option(
+    "--entity-default", count=True, show_default=False,
+    help="The default user or client id (Kafka's <default>) of the --entity-type before it.")]
 
 # What "dynamic" means per entity: the sources `configs describe` shows without --all.
 _DYNAMIC_SOURCES = {
@@ -127,22 +138,48 @@ def _source_name(source: Any) -> str:
         return str(source)
 
 
-@app.command("describe")
+def _quota_entity(ctx: typer.Context, types: list[str] | None, topic: str | None,
+                  broker: int | None, broker_defaults: bool, *, alter: bool
+                  ) -> list[tuple[str, quotas.Name]] | None:
+    """The client quota entity the arguments name (None: they name a topic or broker)."""
+    tokens = quotas.entity_tokens(quotas.raw_args(ctx))
+    if not types:
+        if tokens:
+            raise UsageError("--entity-name and --entity-default need an --entity-type before "
+                             "them")
+        return None
+    if topic is not None or broker is not None or broker_defaults:
+        raise UsageError("give either --entity-type or one of --topic, --broker or "
+                         "--broker-defaults")
+    return quotas.pair_entity(tokens, alter=alter)
+
+
+@app.command("describe", cls=quotas.OrderedCommand)
 @handle_errors
 def describe(
+    ctx: typer.Context,
     topic: TopicOpt = None,
     broker: BrokerOpt = None,
     broker_defaults: BrokerDefaultsOpt = False,
+    entity_type: EntityTypeOpt = None,
+    entity_name: EntityNameOpt = None,
+    entity_default: EntityDefaultOpt = 0,
     all_: Annotated[bool, typer.Option("--all", help="Show every config, not only the dynamic ones.")] = False,
     bootstrap_server: BootstrapOpt = "localhost:9092",
     command_config: CommandConfigOpt = None,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
-    """Describe the configs of a topic or a broker."""
+    """Describe the configs of a topic or a broker, or client quotas."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    kind, name = _entity(topic, broker, broker_defaults)
     opts = ClientOptions(bootstrap_server, command_config, timeout)
+    parts = _quota_entity(ctx, entity_type, topic, broker, broker_defaults, alter=False)
+    if parts is not None:
+        if all_:
+            raise UsageError("--all applies to topic and broker configs, not to client quotas")
+        quotas.print_quotas(parts, quotas.describe_quotas(opts, parts))
+        return
+    kind, name = _entity(topic, broker, broker_defaults)
     entries: dict[str, Any] = {}
     futures = {}
     if kind == "broker-defaults":
@@ -181,12 +218,16 @@ def describe(
     print_table(table)
 
 
-@app.command("alter")
+@app.command("alter", cls=quotas.OrderedCommand)
 @handle_errors
 def alter(
+    ctx: typer.Context,
     topic: TopicOpt = None,
     broker: BrokerOpt = None,
     broker_defaults: BrokerDefaultsOpt = False,
+    entity_type: EntityTypeOpt = None,
+    entity_name: EntityNameOpt = None,
+    entity_default: EntityDefaultOpt = 0,
     add_config: Annotated[
         list[str] | None,
         typer.Option("--add-config", help="k=v[,k2=v2] (Kafka syntax: lists in \\[a,b]); repeatable."),
@@ -198,12 +239,18 @@ def alter(
     command_config: CommandConfigOpt = None,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
-    """Set or remove configs of a topic or a broker (IncrementalAlterConfigs)."""
-    kind, name = _entity(topic, broker, broker_defaults)
+    """Set or remove configs of a topic or a broker (IncrementalAlterConfigs), or client
+    quotas (AlterClientQuotas)."""
+    parts = _quota_entity(ctx, entity_type, topic, broker, broker_defaults, alter=True)
     sets = parse_config_options(add_config)
     deletes = [k.strip() for item in delete_config or () for k in item.split(",") if k.strip()]
     if not sets and not deletes:
         raise UsageError("nothing to alter: give --add-config or --delete-config")
+    if parts is not None:
+        _alter_quotas(ClientOptions(bootstrap_server, command_config, timeout), parts, sets,
+                      list(dict.fromkeys(deletes)))
+        return
+    kind, name = _entity(topic, broker, broker_defaults)
     both = sorted(set(sets) & set(deletes))
     if both:
         raise UsageError(f"config {both[0]!r} is both added and deleted")
@@ -217,3 +264,15 @@ def alter(
     label = {"topic": f"topic '{name}'", "broker": f"broker {name}",
              "broker-defaults": "the default broker"}[kind]
     out.print(f"Completed updating configs for {label}.", markup=False)
+
+
+def _alter_quotas(opts: ClientOptions, parts: list[tuple[str, quotas.Name]],
+                  sets: dict[str, str], deletes: list[str]) -> None:
+    both = sorted(set(sets) & set(deletes))
+    if both:
+        raise UsageError(f"Invalid config(s): {', '.join(both)}")
+    kind = "users" if dict(parts).keys() == {"user"} else "clients"
+    values = quotas.parse_quota_values(kind, sets)
+    named = [(t, n) for t, n in parts if not isinstance(n, quotas.Any_)]
+    quotas.alter_quotas(opts, named, values, deletes)
+    out.print(f"Completed updating quotas for {quotas.entity_label(parts)}.", markup=False)

@@ -21,6 +21,7 @@ from strom.cluster import records as rec
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
 from strom.cluster.metadata_log import MetadataLog, encode_batch
 from strom.cluster.placement import assign_replicas
+from strom.cluster.quotas import QuotaEntity
 from strom.cluster.reassignment import Assignment, reassign
 from strom.cluster.records import Change
 from strom.cluster.validation import check_topic_name, colliding
@@ -93,6 +94,13 @@ class Controller(Protocol):
 
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         """A block of producer ids unique in the cluster: (first, count)."""
+        ...
+
+    async def alter_client_quotas(
+        self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]) -> None:
+        """Set (or, value None, remove) quotas of client quota entities, checked already
+        (cluster.quota_admin): one commit on the single node, one compare-and-set per entity
+        on ZooKeeper."""
         ...
 
     async def alter_acls(self, create: Sequence[AclBinding], delete: Sequence[AclBinding]) -> None:
@@ -369,6 +377,13 @@ class LocalController:
                             changes: Mapping[str, str | None]) -> None:
         if changes:
             self._commit([rec.config_record(resource, name, k, v) for k, v in changes.items()])
+
+    async def alter_client_quotas(
+        self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]) -> None:
+        records = [rec.client_quota_record(entity, key, value)
+                   for entity, quotas in changes.items() for key, value in quotas.items()]
+        if records:
+            self._commit(records)
 
     async def alter_acls(self, create: Sequence[AclBinding], delete: Sequence[AclBinding]) -> None:
         records = [rec.remove_acl_record(a) for a in delete if a in self.image.acls]

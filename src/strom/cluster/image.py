@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from strom.cluster.quotas import QuotaEntity
+from strom.cluster.quotas import QuotaEntity, quota_entity_of
 from strom.security.acl import AclBinding
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -94,6 +94,7 @@ class ImageCapture:
     topics: list[tuple[str, uuid.UUID, dict[str, str], list[PartitionState]]]
     user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     acls: list[dict[str, Any]] = field(default_factory=list)
+    client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
 
     def to_snapshot(self) -> dict[str, Any]:
         """Plain data for the metadata log's snapshot file (replica lists are shared: they are
@@ -104,6 +105,8 @@ class ImageCapture:
             "broker_configs": self.broker_configs,
             "user_configs": self.user_configs,
             "acls": self.acls,
+            "client_quotas": [{"entity": [list(part) for part in entity], "quotas": quotas}
+                              for entity, quotas in self.client_quotas.items()],
             "topics": [
                 {
                     "name": name,
@@ -163,6 +166,7 @@ class MetadataImage:
              for t in self.topics.values()],
             {k: dict(v) for k, v in self.user_configs.items()},
             [acl.to_record() for acl in self.acls],
+            {k: dict(v) for k, v in self.client_quotas.items()},
         )
 
     def to_snapshot(self) -> dict[str, Any]:
@@ -176,6 +180,8 @@ class MetadataImage:
         image.broker_configs = data.get("broker_configs", {})
         image.user_configs = data.get("user_configs", {})
         image.acls = {AclBinding.from_record(r): None for r in data.get("acls", [])}
+        image.client_quotas = {quota_entity_of(q["entity"]): dict(q["quotas"])
+                               for q in data.get("client_quotas", [])}
         for t in data["topics"]:
             topic = TopicState(t["name"], uuid.UUID(t["topic_id"]), configs=dict(t["configs"]))
             for p in t["partitions"]:

@@ -33,3 +33,10 @@ def entity(*, user: str | bool | None = False, client_id: str | bool | None = Fa
     if user is not False:
         parts.append((USER, user if isinstance(user, str) else None))
     return tuple(parts)
+
+
+def quota_entity_of(pairs: list[list[str | None]] | list[tuple[str, str | None]]) -> QuotaEntity:
+    """The entity of a record's or snapshot's list of [type, name] pairs (JSON has no tuples),
+    in the image's canonical order (sorted by type)."""
+    return tuple(sorted(((str(t), None if n is None else str(n)) for t, n in pairs),
+                        key=lambda part: part[0]))

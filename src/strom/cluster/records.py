@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
+from strom.cluster.quotas import QuotaEntity, quota_entity_of
 from strom.security.acl import AclBinding
 
 
@@ -19,8 +20,8 @@ class Change:
     """What applying a record changed, for listeners that reconcile local state."""
 
     # topic_created | topic_deleted | partitions_created | partition_changed | topic_configs |
-    # broker_configs | user_configs | acls | brokers_changed (a broker registered or left, or the
-    # controller changed)
+    # broker_configs | user_configs | client_quotas | acls | brokers_changed (a broker
+    # registered or left, or the controller changed)
     kind: str
     topic: TopicState | None = None
     partitions: tuple[int, ...] = ()
@@ -53,6 +54,13 @@ def config_record(resource: str, name: str, key: str, value: str | None) -> dict
     """resource is 'topic', 'broker' or 'user'; name the topic name, broker id ('' = cluster
     default) or user name."""
     return {"type": "config", "resource": resource, "name": name, "key": key, "value": value}
+
+
+def client_quota_record(entity: QuotaEntity, key: str, value: float | None) -> dict[str, Any]:
+    """Set (or, value None, remove) one quota of a client quota entity (Kafka's
+    ClientQuotaRecord)."""
+    return {"type": "client_quota", "entity": [list(part) for part in entity], "key": key,
+            "value": value}
 
 
 def acl_record(acl: AclBinding) -> dict[str, Any]:
@@ -148,6 +156,16 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
         if image.acls.pop(AclBinding.from_record(record), 0) == 0:
             return None
         return Change("acls")
+    if kind == "client_quota":
+        entity = quota_entity_of(record["entity"])
+        quotas = image.client_quotas.setdefault(entity, {})
+        if record["value"] is None:
+            quotas.pop(record["key"], None)
+        else:
+            quotas[record["key"]] = float(record["value"])
+        if not quotas:
+            del image.client_quotas[entity]
+        return Change("client_quotas")
     if kind == "producer_ids":
         image.next_producer_id = max(image.next_producer_id, record["next"])
         return None

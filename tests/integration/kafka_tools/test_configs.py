@@ -1,4 +1,5 @@
-"""kafka-configs.sh: topic, broker and broker-default configs on one Strom broker."""
+"""kafka-configs.sh: topic, broker and broker-default configs and client quotas on one Strom
+broker."""
 
 from __future__ import annotations
 
@@ -94,3 +95,43 @@ def test_broker_and_default_configs(kafka_tools, strom_broker):
     now = state.configs(bs, BROKER, "0")
     assert (now["log.cleaner.threads"], now["message.max.bytes"]) == ("1", "1048588")
     assert state.topic_configs(bs, topic)["retention.ms"] == "604800000"
+
+
+def test_client_quotas(kafka_tools, strom_broker):
+    """kafka-configs sets, describes and deletes quotas (AlterClientQuotas and
+    DescribeClientQuotas); its output is what it prints against Kafka 4.4."""
+    bs = strom_broker.bootstrap
+    user, client = unique("quser"), unique("qapp")
+    pair = ["--entity-type", "users", "--entity-name", user, "--entity-type", "clients",
+            "--entity-name", client]
+
+    def configs(*args: str, code: int = 0):
+        return kafka_tools.run("kafka-configs", "--bootstrap-server", bs, *args, code=code)
+
+    out = configs("--alter", "--add-config", "producer_byte_rate=1024", *pair).stdout
+    assert out.strip() == f"Completed updating config for user {user}."
+    out = configs("--alter", "--add-config", "consumer_byte_rate=2048,request_percentage=12.5",
+                  "--entity-type", "clients", "--entity-default").stdout
+    assert out.strip() == "Completed updating default config for clients in the cluster."
+
+    described = configs("--describe", *pair).stdout
+    assert described.strip() == (f"Quota configs for user-principal '{user}', client-id "
+                                 f"'{client}' are producer_byte_rate=1024.0")
+    described = configs("--describe", "--entity-type", "clients", "--entity-default").stdout
+    prefix = "Quota configs for the default client-id are "
+    assert described.startswith(prefix)
+    assert sorted(described.strip()[len(prefix):].split(", ")) == [
+        "consumer_byte_rate=2048.0", "request_percentage=12.5"]
+    # users alone, strictly: the user + client id entity is not one of them
+    assert f"'{user}'" not in configs("--describe", "--entity-type", "users").stdout
+
+    bad = configs("--alter", "--add-config", "producer_byte_rate=1.5", *pair, code=1)
+    assert ("InvalidRequestException: producer_byte_rate cannot be a fractional value."
+            in bad.stdout + bad.stderr)
+
+    configs("--alter", "--delete-config", "producer_byte_rate", *pair)
+    assert configs("--describe", *pair).stdout.strip() == ""
+    configs("--alter", "--delete-config", "consumer_byte_rate,request_percentage",
+            "--entity-type", "clients", "--entity-default")
+    assert configs("--describe", "--entity-type", "clients", "--entity-default").stdout == ""
+

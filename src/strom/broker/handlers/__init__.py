@@ -15,6 +15,7 @@ from strom.broker.handlers import (
     metadata,
     offsets,
     produce,
+    quotas,
     reassignments,
     sasl,
     scram,
@@ -23,4 +24,4 @@ from strom.broker.handlers import (
 )
 
 MODULES = [acls, cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
-           metadata, offsets, produce, reassignments, sasl, scram, topics, transactions]
+           metadata, offsets, produce, quotas, reassignments, sasl, scram, topics, transactions]

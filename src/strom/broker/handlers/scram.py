@@ -1,6 +1,5 @@
 """AlterUserScramCredentials and DescribeUserScramCredentials, with the checks and messages of
-Kafka's ScramControlManager and ScramImage (and DescribeClientQuotas, the other half of what
-kafka-configs describes for users).
+Kafka's ScramControlManager and ScramImage.
 
 Clients send the salted password (Hi(password, salt, iterations)), never the password; the
 broker keeps the salt, StoredKey, ServerKey and iteration count as user configs in the cluster
@@ -16,7 +15,6 @@ from strom.broker.context import RequestContext
 from strom.broker.core import Broker
 from strom.broker.request_types import (
     AlterUserScramCredentialsRequest,
-    DescribeClientQuotasRequest,
     DescribeUserScramCredentialsRequest,
 )
 from strom.broker.router import handles
@@ -125,14 +123,3 @@ def describe_user_scram_credentials(broker: Broker, ctx: RequestContext,
                             for m, c in sorted(found.items())]})
     return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
             "results": results}
-
-
-@handles(ApiKey.DESCRIBE_CLIENT_QUOTAS, 0, 1)
-@requires(Op.DESCRIBE_CONFIGS, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def describe_client_quotas(broker: Broker, ctx: RequestContext,
-                           request: DescribeClientQuotasRequest) -> dict[str, Any]:
-    """No entity has a quota: Strom implements no client quotas yet, and refuses to start with
-    quota configs (strom.config.checks), so an empty answer is the true one. kafka-configs
-    --describe --entity-type users asks for quotas beside the SCRAM credentials."""
-    return {"throttle_time_ms": 0, "error_code": ErrorCode.NONE, "error_message": None,
-            "entries": []}

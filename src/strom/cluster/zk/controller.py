@@ -30,6 +30,7 @@ from strom.cluster.controller import (
     plan_topic,
 )
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
+from strom.cluster.quotas import QuotaEntity
 from strom.cluster.reassignment import Assignment, reassign
 from strom.cluster.records import Change
 from strom.cluster.zk import znodes as zn
@@ -162,6 +163,19 @@ class ZkController:
             path = zn.user_config_path(name)
         else:
             path = zn.broker_config_path(name or zn.DEFAULT_ENTITY)
+        await self._update_config(path, changes)
+
+    async def alter_client_quotas(
+        self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]) -> None:
+        """One znode per entity, in Kafka's layout (quotas and a user's SCRAM credentials
+        share its znode); the values as Kafka wrote them, whole numbers without a fraction."""
+        for entity, quotas in changes.items():
+            await self._update_config(
+                zn.quota_entity_path(dict(entity)),
+                {k: None if v is None else zn.encode_quota(v) for k, v in quotas.items()})
+
+    async def _update_config(self, path: str, changes: Mapping[str, str | None]) -> None:
+        """Read, change and compare-and-set the config znode at path (created if missing)."""
         while True:
             got = await self.zk.get(path)
             current = zn.decode_config(got[0]) if got else {}

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from strom.cluster import quotas
 from strom.cluster import records as rec
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState
 from strom.cluster.records import Change
@@ -37,12 +38,14 @@ log = logging.getLogger(__name__)
 
 Listener = Callable[[list[Change]], None]
 Key = tuple[Any, ...]
+Quotas = dict[quotas.QuotaEntity, dict[str, float]]
 
 FULL: Key = ("full",)
 BROKERS: Key = ("brokers",)
 CONTROLLER: Key = ("controller",)
 TOPICS: Key = ("topics",)
 BROKER_CONFIGS: Key = ("broker_configs",)
+# /config/users and /config/clients: users' configs (SCRAM credentials) and client quotas
 USER_CONFIGS: Key = ("user_configs",)
 ACLS: Key = ("acls",)
 
@@ -67,8 +70,9 @@ def key_for(path: str) -> Key | None:
         return BROKER_CONFIGS
     if path == zn.ACLS:
         return ACLS
-    if path == zn.CONFIG_USERS or path.startswith(zn.CONFIG_USERS + "/"):
-        return USER_CONFIGS
+    for parent in (zn.CONFIG_USERS, zn.CONFIG_CLIENTS):
+        if path == parent or path.startswith(parent + "/"):
+            return USER_CONFIGS
     if path.startswith(zn.CONFIG_TOPICS + "/"):
         return ("topic_config", path[len(zn.CONFIG_TOPICS) + 1:].split("/")[0])
     return None
@@ -121,6 +125,17 @@ def config_records(resource: str, name: str, current: dict[str, str],
            if current.get(k) != v]
     out += [rec.config_record(resource, name, k, None) for k in sorted(current)
             if k not in desired]
+    return out
+
+
+def quota_records(current: Quotas, desired: Quotas) -> list[dict[str, Any]]:
+    """Records turning the client quotas `current` into `desired`."""
+    out: list[dict[str, Any]] = []
+    for entity in sorted(set(current) | set(desired), key=repr):
+        have, want = current.get(entity, {}), desired.get(entity, {})
+        out += [rec.client_quota_record(entity, k, v) for k, v in sorted(want.items())
+                if have.get(k) != v]
+        out += [rec.client_quota_record(entity, k, None) for k in sorted(have) if k not in want]
     return out
 
 
@@ -251,7 +266,7 @@ class ZkMirror:
         if BROKER_CONFIGS in batch:
             records += self._broker_config_records(await self._read_broker_configs())
         if USER_CONFIGS in batch:
-            records += self._user_config_records(await self._read_user_configs())
+            records += self._entity_config_records(*await self._read_entity_configs())
         if ACLS in batch:
             records += self._acl_records(await self._read_acls())
         self.apply(records)
@@ -294,11 +309,11 @@ class ZkMirror:
         names = await self.zk.children(zn.TOPICS, watch=True) or []
         snapshots = await asyncio.gather(*(self._read_topic(n) for n in names))
         broker_configs = await self._read_broker_configs()
-        user_configs = await self._read_user_configs()
+        entity_configs = await self._read_entity_configs()
         block_read = await self.zk.get(zn.PRODUCER_ID_BLOCK)
         records = self._broker_records(brokers) + self._controller_records(*controller)
         records += self._broker_config_records(broker_configs)
-        records += self._user_config_records(user_configs)
+        records += self._entity_config_records(*entity_configs)
         records += self._acl_records(await self._read_acls())
         present = set(names)
         records += [rec.remove_topic_record(t.topic_id) for t in self.image.topics.values()
@@ -360,10 +375,47 @@ class ZkMirror:
         out += [rec.acl_record(a) for a in wanted if a not in self.image.acls]
         return out
 
-    async def _read_user_configs(self) -> dict[str, dict[str, str]]:
-        names = await self.zk.children(zn.CONFIG_USERS, watch=True) or []
-        reads = await asyncio.gather(*(self._read_config(zn.user_config_path(n)) for n in names))
-        return dict(zip(names, reads, strict=True))
+    async def _read_entity_configs(self) -> tuple[dict[str, dict[str, str]], Quotas]:
+        """Users' configs (all but quota keys: the SCRAM credentials) and the client quotas of
+        users, users' client ids and client ids, all read with watches."""
+        users = [zn.entity_name_of(n)
+                 for n in await self.zk.children(zn.CONFIG_USERS, watch=True) or []]
+        clients = [zn.entity_name_of(n)
+                   for n in await self.zk.children(zn.CONFIG_CLIENTS, watch=True) or []]
+        user_reads = await asyncio.gather(*(self._read_config(zn.user_config_path(u))
+                                            for u in users))
+        nested = await asyncio.gather(*(self._children_or_watch(zn.user_clients_path(u))
+                                        for u in users))
+        pairs = [(u, zn.entity_name_of(c)) for u, names in zip(users, nested, strict=True)
+                 for c in names]
+        pair_reads = await asyncio.gather(*(
+            self._read_config(zn.quota_entity_path({quotas.USER: u, quotas.CLIENT_ID: c}))
+            for u, c in pairs))
+        client_reads = await asyncio.gather(*(self._read_config(zn.client_config_path(c))
+                                              for c in clients))
+        user_configs: dict[str, dict[str, str]] = {}
+        found: Quotas = {}
+        for user, config in zip(users, user_reads, strict=True):
+            rest = {k: v for k, v in config.items() if k not in quotas.CLIENT_KEYS}
+            if user is not None and rest:
+                user_configs[user] = rest
+            found[quotas.entity(user=user)] = zn.decode_quotas(config, quotas.CLIENT_KEYS)
+        for (user, client), config in zip(pairs, pair_reads, strict=True):
+            found[quotas.entity(user=user, client_id=client)] = zn.decode_quotas(
+                config, quotas.CLIENT_KEYS)
+        for client, config in zip(clients, client_reads, strict=True):
+            found[quotas.entity(client_id=client)] = zn.decode_quotas(config, quotas.CLIENT_KEYS)
+        return user_configs, {e: q for e, q in found.items() if q}
+
+    async def _children_or_watch(self, path: str) -> list[str]:
+        """Children of path with a watch; a missing znode gets an existence watch, so its
+        creation (a user's first client id quota) is reported too."""
+        while True:
+            names = await self.zk.children(path, watch=True)
+            if names is not None:
+                return names
+            if await self.zk.exists(path, watch=True) is None:
+                return []
 
     async def _read_config(self, path: str) -> dict[str, str]:
         got = await self.zk.get_or_watch(path)
@@ -428,8 +480,10 @@ class ZkMirror:
     def _broker_config_records(self, desired: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
         return entity_config_records("broker", self.image.broker_configs, desired)
 
-    def _user_config_records(self, desired: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
-        return entity_config_records("user", self.image.user_configs, desired)
+    def _entity_config_records(self, users: dict[str, dict[str, str]],
+                               desired: Quotas) -> list[dict[str, Any]]:
+        out = entity_config_records("user", self.image.user_configs, users)
+        return out + quota_records(self.image.client_quotas, desired)
 
     def _topic_records(self, name: str, snap: TopicSnapshot | None) -> list[dict[str, Any]]:
         existing = self.image.topics.get(name)

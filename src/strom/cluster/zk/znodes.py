@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import urllib.parse
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,7 +27,10 @@ BROKER_IDS = "/brokers/ids"
 TOPICS = "/brokers/topics"
 CONFIG_TOPICS = "/config/topics"
 CONFIG_BROKERS = "/config/brokers"
-CONFIG_USERS = "/config/users"  # SCRAM credentials, as Kafka's ZooKeeper mode kept them
+# SCRAM credentials and user quotas, as Kafka's ZooKeeper mode kept them (one config per
+# user, and user + client id quotas under /config/users/<user>/clients/<client id>)
+CONFIG_USERS = "/config/users"
+CONFIG_CLIENTS = "/config/clients"  # client id quotas
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
@@ -41,8 +45,8 @@ DEFAULT_ENTITY = "<default>"  # /config/brokers/<default>: the cluster-wide dyna
 # Created (empty, persistent) by every broker at start, as Kafka does, so later writes never
 # need to create parents.
 PERSISTENT_PATHS = (
-    BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_USERS, CONFIG_CHANGES, DELETE_TOPICS,
-    PRODUCER_ID_BLOCK, "/cluster", "/isr_change_notification", CONTROLLED_SHUTDOWN,
+    BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_USERS, CONFIG_CLIENTS,
+    CONFIG_CHANGES, DELETE_TOPICS, PRODUCER_ID_BLOCK, "/cluster", "/isr_change_notification", CONTROLLED_SHUTDOWN,
 )
 
 
@@ -84,8 +88,47 @@ def decode_acls(data: bytes) -> list[dict[str, Any]]:
     return acls
 
 
-def user_config_path(user: str) -> str:
-    return f"{CONFIG_USERS}/{user}"
+def sanitize(name: str) -> str:
+    """Kafka's Sanitizer.sanitize: a user or client id as a znode name, URL-encoded as Java's
+    URLEncoder does (only letters, digits and ``.-*_`` kept), then ``*`` and the space's
+    ``+`` percent-encoded too."""
+    return urllib.parse.quote(name, safe="*").replace("~", "%7E").replace("*", "%2A")
+
+
+def desanitize(name: str) -> str:
+    """Kafka's Sanitizer.desanitize (Java's URLDecoder: ``+`` is a space)."""
+    return urllib.parse.unquote_plus(name)
+
+
+def entity_znode_name(name: str | None) -> str:
+    """A quota entity's name in its znode path: ``<default>`` for the default entity."""
+    return DEFAULT_ENTITY if name is None else sanitize(name)
+
+
+def entity_name_of(znode_name: str) -> str | None:
+    return None if znode_name == DEFAULT_ENTITY else desanitize(znode_name)
+
+
+def user_config_path(user: str | None) -> str:
+    return f"{CONFIG_USERS}/{entity_znode_name(user)}"
+
+
+def user_clients_path(user: str | None) -> str:
+    return f"{user_config_path(user)}/clients"
+
+
+def client_config_path(client_id: str | None) -> str:
+    return f"{CONFIG_CLIENTS}/{entity_znode_name(client_id)}"
+
+
+def quota_entity_path(entity: Mapping[str, str | None]) -> str:
+    """Where Kafka's ZooKeeper mode kept the quotas of a user, client id or user + client id
+    entity (``{type: name}``, a name None for the default)."""
+    if "user" in entity and "client-id" in entity:
+        return f"{user_clients_path(entity['user'])}/{entity_znode_name(entity['client-id'])}"
+    if "user" in entity:
+        return user_config_path(entity["user"])
+    return client_config_path(entity["client-id"])
 
 
 def broker_config_path(entity: str) -> str:
@@ -307,6 +350,25 @@ def encode_config(config: Mapping[str, str]) -> bytes:
 def decode_config(data: bytes | None) -> dict[str, str]:
     obj = _load(data) or {}
     return {str(k): str(v) for k, v in (obj.get("config") or {}).items()}
+
+
+def encode_quota(value: float) -> str:
+    """A quota value as a config string: ``1024`` for a whole number, as Kafka wrote byte
+    rates, else the shortest exact decimal (``12.5``)."""
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def decode_quotas(config: Mapping[str, str], keys: frozenset[str] | tuple[str, ...]
+                  ) -> dict[str, float]:
+    """The quota values among a config's entries (unparseable ones are skipped)."""
+    out: dict[str, float] = {}
+    for k, v in config.items():
+        if k in keys:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                continue
+    return out
 
 
 # -- /latest_producer_id_block -------------------------------------------------------------------

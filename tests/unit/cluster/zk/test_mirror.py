@@ -16,11 +16,13 @@ from strom.cluster.zk.mirror import (
     BROKERS,
     CONTROLLER,
     TOPICS,
+    USER_CONFIGS,
     TopicSnapshot,
     ZkMirror,
     config_records,
     key_for,
     partition_update_needed,
+    quota_records,
     state_from,
 )
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -50,6 +52,10 @@ def mirror() -> ZkMirror:
     ("/brokers/topics/orders/partitions/x/state", None),
     ("/config/brokers", BROKER_CONFIGS),
     ("/config/brokers/<default>", BROKER_CONFIGS),
+    ("/config/users", USER_CONFIGS),
+    ("/config/users/alice/clients/app", USER_CONFIGS),
+    ("/config/clients", USER_CONFIGS),
+    ("/config/clients/<default>", USER_CONFIGS),
     ("/config/topics/orders", ("topic_config", "orders")),
     ("/admin/delete_topics/orders", None),
     ("/latest_producer_id_block", None),
@@ -174,3 +180,68 @@ def test_isr_update_checks() -> None:
         with pytest.raises(KafkaError) as e:
             check_isr_update(s, 4, 10, bad)
         assert e.value.code == ErrorCode.INVALID_REQUEST
+
+
+class TreeZk(StubZk):
+    """An in-memory tree of config znodes: path -> config."""
+
+    def __init__(self, configs: dict[str, dict[str, str]]) -> None:
+        self.data = {path: zn.encode_config(c) for path, c in configs.items()}
+
+    def _paths(self) -> set[str]:
+        out = set()
+        for path in self.data:
+            parts = path.strip("/").split("/")
+            out |= {"/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)}
+        return out
+
+    async def children(self, path: str, *, watch: bool = False):
+        if path not in self._paths():
+            return None
+        return sorted({p[len(path) + 1:].split("/")[0] for p in self._paths()
+                       if p.startswith(path + "/")})
+
+    async def exists(self, path: str, *, watch: bool = False):
+        return True if path in self._paths() else None
+
+    async def get_or_watch(self, path: str):
+        return (self.data[path], None) if path in self.data else None
+
+
+def test_users_and_clients_are_read_as_kafka_lays_them_out() -> None:
+    zk = TreeZk({
+        "/config/users/alice": {"SCRAM-SHA-256": "salt=x", "producer_byte_rate": "1024"},
+        "/config/users/alice/clients/my%20app": {"consumer_byte_rate": "2048"},
+        "/config/users/alice/clients/<default>": {"request_percentage": "12.5"},
+        "/config/users/<default>": {"producer_byte_rate": "100"},
+        "/config/users/bob": {"SCRAM-SHA-512": "salt=y"},
+        "/config/clients/<default>": {"controller_mutation_rate": "5"},
+        "/config/clients/a%2Fb": {"producer_byte_rate": "7", "unknown": "1"},
+    })
+    m = ZkMirror(zk, MetadataImage(cluster_id="c"))  # type: ignore[arg-type]
+    users, quotas = asyncio.run(m._read_entity_configs())
+    assert users == {"alice": {"SCRAM-SHA-256": "salt=x"}, "bob": {"SCRAM-SHA-512": "salt=y"}}
+    assert quotas == {
+        (("user", "alice"),): {"producer_byte_rate": 1024.0},
+        (("client-id", "my app"), ("user", "alice")): {"consumer_byte_rate": 2048.0},
+        (("client-id", None), ("user", "alice")): {"request_percentage": 12.5},
+        (("user", None),): {"producer_byte_rate": 100.0},
+        (("client-id", None),): {"controller_mutation_rate": 5.0},
+        (("client-id", "a/b"),): {"producer_byte_rate": 7.0},
+    }
+    m.apply(m._entity_config_records(users, quotas))
+    assert m.image.client_quotas == quotas and m.image.user_configs == users
+    assert m._entity_config_records(users, quotas) == []  # nothing left to change
+
+
+def test_quota_records_set_change_and_remove() -> None:
+    a, b = (("user", "a"),), (("client-id", "b"),)
+    current = {a: {"producer_byte_rate": 1.0, "consumer_byte_rate": 2.0}, b: {"x": 1.0}}
+    desired = {a: {"producer_byte_rate": 3.0, "consumer_byte_rate": 2.0}}
+    image = MetadataImage(cluster_id="c")
+    for e, q in current.items():
+        for k, v in q.items():
+            rec.apply(image, rec.client_quota_record(e, k, v))
+    for r in quota_records(current, desired):
+        rec.apply(image, r)
+    assert image.client_quotas == desired

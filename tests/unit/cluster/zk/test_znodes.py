@@ -212,3 +212,36 @@ def test_producer_id_blocks_follow_each_other() -> None:
 def test_non_object_json_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError):
         zn.decode_config(data)
+
+
+# -- client quotas -------------------------------------------------------------------------------
+
+
+def test_sanitize_as_kafka() -> None:
+    # Java's URLEncoder keeps letters, digits and .-*_ (then * becomes %2A, + for a space %20)
+    assert zn.sanitize("alice") == "alice"
+    assert zn.sanitize("a b*c~d/é.-_") == "a%20b%2Ac%7Ed%2F%C3%A9.-_"
+    assert zn.sanitize("<default>") == "%3Cdefault%3E"  # never the default entity's name
+    assert zn.desanitize("a+b%20c") == "a b c"
+    for name in ("alice", "a b*c~d/é.-_", "CN=x,O=y", "100%"):
+        assert zn.desanitize(zn.sanitize(name)) == name
+
+
+def test_quota_entity_paths_are_kafkas() -> None:
+    assert zn.quota_entity_path({"user": "alice"}) == "/config/users/alice"
+    assert zn.quota_entity_path({"user": None}) == "/config/users/<default>"
+    assert zn.quota_entity_path({"client-id": "my app"}) == "/config/clients/my%20app"
+    assert zn.quota_entity_path({"client-id": None}) == "/config/clients/<default>"
+    assert zn.quota_entity_path({"user": "CN=a", "client-id": None}) == (
+        "/config/users/CN%3Da/clients/<default>")
+    assert zn.entity_name_of("<default>") is None
+    assert zn.entity_name_of("my%20app") == "my app"
+
+
+def test_quota_values_as_config_strings() -> None:
+    assert zn.encode_quota(1024.0) == "1024"
+    assert zn.encode_quota(12.5) == "12.5"
+    config = {"producer_byte_rate": "1024", "SCRAM-SHA-256": "salt=...", "request_percentage":
+              "x"}
+    assert zn.decode_quotas(config, ("producer_byte_rate", "request_percentage")) == {
+        "producer_byte_rate": 1024.0}
