@@ -60,18 +60,21 @@ class Rate:
         return sum(n for t, n in self.events if start <= t < end)
 
 
+VALUE = b"x" * 10_000
+
+
 def run_producer(bootstrap: str, topic: str, client_id: str, rate: Rate, stop: threading.Event,
-                 limit_bytes: int) -> None:
+                 count: int) -> None:
+    """Produce up to ``count`` values of 10 kB as fast as the broker takes them."""
     p = Producer({"bootstrap.servers": bootstrap, "client.id": client_id, "linger.ms": 5,
                   "acks": 1, "statistics.interval.ms": 500, "stats_cb": rate.stats,
                   "queue.buffering.max.kbytes": 4096})
-    value = b"x" * 10_000
     sent = 0
     try:
-        while not stop.is_set() and sent < limit_bytes:
+        while not stop.is_set() and sent < count:
             try:
-                p.produce(topic, value, on_delivery=rate.delivered)
-                sent += len(value)
+                p.produce(topic, VALUE, on_delivery=rate.delivered)
+                sent += 1
             except BufferError:  # the local queue is full: wait for acknowledgements
                 p.poll(0.05)
             p.poll(0)
@@ -90,9 +93,9 @@ def test_a_producer_over_its_quota_gets_its_rate_and_its_neighbour_is_untouched(
     stop = threading.Event()
     threads = [
         threading.Thread(target=run_producer, args=(broker.bootstrap, topic, "limited",
-                                                    limited, stop, 200 * MB)),
+                                                    limited, stop, 20_000)),
         threading.Thread(target=run_producer, args=(broker.bootstrap, topic, "free",
-                                                    free, stop, 150 * MB)),
+                                                    free, stop, 15_000)),
     ]
     for t in threads:
         t.start()
@@ -111,7 +114,9 @@ def test_a_producer_over_its_quota_gets_its_rate_and_its_neighbour_is_untouched(
     assert limited.max_throttle_ms > 0, "its responses carried throttle_time_ms"
     assert free.max_throttle_ms == 0, "the unlimited producer was never throttled"
     free_total = sum(n for _, n in free.events)
-    assert free_total == 150 * MB, "the unlimited producer got everything acknowledged"
+    assert free_total == 15_000 * len(VALUE), "the unlimited producer got all acknowledged"
+    free_span = free.events[-1][0] - free.events[0][0]
+    assert free_total / free_span > 5 * measured, "and went far faster"
     samples = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
     assert any(line.startswith("kafka_server_produce_throttle_time{")
                and 'client_id="limited"' in line for line in samples.splitlines())
@@ -146,10 +151,10 @@ def test_a_consumer_over_its_quota_is_slowed_and_the_quota_can_be_lifted(make_br
         assert got / elapsed < 2.0 * MB, f"read {got / elapsed / MB:.2f} MB/s"
         set_quota(broker.bootstrap, [("client-id", "slow-reader")], "consumer_byte_rate", None)
         deadline = time.monotonic() + 30
-        while got < 8 * MB and time.monotonic() < deadline:  # the rest comes once lifted
+        while got < 8_000_000 and time.monotonic() < deadline:  # the rest comes once lifted
             for m in c.consume(100, 0.5):
                 if m.error() is None:
                     got += len(m.value())
-        assert got == 8 * MB
+        assert got == 8_000_000
     finally:
         c.close()
