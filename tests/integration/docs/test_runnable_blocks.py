@@ -12,7 +12,10 @@ Fenced blocks, by their info string:
   whatever else runs on the machine. What the script leaves running in the background (a broker
   it started with ``&``) is stopped with its process group.
 - ```` ```bash not-runnable: <reason> ````: shown, not run, for commands that cannot be run
-  here (they run until Ctrl-C, or for many minutes); the reason is required.
+  here (they run until Ctrl-C, or for many minutes, or change the environment); the reason is
+  required. docs/kafka-tools.md's catalogue of Kafka tool command shapes (``$B``, ``[--opt]``) is
+  such a block too; ``test_the_kafka_tools_catalogue_is_what_the_tools_tests_run`` checks each
+  line against the calls of tests/integration/kafka_tools, which run them.
 - Any other ``bash``/``sh``/``shell``/``console``/``zsh`` block, or a block without a language,
   fails ``test_every_shell_block_is_run_or_excluded``. Output, synopses and diagrams are
   ```` ```text ```` (or ``mermaid``, ``python``, ``properties``, ...), which are not run.
@@ -22,12 +25,18 @@ A page that needs more than a broker says so in an HTML comment, ``<!-- runnable
 entries of this checkout, so ``compat/...`` and ``python -m bench`` resolve; files the page writes
 stay in the run directory), ``zookeeper`` (Debian's ZooKeeper jar, which the page starts itself),
 ``kafka-tools`` (Kafka 4.4's jars in ``~/.cache/strom-compat``, fetched once as the Kafka tools
-tests do), ``spark`` (PySpark and Java). A missing prerequisite fails the page, saying what to
-install, as the tests that use it do.
+tests do), ``spark`` (PySpark and Java; its JVMs get ``JAVA_TOOL_OPTIONS`` for C1-only compiling
+and the serial GC, which only shorten these short runs). A missing prerequisite fails the page,
+saying what to install, as the tests that use it do.
+
+A command expected to fail is written so that success fails the script: ``exits N COMMAND``
+with the one-line function the page defines where it uses it, or ``if COMMAND; then exit 1; fi``
+(``cmd || test $? = N`` would pass when ``cmd`` succeeds).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import re
@@ -43,6 +52,7 @@ import pytest
 
 from ..broker import free_port
 from ..kafka_tools import jars
+from ..kafka_tools.tools import MAIN_CLASSES
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -51,6 +61,9 @@ _FENCE = re.compile(r"^([ \t]*)(`{3,})[ \t]*(.*)$")
 _SETUP = re.compile(r"<!--\s*runnable-setup:\s*(.*?)\s*-->")
 _PAGE_PORT = re.compile(r"\b(?:localhost|127\.0\.0\.1):(\d{4,5})\b")
 SCRIPT_TIMEOUT = 150.0
+CATALOGUE = "not-runnable: a catalogue of command shapes; tests/integration/kafka_tools runs each line"
+TOOLS_TESTS = ROOT / "tests" / "integration" / "kafka_tools"
+_OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -157,7 +170,7 @@ def _kafka_tools(run_dir: Path) -> dict[str, str]:
 def _spark(run_dir: Path) -> dict[str, str]:
     if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
         pytest.fail("PySpark and Java are needed (pip install 'strom[spark]')")
-    return {}
+    return {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
 SETUPS = {"checkout": _checkout, "zookeeper": _zookeeper, "kafka-tools": _kafka_tools,
@@ -211,6 +224,100 @@ def test_ports_are_replaced() -> None:
     assert out[0] == "strom topics list -b 127.0.0.1:40000"
     assert out[2].endswith(f"127.0.0.1:{zk}/strom --partitions 9093")  # a count, not a port
     assert out[3] == f"strom topics list -b localhost:{b}"
+
+
+def _literal_options(node: ast.AST) -> set[str]:
+    return {c.value for c in ast.walk(node)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("--")}
+
+
+def _named_options(tree: ast.Module) -> dict[str, set[str]]:
+    """name -> the options of the literals assigned to it anywhere in a module (``PRINT = [...]``,
+    ``for scope in (["--broker-id", "0"], ["--topic", topic])``): an over-approximation."""
+    named: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        pairs = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, ast.For):
+            pairs = [(node.target, node.iter)]
+        for target, value in pairs:
+            if isinstance(target, ast.Name):
+                named.setdefault(target.id, set()).update(_literal_options(value))
+    return named
+
+
+def _tool_calls() -> dict[str, list[set[str]]]:
+    """tool -> the option sets of each call of it in the Kafka tools tests: the string literals
+    starting with ``--`` among a call's arguments (``run("kafka-topics", "--list", ...)``), also
+    through names bound to literals. A helper that passes its ``*args`` on (``def get(*args):
+    return run("kafka-get-offsets", "--bootstrap-server", bs, *args)``) counts with the options
+    of each call of it."""
+    calls: dict[str, list[set[str]]] = {}
+    for path in sorted(TOOLS_TESTS.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        named = _named_options(tree)
+
+        def options(args: list[ast.expr], named=named) -> set[str]:
+            found = set()
+            for arg in args:
+                found |= _literal_options(arg)
+                for n in ast.walk(arg):
+                    if isinstance(n, ast.Name):
+                        found |= named.get(n.id, set())
+            return found
+
+        helpers: dict[str, tuple[str, set[str]]] = {}
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if (isinstance(node, ast.Call) and node.args
+                        and isinstance(node.args[0], ast.Constant)
+                        and node.args[0].value in MAIN_CLASSES):
+                    calls.setdefault(node.args[0].value, []).append(options(node.args[1:]))
+                    if func.args.vararg and any(
+                            isinstance(a, ast.Starred) and isinstance(a.value, ast.Name)
+                            and a.value.id == func.args.vararg.arg for a in node.args):
+                        helpers[func.name] = (node.args[0].value, options(node.args[1:]))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in helpers):
+                tool, fixed = helpers[node.func.id]
+                calls[tool].append(fixed | options(node.args))
+    return calls
+
+
+def catalogue_lines(body: str) -> list[str]:
+    """The command lines of a catalogue block: continuations joined, comments dropped."""
+    lines = []
+    for line in body.replace("\\\n", " ").splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if line and not line.startswith("#"):
+            lines.append(line)
+    return lines
+
+
+def test_the_kafka_tools_catalogue_is_what_the_tools_tests_run() -> None:
+    """docs/kafka-tools.md lists command shapes instead of running them (a JVM each, and the
+    tools tests already run and check every one): each line's tool must be run by some call of
+    tests/integration/kafka_tools with every option the line names."""
+    page = ROOT / "docs" / "kafka-tools.md"
+    catalogue = [b for b in blocks("docs/kafka-tools.md", page.read_text())
+                 if b.info == f"bash {CATALOGUE}"]
+    calls = _tool_calls()
+    checked, missing = 0, []
+    for block in catalogue:
+        for line in catalogue_lines(block.body):
+            tool = line.split()[0]
+            optional = [set(_OPTION.findall(g)) for g in re.findall(r"\[([^\]]*)\]", line)]
+            required = set(_OPTION.findall(re.sub(r"\[[^\]]*\]", "", line)))
+            checked += 1
+            for wanted in [required | g for g in optional if g] or [required]:
+                if not any(wanted <= call for call in calls.get(tool, [])):
+                    missing.append(f"{line}\n    (no call of {tool} with {sorted(wanted)})")
+    assert len(catalogue) >= 9 and checked >= 50, (len(catalogue), checked)
+    assert not missing, "lines no tools test runs:\n" + "\n".join(missing)
 
 
 @pytest.mark.parametrize(("page", "script", "setups"), SCRIPTS, ids=[p for p, _, _ in SCRIPTS])
