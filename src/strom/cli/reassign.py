@@ -412,7 +412,7 @@ def _cancel(cluster: Cluster, moves: dict[Move, list[int]]) -> None:
 
 # -- replication throttles (Kafka's kafka-reassign-partitions --throttle) ---------------------
 
-_INCREMENTAL_ALTER_CONFIGS = 44
+_DESCRIBE_CONFIGS, _INCREMENTAL_ALTER_CONFIGS = 32, 44
 _TOPIC_RESOURCE, _BROKER_RESOURCE = 2, 4
 _SET, _DELETE = 0, 1
 _RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
@@ -445,13 +445,37 @@ def _set_throttles(cluster: Cluster, rate: int, current: dict[Move, list[int]],
 
 
 def _clear_throttles(cluster: Cluster, moves: dict[Move, list[int]]) -> None:
-    for broker in sorted(cluster.brokers):
-        _alter(cluster, broker, _BROKER_RESOURCE, str(broker),
-               [(name, _DELETE, None) for name in _RATES])
-    for topic in sorted({t for t, _ in moves}):
+    """Remove the throttles a --throttle execution set: the topics' throttled replicas and the
+    brokers' rates. Nothing is touched when the topics have no throttled replicas (no
+    throttled move); a broker that cannot be reached keeps its rate, said on stderr."""
+    topics = sorted({t for t, _ in moves})
+    if not _throttled_topics(cluster, topics):
+        return
+    for topic in topics:
         _alter(cluster, None, _TOPIC_RESOURCE, topic, [(name, _DELETE, None) for name in _REPLICAS])
-    typer.echo("Throttles cleared (brokers: " + ",".join(map(str, sorted(cluster.brokers)))
-               + "; topics: " + ",".join(sorted({t for t, _ in moves})) + ")")
+    cleared = []
+    for broker in sorted(cluster.brokers):
+        try:
+            _alter(cluster, broker, _BROKER_RESOURCE, str(broker),
+                   [(name, _DELETE, None) for name in _RATES])
+            cleared.append(broker)
+        except CliError as e:
+            typer.echo(f"Could not clear the throttle rates of broker {broker} ({e}); run this "
+                       "again once it is back", err=True)
+    typer.echo("Throttles cleared (brokers: " + ",".join(map(str, cleared))
+               + "; topics: " + ",".join(topics) + ")")
+
+
+def _throttled_topics(cluster: Cluster, topics: list[str]) -> list[str]:
+    """The topics among ``topics`` with throttled replicas set."""
+    conn = cluster.any_conn()
+    version = conn.version(_DESCRIBE_CONFIGS, 4, "DescribeConfigs")
+    resp = conn.call(_DESCRIBE_CONFIGS, version, {
+        "resources": [{"resource_type": _TOPIC_RESOURCE, "resource_name": t,
+                       "configuration_keys": list(_REPLICAS)} for t in topics],
+        "include_synonyms": False, "include_documentation": False})
+    return [r.resource_name for r in resp.results
+            if not r.error_code and any(c.value for c in r.configs if c.name in _REPLICAS)]
 
 
 def _alter(cluster: Cluster, broker: int | None, resource_type: int, name: str,

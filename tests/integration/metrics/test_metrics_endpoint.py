@@ -197,3 +197,32 @@ def test_metrics_off_serves_nothing_and_the_broker_says_so(make_broker) -> None:
     topic = f"m-{uuid.uuid4().hex[:6]}"
     create_topic(broker.bootstrap, topic, partitions=1)
     produce(broker.bootstrap, topic, [b"v"] * 3, 0)
+
+
+def test_lag_of_a_kip848_group_member(broker) -> None:
+    """A consumer of the KIP-848 protocol (group.protocol=consumer): its committed offsets give
+    the same lag as a classic group's."""
+    topic = f"m-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, partitions=1)
+    produce(broker.bootstrap, topic, [b"z"] * 40, 0)
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "group.protocol": "consumer", "enable.auto.commit": False,
+                  "auto.offset.reset": "earliest"})
+    try:
+        c.subscribe([topic])
+        got = 0
+        deadline = time.monotonic() + 30
+        while got < 25 and time.monotonic() < deadline:
+            for m in c.consume(25 - got, 1.0):
+                assert m.error() is None
+                got += 1
+        assert got == 25
+        c.commit(offsets=[TopicPartition(topic, 0, 25)], asynchronous=False)
+        lag = {"consumergroup": group, "topic": topic, "partition": "0"}
+        samples = wait_for(broker.metrics_url,
+                           lambda s: value(s, "kafka_consumergroup_lag", **lag) == 15)
+        assert value(samples, "kafka_consumergroup_lag", **lag) == 15
+        assert value(samples, "kafka_consumergroup_lag_sum", consumergroup=group) == 15
+    finally:
+        c.close()
