@@ -1,57 +1,362 @@
-"""The documentation cannot drift from the code: the fenced blocks marked ```bash runnable in
-the README and in each page of docs/ run, one page at a time, in order, as one bash script in a
-fresh directory, and must succeed. A fresh broker serves them (its address replaces
-localhost:9092 and is $STROM_BOOTSTRAP_SERVER, its metrics endpoint replaces localhost:9404); a page may start its own broker in the
-background, which is stopped with the script's process group."""
+"""The documentation cannot drift from the code: every shell command the README and the pages of
+docs/ show is run by this test, or excluded on purpose with a reason the page shows.
+
+Fenced blocks, by their info string:
+
+- ```` ```bash runnable ````: run. A page's runnable blocks are joined in order into one
+  ``bash -euo pipefail`` script, run in a fresh directory against a fresh broker, and must exit 0.
+  ``localhost:9092`` is that broker's address (also ``$STROM_BOOTSTRAP_SERVER``) and
+  ``localhost:9404`` its metrics endpoint; ``PATH`` starts
+  with this venv's ``bin`` (``strom``, ``python``). Every other port a page names as
+  ``localhost:N`` or ``127.0.0.1:N`` (its own brokers, ZooKeeper, a closed port) is replaced by a
+  free port, wherever ``N`` follows a ``:`` or ``=`` in the script, so pages never collide with
+  whatever else runs on the machine. What the script leaves running in the background (a broker
+  it started with ``&``) is stopped with its process group.
+- ```` ```bash not-runnable: <reason> ````: shown, not run, for commands that cannot be run
+  here (they run until Ctrl-C, or for many minutes, or change the environment); the reason is
+  required. docs/kafka-tools.md's catalogue of Kafka tool command shapes (``$B``, ``[--opt]``) is
+  such a block too; ``test_the_kafka_tools_catalogue_is_what_the_tools_tests_run`` checks each
+  line against the calls of tests/integration/kafka_tools, which run them.
+- Any other ``bash``/``sh``/``shell``/``console``/``zsh`` block, or a block without a language,
+  fails ``test_every_shell_block_is_run_or_excluded``. Output, synopses and diagrams are
+  ```` ```text ```` (or ``mermaid``, ``python``, ``properties``, ...), which are not run.
+
+A page that needs more than a broker says so in an HTML comment, ``<!-- runnable-setup: NAME,
+... -->``, from ``SETUPS`` below: ``checkout`` (the run directory holds links to the top-level
+entries of this checkout, so ``compat/...`` and ``python -m bench`` resolve; files the page writes
+stay in the run directory), ``zookeeper`` (Debian's ZooKeeper jar, which the page starts itself),
+``kafka-tools`` (Kafka 4.4's jars in ``~/.cache/strom-compat``, fetched once as the Kafka tools
+tests do), ``spark`` (PySpark and Java; its JVMs get ``JAVA_TOOL_OPTIONS`` for C1-only compiling
+and the serial GC, which only shorten these short runs). A missing prerequisite fails the page,
+saying what to install, as the tests that use it do.
+
+A command expected to fail is written so that success fails the script: ``exits N COMMAND``
+with the one-line function the page defines where it uses it, or ``if COMMAND; then exit 1; fi``
+(``cmd || test $? = N`` would pass when ``cmd`` succeeds).
+"""
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from ..broker import free_port
+from ..kafka_tools import jars
+from ..kafka_tools.tools import MAIN_CLASSES
+
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-_BLOCK = re.compile(r"^```bash runnable\n(.*?)^```$", re.M | re.S)
+SHELLS = {"bash", "sh", "shell", "console", "zsh"}
+_FENCE = re.compile(r"^([ \t]*)(`{3,})[ \t]*(.*)$")
+_SETUP = re.compile(r"<!--\s*runnable-setup:\s*(.*?)\s*-->")
+_PAGE_PORT = re.compile(r"\b(?:localhost|127\.0\.0\.1):(\d{4,5})\b")
+SCRIPT_TIMEOUT = 150.0
+CATALOGUE = "not-runnable: a catalogue of command shapes; tests/integration/kafka_tools runs each line"
+TOOLS_TESTS = ROOT / "tests" / "integration" / "kafka_tools"
+_OPTION = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
 
 pytestmark = pytest.mark.timeout(180)
 
 
-def _scripts() -> list[tuple[str, str]]:
-    """(page, its runnable blocks joined) for each page that has some."""
+@dataclass(frozen=True)
+class Block:
+    page: str
+    line: int  # of the opening fence, 1-based
+    info: str  # the fence's info string
+    body: str
+
+    @property
+    def language(self) -> str:
+        return self.info.split(maxsplit=1)[0] if self.info else ""
+
+
+def blocks(page: str, text: str) -> list[Block]:
+    """The fenced blocks of a Markdown text (indented ones too, dedented by their fence)."""
+    found, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, info = m.groups()
+        end = i + 1
+        while end < len(lines) and lines[end].strip() != fence:
+            end += 1
+        body = [ln[len(indent):] if ln.startswith(indent) else ln for ln in lines[i + 1:end]]
+        found.append(Block(page, i + 1, info.strip(), "\n".join(body) + "\n"))
+        i = end + 1
+    return found
+
+
+def problems(blocks_: list[Block]) -> list[str]:
+    """Blocks that are shell commands neither run nor excluded with a reason."""
+    out = []
+    for b in blocks_:
+        where = f"{b.page}:{b.line}"
+        if not b.info:
+            out.append(f"{where}: a block without a language; mark commands `bash runnable` (or "
+                       "`bash not-runnable: <reason>`), output and synopses `text`")
+        elif b.language in SHELLS:
+            rest = b.info[len(b.language):].strip()
+            if b.language == "bash" and rest == "runnable":
+                continue
+            if re.fullmatch(r"not-runnable:\s*\S.*", rest):
+                continue
+            out.append(f"{where}: ```{b.info} is neither `bash runnable` nor "
+                       "`<shell> not-runnable: <reason>`")
+    return out
+
+
+def _page_name(doc: Path) -> str:
+    return doc.relative_to(ROOT).as_posix()
+
+
+def _setups(text: str) -> list[str]:
+    return [s.strip() for m in _SETUP.findall(text) for s in m.split(",") if s.strip()]
+
+
+def _scripts() -> list[tuple[str, str, list[str]]]:
+    """(page, its runnable blocks joined, its setups) for each page that has runnable blocks."""
     found = []
     for doc in DOCS:
-        blocks = _BLOCK.findall(doc.read_text())
-        if blocks:
-            found.append((doc.relative_to(ROOT).as_posix(), "\n".join(blocks)))
+        text = doc.read_text()
+        runnable = [b.body for b in blocks(_page_name(doc), text) if b.info == "bash runnable"]
+        if runnable:
+            found.append((_page_name(doc), "\n".join(runnable), _setups(text)))
     return found
 
 
 SCRIPTS = _scripts()
 
 
-def test_the_readme_and_the_security_walk_through_are_runnable() -> None:
-    assert {"README.md", "docs/security.md"} <= {page for page, _ in SCRIPTS}
+# --------------------------------------------------------------------------- what pages need
 
 
-@pytest.mark.parametrize(("page", "script"), SCRIPTS, ids=[p for p, _ in SCRIPTS])
-def test_runnable_blocks(page: str, script: str, make_broker, tmp_path) -> None:
+def _checkout(run_dir: Path) -> dict[str, str]:
+    for entry in ROOT.iterdir():
+        if entry.name not in (".git", ".venv") and not (run_dir / entry.name).exists():
+            (run_dir / entry.name).symlink_to(entry)
+    return {}
+
+
+def _zookeeper(run_dir: Path) -> dict[str, str]:
+    if not Path("/usr/share/java/zookeeper.jar").exists():
+        pytest.fail("/usr/share/java/zookeeper.jar is missing: install Debian's zookeeper "
+                    "package (make system-deps)")
+    if shutil.which("java") is None:
+        pytest.fail("java is not installed")
+    return {}
+
+
+def _kafka_tools(run_dir: Path) -> dict[str, str]:
+    missing = [t for t in (("java",) if jars.is_cached() else ("java", "mvn"))
+               if shutil.which(t) is None]
+    if missing:
+        pytest.fail(f"{' and '.join(missing)} not installed (Java 17+ and Maven run Kafka's tools)")
+    jars.ensure_libs()
+    return {}
+
+
+def _spark(run_dir: Path) -> dict[str, str]:
+    if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
+        pytest.fail("PySpark and Java are needed (pip install 'strom[spark]')")
+    return {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+
+
+SETUPS = {"checkout": _checkout, "zookeeper": _zookeeper, "kafka-tools": _kafka_tools,
+          "spark": _spark}
+
+
+def localize(script: str, bootstrap: str, metrics: str = "127.0.0.1:9404") -> str:
+    """localhost:9092 becomes ``bootstrap``, localhost:9404 ``metrics`` (the test broker's
+    endpoint); every other port the page names a free port."""
+    script = script.replace("localhost:9092", bootstrap).replace("localhost:9404", metrics)
+    taken = {bootstrap.rsplit(":", 1)[1], metrics.rsplit(":", 1)[1]}
+    for port in sorted({p for p in _PAGE_PORT.findall(script) if p not in taken}):
+        script = re.sub(rf"(?<=[:=]){port}\b", str(free_port()), script)
+    return script
+
+
+# --------------------------------------------------------------------------- the tests
+
+
+def test_every_shell_block_is_run_or_excluded() -> None:
+    found = []
+    for doc in DOCS:
+        text = doc.read_text()
+        found += problems(blocks(_page_name(doc), text))
+        found += [f"{_page_name(doc)}: unknown runnable-setup {s!r} (known: {sorted(SETUPS)})"
+                  for s in _setups(text) if s not in SETUPS]
+    assert not found, "\n".join(found)
+
+
+def test_the_pages_with_commands_run_them() -> None:
+    """A guard on the parsing itself: these pages have runnable blocks."""
+    assert {page for page, _, _ in SCRIPTS} >= {
+        "README.md", "docs/benchmarks.md", "docs/cli.md", "docs/clusters.md",
+        "docs/consumer-groups.md", "docs/kafka-tools.md", "docs/security.md", "docs/spark.md",
+        "docs/transactions.md"}
+
+
+def test_the_checker_finds_unmarked_commands() -> None:
+    page = ("```\nstrom topics list\n```\n"
+            "```bash\nstrom topics list\n```\n"
+            "```console\n$ strom topics list\n```\n"
+            "```bash not-runnable:\nmake run\n```\n"
+            "```bash runnable\nstrom topics list\n```\n"
+            "```bash not-runnable: runs until Ctrl-C\nmake run\n```\n"
+            "```text\nclicks\n```\n"
+            "- a list\n\n  ```sh\n  strom topics list\n  ```\n")
+    found = problems(blocks("page.md", page))
+    assert [p.split(":")[1] for p in found] == ["1", "4", "7", "10", "24"], found
+
+
+def test_ports_are_replaced() -> None:
+    script = ("strom topics list -b localhost:9092\n"
+              "strom broker --override listeners=PLAINTEXT://127.0.0.1:9093 clientPort=2181\n"
+              "strom broker --override zookeeper.connect=127.0.0.1:2181/strom --partitions 9093\n"
+              "strom topics list -b localhost:9093\n")
+    out = localize(script, "127.0.0.1:40000").splitlines()
+    m = re.fullmatch(r".*127\.0\.0\.1:(\d+) clientPort=(\d+)", out[1])
+    assert m and len({"9093", "2181", *m.groups()}) == 4, out
+    b, zk = m.groups()
+    assert out[0] == "strom topics list -b 127.0.0.1:40000"
+    assert out[2].endswith(f"127.0.0.1:{zk}/strom --partitions 9093")  # a count, not a port
+    assert out[3] == f"strom topics list -b localhost:{b}"
+
+
+def _literal_options(node: ast.AST) -> set[str]:
+    return {c.value for c in ast.walk(node)
+            if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("--")}
+
+
+def _named_options(tree: ast.Module) -> dict[str, set[str]]:
+    """name -> the options of the literals assigned to it anywhere in a module (``PRINT = [...]``,
+    ``for scope in (["--broker-id", "0"], ["--topic", topic])``): an over-approximation."""
+    named: dict[str, set[str]] = {}
+    for node in ast.walk(tree):
+        pairs = []
+        if isinstance(node, ast.Assign):
+            pairs = [(t, node.value) for t in node.targets]
+        elif isinstance(node, ast.For):
+            pairs = [(node.target, node.iter)]
+        for target, value in pairs:
+            if isinstance(target, ast.Name):
+                named.setdefault(target.id, set()).update(_literal_options(value))
+    return named
+
+
+def _tool_calls() -> dict[str, list[set[str]]]:
+    """tool -> the option sets of each call of it in the Kafka tools tests: the string literals
+    starting with ``--`` among a call's arguments (``run("kafka-topics", "--list", ...)``), also
+    through names bound to literals. A helper that passes its ``*args`` on (``def get(*args):
+    return run("kafka-get-offsets", "--bootstrap-server", bs, *args)``) counts with the options
+    of each call of it."""
+    calls: dict[str, list[set[str]]] = {}
+    for path in sorted(TOOLS_TESTS.glob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        named = _named_options(tree)
+
+        def options(args: list[ast.expr], named=named) -> set[str]:
+            found = set()
+            for arg in args:
+                found |= _literal_options(arg)
+                for n in ast.walk(arg):
+                    if isinstance(n, ast.Name):
+                        found |= named.get(n.id, set())
+            return found
+
+        helpers: dict[str, tuple[str, set[str]]] = {}
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if (isinstance(node, ast.Call) and node.args
+                        and isinstance(node.args[0], ast.Constant)
+                        and node.args[0].value in MAIN_CLASSES):
+                    calls.setdefault(node.args[0].value, []).append(options(node.args[1:]))
+                    if func.args.vararg and any(
+                            isinstance(a, ast.Starred) and isinstance(a.value, ast.Name)
+                            and a.value.id == func.args.vararg.arg for a in node.args):
+                        helpers[func.name] = (node.args[0].value, options(node.args[1:]))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in helpers):
+                tool, fixed = helpers[node.func.id]
+                calls[tool].append(fixed | options(node.args))
+    return calls
+
+
+def catalogue_lines(body: str) -> list[str]:
+    """The command lines of a catalogue block: continuations joined, comments dropped."""
+    lines = []
+    for line in body.replace("\\\n", " ").splitlines():
+        line = line.split(" #", 1)[0].strip()
+        if line and not line.startswith("#"):
+            lines.append(line)
+    return lines
+
+
+def test_the_kafka_tools_catalogue_is_what_the_tools_tests_run() -> None:
+    """docs/kafka-tools.md lists command shapes instead of running them (a JVM each, and the
+    tools tests already run and check every one): each line's tool must be run by some call of
+    tests/integration/kafka_tools with every option the line names."""
+    page = ROOT / "docs" / "kafka-tools.md"
+    catalogue = [b for b in blocks("docs/kafka-tools.md", page.read_text())
+                 if b.info == f"bash {CATALOGUE}"]
+    calls = _tool_calls()
+    checked, missing = 0, []
+    for block in catalogue:
+        for line in catalogue_lines(block.body):
+            tool = line.split()[0]
+            optional = [set(_OPTION.findall(g)) for g in re.findall(r"\[([^\]]*)\]", line)]
+            required = set(_OPTION.findall(re.sub(r"\[[^\]]*\]", "", line)))
+            checked += 1
+            for wanted in [required | g for g in optional if g] or [required]:
+                if not any(wanted <= call for call in calls.get(tool, [])):
+                    missing.append(f"{line}\n    (no call of {tool} with {sorted(wanted)})")
+    assert len(catalogue) >= 9 and checked >= 50, (len(catalogue), checked)
+    assert not missing, "lines no tools test runs:\n" + "\n".join(missing)
+
+
+def _params() -> list:
+    """One per page; a page that would fetch Kafka's jars first gets Maven's time too (as the
+    first Kafka tools test does: this package runs before that one)."""
+    params = []
+    for page, script, setups in SCRIPTS:
+        marks = ([pytest.mark.timeout(jars.FETCH_TIMEOUT + 180)]
+                 if "kafka-tools" in setups and not jars.is_cached() else [])
+        params.append(pytest.param(page, script, setups, id=page, marks=marks))
+    return params
+
+
+@pytest.mark.parametrize(("page", "script", "setups"), _params())
+def test_runnable_blocks(page: str, script: str, setups: list[str], make_broker,
+                         tmp_path) -> None:
     broker = make_broker()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "STROM_BOOTSTRAP_SERVER": broker.bootstrap}
-    script = script.replace("localhost:9092", broker.bootstrap).replace(
-        "localhost:9404", broker.metrics_url.removeprefix("http://").removesuffix("/metrics"))
+    for name in setups:
+        env.update(SETUPS[name](tmp_path))
+    script = localize(script, broker.bootstrap,
+                      broker.metrics_url.removeprefix("http://").removesuffix("/metrics"))
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
                             start_new_session=True)  # its own process group, stopped below
     try:
-        out, err = proc.communicate(timeout=150)
+        out, err = proc.communicate(timeout=SCRIPT_TIMEOUT)
     finally:
         _stop_group(proc.pid)
     assert proc.returncode == 0, (f"{page} failed ({proc.returncode})\n"
