@@ -77,7 +77,7 @@ compat-java-cluster: $(STAMP) system-deps
 	$(BIN)/python compat/run_broker.py strom-cluster --strom $(BIN)/strom -- \
 	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_CLUSTER) $(COMPAT_ARGS)
 
-# The marker names the broker pom's hash (as tests/integration/kafka_tools/jars.py): a copy made
+# The marker names the broker pom's hash (as compat/kafka_dist.py): a copy made
 # from an older pom is fetched again.
 COMPAT_KAFKA_MARK = $(COMPAT_KAFKA_LIBS)/.pom-$(shell sha256sum compat/java/kafka-broker/pom.xml | cut -c1-16)
 compat-kafka-libs:

@@ -1,6 +1,6 @@
 """The broker under test as an object: start, wait until ready, stop, kill -9, CPU and RSS.
 
-A :class:`BrokerSpec` says how to launch one kind of broker (Strom, Tansu); a
+A :class:`BrokerSpec` says how to launch one kind of broker (Strom, Tansu, Kafka); a
 :class:`BrokerProcess` is one running instance with its own fresh data directory and port.
 """
 
@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import time
@@ -32,16 +33,21 @@ class BrokerSpec:
     """How to launch one kind of broker.
 
     ``command(port, data_dir)`` builds the argv. ``persistent`` says whether the broker keeps its
-    data across a restart (Tansu's memory storage does not).
+    data across a restart (Tansu's memory storage does not). ``prepare(port, data_dir)``, if
+    given, runs once before the first start (Kafka writes its config and formats its storage).
+    ``ready_marker`` is the log line that says the broker listens; a broker that prints none
+    (Kafka logs nothing below ERROR without a log4j2 config) is asked ApiVersions instead.
     """
 
     label: str
-    kind: str  # "strom" or "tansu"
+    kind: str  # "strom", "tansu" or "kafka"
     command: Callable[[int, Path], list[str]]
     persistent: bool
     version: str = ""
     notes: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    prepare: Callable[[int, Path], None] | None = None
+    ready_marker: str | None = READY_MARKER
 
 
 def strom_spec(
@@ -96,6 +102,56 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def api_versions_ok(port: int, timeout: float = 1.0) -> bool:
+    """Whether the broker answers ApiVersions v0 without error: it serves requests, not just
+    accepts connections (Kafka binds its port well before it processes anything)."""
+    client_id = b"strom-bench"
+    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+            s.sendall(struct.pack(">i", len(body)) + body)
+            head = _recv_exact(s, 4)
+            payload = _recv_exact(s, struct.unpack(">i", head)[0])
+    except (OSError, EOFError, struct.error):
+        return False
+    if len(payload) < 6:
+        return False
+    correlation, error = struct.unpack(">ih", payload[:6])
+    return correlation == 1 and error == 0
+
+
+def listening(port: int) -> bool:
+    """Whether some socket listens on ``port`` (/proc/net/tcp and tcp6, state 0A).
+
+    Connecting to a port nobody has bound yet can, now and then, connect the socket to itself
+    (Linux may pick the destination port as the source port) and so hold the port the broker
+    is about to bind: Kafka then dies with "Address already in use". So the probe connects only
+    once the port is bound.
+    """
+    suffix = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] == "0A" and fields[1].endswith(suffix):
+                        return True
+        except OSError:
+            continue
+    return False
+
+
+def _recv_exact(s: socket.socket, n: int) -> bytes:
+    buf = b""
+    while len(buf) < n:
+        chunk = s.recv(n - len(buf))
+        if not chunk:
+            raise EOFError("connection closed")
+        buf += chunk
+    return buf
+
+
 def _port_open(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.2):
@@ -132,6 +188,8 @@ class BrokerProcess:
         """Launch the broker (same port and data directory on every restart)."""
         if self.proc is not None and self.proc.poll() is None:
             raise BrokerError("already running")
+        if self._starts == 0 and self.spec.prepare is not None:
+            self.spec.prepare(self.port, self.data_dir)
         self._starts += 1
         self._log_path = self.data_dir / f"broker-{self._starts}.log"
         self._log_seen, self._log_tail_bytes, self._marker_found = 0, b"", False
@@ -161,7 +219,12 @@ class BrokerProcess:
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive()
-            if self._marker_seen() and _port_open(self.port):
+            if self.spec.ready_marker is None:
+                if listening(self.port) and api_versions_ok(
+                    self.port, timeout=max(0.05, min(1.0, deadline - time.monotonic()))
+                ):
+                    break
+            elif self._marker_seen() and _port_open(self.port):
                 break
             self._check_deadline(deadline, "to listen")
             time.sleep(0.01)
@@ -192,7 +255,8 @@ class BrokerProcess:
             self._kill_tree()
             self.proc.wait(10)
             return time.monotonic() - t0, False
-        return time.monotonic() - t0, rc in (0, -signal.SIGTERM)
+        # A JVM that shuts down on SIGTERM exits with 128 + 15.
+        return time.monotonic() - t0, rc in (0, -signal.SIGTERM, 128 + signal.SIGTERM)
 
     def kill9(self) -> None:
         """SIGKILL the broker (and any children it started), as a crash would."""
@@ -261,7 +325,7 @@ class BrokerProcess:
         text = (self._log_tail_bytes + fresh).decode(errors="replace").lower()
         self._log_seen += len(fresh)
         self._log_tail_bytes = (self._log_tail_bytes + fresh)[-256:]
-        self._marker_found = READY_MARKER in text
+        self._marker_found = (self.spec.ready_marker or READY_MARKER) in text
         return self._marker_found
 
     def _check_alive(self) -> None:

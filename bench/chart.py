@@ -1,5 +1,8 @@
 """A picture of one benchmark run: Strom/peer ratios, and throughput and latency per broker.
 
+A run may have several peers (Tansu and Kafka): the ratio panel has a bar per peer and row, the
+other panels a bar per broker.
+
 The numbers come either from the run itself (the outcomes the markdown report is built from) or
 from a saved report's table, so the chart of any result in docs/bench-results can be redrawn
 without running the benchmark again:
@@ -35,26 +38,32 @@ LATENCY_UNIT = "ms"
 
 @dataclass(frozen=True)
 class Entry:
-    """One row of the report: a scenario's metric with both brokers' medians and ranges."""
+    """One row of the report: a scenario's metric with every broker's median and range."""
 
     scenario: str  # the table's scenario title
     metric: str  # as the table prints it, unit included: "produce (MB/s)"
     unit: str  # one of the known units above, or "" (a count, or a unit the chart ignores)
     subject: Stat | None
-    peer: Stat | None
+    peers: tuple[Stat | None, ...]  # in the order of ChartData.peers
     judged: bool  # the row has a target
 
     @property
-    def ratio(self) -> float | None:
-        return report.ratio(
-            self.subject.median if self.subject else None,
-            self.peer.median if self.peer else None,
-        )
+    def peer(self) -> Stat | None:
+        """The first peer's numbers."""
+        return self.peers[0] if self.peers else None
+
+    def ratio_to(self, i: int) -> float | None:
+        """subject / the i-th peer, by medians."""
+        p = self.peers[i] if i < len(self.peers) else None
+        return report.ratio(self.subject.median if self.subject else None, p.median if p else None)
 
     @property
-    def subject_better(self) -> bool | None:
-        """Whether the subject's median beats the peer's; None without a ratio or a known unit."""
-        r = self.ratio
+    def ratio(self) -> float | None:
+        return self.ratio_to(0)
+
+    def better_than(self, i: int) -> bool | None:
+        """Whether the subject's median beats the i-th peer's; None without a ratio or unit."""
+        r = self.ratio_to(i)
         if r is None:
             return None
         if self.unit in HIGHER_IS_BETTER:
@@ -63,13 +72,21 @@ class Entry:
             return r < 1
         return None
 
+    @property
+    def subject_better(self) -> bool | None:
+        return self.better_than(0)
+
 
 @dataclass(frozen=True)
 class ChartData:
     title: str
     subject: str
-    peer: str
+    peers: tuple[str, ...]
     entries: tuple[Entry, ...]
+
+    @property
+    def peer(self) -> str:
+        return self.peers[0] if self.peers else ""
 
 
 def metric_text(label: str, unit: str) -> str:
@@ -81,10 +98,11 @@ def from_results(
     scenarios: Sequence[ScenarioRows],
     runs: Mapping[str, Mapping[str, Sequence[Outcome]]],
     subject: str,
-    peer: str,
+    peers: str | Sequence[str],
     title: str,
 ) -> ChartData:
     """The chart's data from a run's outcomes: the same cells the markdown table shows."""
+    names = (peers,) if isinstance(peers, str) else tuple(peers)
     entries = []
     for sc in scenarios:
         by_broker = runs.get(sc.name, {})
@@ -95,11 +113,11 @@ def from_results(
                     metric=metric_text(m.label, m.unit),
                     unit=m.unit if m.unit in HIGHER_IS_BETTER | LOWER_IS_BETTER else "",
                     subject=report.cell(by_broker.get(subject, ()), m).stat,
-                    peer=report.cell(by_broker.get(peer, ()), m).stat,
+                    peers=tuple(report.cell(by_broker.get(p, ()), m).stat for p in names),
                     judged=m.target is not None,
                 )
             )
-    return ChartData(title, subject, peer, tuple(entries))
+    return ChartData(title, subject, names, tuple(entries))
 
 
 _NUMBER = r"[\d,]+(?:\.\d+)?"
@@ -134,7 +152,9 @@ def from_markdown(text: str) -> ChartData:
     if start is None:
         raise ValueError("no '| Scenario | Metric |' table: not a python -m bench report")
     head = [c.strip() for c in _SPLIT.split(lines[start])[1:-1]]
-    subject, peer = (h.removesuffix(" median (min-max)") for h in head[2:4])
+    brokers = [h.removesuffix(" median (min-max)") for h in head if h.endswith(" median (min-max)")]
+    subject, peers = brokers[0], tuple(brokers[1:])
+    target_col = 2 + len(brokers) + len(peers)  # after the brokers' cells and the ratios
     rounds = re.search(r"^- Rounds: (\d+)", text, re.MULTILINE)
     n = int(rounds[1]) if rounds else 0
     entries, scenario = [], ""
@@ -149,11 +169,11 @@ def from_markdown(text: str) -> ChartData:
                 metric=cells[1],
                 unit=parse_unit(cells[1]),
                 subject=parse_cell(cells[2], n),
-                peer=parse_cell(cells[3], n),
-                judged=bool(cells[5]),
+                peers=tuple(parse_cell(c, n) for c in cells[3 : 2 + len(brokers)]),
+                judged=bool(cells[target_col]),
             )
         )
-    return ChartData(title_from_report(text), subject, peer, tuple(entries))
+    return ChartData(title_from_report(text), subject, peers, tuple(entries))
 
 
 def title_from_report(text: str) -> str:
@@ -164,7 +184,11 @@ def title_from_report(text: str) -> str:
         return m[1].strip() if m else ""
 
     heading = find(r"^# (.+)$")
-    peer_version = find(r"\) vs\. \*\*[^*]+\*\* ([^(]+) \(")
+    brokers = find(r"^- Brokers: (.+)$")
+    # Each peer's version follows its bold name: "vs. **Tansu** tansu 0.6.0 (...)".
+    peer_version = ", ".join(
+        v.strip() for v in re.findall(r"(?:vs\.|and) \*\*[^*]+\*\* ([^(]+) \(", brokers)
+    )
     commit = find(r"commit ([0-9a-f]{7,40})")
     machine = find(r"^- Machine: ([^;]+)")
     rounds = find(r"^- Rounds: (\d+)")
@@ -189,24 +213,41 @@ class Bar:
     label: str
     ratio: float
     subject_better: bool | None
+    peer: int = 0  # which peer the ratio is to (index into ChartData.peers)
 
 
-def ratio_bars(entries: Sequence[Entry]) -> list[Bar]:
-    """The judged rows that have a ratio, in the table's order."""
-    return [
-        Bar(f"{short_scenario(e.scenario)}: {e.metric}", e.ratio, e.subject_better)
-        for e in entries
-        if e.judged and e.ratio is not None
-    ]
+def ratio_bars(entries: Sequence[Entry], peers: Sequence[str] = ()) -> list[Bar]:
+    """The judged rows that have a ratio, in the table's order, one bar per peer.
+
+    With more than one peer each label says which peer its ratio is to.
+    """
+    n = max((len(e.peers) for e in entries), default=0)
+    bars = []
+    for e in entries:
+        if not e.judged:
+            continue
+        for i in range(n):
+            r = e.ratio_to(i)
+            if r is None:
+                continue
+            label = f"{short_scenario(e.scenario)}: {e.metric}"
+            if n > 1:
+                label += f" / {peers[i] if i < len(peers) else f'peer {i + 1}'}"
+            bars.append(Bar(label, r, e.better_than(i), i))
+    return bars
 
 
 @dataclass(frozen=True)
 class Group:
-    """A pair of bars, one per broker, for one scenario's metric."""
+    """Bars side by side, one per broker, for one scenario's metric."""
 
     label: str
     subject: Stat | None
-    peer: Stat | None
+    peers: tuple[Stat | None, ...]
+
+    @property
+    def peer(self) -> Stat | None:
+        return self.peers[0] if self.peers else None
 
 
 def broker_groups(entries: Sequence[Entry], unit: str) -> list[Group]:
@@ -215,14 +256,15 @@ def broker_groups(entries: Sequence[Entry], unit: str) -> list[Group]:
         Group(
             f"{short_scenario(e.scenario)}: {e.metric.removesuffix(f' ({unit})')}",
             e.subject,
-            e.peer,
+            e.peers,
         )
         for e in entries
-        if e.unit == unit and (e.subject or e.peer)
+        if e.unit == unit and (e.subject or any(e.peers))
     ]
 
 
 SUBJECT_COLOUR, PEER_COLOUR = "#3b6ea5", "#a0a0a0"
+PEER_COLOURS = (PEER_COLOUR, "#d9a441", "#7f6a9f")  # first peer grey as before, then the others
 BETTER_COLOUR, WORSE_COLOUR = "#2e8b57", "#c0392b"
 FONT = 9
 
@@ -233,7 +275,7 @@ def draw(data: ChartData, out: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    bars = ratio_bars(data.entries)
+    bars = ratio_bars(data.entries, data.peers)
     fig = Figure(figsize=(13, max(8.0, 0.25 * len(bars) + 2.0)), layout="constrained")
     FigureCanvasAgg(fig)
     grid = fig.add_gridspec(2, 2, width_ratios=(1, 1))
@@ -258,9 +300,8 @@ def _number(x: float) -> str:
 def _ratios(ax: Axes, bars: Sequence[Bar], data: ChartData) -> None:
     from matplotlib.transforms import offset_copy
 
-    ax.set_title(
-        f"(a) {data.subject}/{data.peer}, medians (the rows with a target)", fontsize=FONT + 1
-    )
+    vs = "/".join(data.peers) if len(data.peers) > 1 else data.peer
+    ax.set_title(f"(a) {data.subject}/{vs}, medians (the rows with a target)", fontsize=FONT + 1)
     if not bars:
         ax.text(0.5, 0.5, "no judged row has both brokers' numbers", ha="center")
         return
@@ -287,11 +328,11 @@ def _ratios(ax: Axes, bars: Sequence[Bar], data: ChartData) -> None:
         )
     ax.set_yticks(ys, [b.label for b in bars], fontsize=FONT)
     ax.invert_yaxis()
-    ax.set_xlabel(f"{data.subject}/{data.peer} (log scale; 1 = the same)", fontsize=FONT)
+    ax.set_xlabel(f"{data.subject}/peer (log scale; 1 = the same)", fontsize=FONT)
     ax.grid(axis="x", alpha=0.3)
     better = f"{data.subject} better (higher rate; lower time, latency, RSS)"
     ax.legend(
-        handles=_patches((BETTER_COLOUR, better), (WORSE_COLOUR, f"{data.peer} better")),
+        handles=_patches((BETTER_COLOUR, better), (WORSE_COLOUR, "the peer better")),
         loc="upper center",
         # A fixed distance under the axis, below its label: clear of every bar.
         bbox_to_anchor=(0.5, 0.0),
@@ -313,11 +354,19 @@ def _pairs(
     if not groups:
         ax.text(0.5, 0.5, "not measured in this run", ha="center", transform=ax.transAxes)
         return
-    width = 0.4
-    sides = (
-        (-width / 2, SUBJECT_COLOUR, [g.subject for g in groups]),
-        (width / 2, PEER_COLOUR, [g.peer for g in groups]),
-    )
+    brokers = 1 + len(data.peers)
+    width = 0.8 / brokers
+    colours = [
+        SUBJECT_COLOUR,
+        *(PEER_COLOURS[i % len(PEER_COLOURS)] for i in range(len(data.peers))),
+    ]
+    columns = [[g.subject for g in groups]]
+    columns += [
+        [g.peers[i] if i < len(g.peers) else None for g in groups] for i in range(len(data.peers))
+    ]
+    sides = [
+        ((k - (brokers - 1) / 2) * width, colours[k], stats) for k, stats in enumerate(columns)
+    ]
     for offset, colour, stats in sides:
         measured = [(x + offset, s) for x, s in enumerate(stats) if s is not None]
         for x, s in enumerate(stats):
@@ -348,8 +397,8 @@ def _pairs(
                 )
     if log:
         ax.set_yscale("log")
-        lows = [s.lo for g in groups for s in (g.subject, g.peer) if s and s.lo > 0]
-        highs = [s.hi for g in groups for s in (g.subject, g.peer) if s and s.hi > 0]
+        lows = [s.lo for g in groups for s in (g.subject, *g.peers) if s and s.lo > 0]
+        highs = [s.hi for g in groups for s in (g.subject, *g.peers) if s and s.hi > 0]
         if lows and highs:  # room above the whiskers for the printed medians
             ax.set_ylim(min(lows) / 3, max(highs) * 6)
     ax.set_xticks(
@@ -362,7 +411,7 @@ def _pairs(
     )
     ax.set_ylabel(ylabel, fontsize=FONT)
     ax.legend(
-        handles=_patches((SUBJECT_COLOUR, data.subject), (PEER_COLOUR, data.peer)),
+        handles=_patches(*zip(colours, (data.subject, *data.peers), strict=True)),
         fontsize=FONT - 1,
     )
     ax.grid(axis="y", alpha=0.3)

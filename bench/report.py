@@ -160,21 +160,40 @@ class Row:
     scenario: str
     metric: str
     subject: str
-    peer: str
-    ratio: str
+    peers: tuple[str, ...]  # each peer's cell, in the table's order
+    ratios: tuple[str, ...]  # subject/peer for each peer
     target: str
     verdict: str  # "pass", "FAIL", "?" or ""
     notes: str
+
+    @property
+    def peer(self) -> str:
+        """The first peer's cell: the one the ratio targets are judged against."""
+        return self.peers[0] if self.peers else ""
+
+    @property
+    def ratio(self) -> str:
+        return self.ratios[0] if self.ratios else "-"
+
+
+def _names(peers: str | Sequence[str]) -> tuple[str, ...]:
+    return (peers,) if isinstance(peers, str) else tuple(peers)
 
 
 def build_rows(
     scenarios: Sequence[ScenarioRows],
     runs: Mapping[str, Mapping[str, Sequence[Outcome]]],
     subject: str,
-    peer: str,
+    peers: str | Sequence[str],
     refs: Mapping[str, float],
 ) -> list[Row]:
-    """One :class:`Row` per scenario metric, in order, with ratio and verdict."""
+    """One :class:`Row` per scenario metric, in order, with a ratio per peer and the verdict.
+
+    A target that compares with a peer (``ratio_min``/``ratio_max``) is judged against the
+    first peer, which its text names: the targets were set against Tansu, whom the harness
+    puts first whenever it runs.
+    """
+    names = _names(peers)
     rows = []
     for sc in scenarios:
         by_broker = runs.get(sc.name, {})
@@ -182,22 +201,23 @@ def build_rows(
         said: set[str] = set()  # a reason is given once per scenario, on its first row
         for m in sc.metrics:
             s = cell(by_broker.get(subject, ()), m)
-            p = cell(by_broker.get(peer, ()), m)
+            ps = [cell(by_broker.get(name, ()), m) for name in names]
             sm = s.stat.median if s.stat else None
-            pm = p.stat.median if p.stat else None
-            r = ratio(sm, pm)
+            pms = [p.stat.median if p.stat else None for p in ps]
             verdict, target = "", ""
             if m.target is not None:
-                target = m.target.describe(peer, m.unit)
-                ok = m.target.check(sm, pm, refs)
+                judge = names[0] if names else ""
+                target = m.target.describe(judge, m.unit)
+                ok = m.target.check(sm, pms[0] if pms else None, refs)
                 verdict = "?" if ok is None else ("pass" if ok else "FAIL")
                 if s.text.startswith("FAILED"):
                     verdict = "FAIL"
+            everyone = [(subject, s), *zip(names, ps, strict=True)]
             notes = []
-            if s.note and s.note == p.note:
-                notes.append(f"both: {s.note}")
+            if s.note and all(c.note == s.note for _, c in everyone):
+                notes.append(f"{'both' if len(everyone) == 2 else 'all'}: {s.note}")
             else:
-                notes += [f"{who}: {c.note}" for who, c in ((subject, s), (peer, p)) if c.note]
+                notes += [f"{who}: {c.note}" for who, c in everyone if c.note]
             notes = [n for n in notes if n not in said]
             said.update(notes)
             for key, what in (
@@ -207,7 +227,7 @@ def build_rows(
                 if key and refs.get(key):
                     parts = [
                         f"{who} {c.stat.median / refs[key]:.0%}"
-                        for who, c in ((subject, s), (peer, p))
+                        for who, c in everyone
                         if c.stat is not None
                     ]
                     if parts:
@@ -216,8 +236,8 @@ def build_rows(
                 busy = [
                     f"{who} {c.stat.median:.0f}%"
                     for who, c in (
-                        (subject, cell(by_broker.get(subject, ()), _pct(m.client_cpu))),
-                        (peer, cell(by_broker.get(peer, ()), _pct(m.client_cpu))),
+                        (who, cell(by_broker.get(who, ()), _pct(m.client_cpu)))
+                        for who, _ in everyone
                     )
                     if c.stat is not None
                 ]
@@ -228,8 +248,8 @@ def build_rows(
                     scenario=sc.title if first else "",
                     metric=f"{m.label} ({m.unit})" if m.unit else m.label,
                     subject=s.text,
-                    peer=p.text,
-                    ratio=format_ratio(r),
+                    peers=tuple(p.text for p in ps),
+                    ratios=tuple(format_ratio(ratio(sm, pm)) for pm in pms),
                     target=target,
                     verdict=verdict,
                     notes="; ".join(notes),
@@ -253,20 +273,23 @@ def _escape(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
 
-def markdown_table(rows: Sequence[Row], subject: str, peer: str) -> str:
+def markdown_table(rows: Sequence[Row], subject: str, peers: str | Sequence[str]) -> str:
+    """Scenario, metric, every broker's cell, a ratio column per peer, target, verdict, notes."""
+    names = _names(peers)
     head = [
         "Scenario",
         "Metric",
         f"{subject} median (min-max)",
-        f"{peer} median (min-max)",
-        f"{subject}/{peer}",
+        *(f"{peer} median (min-max)" for peer in names),
+        *(f"{subject}/{peer}" for peer in names),
         "Target",
         "Pass",
         "Notes",
     ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        cells = [r.scenario, r.metric, r.subject, r.peer, r.ratio, r.target, r.verdict, r.notes]
+        cells = [r.scenario, r.metric, r.subject, *r.peers, *r.ratios]
+        cells += [r.target, r.verdict, r.notes]
         lines.append("| " + " | ".join(_escape(c) for c in cells) + " |")
     return "\n".join(lines)
 

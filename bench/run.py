@@ -1,6 +1,7 @@
-"""``python -m bench``: run Strom and Tansu side by side and print the markdown report.
+"""``python -m bench``: run Strom, Tansu and Apache Kafka side by side, print the markdown report.
 
-Options: --rounds N, --scenarios a,b,c, --quick, --subject strom|tansu (tansu stands in for
+Options: --rounds N, --scenarios a,b,c, --quick, --peer tansu,kafka (the default: both; or one of
+them; or strom, for an A/B of Strom against itself), --subject strom|tansu (tansu stands in for
 Strom to check the harness itself), --list. The report is saved under bench/results/ with its
 chart beside it (bench/chart.py: the same name, .svg).
 """
@@ -19,13 +20,16 @@ import sys
 from pathlib import Path
 
 from bench import chart, config, report
-from bench.brokers import BrokerSpec, strom_spec, tansu_spec
+from bench.brokers import BrokerError, BrokerSpec, strom_spec, tansu_spec
+from bench.kafka import kafka_spec
 from bench.peer import ensure_tansu
 from bench.runner import CLIENT, Results, run
 from bench.scenarios import ALL, BY_NAME, Scenario
 from bench.scenarios.ceiling import Ceiling
 
 REPO = Path(__file__).resolve().parent.parent
+PEERS = ("tansu", "kafka", "strom")
+DEFAULT_PEERS = ("tansu", "kafka")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -47,10 +51,13 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--peer",
-        choices=("tansu", "strom"),
-        default="tansu",
-        help="broker in the second slot; 'strom' compares Strom with Strom under --peer-override "
-        "(e.g. metrics.listener= for the cost of metrics)",
+        "--peers",
+        action="append",
+        dest="peers",
+        metavar="PEER[,PEER]",
+        help="the brokers Strom is compared with, each run after it (repeatable or comma "
+        f"separated; one of {', '.join(PEERS)}; default tansu,kafka); 'strom' alone compares "
+        "Strom with Strom under --peer-override (e.g. metrics.listener= for the cost of metrics)",
     )
     ap.add_argument(
         "--peer-override",
@@ -114,26 +121,54 @@ def _strom_exe(given: str | None) -> str:
     return str(local) if local.exists() else (shutil.which("strom") or str(local))
 
 
-def _brokers(args: argparse.Namespace) -> tuple[BrokerSpec, BrokerSpec]:
-    if args.peer == "strom":  # Strom against itself with other settings: an A/B of one change
+def peer_names(given: list[str] | None) -> list[str]:
+    """The --peer values as a list in run order: Tansu first when it runs, since the ratio
+    targets were set against Tansu and are judged against the first peer."""
+    names = [n.strip() for v in (given or [",".join(DEFAULT_PEERS)]) for n in v.split(",")]
+    names = list(dict.fromkeys(n for n in names if n))
+    unknown = [n for n in names if n not in PEERS]
+    if unknown or not names:
+        raise SystemExit(f"--peer {','.join(unknown)}: expected one or more of {', '.join(PEERS)}")
+    if "strom" in names and len(names) > 1:
+        raise SystemExit("--peer strom is an A/B of Strom against itself: give it alone")
+    return sorted(names, key=PEERS.index)
+
+
+def _brokers(args: argparse.Namespace) -> tuple[BrokerSpec, list[BrokerSpec]]:
+    names = peer_names(args.peers)
+    if names == ["strom"]:  # Strom against itself with other settings: an A/B of one change
         label = "Strom " + " ".join(args.peer_override) if args.peer_override else "Strom again"
         exe = _strom_exe(args.strom_bin)
         subject = strom_spec(exe, args.strom_config, args.strom_override)
-        return subject, strom_spec(exe, args.strom_config, args.peer_override, label=label)
-    binary, version = ensure_tansu(log=_log)
-    peer = tansu_spec(str(binary), version=version)
-    if args.subject == "tansu":
-        subject = tansu_spec(str(binary), label="Tansu-as-subject", version=version)
+        return subject, [strom_spec(exe, args.strom_config, args.peer_override, label=label)]
+    peers: list[BrokerSpec] = []
+    tansu: tuple[Path, str] | None = None
+    if "tansu" in names or args.subject == "tansu":
+        tansu = ensure_tansu(log=_log)
+    if "tansu" in names and tansu is not None:
+        peers.append(tansu_spec(str(tansu[0]), version=tansu[1]))
+    if "kafka" in names:
+        try:
+            peers.append(kafka_spec(log=_log))
+        except BrokerError as e:
+            raise SystemExit(f"{e} (Kafka needs java 17+, and mvn for the first fetch)") from e
+    if args.subject == "tansu" and tansu is not None:
+        subject = tansu_spec(str(tansu[0]), label="Tansu-as-subject", version=tansu[1])
     else:
         subject = strom_spec(_strom_exe(args.strom_bin), args.strom_config, args.strom_override)
-    return subject, peer
+    return subject, peers
+
+
+def _and(labels: list[str]) -> str:
+    """'Tansu', 'Tansu and Kafka', 'A, B and C'."""
+    return labels[0] if len(labels) == 1 else ", ".join(labels[:-1]) + " and " + labels[-1]
 
 
 def compose(
     scenarios: list[Scenario],
     results: Results,
     subject: BrokerSpec,
-    peer: BrokerSpec,
+    peers: BrokerSpec | list[BrokerSpec],
     sizes: config.Sizes,
     rounds: int,
     started: dt.datetime,
@@ -141,15 +176,19 @@ def compose(
     command: str,
 ) -> str:
     """The whole markdown document: context, client ceiling, main table, verdict."""
+    others = [peers] if isinstance(peers, BrokerSpec) else peers
+    labels = [p.label for p in others]
+    vs = _and(labels)
+    peer_text = " and ".join(f"**{p.label}** {p.version} ({p.notes})" for p in others)
     ceiling_runs = results.runs.get("client-ceiling", {}).get(CLIENT, [])
     refs: dict[str, float] = {}
     out = [
-        f"# {subject.label} vs. {peer.label} - {started:%Y-%m-%d %H:%M}",
+        f"# {subject.label} vs. {vs} - {started:%Y-%m-%d %H:%M}",
         "",
         f"- Brokers: **{subject.label}** ({subject.notes}; `"
         + " ".join(subject.command(0, Path("DATA"))).replace("127.0.0.1:0", "127.0.0.1:PORT")
-        + f"`{_commit() if subject.kind == 'strom' else ''}) vs. **{peer.label}** {peer.version} ({peer.notes}).",
-        f"- Rounds: {rounds}, alternating {subject.label} / {peer.label} per scenario, "
+        + f"`{_commit() if subject.kind == 'strom' else ''}) vs. {peer_text}.",
+        f"- Rounds: {rounds}, alternating {' / '.join([subject.label, *labels])} per scenario, "
         "fresh broker and storage for every run. Cells: median (min-max).",
         f"- Client: confluent-kafka {_ck_version()}; producer {config.PRODUCER_THROUGHPUT['linger.ms']} ms "
         "linger, 1 MiB batches (latency run: linger 0); consumer "
@@ -183,9 +222,13 @@ def compose(
             )
         out.append("")
     table_scenarios = _table(scenarios, sizes)
-    rows = report.build_rows(table_scenarios, results.runs, subject.label, peer.label, refs)
-    out += [f"## {subject.label} vs. {peer.label}", ""]
-    out += [report.markdown_table(rows, subject.label, peer.label), ""]
+    rows = report.build_rows(table_scenarios, results.runs, subject.label, labels, refs)
+    out += [f"## {subject.label} vs. {vs}", ""]
+    out += [report.markdown_table(rows, subject.label, labels), ""]
+    if any(
+        m.target and m.target.kind.startswith("ratio") for s in table_scenarios for m in s.metrics
+    ):
+        out += [f"Targets that compare with a peer are judged against {labels[0]}.", ""]
     out += [report.verdict_summary(rows), ""]
     return "\n".join(out)
 
@@ -202,14 +245,14 @@ def _chart(
     sizes: config.Sizes,
     results: Results,
     subject: BrokerSpec,
-    peer: BrokerSpec,
+    peers: list[BrokerSpec],
 ) -> None:
     """The report's chart beside it; a missing matplotlib costs the picture, not the run."""
     data = chart.from_results(
         _table(scenarios, sizes),
         results.runs,
         subject.label,
-        peer.label,
+        [p.label for p in peers],
         chart.title_from_report(text),
     )
     try:
@@ -260,16 +303,17 @@ def main(argv: list[str] | None = None) -> int:
     sizes = _override(config.QUICK if args.quick else config.FULL, args.set)
     rounds = args.rounds or sizes.rounds
     scenarios = _select(args.scenarios)
-    subject, peer = _brokers(args)
+    subject, peers = _brokers(args)
     started = dt.datetime.now()
     load_start = _loadavg()
-    _log(f"{len(scenarios)} scenarios x {rounds} round(s): {subject.label} vs. {peer.label}")
-    results = run(scenarios, subject, peer, sizes, rounds, _log)
+    vs = _and([p.label for p in peers])
+    _log(f"{len(scenarios)} scenarios x {rounds} round(s): {subject.label} vs. {vs}")
+    results = run(scenarios, subject, peers, sizes, rounds, _log)
     text = compose(
         scenarios,
         results,
         subject,
-        peer,
+        peers,
         sizes,
         rounds,
         started,
@@ -281,5 +325,5 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(text)
     print(text)
     _log(f"report saved to {path}")
-    _chart(path.with_suffix(".svg"), text, scenarios, sizes, results, subject, peer)
+    _chart(path.with_suffix(".svg"), text, scenarios, sizes, results, subject, peers)
     return 0

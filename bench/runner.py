@@ -1,7 +1,8 @@
-"""Run the scenarios round by round, the two brokers alternating, each on fresh storage.
+"""Run the scenarios round by round, the brokers alternating, each on fresh storage.
 
-Round r: client ceiling, then for every scenario subject then peer. Alternating within a round
-keeps each pair of numbers close in time, so a noisy neighbour hurts both brokers alike.
+Round r: client ceiling, then for every scenario the subject, then each peer in turn (Tansu,
+Kafka). Alternating within a round keeps each scenario's numbers close in time, so a noisy
+neighbour hurts every broker alike.
 """
 
 from __future__ import annotations
@@ -33,18 +34,19 @@ class Results:
 def run(
     scenarios: Sequence[Scenario],
     subject: BrokerSpec,
-    peer: BrokerSpec,
+    peers: BrokerSpec | Sequence[BrokerSpec],
     sizes: Sizes,
     rounds: int,
     log: Callable[[str], None],
 ) -> Results:
+    others = [peers] if isinstance(peers, BrokerSpec) else list(peers)
     results = Results()
     workdir = Path(tempfile.mkdtemp(prefix="strom-bench-"))
     t_start = time.monotonic()
     try:
         for r in range(1, rounds + 1):
             for sc in scenarios:
-                whos: list[BrokerSpec | None] = [subject, peer] if sc.needs_broker else [None]
+                whos: list[BrokerSpec | None] = [subject, *others] if sc.needs_broker else [None]
                 for spec in whos:
                     who = spec.label if spec else CLIENT
                     prefix = f"[round {r}/{rounds}] {sc.name} · {who}"

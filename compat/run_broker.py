@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import importlib.util
 import os
 import shutil
 import signal
@@ -41,11 +42,16 @@ COMMON = {"auto.create.topics.enable": "false", "group.initial.rebalance.delay.m
 # Clusters: a leader moved by a test stays where it is until the test elects the preferred one
 # (Kafka's default, true, would move it back after leader.imbalance.check.interval.seconds).
 CLUSTER_COMMON = {"auto.leader.rebalance.enable": "false"}
-# kafka-server-start.sh's heap and kafka-run-class.sh's GC flags.
-KAFKA_GC = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
-            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
-            "-Djava.awt.headless=true"]  # fmt: skip
-KAFKA_HEAP = ["-Xmx1G", "-Xms1G"]
+# kafka-server-start.sh's heap and kafka-run-class.sh's GC flags: compat/kafka_dist.py, shared
+# with the tools tests and the benchmark (loaded by path: this file runs as a script and is also
+# loaded by path from tests/integration/java).
+_spec = importlib.util.spec_from_file_location("compat_kafka_dist",
+                                               Path(__file__).resolve().with_name("kafka_dist.py"))
+assert _spec is not None and _spec.loader is not None
+kafka_dist = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(kafka_dist)
+KAFKA_GC = kafka_dist.KAFKA_GC
+KAFKA_HEAP = kafka_dist.KAFKA_HEAP
 KAFKA_CLUSTER_HEAP = ["-Xmx512m", "-Xms512m"]  # three JVMs on a small machine
 ZK_JAR = Path("/usr/share/java/zookeeper.jar")  # Debian's zookeeper package (make system-deps)
 ZK_CONF_DIR = Path("/etc/zookeeper/conf")
@@ -101,11 +107,10 @@ def _read_exact(s: socket.socket, n: int) -> bytes:
 
 
 def java_bin() -> str:
-    home = os.environ.get("JAVA_HOME")
-    java = shutil.which("java", path=os.path.join(home, "bin")) if home else shutil.which("java")
-    if not java:
-        raise StartError("run_broker: no java on PATH (or in $JAVA_HOME/bin)")
-    return java
+    try:
+        return kafka_dist.java_bin()
+    except RuntimeError as e:
+        raise StartError(f"run_broker: {e}") from None
 
 
 def tail(log: Path, lines: int = 60) -> str:

@@ -113,7 +113,7 @@ def _load(name: str, path: Path):
 
 
 run_broker = _load("compat_run_broker", COMPAT / "run_broker.py")
-jars = _load("kafka_tools_jars", REPO / "tests" / "integration" / "kafka_tools" / "jars.py")
+jars = _load("compat_kafka_dist", COMPAT / "kafka_dist.py")
 
 
 def mvn(args: list[str], log: Path) -> subprocess.CompletedProcess[str]:
@@ -152,7 +152,7 @@ def java_build(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def kafka_libs() -> Path:
     """Kafka 4.4's jars, fetched once from Maven Central into ~/.cache (shared with the tools tests:
-    tests/integration/kafka_tools/jars.py, which refetches when the broker pom changed)."""
+    compat/kafka_dist.py, which refetches when the broker pom changed)."""
     try:
         return jars.ensure_libs()
     except RuntimeError as e:

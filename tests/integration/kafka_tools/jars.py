@@ -1,68 +1,22 @@
-"""Apache Kafka 4.4's jars (broker and command-line tools) from Maven Central, cached outside the repo.
+"""Kafka 4.4's jars for the tools tests: compat/kafka_dist.py fetches and caches them.
 
-compat/java/kafka-broker/pom.xml names them; `mvn dependency:copy-dependencies` copies the runtime
-closure into one directory (`make compat-kafka` runs the broker from the same one). A fresh machine
-gets them on first use: the copy goes to a temporary directory that is renamed into place, under a
-file lock, so concurrent sessions neither fetch twice nor see half a directory. A marker named after
-the pom's hash tells a copy made from an older pom (e.g. without kafka-tools) to be fetched again.
+That module lives beside the pom it reads and is shared with compat/run_broker.py and the
+benchmark; this file only loads it by path (compat/ is not a package) and re-exports it.
 """
 
 from __future__ import annotations
 
-import fcntl
-import hashlib
-import os
-import shutil
-import subprocess
+import importlib.util
 from pathlib import Path
 
-KAFKA_VERSION = "4.4.0"
-REPO = Path(__file__).resolve().parents[3]
-POM = REPO / "compat" / "java" / "kafka-broker" / "pom.xml"
-LIBS_ENV = "STROM_KAFKA_LIBS"
-DEFAULT_LIBS = Path.home() / ".cache" / "strom-compat" / f"kafka-{KAFKA_VERSION}" / "libs"
-FETCH_TIMEOUT = 900.0  # a first download over a slow link; bounded all the same
+_PATH = Path(__file__).resolve().parents[3] / "compat" / "kafka_dist.py"
+_spec = importlib.util.spec_from_file_location("compat_kafka_dist", _PATH)
+assert _spec is not None and _spec.loader is not None
+_dist = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_dist)
 
-
-def libs_dir() -> Path:
-    return Path(os.environ.get(LIBS_ENV, str(DEFAULT_LIBS))).expanduser()
-
-
-def _marker(libs: Path) -> Path:
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
-    return libs / f".pom-{digest}"
-
-
-def is_cached() -> bool:
-    return _marker(libs_dir()).exists()
-
-
-def ensure_libs() -> Path:
-    """The jar directory for ``java -cp '<dir>/*'``, fetched with Maven if not cached yet."""
-    libs = libs_dir()
-    if _marker(libs).exists():
-        return libs
-    libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / ".fetch.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be fetching: wait for it
-        if _marker(libs).exists():
-            return libs
-        tmp = libs.parent / f"{libs.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        cmd = ["nice", "-n", "10", "mvn", "-q", "-B", "-f", str(POM),
-               "dependency:copy-dependencies", "-DincludeScope=runtime",
-               f"-DoutputDirectory={tmp}"]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT,
-                              stdin=subprocess.DEVNULL)
-        if proc.returncode != 0 or not (tmp / f"kafka-tools-{KAFKA_VERSION}.jar").exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise RuntimeError(f"fetching Kafka's jars failed ({' '.join(cmd)}):\n"
-                               f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        (tmp / ".complete").touch()  # the marker `make compat-kafka` looks for
-        _marker(tmp).touch()
-        old = libs.parent / f"{libs.name}.old-{os.getpid()}"
-        if libs.exists():
-            libs.rename(old)
-        tmp.rename(libs)
-        shutil.rmtree(old, ignore_errors=True)
-    return libs
+KAFKA_VERSION: str = _dist.KAFKA_VERSION
+FETCH_TIMEOUT: float = _dist.FETCH_TIMEOUT
+libs_dir = _dist.libs_dir
+is_cached = _dist.is_cached
+ensure_libs = _dist.ensure_libs

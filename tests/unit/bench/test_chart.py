@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from bench import chart, config, run
-from bench.brokers import strom_spec, tansu_spec
+from bench.brokers import BrokerSpec, strom_spec, tansu_spec
 from bench.chart import Entry, broker_groups, parse_cell, parse_unit, ratio_bars, short_scenario
 from bench.report import Outcome, Stat
 from bench.runner import Results
@@ -56,7 +56,7 @@ def _entry(metric: str, unit: str, s: float | None, p: float | None, judged: boo
         return None if x is None else Stat(x, x * 0.9, x * 1.1, 3)
 
     return Entry(
-        "produce+consume 1 KiB, 6 partitions, acks=1", metric, unit, stat(s), stat(p), judged
+        "produce+consume 1 KiB, 6 partitions, acks=1", metric, unit, stat(s), (stat(p),), judged
     )
 
 
@@ -160,3 +160,81 @@ def test_draw_writes_the_same_svg_every_time(tmp_path: Path) -> None:
     assert one.read_bytes() == two.read_bytes()
     assert b"<svg" in one.read_bytes()[:1000] and b"a title" in one.read_bytes()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _two_peer_run() -> tuple[list[Scenario], Results]:
+    """produce-1k with Strom, Tansu and Kafka: Kafka a little slower than Strom, Tansu slower."""
+    scenarios = [BY_NAME["produce-1k"]]
+    results = Results(seconds=60.0)
+    keys = [m.key for m in scenarios[0].rows(config.FULL).metrics]
+    for who, base in (("Strom", 200), ("Tansu", 50), ("Kafka", 100)):
+        for r in range(3):
+            results.add("produce-1k", who, Outcome({k: base + r for k in keys}))
+    return scenarios, results
+
+
+def test_two_peers_round_trip_through_the_report() -> None:
+    scenarios, results = _two_peer_run()
+    subject = strom_spec("strom")
+    peers = [tansu_spec("tansu", version="tansu 0.6.0"), _kafka_like()]
+    text = run.compose(
+        scenarios,
+        results,
+        subject,
+        peers,
+        config.FULL,
+        3,
+        dt.datetime(2026, 11, 27, 13, 0),
+        ("1.00 1.00 1.00", "1.00 1.00 1.00"),
+        "python -m bench",
+    )
+    assert text.startswith("# Strom vs. Tansu and Kafka - 2026-11-27 13:00")
+    assert "| Strom/Tansu | Strom/Kafka | Target |" in text
+    assert "Targets that compare with a peer are judged against Tansu." in text
+    title = chart.title_from_report(text)
+    assert title.startswith(
+        "Strom vs. Tansu and Kafka - 2026-11-27 13:00 (tansu 0.6.0, kafka 4.4.0)"
+    )
+    live = chart.from_results(
+        run._table(scenarios, config.FULL), results.runs, "Strom", ["Tansu", "Kafka"], title
+    )
+    saved = chart.from_markdown(text)
+    assert saved == live and saved.peers == ("Tansu", "Kafka")
+    first = saved.entries[0]
+    assert first.ratio_to(0) == 201 / 51 and first.ratio_to(1) == 201 / 101
+    bars = ratio_bars(saved.entries, saved.peers)
+    assert {b.label.rsplit(" / ", 1)[1] for b in bars} == {"Tansu", "Kafka"}
+    assert len(broker_groups(saved.entries, "MB/s")[0].peers) == 2
+
+
+def test_draw_with_two_peers(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    scenarios, results = _two_peer_run()
+    data = chart.from_results(
+        run._table(scenarios, config.FULL), results.runs, "Strom", ["Tansu", "Kafka"], "t"
+    )
+    chart.draw(data, tmp_path / "c.svg")
+    assert b"Kafka" in (tmp_path / "c.svg").read_bytes()
+
+
+def _kafka_like() -> BrokerSpec:
+    """A Kafka-labelled spec without the jars (kafka_spec would fetch them)."""
+    return BrokerSpec(
+        label="Kafka",
+        kind="kafka",
+        command=lambda port, data: ["java", "kafka.Kafka", str(data / "server.properties")],
+        persistent=True,
+        version="kafka 4.4.0",
+        notes="disk storage, JVM heap 1 GiB",
+        ready_marker=None,
+    )
+
+
+def test_peer_names() -> None:
+    assert run.peer_names(None) == ["tansu", "kafka"]
+    assert run.peer_names(["kafka,tansu"]) == ["tansu", "kafka"]
+    assert run.peer_names(["kafka", "kafka"]) == ["kafka"]
+    assert run.peer_names(["strom"]) == ["strom"]
+    for bad in (["strom,tansu"], ["redpanda"], [","]):
+        with pytest.raises(SystemExit):
+            run.peer_names(bad)

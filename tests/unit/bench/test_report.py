@@ -103,3 +103,38 @@ def test_rows_ratio_verdict_and_table() -> None:
     assert len(lines) == 2 + len(rows)
     assert all(line.count(" | ") == 7 for line in lines[2:])  # the "|" in the note is escaped
     assert verdict_summary(rows) == "Targets met: 0 of 2; missed: 2."
+
+
+def test_rows_with_two_peers_judge_ratio_targets_against_the_first() -> None:
+    sc = ScenarioRows(
+        "p",
+        "produce 1 KiB",
+        (
+            Metric("mbs", "produce", "MB/s", target=Target("ratio_min", 2.0), ceiling="c"),
+            Metric("rss", "RSS", "MB", 0),
+        ),
+    )
+    runs = {
+        "p": {
+            "S": [Outcome({"mbs": 300.0, "rss": 90.0})],
+            "T": [Outcome({"mbs": 100.0, "rss": 30.0})],
+            "K": [Outcome({"mbs": 600.0, "rss": 450.0})],
+        }
+    }
+    rows = build_rows([sc], runs, "S", ["T", "K"], {"c": 600.0})
+    assert [r.ratios for r in rows] == [("3.00x", "0.50x"), ("3.00x", "0.20x")]
+    assert rows[0].peers == ("100.0", "600.0") and rows[0].peer == "100.0"
+    assert rows[0].target == ">= 2x T" and rows[0].verdict == "pass"  # K is faster: not judged
+    assert "of client ceiling: S 50%, T 17%, K 100%" in rows[0].notes
+    table = markdown_table(rows, "S", ["T", "K"])
+    head = table.splitlines()[0]
+    assert head == (
+        "| Scenario | Metric | S median (min-max) | T median (min-max) | K median (min-max) "
+        "| S/T | S/K | Target | Pass | Notes |"
+    )
+    assert all(line.count(" | ") == 9 for line in table.splitlines()[2:])
+
+    runs["p"]["K"] = [Outcome(failed="no jars")]
+    rows = build_rows([sc], runs, "S", ["T", "K"], {})
+    assert rows[0].peers[1] == "FAILED (1/1)" and rows[0].ratios[1] == "-"
+    assert rows[0].verdict == "pass" and "K: no jars" in rows[0].notes

@@ -1,0 +1,85 @@
+"""Apache Kafka 4.4 from Maven Central's jars, cached outside the repo, and how its scripts run it.
+
+Shared by compat/run_broker.py (`make compat-kafka`), tests/integration/kafka_tools (Kafka's
+command-line tools) and the benchmark's Kafka peer (bench/kafka.py), so all of them run the same
+broker the same way. Standard library only: each of them loads this file by its path.
+
+The jars: compat/java/kafka-broker/pom.xml names them; `mvn dependency:copy-dependencies` copies the runtime
+closure into one directory (`make compat-kafka` runs the broker from the same one). A fresh machine
+gets them on first use: the copy goes to a temporary directory that is renamed into place, under a
+file lock, so concurrent sessions neither fetch twice nor see half a directory. A marker named after
+the pom's hash tells a copy made from an older pom (e.g. without kafka-tools) to be fetched again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+KAFKA_VERSION = "4.4.0"
+POM = Path(__file__).resolve().parent / "java" / "kafka-broker" / "pom.xml"
+LIBS_ENV = "STROM_KAFKA_LIBS"
+DEFAULT_LIBS = Path.home() / ".cache" / "strom-compat" / f"kafka-{KAFKA_VERSION}" / "libs"
+FETCH_TIMEOUT = 900.0  # a first download over a slow link; bounded all the same
+# kafka-server-start.sh's heap and kafka-run-class.sh's JVM flags (KAFKA_JVM_PERFORMANCE_OPTS).
+KAFKA_HEAP = ["-Xmx1G", "-Xms1G"]
+KAFKA_GC = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35", "-XX:+ExplicitGCInvokesConcurrent",
+            "-Djava.awt.headless=true"]  # fmt: skip
+
+
+def libs_dir() -> Path:
+    return Path(os.environ.get(LIBS_ENV, str(DEFAULT_LIBS))).expanduser()
+
+
+def _marker(libs: Path) -> Path:
+    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
+    return libs / f".pom-{digest}"
+
+
+def is_cached() -> bool:
+    return _marker(libs_dir()).exists()
+
+
+def ensure_libs() -> Path:
+    """The jar directory for ``java -cp '<dir>/*'``, fetched with Maven if not cached yet."""
+    libs = libs_dir()
+    if _marker(libs).exists():
+        return libs
+    libs.parent.mkdir(parents=True, exist_ok=True)
+    with open(libs.parent / ".fetch.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be fetching: wait for it
+        if _marker(libs).exists():
+            return libs
+        tmp = libs.parent / f"{libs.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        cmd = ["nice", "-n", "10", "mvn", "-q", "-B", "-f", str(POM),
+               "dependency:copy-dependencies", "-DincludeScope=runtime",
+               f"-DoutputDirectory={tmp}"]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode != 0 or not (tmp / f"kafka-tools-{KAFKA_VERSION}.jar").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise RuntimeError(f"fetching Kafka's jars failed ({' '.join(cmd)}):\n"
+                               f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        (tmp / ".complete").touch()  # the marker `make compat-kafka` looks for
+        _marker(tmp).touch()
+        old = libs.parent / f"{libs.name}.old-{os.getpid()}"
+        if libs.exists():
+            libs.rename(old)
+        tmp.rename(libs)
+        shutil.rmtree(old, ignore_errors=True)
+    return libs
+
+
+def java_bin() -> str:
+    """``$JAVA_HOME/bin/java`` if set, else ``java`` on PATH (Kafka 4 needs Java 17+)."""
+    home = os.environ.get("JAVA_HOME")
+    java = shutil.which("java", path=os.path.join(home, "bin")) if home else shutil.which("java")
+    if not java:
+        raise RuntimeError("no java on PATH (or in $JAVA_HOME/bin)")
+    return java
