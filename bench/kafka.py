@@ -90,7 +90,7 @@ def broker_command(java: str, libs: Path, config: Path) -> list[str]:
 def format_command(java: str, libs: Path, config: Path, cid: str) -> list[str]:
     """``kafka-storage.sh format --standalone``: a one-voter quorum of this node."""
     return [java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "--standalone",
-            "-t", cid, "-c", str(config)]  # fmt: skip
+            f"--cluster-id={cid}", "-c", str(config)]  # fmt: skip (= : an id may start with -)
 
 
 def kafka_spec(label: str = "Kafka", log=print) -> BrokerSpec:

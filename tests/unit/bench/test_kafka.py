@@ -50,5 +50,5 @@ def test_commands_use_the_scripts_jvm_flags() -> None:
     assert cmd[cmd.index("-cp") + 1] == "/libs/*"
     fmt = kafka.format_command("java", Path("/libs"), Path("/d/server.properties"), "abc")
     assert fmt[fmt.index("kafka.tools.StorageTool") + 1 :] == [
-        "format", "--standalone", "-t", "abc", "-c", "/d/server.properties"
+        "format", "--standalone", "--cluster-id=abc", "-c", "/d/server.properties"
     ]  # fmt: skip
