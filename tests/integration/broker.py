@@ -95,9 +95,12 @@ class BrokerProcess:
 
     @property
     def metrics_url(self) -> str:
+        return self.wait_metrics_url()
+
+    def wait_metrics_url(self, timeout: float = 10.0) -> str:
         """The metrics endpoint of the running broker, from its start-up line (printed once
-        it serves: polled for a few seconds)."""
-        deadline = time.monotonic() + 10
+        it serves: polled for up to ``timeout``)."""
+        deadline = time.monotonic() + timeout
         while True:
             last = self.log_path.read_text(errors="replace").rsplit("=== start #", 1)[-1]
             found = re.search(r"metrics at (http://\S+/metrics)", last)
