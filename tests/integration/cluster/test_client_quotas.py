@@ -34,6 +34,10 @@ def test_quotas_set_through_one_broker_are_described_by_every_broker(make_cluste
     cluster = make_cluster(2)
     first, second = cluster.brokers
     admin = AdminClient({"bootstrap.servers": first.bootstrap})
+    # the controller is elected once both have registered: librdkafka sends the SCRAM change
+    # there, and a first Metadata without one can leave it waiting past the test's deadline
+    wait_for(lambda: (m := admin.list_topics(timeout=10)).controller_id > 0
+             and len(m.brokers) == 2, 30, "a controller and both brokers")
     info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion(USER, info, b"secret")]
                                        )[USER].result(30)
