@@ -95,31 +95,29 @@ class QuotaManager:
         client = self._rate(tags, bound, now)
         client.rate.record(value, now)
         client.requests.record(1, now)
+        throttle = self._throttle(client, bound, now)
+        if throttle:
+            client.throttle_ms.record(throttle, now)
+        return throttle
+
+    def throttle_now(self, user: str, client_id: str) -> int:
+        """The throttle time the client's rate calls for now, recording nothing."""
+        found = self._lookup(user, client_id) if self._image.client_quotas else None
+        client = self.rates.get(found[1]) if found is not None else None
+        if found is None or client is None:
+            return 0
+        return self._throttle(client, found[0], self._clock())
+
+    def _throttle(self, client: ClientRate, bound: float, now: float) -> int:
+        """Kafka's (O - T) / T * W: the delay that brings the observed rate back to the quota
+        (bounded for request time), 0 while within it."""
         observed = client.rate.measure(now)
         if observed <= bound:
             return 0
         throttle = round((observed - bound) / bound * client.rate.span(now) * 1000)
         if self._max_throttle_ms is not None:
             throttle = min(throttle, self._max_throttle_ms)
-        client.throttle_ms.record(throttle, now)
         return throttle
-
-    def throttle_now(self, user: str, client_id: str) -> int:
-        """The throttle time the client's rate calls for now, recording nothing."""
-        if not self._image.client_quotas:
-            return 0
-        found = self._lookup(user, client_id)
-        if found is None:
-            return 0
-        bound, tags = found
-        client = self.rates.get(tags)
-        if client is None:
-            return 0
-        now = self._clock()
-        observed = client.rate.measure(now)
-        if observed <= bound:
-            return 0
-        return round((observed - bound) / bound * client.rate.span(now) * 1000)
 
     def unrecord(self, user: str, client_id: str, value: float) -> None:
         """Take back bytes that were not sent after all (a throttled fetch answers empty)."""
