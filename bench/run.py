@@ -21,7 +21,7 @@ from pathlib import Path
 
 from bench import chart, config, report
 from bench.brokers import BrokerError, BrokerSpec, strom_spec, tansu_spec
-from bench.kafka import kafka_spec
+from bench.kafka_peer import kafka_spec
 from bench.peer import ensure_tansu
 from bench.runner import CLIENT, Results, run
 from bench.scenarios import ALL, BY_NAME, Scenario

@@ -1,7 +1,7 @@
 """Apache Kafka 4.4 from Maven Central's jars, cached outside the repo, and how its scripts run it.
 
 Shared by compat/run_broker.py (`make compat-kafka`), tests/integration/kafka_tools (Kafka's
-command-line tools) and the benchmark's Kafka peer (bench/kafka.py), so all of them run the same
+command-line tools) and the benchmark's Kafka peer (bench/kafka_peer.py), so all of them run the same
 broker the same way. Standard library only: each of them loads this file by its path.
 
 The jars: compat/java/kafka-broker/pom.xml names them; `mvn dependency:copy-dependencies` copies the runtime

@@ -9,7 +9,7 @@ from pathlib import Path
 # bench/ lives at the repository root, outside the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from bench import kafka
+from bench import kafka_peer as kafka
 
 
 def _parse(text: str) -> dict[str, str]:
