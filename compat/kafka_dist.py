@@ -19,9 +19,11 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import NamedTuple
 
 KAFKA_VERSION = "4.4.0"
 POM = Path(__file__).resolve().parent / "java" / "kafka-broker" / "pom.xml"
+FRAMEWORKS_POM = POM.parents[1] / "frameworks" / "pom.xml"
 LIBS_ENV = "STROM_KAFKA_LIBS"
 DEFAULT_LIBS = Path.home() / ".cache" / "strom-compat" / f"kafka-{KAFKA_VERSION}" / "libs"
 FETCH_TIMEOUT = 900.0  # a first download over a slow link; bounded all the same
@@ -32,42 +34,61 @@ KAFKA_GC = ["-server", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
             "-Djava.awt.headless=true"]  # fmt: skip
 
 
-def libs_dir() -> Path:
-    return Path(os.environ.get(LIBS_ENV, str(DEFAULT_LIBS))).expanduser()
+class JarSet(NamedTuple):
+    """One pom's runtime closure, copied into one directory for ``java -cp '<dir>/*'``.
+
+    A NamedTuple, not a dataclass: this file is loaded by path, outside ``sys.modules``.
+    """
+
+    pom: Path
+    default_dir: Path
+    sentinel: str  # a jar whose presence shows the copy is whole
+    env: str | None = None  # an environment variable that overrides the directory
 
 
-def _marker(libs: Path) -> Path:
-    digest = hashlib.sha256(POM.read_bytes()).hexdigest()[:16]
+BROKER = JarSet(POM, DEFAULT_LIBS, f"kafka-tools-{KAFKA_VERSION}.jar", LIBS_ENV)
+# Kafka Streams, Connect (with the FileStream and MirrorMaker 2 connectors) and their closure.
+FRAMEWORKS = JarSet(FRAMEWORKS_POM, DEFAULT_LIBS.parent / "frameworks",
+                    f"kafka-streams-{KAFKA_VERSION}.jar")
+
+
+def libs_dir(jars: JarSet = BROKER) -> Path:
+    env = os.environ.get(jars.env) if jars.env else None
+    return Path(env or str(jars.default_dir)).expanduser()
+
+
+def _marker(jars: JarSet, libs: Path) -> Path:
+    digest = hashlib.sha256(jars.pom.read_bytes()).hexdigest()[:16]
     return libs / f".pom-{digest}"
 
 
-def is_cached() -> bool:
-    return _marker(libs_dir()).exists()
+def is_cached(jars: JarSet = BROKER) -> bool:
+    return _marker(jars, libs_dir(jars)).exists()
 
 
-def ensure_libs() -> Path:
+def ensure_libs(jars: JarSet = BROKER) -> Path:
     """The jar directory for ``java -cp '<dir>/*'``, fetched with Maven if not cached yet."""
-    libs = libs_dir()
-    if _marker(libs).exists():
+    libs = libs_dir(jars)
+    if _marker(jars, libs).exists():
         return libs
     libs.parent.mkdir(parents=True, exist_ok=True)
-    with open(libs.parent / ".fetch.lock", "w") as lock:
+    with open(libs.parent / f".fetch-{libs.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another session may be fetching: wait for it
-        if _marker(libs).exists():
+        if _marker(jars, libs).exists():
             return libs
         tmp = libs.parent / f"{libs.name}.tmp-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
-        cmd = ["nice", "-n", "10", "mvn", "-q", "-B", "-f", str(POM),
+        cmd = ["nice", "-n", "10", "mvn", "-q", "-B", "-f", str(jars.pom),
                "dependency:copy-dependencies", "-DincludeScope=runtime",
                f"-DoutputDirectory={tmp}"]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT,
                               stdin=subprocess.DEVNULL)
-        if proc.returncode != 0 or not (tmp / f"kafka-tools-{KAFKA_VERSION}.jar").exists():
+        if proc.returncode != 0 or not (tmp / jars.sentinel).exists():
             shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError(f"fetching Kafka's jars failed ({' '.join(cmd)}):\n"
                                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         (tmp / ".complete").touch()  # the marker `make compat-kafka` looks for
-        _marker(tmp).touch()
+        _marker(jars, tmp).touch()
         old = libs.parent / f"{libs.name}.old-{os.getpid()}"
         if libs.exists():
             libs.rename(old)
