@@ -17,6 +17,7 @@ from prometheus_client.registry import Collector
 import strom
 from strom.broker.core import Broker
 from strom.broker.metrics.families import families
+from strom.broker.metrics.leader_ends import LeaderEnds
 from strom.broker.metrics.snapshot import Listening, take_from_thread
 from strom.metrics.exposition import MetricsServer
 
@@ -58,6 +59,8 @@ class BrokerCollector(Collector):
         self._listeners = listeners
         self._loop = loop
         self._busy = LoopBusy(loop_thread_id)
+        # a cluster's lag of partitions held elsewhere is asked of their leaders
+        self._leaders = LeaderEnds(broker) if broker.replicas is not None else None
         self._lock = threading.Lock()  # one idle-ratio window at a time
 
     def collect(self) -> Iterator[Metric]:
@@ -71,7 +74,8 @@ class BrokerCollector(Collector):
                      "kafka_server_kafkarequesthandlerpool_requesthandleravgidlepercent"):
             yield GaugeMetricFamily(name, "share of time the event loop's thread was idle "
                                     "since the previous scrape (one thread does both)", value=idle)
-        snap = take_from_thread(self._loop, self._broker, self._listeners, SNAPSHOT_TIMEOUT_S)
+        snap = take_from_thread(self._loop, self._broker, self._listeners, SNAPSHOT_TIMEOUT_S,
+                                self._leaders)
         yield from families(snap)
 
 

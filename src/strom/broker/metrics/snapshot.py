@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from strom.broker.core import Broker
+from strom.broker.metrics.leader_ends import LeaderEnds
 from strom.common.slices import Slicer
 from strom.metrics.primitives import HistogramSnapshot
 from strom.storage.errors import StorageError
@@ -98,7 +99,8 @@ class Snapshot:
 _QUOTA_KINDS = ("Produce", "Fetch", "Request", "ControllerMutation")
 
 
-async def take(broker: Broker, listeners: Sequence[Listening]) -> Snapshot:
+async def take(broker: Broker, listeners: Sequence[Listening],
+               leaders: LeaderEnds | None = None) -> Snapshot:
     """Copy what the metrics need, yielding every few milliseconds."""
     slicer = Slicer()
     snap = Snapshot(broker.broker_id)
@@ -121,7 +123,7 @@ async def take(broker: Broker, listeners: Sequence[Listening]) -> Snapshot:
         await slicer.tick()
     snap.flush = broker.logs.flush_times.snapshot()
     await _partitions(broker, snap, slicer)
-    snap.lag = await lag_rows(broker, slicer)
+    snap.lag = await lag_rows(broker, slicer, leaders)
     now = time.monotonic()
     for kind, manager in zip(_QUOTA_KINDS, broker.quotas.managers, strict=True):
         for (user, client_id), client in list(manager.rates.items()):
@@ -167,17 +169,23 @@ async def _partitions(broker: Broker, snap: Snapshot, slicer: Slicer) -> None:
         snap.follower_replication_rate = broker.replicas.follower_throttle.byte_rate()
 
 
-async def lag_rows(broker: Broker, slicer: Slicer | None = None) -> list[LagRow]:
-    """Consumer lag of every group this broker coordinates, for each committed partition of
-    which it holds a replica: the high watermark minus the committed offset, and how old the
-    first record not yet consumed is."""
+async def lag_rows(broker: Broker, slicer: Slicer | None = None,
+                   leaders: LeaderEnds | None = None) -> list[LagRow]:
+    """Consumer lag of every group this broker coordinates: the high watermark minus the
+    committed offset, and how old the first record not yet consumed is. The high watermark of
+    a partition this broker holds no replica of is asked of its leader (``leaders``); its age
+    is not known here."""
     slicer = slicer if slicer is not None else Slicer()
     now_ms = time.time() * 1000
     rows = []
+    remote: list[tuple[str, str, int, int]] = []
     for group, offsets in broker.groups.committed_offsets().items():
         for (topic, partition), committed in sorted(offsets.items()):
             plog = broker.logs.get(topic, partition)
-            if plog is None or committed < 0:
+            if committed < 0:
+                continue
+            if plog is None:
+                remote.append((group, topic, partition, committed))
                 continue
             end = plog.high_watermark
             seconds: float | None = 0.0
@@ -189,10 +197,16 @@ async def lag_rows(broker: Broker, slicer: Slicer | None = None) -> list[LagRow]
                 seconds = max(now_ms - stamp, 0) / 1000 if stamp is not None and stamp >= 0 else None
             rows.append(LagRow(group, topic, partition, committed, end, seconds))
             await slicer.tick()
+    if remote and leaders is not None:
+        ends = await leaders.high_watermarks({(t, p) for _, t, p, _ in remote})
+        rows += [LagRow(g, t, p, c, ends[(t, p)], None) for g, t, p, c in remote
+                 if (t, p) in ends]
     return rows
 
 
 def take_from_thread(loop: asyncio.AbstractEventLoop, broker: Broker,
-                     listeners: Sequence[Listening], timeout_s: float) -> Snapshot:
+                     listeners: Sequence[Listening], timeout_s: float,
+                     leaders: LeaderEnds | None = None) -> Snapshot:
     """From the scrape thread: have the loop take a snapshot, and wait for it."""
-    return asyncio.run_coroutine_threadsafe(take(broker, listeners), loop).result(timeout_s)
+    return asyncio.run_coroutine_threadsafe(take(broker, listeners, leaders),
+                                            loop).result(timeout_s)
