@@ -3,7 +3,10 @@
 - ``framework_libs``: the cached jar directory of compat/java/frameworks/pom.xml (fetched once).
 - ``streams_classes``: the Streams applications of compat/java/frameworks/src compiled against
   it with javac, once per session.
-- ``jvms``: starts ``JavaProcess``es for one test and stops every one of them afterwards.
+- ``connect_classpath``: the jar directory behind the two forwarding classes of
+  compat/java/frameworks/connect-compat, which let its 4.3.1 connectors run on Connect 4.4.0.
+- ``jvms``: starts ``JavaProcess``es for one test and stops every one of them afterwards;
+  ``module_jvms`` does the same for a module (a Connect worker shared by its tests).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .jvm import JavaProcess
 
 REPO = Path(__file__).resolve().parents[3]
 APPS = REPO / "compat" / "java" / "frameworks" / "src" / "main" / "java"
+CONNECT_COMPAT = REPO / "compat" / "java" / "frameworks" / "connect-compat"
 
 _spec = importlib.util.spec_from_file_location("compat_kafka_dist",
                                                REPO / "compat" / "kafka_dist.py")
@@ -30,6 +34,7 @@ _spec.loader.exec_module(dist)
 
 FIRST_FETCH_TIMEOUT = dist.FETCH_TIMEOUT + 120
 _STARTED = pytest.StashKey[list[JavaProcess]]()
+_MODULE_STARTED = pytest.StashKey[list[JavaProcess]]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,27 +58,61 @@ def framework_libs() -> Path:
 def streams_classes(framework_libs: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     sources = sorted(APPS.rglob("*.java"))
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
-    out = tmp_path_factory.mktemp(f"streams-apps-{digest}")
-    proc = subprocess.run(["javac", "-d", str(out), "-cp", f"{framework_libs}/*",
-                           *map(str, sources)], capture_output=True, text=True, timeout=300)
+    return _javac(sources, framework_libs, tmp_path_factory.mktemp(f"streams-apps-{digest}"))
+
+
+def _javac(sources: list[Path], classpath: Path, out: Path) -> Path:
+    proc = subprocess.run(["javac", "-d", str(out), "-cp", f"{classpath}/*", *map(str, sources)],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, f"javac failed:\n{proc.stdout}\n{proc.stderr}"
     return out
 
 
-@pytest.fixture
-def jvms(tmp_path: Path, request) -> Iterator[Callable[..., JavaProcess]]:
-    started: list[JavaProcess] = []
+@pytest.fixture(scope="session")
+def connect_classpath(framework_libs: Path, tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """Connect's classpath: the forwarding classes first, then the jars (connect-compat/README)."""
+    sources = sorted(CONNECT_COMPAT.rglob("*.java"))
+    return [_javac(sources, framework_libs, tmp_path_factory.mktemp("connect-compat")),
+            framework_libs]
 
-    def start(name: str, classpath: list[Path], main: str, args: list[str],
-              extra_flags: list[str] | None = None) -> JavaProcess:
-        proc = JavaProcess(name, tmp_path / "jvm", classpath, main, args, extra_flags)
-        started.append(proc.start())
+
+class _Starter:
+    """Starts ``JavaProcess``es in one directory and remembers them, to stop them at the end."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.started: list[JavaProcess] = []
+
+    def __call__(self, name: str, classpath: list[Path], main: str, args: list[str],
+                 extra_flags: list[str] | None = None) -> JavaProcess:
+        proc = JavaProcess(name, self.workdir, classpath, main, args, extra_flags)
+        self.started.append(proc.start())
         return proc
 
-    request.node.stash[_STARTED] = started
-    yield start
-    for proc in started:
-        proc.stop()
+    def stop_all(self) -> None:
+        for proc in self.started:
+            proc.stop()
+
+
+@pytest.fixture(scope="module")
+def module_jvms(tmp_path_factory: pytest.TempPathFactory,
+                request) -> Iterator[Callable[..., JavaProcess]]:
+    starter = _Starter(tmp_path_factory.mktemp("jvm"))
+    request.node.stash[_MODULE_STARTED] = starter.started
+    try:
+        yield starter
+    finally:
+        starter.stop_all()
+
+
+@pytest.fixture
+def jvms(tmp_path: Path, request) -> Iterator[Callable[..., JavaProcess]]:
+    starter = _Starter(tmp_path / "jvm")
+    request.node.stash[_STARTED] = starter.started
+    try:
+        yield starter
+    finally:
+        starter.stop_all()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -81,6 +120,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """A failed test's report shows the log tail of every JVM it started."""
     report = yield
     if report.failed and report.when in ("setup", "call"):
-        for proc in item.stash.get(_STARTED, []):
+        module = item.getparent(pytest.Module)
+        shared = module.stash.get(_MODULE_STARTED, []) if module is not None else []
+        for proc in [*item.stash.get(_STARTED, []), *shared]:
             report.sections.append((f"{proc.name} log tail", proc.log_tail()))
     return report
