@@ -2,17 +2,22 @@
 
 One worker (module-scoped: its JVM start-up is the cost) runs with exactly-once source support,
 so it exercises what Connect asks of a broker: its config, offset and status topics created
-compacted through the admin API, a group of workers, transactional producers fenced through
-the admin's fenceProducers, read_committed consumers, and offsets committed by sink tasks.
+compacted through the admin API, a group of workers, transactional producers (fenced by their
+successors, and through the admin's fenceProducers when a connector's task count changes),
+read_committed consumers, and offsets committed by sink tasks.
 
 - FileStreamSource -> topic -> FileStreamSink copies a file of 100,000 lines exactly; the worker
   is then stopped and once killed (SIGKILL) while the file keeps growing, and restarted.
 - A sink with ``errors.tolerance=all`` routes the records it cannot convert to a dead-letter topic
   with Connect's error headers.
+- MirrorMaker's source connector, run on the worker with two exactly-once tasks, is cut to one
+  task: the leader fences the old tasks' producers with fenceProducers, and the mirrored topic
+  still holds every record once.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -31,6 +36,7 @@ INTERNAL = {"config.storage.topic": "strom-connect-configs",
             "offset.storage.topic": "strom-connect-offsets",
             "status.storage.topic": "strom-connect-status"}
 STRING = "org.apache.kafka.connect.storage.StringConverter"
+BYTES = "org.apache.kafka.connect.converters.ByteArrayConverter"
 JSON = "org.apache.kafka.connect.json.JsonConverter"
 
 
@@ -119,13 +125,13 @@ def caught_up(broker: BrokerProcess, group: str, topic: str) -> bool:
 
 
 def read_topic(broker: BrokerProcess, topic: str, isolation: str = "read_committed",
-               timeout: float = 60.0) -> list:
-    """Every record of partition 0 of ``topic`` up to its (last stable) end offset."""
+               timeout: float = 60.0, partition: int = 0) -> list:
+    """Every record of one partition of ``topic`` up to its (last stable) end offset."""
     c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"reader-{time.time_ns()}",
                   "isolation.level": isolation, "enable.auto.commit": False,
                   "auto.offset.reset": "earliest", "enable.partition.eof": True})
     try:
-        c.assign([TopicPartition(topic, 0, 0)])
+        c.assign([TopicPartition(topic, partition, 0)])
         out = []
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -252,6 +258,66 @@ def test_dead_letter_queue(worker: ConnectWorker, strom_broker: BrokerProcess, t
             assert headers["__connect.errors.exception.class.name"] == \
                 "org.apache.kafka.connect.errors.DataException"
             assert "__connect.errors.exception.stacktrace" in headers
+    finally:
+        worker.delete_connector(name)
+
+
+def test_task_count_change_fences_zombies(worker: ConnectWorker, strom_broker: BrokerProcess,
+                                          unique_topic) -> None:
+    """Fewer exactly-once tasks: the leader fences the old ones with the admin's fenceProducers.
+
+    Connect skips that round while a connector has one task (its successor's producer fences
+    it), so MirrorMaker's source connector runs here as a plain connector with two tasks (one
+    per partition of a topic mirrored within the same broker), then is cut to one.
+    """
+    topic = unique_topic("mirrored")
+    create_topic(strom_broker, topic, partitions=2)
+    remote = f"origin.{topic}"
+    name = f"mirror-{topic.rsplit('.', 1)[-1]}"
+    p = Producer({"bootstrap.servers": strom_broker.bootstrap})
+
+    def produce(first: int, last: int) -> None:
+        for i in range(first, last):
+            p.produce(topic, value=f"r{i}".encode(), partition=i % 2)
+        assert p.flush(30) == 0
+
+    def mirrored() -> list[str]:
+        return sorted(m.value().decode() for part in (0, 1)
+                      for m in read_topic(strom_broker, remote, partition=part))
+
+    def connector(tasks: int) -> dict[str, str]:
+        return {"connector.class": "org.apache.kafka.connect.mirror.MirrorSourceConnector",
+                "tasks.max": str(tasks), "exactly.once.support": "required",
+                "key.converter": BYTES, "value.converter": BYTES,
+                "source.cluster.alias": "origin", "target.cluster.alias": "local",
+                "source.cluster.bootstrap.servers": strom_broker.bootstrap,
+                "target.cluster.bootstrap.servers": strom_broker.bootstrap,
+                "topics": re.escape(topic),
+                # MirrorMaker's source supports exactly-once only when it reads read_committed.
+                "consumer.isolation.level": "read_committed",
+                "replication.factor": "1", "offset-syncs.topic.replication.factor": "1",
+                "sync.topic.acls.enabled": "false", "sync.topic.configs.enabled": "false"}
+
+    produce(0, 200)
+    # Worker logs its fencing rounds at DEBUG: raise that one logger through the REST API.
+    worker.request("PUT", "/admin/loggers/org.apache.kafka.connect.runtime.Worker",
+                   {"level": "DEBUG"})
+    assert worker.jvm is not None
+    since = len(worker.jvm.log())
+    worker.put_connector(name, connector(tasks=2))
+    try:
+        worker.wait_running(name, tasks=2)
+        expected = sorted(f"r{i}" for i in range(200))
+        wait_until(lambda: mirrored() == expected, 60, f"200 records in {remote}")
+
+        worker.put_connector(name, connector(tasks=1))
+        worker.jvm.wait_for_log(rf"Finished fencing out 2 task producers for source connector "
+                                rf"{name}", 60, since)
+        worker.wait_running(name, tasks=1)
+        produce(200, 400)
+        expected = sorted(f"r{i}" for i in range(400))
+        wait_until(lambda: mirrored() == expected, 60, f"400 records in {remote}, each once",
+                   lambda: f"{len(mirrored())} records")
     finally:
         worker.delete_connector(name)
 
