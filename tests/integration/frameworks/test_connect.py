@@ -158,20 +158,28 @@ def file_lines(path: Path) -> list[str]:
 
 
 class Appender(threading.Thread):
-    """Appends numbered lines to the source file in small chunks: a stream, not one write."""
+    """Appends numbered lines to the source file in small chunks (a stream, not one write) from
+    ``first`` on, until ``finish()``: whatever the test does meanwhile happens mid-stream."""
 
-    def __init__(self, path: Path, first: int, last: int, chunk: int = 250,
-                 pause: float = 0.02) -> None:
+    def __init__(self, path: Path, first: int, chunk: int = 100, pause: float = 0.02) -> None:
         super().__init__(daemon=True)
-        self.path, self.first, self.last, self.chunk, self.pause = path, first, last, chunk, pause
+        self.path, self.chunk, self.pause = path, chunk, pause
+        self.last = first - 1  # the last line written
+        self._done = threading.Event()
 
     def run(self) -> None:
         with open(self.path, "a") as f:
-            for start in range(self.first, self.last + 1, self.chunk):
-                end = min(start + self.chunk, self.last + 1)
-                f.write("".join(f"line-{i}\n" for i in range(start, end)))
+            while not self._done.is_set():
+                start, self.last = self.last + 1, self.last + self.chunk
+                f.write("".join(f"line-{i}\n" for i in range(start, self.last + 1)))
                 f.flush()
                 time.sleep(self.pause)
+
+    def finish(self) -> int:
+        """Stop appending; returns the number of the last line written."""
+        self._done.set()
+        self.join(10)
+        return self.last
 
 
 def lines(first: int, last: int) -> list[str]:
@@ -354,31 +362,31 @@ def test_file_pipeline_survives_stop_and_kill(worker: ConnectWorker, strom_broke
         assert dst.read_text() == src.read_text()
 
         # A clean stop while lines keep arriving: nothing lost, nothing repeated.
-        appender = Appender(src, 100_001, 150_000)
+        appender = Appender(src, 100_001)
         appender.start()
         wait_until(lambda: len(file_lines(dst)) >= 105_000, 60, "the sink to move on")
-        assert appender.is_alive(), "the appender finished before the stop: not mid-stream"
         worker.stop()
         worker.start()
-        appender.join(60)
-        wait_until(lambda: len(file_lines(dst)) >= 150_000, 120, "150,000 lines after a restart",
+        last = appender.finish()
+        wait_until(lambda: file_lines(dst)[-1:] == [f"line-{last}"], 120,
+                   f"line {last} in the sink file after a restart",
                    lambda: f"{len(file_lines(dst))} lines")
         wait_until(lambda: caught_up(strom_broker, f"connect-{sink}", topic), 30,
                    "the sink to commit the end of the topic")
-        assert file_lines(dst) == lines(1, 150_000)
+        assert file_lines(dst) == lines(1, last)
 
         # SIGKILL while lines keep arriving, then a restart.
-        appender = Appender(src, 150_001, 200_000)
+        appender = Appender(src, last + 1)
         appender.start()
-        wait_until(lambda: len(file_lines(dst)) >= 155_000, 60, "the sink to move on")
-        assert appender.is_alive(), "the appender finished before the kill: not mid-stream"
+        wait_until(lambda: len(file_lines(dst)) >= last + 5_000, 60, "the sink to move on")
         worker.kill()
         resumed_at = committed(strom_broker, f"connect-{sink}", topic)  # where the sink restarts
         worker.start()
-        appender.join(60)
-        expected = lines(1, 200_000)
-        wait_until(lambda: file_lines(dst)[-1:] == ["line-200000"], 120,
-                   "the last line in the sink file", lambda: f"{len(file_lines(dst))} lines")
+        last = appender.finish()
+        expected = lines(1, last)
+        wait_until(lambda: file_lines(dst)[-1:] == [f"line-{last}"], 120,
+                   f"line {last} in the sink file after a restart",
+                   lambda: f"{len(file_lines(dst))} lines")
         # Exactly-once source: each line once in the topic, in order, for read_committed readers.
         records = read_topic(strom_broker, topic)
         assert [m.value().decode() for m in records] == expected
