@@ -41,7 +41,9 @@ GROUP_OVERRIDES = {
 NONE, OFFSET_METADATA_TOO_LARGE = 0, 12
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT = 22, 25, 26
 NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED = 68, 69, 79
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
+INIT_PRODUCER_ID = 22
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, DELETE_GROUPS = 8, 9, 15, 42
 
 
@@ -480,6 +482,19 @@ def find_coordinator_v1(conn: Conn, key: str, key_type: int = 0) -> tuple[int, i
     return error, node
 
 
+def find_available(conn: Conn, key: str, key_type: int = 0, timeout: float = 10.0) -> int:
+    """FindCoordinator until it stops answering COORDINATOR_NOT_AVAILABLE, as clients retry
+    it (a broker answers so while it creates or takes up the internal topic): the node."""
+    deadline = time.monotonic() + timeout
+    while True:
+        error, node = find_coordinator_v1(conn, key, key_type)
+        if error != COORDINATOR_NOT_AVAILABLE:
+            assert error == NONE, error
+            return node
+        assert time.monotonic() < deadline, f"{key}: coordinator not available in {timeout} s"
+        time.sleep(0.05)
+
+
 def join_v1(conn: Conn, group: str, member: str = "", session: int = 6000) -> dict:
     body = (string(group) + i32(session) + i32(6000) + string(member) + string("consumer")
             + array([string("range") + i32(0)]))
@@ -510,15 +525,32 @@ def commit_v2(conn: Conn, group: str, generation: int, member: str, topic: str, 
     return topic_result[1][0][1]
 
 
+def test_a_found_coordinator_serves_at_once(make_broker) -> None:
+    """FindCoordinator creates the internal topics on a new broker; it names this broker only
+    once the coordinator has taken the partition up, so the request a client sends next is
+    served (Kafka answers COORDINATOR_NOT_AVAILABLE to the FindCoordinator that creates the
+    topic). Strom used to answer at once, and the JoinGroup or InitProducerId that followed
+    met NOT_COORDINATOR while the partition's log was still being made (seen with Kafka
+    Connect and MirrorMaker 2)."""
+    b = make_broker()
+    with Conn(b.bootstrap) as conn:
+        assert find_available(conn, "first-group") == 0
+        assert join_v1(conn, "first-group")["error"] == NONE
+        assert find_available(conn, "first-txn", key_type=1) == 0
+        body = string("first-txn") + i32(60_000)  # InitProducerId v0
+        r = Reader(conn.request(INIT_PRODUCER_ID, 0, body))
+        r.i32()  # throttle
+        assert r.i16() == NONE
+
+
 def test_error_codes_on_raw_requests(broker, unique_topic):
     bs = broker.bootstrap
     topic = unique_topic("raw")
     kc.create_topic(bs, topic, 1)
     group = f"raw-{uuid.uuid4().hex[:8]}"
     with Conn(bs) as conn:
-        error, node = find_coordinator_v1(conn, group)
-        assert (error, node) == (NONE, 0)
-        assert find_coordinator_v1(conn, "txn", key_type=1) == (NONE, 0)  # transaction coordinator
+        assert find_available(conn, group) == 0
+        assert find_available(conn, "txn", key_type=1) == 0  # transaction coordinator
         assert join_v1(conn, group, session=10)["error"] == INVALID_SESSION_TIMEOUT
         assert join_v1(conn, group, member="made-up")["error"] == UNKNOWN_MEMBER_ID
         joined = join_v1(conn, group)  # v1: no MEMBER_ID_REQUIRED round trip

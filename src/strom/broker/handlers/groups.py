@@ -101,6 +101,12 @@ def _coordinator_for(broker: Broker, ctx: RequestContext, key_type: int,
         if node is None:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                              f"{OFFSETS_TOPIC}-{partition} has no live leader.")
+        if node.broker_id == broker.broker_id and not groups.is_local(key):
+            # Led here but not taken up yet (a new topic's logs are made in the background):
+            # JoinGroup would answer NOT_COORDINATOR, so the client is told to retry instead,
+            # as Kafka answers the FindCoordinator that creates the topic.
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             f"{OFFSETS_TOPIC}-{partition} is not loaded yet.")
         out.update(node_id=node.broker_id, host=node.address(ctx.session.listener)[0],
                        port=node.address(ctx.session.listener)[1])
     except KafkaError as exc:

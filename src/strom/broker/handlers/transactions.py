@@ -48,6 +48,11 @@ def transaction_coordinator_node(broker: Broker, transactional_id: str) -> Broke
     if node is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                          f"{TRANSACTION_STATE_TOPIC}-{partition} has no live leader.")
+    if node.broker_id == broker.broker_id and not coordinator.is_local(transactional_id):
+        # Led here but not taken up yet (a new topic's logs are made in the background): the
+        # client retries instead of meeting NOT_COORDINATOR, as with Kafka's new topics.
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                         f"{TRANSACTION_STATE_TOPIC}-{partition} is not loaded yet.")
     return node
 
 

@@ -94,6 +94,10 @@ class GroupCoordinator:
     def is_loading(self, partition: int) -> bool:
         return self.state.is_loading(partition)
 
+    def is_local(self, group_id: str) -> bool:
+        """True when this broker serves (or is loading) the group's partition."""
+        return self.state.shard_of(group_id) is not None
+
     def committed_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
         """Every committed offset of the groups this broker coordinates and has loaded, per
         group (consumer lag is computed from them)."""
