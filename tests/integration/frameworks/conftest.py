@@ -117,7 +117,7 @@ def jvms(tmp_path: Path, request) -> Iterator[Callable[..., JavaProcess]]:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A failed test's report shows the log tail of every JVM it started."""
+    """A failed test's report shows the log tail of every JVM it started or its module shares."""
     report = yield
     if report.failed and report.when in ("setup", "call"):
         module = item.getparent(pytest.Module)
