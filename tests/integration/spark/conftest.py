@@ -135,3 +135,33 @@ def read_all(spark: Any, bootstrap: str, topic: str, **options: str) -> list[Any
 
 
 PYTHON = sys.executable
+
+
+def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed",
+                timeout: float = 60.0) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every record of ``topic`` as confluent-kafka reads it: (partition, offset, key, value),
+    read up to the end offsets (the last stable offsets for ``read_committed``) of the moment
+    of the call."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "spark-tests-check",
+                  "enable.auto.commit": False, "isolation.level": isolation})
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), 10)[1] for p in parts}
+        c.assign([TopicPartition(topic, p, 0) for p in parts])
+        out: list[tuple[int, int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + timeout
+
+        def behind() -> bool:
+            positions = c.position([TopicPartition(topic, p) for p in parts])
+            return any(tp.offset < ends[tp.partition] for tp in positions if ends[tp.partition])
+
+        while behind():
+            assert time.monotonic() < deadline, f"timed out reading back {topic}"
+            for m in c.consume(5000, 0.2):
+                if m.error() is None:
+                    out.append((m.partition(), m.offset(), m.key(), m.value()))
+        return out
+    finally:
+        c.close()
