@@ -137,6 +137,25 @@ def read_all(spark: Any, bootstrap: str, topic: str, **options: str) -> list[Any
 PYTHON = sys.executable
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every live process below it (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            children.setdefault(ppid, []).append(int(name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, ()))
+    return found
+
+
 def consume_all(bootstrap: str, topic: str, isolation: str = "read_committed",
                 timeout: float = 60.0) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """Every record of ``topic`` as confluent-kafka reads it: (partition, offset, key, value),

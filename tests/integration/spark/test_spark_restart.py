@@ -10,29 +10,10 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
-from .conftest import PYTHON, create_topic, produce, wait_for
+from .conftest import PYTHON, create_topic, descendants, produce, wait_for
 
 JOB = Path(__file__).with_name("stream_job.py")
 RECORDS = {0: 600, 1: 450, 2: 300}
-
-
-def descendants(pid: int) -> list[int]:
-    """``pid`` and every live process below it (read from /proc)."""
-    children: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError, IndexError):
-                continue
-            children.setdefault(ppid, []).append(int(name))
-    found, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        found.append(p)
-        todo.extend(children.get(p, ()))
-    return found
 
 
 def numbered(d: Path) -> set[int]:
