@@ -14,14 +14,20 @@ Steps (a fresh broker with its own data directory; nothing else is measured in b
      then as a long-running stream would see it: micro-batches of a fifth of the backlog
      (five, or six when the per-partition split rounds down), timed from the first batch's
      start to the last one's end (query start and stop left out);
-  5. Parquet -> df.write.format("strom") into a new topic (the sink).
+  5. Parquet -> df.write.format("strom") into a new topic (the sink);
+  6. the same topic read, and the same Parquet written, by Spark's own Kafka connector
+     (spark-sql-kafka-0-10, the Java client inside Spark's JVM): batch and stream reads into
+     Parquet, batch writes into a new topic. Maven Central serves no connector for PySpark 4.3,
+     so it runs at 4.2.0 in a driver process of its own from a cached virtualenv
+     (compat/spark_kafka.py; the first run fetches it). --no-kafka-connector skips this step.
 CPU: the broker's process tree, and Spark's (this process's tree: driver JVM, Python workers,
-the driver itself) minus the broker's.
+the driver itself, the connector's driver process) minus the broker's.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import shutil
@@ -33,6 +39,8 @@ from pathlib import Path
 
 from bench import procstat
 from bench.brokers import BrokerProcess, strom_spec
+
+_SPARK_KAFKA = Path(__file__).resolve().parent.parent / "compat" / "spark_kafka.py"
 
 
 @dataclass
@@ -123,6 +131,99 @@ def client_only(bootstrap: str, topic: str, ends: dict[int, int], arrow: bool) -
     return n
 
 
+def _spark_kafka():
+    """compat/spark_kafka.py, by path: compat/ is a directory of scripts, not a package."""
+    spec = importlib.util.spec_from_file_location("compat_spark_kafka", _SPARK_KAFKA)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def topic_records(bootstrap: str, topic: str, partitions: int) -> int:
+    """Records in ``topic`` (no transactions here: the sum of its high watermarks)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-check"})
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), 10)[1]
+                   for p in range(partitions))
+    finally:
+        c.close()
+
+
+def kafka_connector_phases(args: argparse.Namespace, work: Path, bs: str, admin, meter: Meter,
+                           parquet_in: Path) -> list[Phase]:
+    """Spark's own Kafka connector on the same topic and the same Parquet input."""
+    import pyarrow.parquet as pq
+    from confluent_kafka.admin import NewTopic
+
+    sk = _spark_kafka()
+    sk.ensure_all()  # a first run fetches it: not timed
+    phases: list[Phase] = []
+    driver = sk.ConnectorDriver(work / "kafka-connector", args.master,
+                                {"spark.sql.shuffle.partitions": str(args.partitions)})
+    try:
+        source = {"format": "kafka", "options": {"kafka.bootstrap.servers": bs,
+                                                 "subscribe": "bench-in"}}
+        label = f"Kafka connector {driver.version}:"
+        warm = work / "kc-warm"
+        driver.call("batch", source=source, select=["value"],
+                    sink={"format": "parquet", "path": str(warm)})  # as the strom warm-up
+        shutil.rmtree(warm, ignore_errors=True)
+        for run in range(args.repeat):
+            out = work / f"kc-parquet-batch-{run}"
+            before = meter.sample()
+            driver.call("batch", source=source, sink={"format": "parquet", "path": str(out)})
+            phases.append(meter.phase(f"{label} topic -> Parquet (batch) #{run + 1}",
+                                      args.records, before))
+            assert pq.read_table(out).num_rows == args.records
+        for run in range(args.repeat):
+            out = work / f"kc-parquet-stream-{run}"
+            stream_source = {"format": "kafka", "options": {**source["options"],
+                                                            "startingOffsets": "earliest"}}
+            before = meter.sample()
+            answer = driver.call("stream", source=stream_source, checkpoint=str(
+                work / f"kc-checkpoint-{run}"), sink={"format": "parquet", "path": str(out)})
+            phases.append(meter.phase(f"{label} topic -> Parquet (stream) #{run + 1}",
+                                      args.records, before))
+            assert answer["rows"] == args.records == pq.read_table(out).num_rows
+        for run in range(args.repeat):
+            topic = f"bench-kc-out-{run}"
+            for f in admin.create_topics([NewTopic(topic, args.partitions, 1)]).values():
+                f.result(30)
+            before = meter.sample()
+            driver.call("batch", source={"format": "parquet", "path": str(parquet_in)},
+                        select=["value"], sink={"format": "kafka", "options": {
+                            "kafka.bootstrap.servers": bs, "topic": topic}})
+            phases.append(meter.phase(f"{label} Parquet -> topic (sink) #{run + 1}",
+                                      args.records, before))
+            assert topic_records(bs, topic, args.partitions) == args.records
+    finally:
+        driver.close()
+    return phases
+
+
+def comparison(phases: list[Phase]) -> list[str]:
+    """Best run per path, the strom format next to Spark's Kafka connector."""
+    def best(connector: bool, kind: str) -> Phase | None:
+        runs = [p for p in phases if p.name.startswith("Kafka connector") == connector
+                and kind in p.name]
+        return max(runs, key=lambda p: p.rate) if runs else None
+
+    lines = [f"{'best run, records/s':34s} {'strom format':>14s} {'Kafka connector':>16s} "
+             f"{'strom/Kafka':>12s}"]
+    for title, kind in (("source, batch -> Parquet", "(batch)"),
+                        ("source, stream -> Parquet", "(stream)"),
+                        ("sink, Parquet -> topic", "(sink)")):
+        ours, theirs = best(False, kind), best(True, kind)
+        if ours is None or theirs is None:
+            continue
+        lines.append(f"{title:34s} {ours.rate:>14,.0f} {theirs.rate:>16,.0f} "
+                     f"{ours.rate / theirs.rate:>11.2f}x")
+    return lines
+
+
 def _progress_start(progress: dict) -> float:
     """A StreamingQueryProgress timestamp ('2026-11-22T18:01:02.345Z') as epoch seconds."""
     import datetime as dt
@@ -140,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                     "one warms the JVM up)")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    ap.add_argument("--no-kafka-connector", action="store_true",
+                    help="skip Spark's own Kafka connector (step 6)")
     args = ap.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="spark-bench-"))
@@ -234,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
                 .option("subscribe", topic).load().count()
             assert written == args.records, written
         spark.stop()
+        if not args.no_kafka_connector:
+            phases += kafka_connector_phases(args, work, bs, admin, meter, out)
     finally:
         broker.stop()
         if not args.keep:
@@ -251,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     fetch_cpu = fetch.spark_cpu * per
     arrow_cpu = max(0.0, arrow.spark_cpu - fetch.spark_cpu) * per
     spark_cpu = max(0.0, batch.spark_cpu * per - fetch_cpu - arrow_cpu)
+    if not args.no_kafka_connector:
+        print("\n" + "\n".join(comparison(phases)))
     print(f"\nwhere the CPU goes per record, best batch read ({batch.name}; us): broker "
           f"{batch.broker_cpu * per:.2f}, client fetch {fetch_cpu:.2f}, Arrow conversion "
           f"{arrow_cpu:.2f}, Spark (JVM, Arrow->rows, Parquet, task overhead) {spark_cpu:.2f}")
