@@ -169,3 +169,7 @@ def test_read_committed_skips_aborted_transactions(connector, strom_broker, uniq
         select=["value"], sink={"format": "parquet", "path": str(out)},
         checkpoint=str(tmp_path / "ck"))
     assert answer["rows"] == len(expected_committed) + 50
+    import pyarrow.parquet as pq
+
+    streamed = pq.read_table(out).column("value").to_pylist()
+    assert Counter(streamed) == Counter(expected_committed + [b"open-%d" % i for i in range(50)])
