@@ -211,15 +211,20 @@ def comparison(phases: list[Phase]) -> list[str]:
                 and kind in p.name]
         return max(runs, key=lambda p: p.rate) if runs else None
 
-    lines = [f"{'best run, records/s':34s} {'strom format':>14s} {'Kafka connector':>16s} "
-             f"{'strom/Kafka':>12s}"]
+    lines = [f"{'best run':26s} {'strom format':>24s} {'Kafka connector':>24s} "
+             f"{'strom/Kafka':>12s}",
+             f"{'':26s} {'rec/s, Spark CPU us/rec':>24s} {'rec/s, Spark CPU us/rec':>24s}"]
     for title, kind in (("source, batch -> Parquet", "(batch)"),
                         ("source, stream -> Parquet", "(stream)"),
                         ("sink, Parquet -> topic", "(sink)")):
         ours, theirs = best(False, kind), best(True, kind)
         if ours is None or theirs is None:
             continue
-        lines.append(f"{title:34s} {ours.rate:>14,.0f} {theirs.rate:>16,.0f} "
+
+        def cell(p: Phase) -> str:
+            return f"{p.rate:,.0f}, {p.spark_cpu * 1e6 / p.records:.2f}"
+
+        lines.append(f"{title:26s} {cell(ours):>24s} {cell(theirs):>24s} "
                      f"{ours.rate / theirs.rate:>11.2f}x")
     return lines
 
