@@ -125,7 +125,11 @@ class ConnectorDriver:
                 [str(python), str(DRIVER), json.dumps(setup)], stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, stderr=log, env=env, cwd=workdir)
         self._buffer = b""
-        self.version = self._answer(300.0)["spark"]
+        try:
+            self.version = self._answer(300.0)["spark"]
+        except BaseException:
+            self.close()
+            raise
 
     def log_tail(self, chars: int = 4000) -> str:
         try:
@@ -167,7 +171,7 @@ class ConnectorDriver:
                 self.proc.stdin.close()  # end of commands: the driver stops Spark and exits
                 self.proc.wait(60)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
+                self.proc.kill()  # its JVM exits with it (py4j's gateway watches stdin)
                 self.proc.wait(30)
         if self.proc.stdout is not None:
             self.proc.stdout.close()

@@ -20,6 +20,7 @@ binary columns as hex). The answer holds the rows copied and the seconds the cop
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -91,6 +92,10 @@ def stream(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
 
 def main(setup_json: str) -> int:
     setup = json.loads(setup_json)
+    # Answers go to the original stdout; everything else that writes to fd 1 (the JVM Spark
+    # starts inherits it) goes to stderr, the log, and cannot break the protocol.
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
     from pyspark.sql import SparkSession
 
     builder = (SparkSession.builder.master(setup["master"]).appName("spark-kafka-connector")
@@ -104,7 +109,6 @@ def main(setup_json: str) -> int:
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
-    out = sys.stdout
     out.write(json.dumps({"spark": spark.version}) + "\n")
     out.flush()
     ops = {"batch": batch, "stream": stream}
