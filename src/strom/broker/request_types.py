@@ -732,6 +732,119 @@ class DescribeTopicPartitionsRequest(Protocol):
     cursor: DescribeTopicPartitionsRequestCursor | None
 
 
+# STREAMS_GROUP_HEARTBEAT v0-0
+
+
+class StreamsGroupHeartbeatRequestTopologySubtopologiesStateChangelogTopicsTopicConfigs(Protocol):
+    key: str
+    value: str
+
+
+class StreamsGroupHeartbeatRequestTopologySubtopologiesStateChangelogTopics(Protocol):
+    name: str
+    partitions: int
+    replication_factor: int
+    topic_configs: list[StreamsGroupHeartbeatRequestTopologySubtopologiesStateChangelogTopicsTopicConfigs]
+
+
+class StreamsGroupHeartbeatRequestTopologySubtopologiesRepartitionSourceTopicsTopicConfigs(Protocol):
+    key: str
+    value: str
+
+
+class StreamsGroupHeartbeatRequestTopologySubtopologiesRepartitionSourceTopics(Protocol):
+    name: str
+    partitions: int
+    replication_factor: int
+    topic_configs: list[StreamsGroupHeartbeatRequestTopologySubtopologiesRepartitionSourceTopicsTopicConfigs]
+
+
+class StreamsGroupHeartbeatRequestTopologySubtopologiesCopartitionGroups(Protocol):
+    source_topics: list[int]
+    source_topic_regex: list[int]
+    repartition_source_topics: list[int]
+
+
+class StreamsGroupHeartbeatRequestTopologySubtopologies(Protocol):
+    subtopology_id: str
+    source_topics: list[str]
+    source_topic_regex: list[str]
+    state_changelog_topics: list[StreamsGroupHeartbeatRequestTopologySubtopologiesStateChangelogTopics]
+    repartition_sink_topics: list[str]
+    repartition_source_topics: list[StreamsGroupHeartbeatRequestTopologySubtopologiesRepartitionSourceTopics]
+    copartition_groups: list[StreamsGroupHeartbeatRequestTopologySubtopologiesCopartitionGroups]
+
+
+class StreamsGroupHeartbeatRequestTopology(Protocol):
+    epoch: int
+    subtopologies: list[StreamsGroupHeartbeatRequestTopologySubtopologies]
+
+
+class StreamsGroupHeartbeatRequestActiveTasks(Protocol):
+    subtopology_id: str
+    partitions: list[int]
+
+
+class StreamsGroupHeartbeatRequestStandbyTasks(Protocol):
+    subtopology_id: str
+    partitions: list[int]
+
+
+class StreamsGroupHeartbeatRequestWarmupTasks(Protocol):
+    subtopology_id: str
+    partitions: list[int]
+
+
+class StreamsGroupHeartbeatRequestUserEndpoint(Protocol):
+    host: str
+    port: int
+
+
+class StreamsGroupHeartbeatRequestClientTags(Protocol):
+    key: str
+    value: str
+
+
+class StreamsGroupHeartbeatRequestTaskOffsets(Protocol):
+    subtopology_id: str
+    partition: int
+    offset: int
+
+
+class StreamsGroupHeartbeatRequestTaskEndOffsets(Protocol):
+    subtopology_id: str
+    partition: int
+    offset: int
+
+
+class StreamsGroupHeartbeatRequest(Protocol):
+    group_id: str
+    member_id: str
+    member_epoch: int
+    endpoint_information_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    rebalance_timeout: int
+    topology: StreamsGroupHeartbeatRequestTopology | None
+    active_tasks: list[StreamsGroupHeartbeatRequestActiveTasks] | None
+    standby_tasks: list[StreamsGroupHeartbeatRequestStandbyTasks] | None
+    warmup_tasks: list[StreamsGroupHeartbeatRequestWarmupTasks] | None
+    process_id: str | None
+    user_endpoint: StreamsGroupHeartbeatRequestUserEndpoint | None
+    client_tags: list[StreamsGroupHeartbeatRequestClientTags] | None
+    task_offsets: list[StreamsGroupHeartbeatRequestTaskOffsets] | None
+    task_end_offsets: list[StreamsGroupHeartbeatRequestTaskEndOffsets] | None
+    shutdown_application: bool
+
+
+# STREAMS_GROUP_DESCRIBE v0-0
+
+
+class StreamsGroupDescribeRequest(Protocol):
+    group_ids: list[str]
+    include_authorized_operations: bool
+
+
 ABSENT: dict[tuple[int, int], tuple[Absent, ...]] = {
     (2, 1): (  # LIST_OFFSETS v1
         (('topics', 'partitions'), 'current_leader_epoch', -1),

@@ -29,11 +29,16 @@ from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo, MetadataImage
 from strom.cluster.metadata_log import MetadataLog
 from strom.cluster.records import Change
 from strom.cluster.replication.manager import ReplicaManager
+from strom.common.immediate import run_or_start
 from strom.config.broker import BrokerConfig
+from strom.config.defs import ConfigError
 from strom.config.listeners import advertised_listeners, default_listener
+from strom.config.topic import validate_topic_configs
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
+from strom.coordinator.group.streams_topology import NewTopic
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.acl import Authorizer, parse_super_users
 from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
 from strom.storage.manager import LogManager
@@ -201,11 +206,44 @@ class TopicsAdapter:
         return [n for n in self.node.image.topics if n not in INTERNAL_TOPICS]
 
 
+class StreamsTopicsCreator:
+    """The group coordinator's `InternalTopicCreator`: the internal topics of streams groups
+    through the controller, as CreateTopics makes topics (configs validated; replication factor
+    -1 is default.replication.factor). A cluster's controller answers later: a topic is asked
+    for again only after a few seconds, when heartbeats still find it missing."""
+
+    RETRY_S = 5.0
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self._asked: dict[str, float] = {}
+
+    def create(self, topics: list[NewTopic]) -> None:
+        controller = self.node.controller
+        for t in topics:
+            now = time.monotonic()
+            if not controller.immediate and now - self._asked.get(t.name, -self.RETRY_S) \
+                    < self.RETRY_S:
+                continue
+            self._asked[t.name] = now
+            rf = t.replication_factor if t.replication_factor > 0 else \
+                self.node.config.get("default.replication.factor")
+            try:
+                validate_topic_configs(t.configs)
+                run_or_start(controller.immediate, lambda t=t, rf=rf: controller.create_topic(
+                    t.name, t.partitions, rf, None, t.configs), f"creating topic {t.name}")
+            except ConfigError as exc:
+                log.warning("cannot create internal topic %s: %s", t.name, exc)
+            except KafkaError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    log.warning("cannot create internal topic %s: %s", t.name, exc)
+
+
 def build_group_coordinator(node: Node, loop: asyncio.AbstractEventLoop) -> GroupCoordinator:
     """The group coordinator, subscribed to leadership of `__consumer_offsets`."""
     coordinator = GroupCoordinator(GroupConfig.from_config(node.config.get),
                                    OffsetsTopicAdapter(node), TopicsAdapter(node), loop,
-                                   node.now_ms)
+                                   node.now_ms, StreamsTopicsCreator(node))
 
     def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
         if topic == OFFSETS_TOPIC:

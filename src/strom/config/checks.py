@@ -118,11 +118,20 @@ _GROUP_BOUNDS = (
     ("group.consumer.min.session.timeout.ms", "group.consumer.session.timeout.ms", False),
     ("group.consumer.session.timeout.ms", "group.consumer.max.session.timeout.ms", False),
     ("group.consumer.heartbeat.interval.ms", "group.consumer.session.timeout.ms", True),
+    ("group.streams.min.heartbeat.interval.ms", "group.streams.max.heartbeat.interval.ms", False),
+    ("group.streams.min.heartbeat.interval.ms", "group.streams.heartbeat.interval.ms", False),
+    ("group.streams.heartbeat.interval.ms", "group.streams.max.heartbeat.interval.ms", False),
+    ("group.streams.min.session.timeout.ms", "group.streams.max.session.timeout.ms", False),
+    ("group.streams.min.session.timeout.ms", "group.streams.session.timeout.ms", False),
+    ("group.streams.session.timeout.ms", "group.streams.max.session.timeout.ms", False),
+    ("group.streams.heartbeat.interval.ms", "group.streams.session.timeout.ms", True),
+    ("group.streams.num.standby.replicas", "group.streams.max.standby.replicas", False),
 )
 
 
 def _group_bound_problems(config: BrokerConfig) -> Iterator[str]:
-    """The consumer-protocol session timeout and heartbeat interval lie within their bounds."""
+    """The consumer- and streams-protocol session timeouts and heartbeat intervals (and the
+    streams standby replicas) lie within their bounds."""
     for low, high, strict in _GROUP_BOUNDS:
         lo, hi = config.get(low), config.get(high)
         if lo > hi or (strict and lo == hi):

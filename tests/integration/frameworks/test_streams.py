@@ -6,6 +6,12 @@ other takes over its tasks, restoring their state stores from the changelog topi
 cache is off, so every count update reaches the output: under exactly-once the committed
 updates of each key are exactly 1, 2, …, n — a record counted twice or lost would show there —
 and the last one equals the reference the test computes from what it produced.
+
+Each test runs with both rebalance protocols: the classic one (the Streams partition assignor on
+the clients, JoinGroup/SyncGroup) and ``group.protocol=streams`` (KIP-1071: the broker validates
+the topology, creates the internal topics and assigns the tasks). With the streams protocol the
+session timeout is the broker's ``group.streams.session.timeout.ms``, shortened here like the
+clients' ``session.timeout.ms`` so a killed instance's tasks move within seconds.
 """
 
 from __future__ import annotations
@@ -31,20 +37,39 @@ WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel
          "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu"]  # fmt: skip
 REGIONS = ["north", "south", "east", "west"]
 MINUTE = 60_000
+# The streams protocol's session timeout and heartbeat interval are the broker's; Kafka's lower
+# bounds (45 s, 5 s) would refuse these at start-up.
+STREAMS_OVERRIDES = {
+    "group.streams.session.timeout.ms": 6000,
+    "group.streams.min.session.timeout.ms": 1000,
+    "group.streams.heartbeat.interval.ms": 1000,
+    "group.streams.min.heartbeat.interval.ms": 100,
+}
+
+
+@pytest.fixture(scope="module")
+def broker(make_module_broker):
+    return make_module_broker(STREAMS_OVERRIDES)
+
+
+@pytest.fixture(params=["classic", "streams"])
+def protocol(request) -> list[str]:
+    """The extra properties that select the rebalance protocol (classic is the default)."""
+    return [] if request.param == "classic" else [f"group.protocol={request.param}"]
 
 
 class Instances:
     """Starts instances of one Streams application, each with its own state directory."""
 
     def __init__(self, jvms: Callable[..., JavaProcess], libs: Path, classes: Path,
-                 tmp: Path, main: str, fixed_args: list[str]) -> None:
+                 tmp: Path, main: str, fixed_args: list[str], extra: list[str]) -> None:
         self.jvms, self.libs, self.classes, self.tmp = jvms, libs, classes, tmp
-        self.main, self.fixed_args = main, fixed_args
+        self.main, self.fixed_args, self.extra = main, fixed_args, extra
 
     def start(self, name: str, bootstrap: str, app_id: str) -> JavaProcess:
         state_dir = self.tmp / f"state-{name}"
         return self.jvms(name, [self.libs, self.classes], f"io.strom.frameworks.{self.main}",
-                         [bootstrap, app_id, str(state_dir), *self.fixed_args])
+                         [bootstrap, app_id, str(state_dir), *self.fixed_args, *self.extra])
 
 
 def wait_sharing(a: JavaProcess, b: JavaProcess, tasks: int) -> None:
@@ -111,10 +136,10 @@ def assert_exactly_once(reader: OutputReader, expected: dict[str, int], timeout:
     assert set(reader.updates) == set(expected)
 
 
-def test_word_count_exactly_once_through_a_killed_instance(strom_broker, jvms, framework_libs,
-                                                           streams_classes, tmp_path,
-                                                           unique_topic) -> None:
-    bootstrap = strom_broker.bootstrap
+def test_word_count_exactly_once_through_a_killed_instance(broker, protocol, jvms,
+                                                           framework_libs, streams_classes,
+                                                           tmp_path, unique_topic) -> None:
+    bootstrap = broker.bootstrap
     source, sink = unique_topic("lines"), unique_topic("counts")
     create_topic(bootstrap, source, PARTITIONS)
     create_topic(bootstrap, sink, 2)
@@ -123,7 +148,8 @@ def test_word_count_exactly_once_through_a_killed_instance(strom_broker, jvms, f
     expected = dict(Counter(w for line in lines for w in line.split()))
     records = [(f"line-{i}", line, None) for i, line in enumerate(lines)]
     app_id = unique_topic("wordcount")
-    apps = Instances(jvms, framework_libs, streams_classes, tmp_path, "WordCount", [source, sink])
+    apps = Instances(jvms, framework_libs, streams_classes, tmp_path, "WordCount", [source, sink],
+                     protocol)
     a = apps.start("wordcount-a", bootstrap, app_id)
     b = apps.start("wordcount-b", bootstrap, app_id)
     wait_sharing(a, b, 2 * PARTITIONS)  # two sub-topologies: split+regroup, count
@@ -141,10 +167,10 @@ def test_word_count_exactly_once_through_a_killed_instance(strom_broker, jvms, f
         reader.close()
 
 
-def test_windowed_join_exactly_once_through_a_killed_instance(strom_broker, jvms,
+def test_windowed_join_exactly_once_through_a_killed_instance(broker, protocol, jvms,
                                                               framework_libs, streams_classes,
                                                               tmp_path, unique_topic) -> None:
-    bootstrap = strom_broker.bootstrap
+    bootstrap = broker.bootstrap
     orders, customers, sink = unique_topic("orders"), unique_topic("customers"), unique_topic("per-region")
     create_topic(bootstrap, orders, PARTITIONS)
     create_topic(bootstrap, customers, PARTITIONS, {"cleanup.policy": "compact"})
@@ -168,7 +194,7 @@ def test_windowed_join_exactly_once_through_a_killed_instance(strom_broker, jvms
                             if c in region_of))
     app_id = unique_topic("regional")
     apps = Instances(jvms, framework_libs, streams_classes, tmp_path, "RegionalOrders",
-                     [orders, customers, sink])
+                     [orders, customers, sink], protocol)
     a = apps.start("regional-a", bootstrap, app_id)
     b = apps.start("regional-b", bootstrap, app_id)
     wait_sharing(a, b, 2 * PARTITIONS)  # join+regroup, windowed count

@@ -29,6 +29,7 @@ from strom.coordinator.group.state import (
     Protocols,
     Respond,
 )
+from strom.coordinator.group.streams_state import StreamsGroup
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -195,6 +196,11 @@ class ClassicGroupManager:
         if isinstance(group, ConsumerGroup) and not group.is_empty and \
                 self.in_consumer_groups is not None:
             self.in_consumer_groups.join_group(shard, group, req, respond)
+            return
+        if isinstance(group, StreamsGroup):
+            log.info("group %s: classic JoinGroup refused, the group uses the streams protocol",
+                     req.group_id)
+            respond(join_error(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         if isinstance(group, ConsumerGroup):
             if not group.is_empty:
@@ -715,14 +721,15 @@ class ClassicGroupManager:
                 entry.update(error_code=int(exc.code), error_message=exc.message)
                 continue
             group = shard.groups.get(gid)
-            if group is None or (isinstance(group, ConsumerGroup) and version >= 6):
+            modern = isinstance(group, ConsumerGroup | StreamsGroup)
+            if group is None or (modern and version >= 6):
                 if version >= 6:
                     what = "not found" if group is None else "is not a classic group"
                     entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
                                  error_message=f"Group {gid} {what}.")
                 continue
-            if isinstance(group, ConsumerGroup):
-                continue  # Kafka: a consumer group is Dead to DescribeGroups v0-v5
+            if modern:
+                continue  # Kafka: a consumer or streams group is Dead to DescribeGroups v0-v5
             entry.update(group_state=group.state_name, protocol_type=group.protocol_type or "")
             stable = group.is_state(ClassicState.STABLE)
             if stable:

@@ -1,6 +1,6 @@
 """The broker configs the group coordinator reads, under Kafka's names and defaults.
 
-A module of its own because all three group managers (classic, consumer, offsets) and the
+A module of its own because the group managers (classic, consumer, streams, offsets) and the
 shared shard state read it, and none of them should import another just for its settings.
 """
 
@@ -31,9 +31,13 @@ class GroupConfig:
     consumer_heartbeat_interval: int = 5000  # group.consumer.heartbeat.interval.ms
     consumer_max_size: int = INT_MAX  # group.consumer.max.size
     consumer_assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors
-    rebalance_protocols: tuple[str, ...] = ("classic", "consumer")
+    rebalance_protocols: tuple[str, ...] = ("classic", "consumer", "streams")
     new_member_join_timeout: int = 300000  # Kafka's fixed 5 minutes
     migration_policy: str = "bidirectional"  # group.consumer.migration.policy
+    streams_session_timeout: int = 45000  # group.streams.session.timeout.ms
+    streams_heartbeat_interval: int = 5000  # group.streams.heartbeat.interval.ms
+    streams_max_size: int = INT_MAX  # group.streams.max.size
+    streams_num_standby_replicas: int = 0  # group.streams.num.standby.replicas
 
     @property
     def upgrade_enabled(self) -> bool:
@@ -68,6 +72,10 @@ class GroupConfig:
             consumer_max_size=opt("group.consumer.max.size", INT_MAX),
             consumer_assignors=tuple(opt("group.consumer.assignors", ["uniform", "range"])),
             rebalance_protocols=tuple(p.lower() for p in opt(
-                "group.coordinator.rebalance.protocols", ["classic", "consumer"])),
+                "group.coordinator.rebalance.protocols", ["classic", "consumer", "streams"])),
             migration_policy=str(opt("group.consumer.migration.policy", "bidirectional")).lower(),
+            streams_session_timeout=opt("group.streams.session.timeout.ms", 45000),
+            streams_heartbeat_interval=opt("group.streams.heartbeat.interval.ms", 5000),
+            streams_max_size=opt("group.streams.max.size", INT_MAX),
+            streams_num_standby_replicas=opt("group.streams.num.standby.replicas", 0),
         )

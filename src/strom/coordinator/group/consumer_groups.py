@@ -47,6 +47,7 @@ from strom.coordinator.group.state import (
     copy_assignment,
     same_assignment,
 )
+from strom.coordinator.group.streams_state import StreamsGroup
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -275,6 +276,9 @@ class ConsumerGroupManager:
             records += migration.consumer_group_records(converted)
             shard.groups[group_id] = converted
             return converted
+        if isinstance(group, StreamsGroup):
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {group_id} is not a consumer group.")
         if isinstance(group, ClassicGroup):
             if not group.is_empty or group.pending_members:
                 raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,

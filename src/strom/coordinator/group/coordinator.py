@@ -11,11 +11,13 @@ OffsetMetadataManager over shared state; Strom does the same by composition:
   ConsumerGroupDescribe, and the online migration between the two protocols (`migration`);
 - `classic_members.ClassicMemberManager`: the classic requests of members of a consumer group
   (the classic manager hands them over when the group is a consumer group);
+- `streams_groups.StreamsGroupManager`: KIP-1071 StreamsGroupHeartbeat and
+  StreamsGroupDescribe;
 - `offsets.OffsetManager`: OffsetCommit, OffsetFetch, OffsetDelete, TxnOffsetCommit, expiry.
 
 This facade keeps the methods the handlers call, routes records replayed on load to the
 manager of their type (Kafka's GroupCoordinatorShard.replay) and serves the two requests that
-span both protocols and the offsets: ListGroups and DeleteGroups.
+span the protocols and the offsets: ListGroups and DeleteGroups.
 """
 
 from __future__ import annotations
@@ -46,20 +48,29 @@ from strom.coordinator.group.shards import (
 )
 from strom.coordinator.group.state import ClassicGroup, ClassicState, Respond
 from strom.coordinator.group.store import GroupStore, OffsetsTopic
+from strom.coordinator.group.streams_groups import (
+    InternalTopicCreator,
+    StreamsGroupManager,
+    StreamsHeartbeat,
+)
+from strom.coordinator.group.streams_state import StreamsGroup
 from strom.coordinator.group.timers import Scheduler
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GroupConfig", "GroupCoordinator", "JoinRequest", "TopicsView"]
+__all__ = ["GroupConfig", "GroupCoordinator", "InternalTopicCreator", "JoinRequest",
+           "StreamsHeartbeat", "TopicsView"]
 
 
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, offsets_topic: OffsetsTopic, topics: TopicsView,
-                 scheduler: Scheduler, now_ms: Callable[[], int]) -> None:
+                 scheduler: Scheduler, now_ms: Callable[[], int],
+                 internal_topics: InternalTopicCreator | None = None) -> None:
         self.state = GroupShards(config, offsets_topic, topics, scheduler, now_ms, self)
         self.classic = ClassicGroupManager(self.state)
         self.consumer = ConsumerGroupManager(self.state, self.classic)
+        self.streams = StreamsGroupManager(self.state, internal_topics)
         self.classic.in_consumer_groups = ClassicMemberManager(self.consumer)
         self.offsets = OffsetManager(self.state, self.classic)
 
@@ -123,6 +134,8 @@ class GroupCoordinator:
             self.offsets.replay(shard, record)
         elif record.type == rec.GROUP_METADATA:
             self.classic.replay(shard, record)
+        elif record.type in rec.STREAMS_RECORDS:
+            self.streams.replay(shard, record)
         else:
             self.consumer.replay(shard, record)
 
@@ -130,6 +143,8 @@ class GroupCoordinator:
         for group in shard.groups.values():
             if isinstance(group, ClassicGroup):
                 self.classic.on_loaded(group)
+            elif isinstance(group, StreamsGroup):
+                self.streams.on_loaded(group)
             else:
                 self.consumer.on_loaded(group)
 
@@ -183,6 +198,16 @@ class GroupCoordinator:
                                 include_authorized_operations: bool) -> list[dict[str, Any]]:
         return self.consumer.consumer_group_describe(
             group_ids, include_authorized_operations=include_authorized_operations)
+
+    # -- streams groups (KIP-1071) --------------------------------------------------------------
+
+    def streams_group_heartbeat(self, request: StreamsHeartbeat) -> dict[str, Any]:
+        return self.streams.heartbeat(request)
+
+    def streams_group_describe(self, group_ids: list[str], *,
+                               include_authorized_operations: bool) -> list[dict[str, Any]]:
+        return self.streams.describe(group_ids,
+                                     include_authorized_operations=include_authorized_operations)
 
     # -- offsets -------------------------------------------------------------------------------
 

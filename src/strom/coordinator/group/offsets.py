@@ -33,6 +33,7 @@ from strom.coordinator.group.state import (
     OffsetAndMetadata,
 )
 from strom.coordinator.group.store import TxnMarkerRecord
+from strom.coordinator.group.streams_state import StreamsGroup
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,38 @@ def _validate_consumer_commit(group: ConsumerGroup, member_id: str, epoch: int,
                          f"member epoch {member.member_epoch}.")
 
 
+def _validate_streams_commit(group: StreamsGroup, member_id: str, epoch: int,
+                             api_version: int) -> None:
+    """Kafka's StreamsGroup.validateOffsetCommit: the member's current epoch, OffsetCommit v9+."""
+    if epoch < 0 and not group.members:
+        return
+    member = group.members.get(member_id)
+    if member is None:
+        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                         f"Member {member_id} is not a member of group {group.group_id}.")
+    if api_version < 9:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                         "OffsetCommit version 9 or above must be used by members using the "
+                         "streams group protocol")
+    if epoch != member.member_epoch:
+        raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
+                         f"The received member epoch {epoch} does not match the expected "
+                         f"member epoch {member.member_epoch}.")
+
+
+def _validate_streams_fetch(group: StreamsGroup, member_id: str | None, epoch: int) -> None:
+    if member_id is None and epoch < 0:
+        return
+    member = group.members.get(member_id or "")
+    if member is None:
+        raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
+                         f"Member {member_id} is not a member of group {group.group_id}.")
+    if epoch != member.member_epoch:
+        raise KafkaError(ErrorCode.STALE_MEMBER_EPOCH,
+                         f"The received member epoch {epoch} does not match the expected "
+                         f"member epoch {member.member_epoch}.")
+
+
 def _validate_consumer_fetch(group: ConsumerGroup, member_id: str | None, epoch: int) -> None:
     if member_id is None and epoch < 0:
         return
@@ -142,7 +175,7 @@ def _validate_txn_commit(group: Group | None, group_id: str, member_id: str, gen
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID)
         if generation >= 0 and generation != group.generation:
             raise KafkaError(ErrorCode.ILLEGAL_GENERATION)
-    elif member_id or generation >= 0:
+    elif member_id or generation >= 0:  # consumer and streams groups: the member epoch
         member = group.members.get(member_id)
         if member is None:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -156,7 +189,7 @@ def _validate_txn_commit(group: Group | None, group_id: str, member_id: str, gen
 def expiration_base(group: Group | None) -> int | str | None:
     """When a group's offsets start ageing: the commit time, the time the group became empty,
     or never (None) while a classic group is mid-rebalance."""
-    if group is None or isinstance(group, ConsumerGroup):
+    if group is None or isinstance(group, ConsumerGroup | StreamsGroup):
         return "commit"
     if group.protocol_type is None:
         return "commit"  # simple group: offsets only
@@ -236,6 +269,8 @@ class OffsetManager:
         if isinstance(group, ClassicGroup):
             _validate_classic_commit(group, member_id, instance_id, generation)
             self.classic.touch_member(group, member_id)
+        elif isinstance(group, StreamsGroup):
+            _validate_streams_commit(group, member_id, generation, api_version)
         else:
             _validate_consumer_commit(group, member_id, generation, api_version)
         now = self.now_ms()
@@ -281,6 +316,8 @@ class OffsetManager:
         group = shard.groups.get(group_id)
         if isinstance(group, ConsumerGroup):
             _validate_consumer_fetch(group, member_id, member_epoch)
+        elif isinstance(group, StreamsGroup):
+            _validate_streams_fetch(group, member_id, member_epoch)
         offsets = shard.offsets.get(group_id, {})
         if isinstance(group, ClassicGroup) and group.is_state(ClassicState.DEAD):
             offsets = {}

@@ -1,7 +1,8 @@
 """Keys and values of `__consumer_offsets` records, byte-compatible with Kafka's.
 
 Every key starts with an int16 naming the record type (Kafka's "key version": 0/1 offset commit,
-2 classic group metadata, 3-8 consumer-group (KIP-848) records); every value starts with an
+2 classic group metadata, 3-8 consumer-group (KIP-848) records, 17 and 19-23 streams-group
+(KIP-1071) records); every value starts with an
 int16 value version. The fields follow Kafka's coordinator message specs
 (group-coordinator/src/main/resources/common/message/*.json), so Kafka's tools can read a
 Strom `__consumer_offsets` log and the reverse. A tombstone is a key with a null value.
@@ -29,6 +30,14 @@ CONSUMER_GROUP_MEMBER_METADATA = 5
 CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA = 6
 CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER = 7
 CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT = 8
+# Streams groups (KIP-1071); 18 was a partition-metadata record Kafka dropped before 4.0.
+STREAMS_GROUP_METADATA = 17
+STREAMS_GROUP_MEMBER_METADATA = 19
+STREAMS_GROUP_TARGET_ASSIGNMENT_METADATA = 20
+STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER = 21
+STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT = 22
+STREAMS_GROUP_TOPOLOGY = 23
+STREAMS_RECORDS = frozenset({17, 19, 20, 21, 22, 23})
 
 
 # --------------------------------------------------------------------------------------------
@@ -64,7 +73,8 @@ class Schema:
         return self.flexible_since is not None and version >= self.flexible_since
 
 
-_FIXED = {"int8": p.INT8, "int16": p.INT16, "int32": p.INT32, "int64": p.INT64, "bool": p.BOOL}
+_FIXED = {"int8": p.INT8, "int16": p.INT16, "uint16": p.UINT16, "int32": p.INT32,
+          "int64": p.INT64, "bool": p.BOOL}
 
 
 def _default(f: F) -> Any:
@@ -278,6 +288,64 @@ CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = Schema(
         F("partitions_pending_revocation", _TOPIC_PARTITIONS, array=True),
     ), flexible_since=0)
 
+# -- streams groups (KIP-1071) --
+_KEY_VALUE = Schema("KeyValue", (F("key", "string"), F("value", "string")), flexible_since=0)
+_TASK_IDS = Schema("TaskIds", (
+    F("subtopology_id", "string"), F("partitions", "int32", array=True),
+    F("assignment_epochs", "int32", array=True, nullable=True, tag=0)), flexible_since=0)
+_ENDPOINT = Schema("Endpoint", (F("host", "string"), F("port", "uint16")), flexible_since=0)
+STREAMS_GROUP_METADATA_VALUE = Schema("StreamsGroupMetadataValue", (
+    F("epoch", "int32"),
+    F("metadata_hash", "int64"),
+    F("validated_topology_epoch", "int32", default=-1, tag=0),
+    F("last_assignment_configs", _KEY_VALUE, array=True, nullable=True, tag=1),
+    F("stored_description_topology_epoch", "int32", default=-1, tag=2),
+    F("failed_description_topology_epoch", "int32", default=-1, tag=3),
+), flexible_since=0)
+STREAMS_GROUP_MEMBER_METADATA_VALUE = Schema("StreamsGroupMemberMetadataValue", (
+    F("instance_id", "string", nullable=True),
+    F("rack_id", "string", nullable=True),
+    F("client_id", "string"),
+    F("client_host", "string"),
+    F("rebalance_timeout", "int32", default=-1),
+    F("topology_epoch", "int32"),
+    F("process_id", "string"),
+    F("user_endpoint", _ENDPOINT, nullable=True),
+    F("client_tags", _KEY_VALUE, array=True),
+), flexible_since=0)
+STREAMS_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = Schema(
+    "StreamsGroupTargetAssignmentMetadataValue", (
+        F("assignment_epoch", "int32"), F("assignment_timestamp", "int64", tag=0)),
+    flexible_since=0)
+STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = Schema(
+    "StreamsGroupTargetAssignmentMemberValue", (
+        F("active_tasks", _TASK_IDS, array=True), F("standby_tasks", _TASK_IDS, array=True),
+        F("warmup_tasks", _TASK_IDS, array=True)), flexible_since=0)
+STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = Schema(
+    "StreamsGroupCurrentMemberAssignmentValue", (
+        F("member_epoch", "int32"), F("previous_member_epoch", "int32"), F("state", "int8"),
+        F("active_tasks", _TASK_IDS, array=True), F("standby_tasks", _TASK_IDS, array=True),
+        F("warmup_tasks", _TASK_IDS, array=True),
+        F("active_tasks_pending_revocation", _TASK_IDS, array=True),
+        F("standby_tasks_pending_revocation", _TASK_IDS, array=True),
+        F("warmup_tasks_pending_revocation", _TASK_IDS, array=True)), flexible_since=0)
+_TOPIC_INFO = Schema("TopicInfo", (
+    F("name", "string"), F("partitions", "int32"), F("replication_factor", "int16"),
+    F("topic_configs", _KEY_VALUE, array=True)), flexible_since=0)
+_COPARTITION_GROUP = Schema("CopartitionGroup", (
+    F("source_topics", "int16", array=True), F("source_topic_regex", "int16", array=True),
+    F("repartition_source_topics", "int16", array=True)), flexible_since=0)
+_SUBTOPOLOGY = Schema("Subtopology", (
+    F("subtopology_id", "string"),
+    F("source_topics", "string", array=True),
+    F("source_topic_regex", "string", array=True),
+    F("state_changelog_topics", _TOPIC_INFO, array=True),
+    F("repartition_sink_topics", "string", array=True),
+    F("repartition_source_topics", _TOPIC_INFO, array=True),
+    F("copartition_groups", _COPARTITION_GROUP, array=True)), flexible_since=0)
+STREAMS_GROUP_TOPOLOGY_VALUE = Schema("StreamsGroupTopologyValue", (
+    F("epoch", "int32"), F("subtopologies", _SUBTOPOLOGY, array=True)), flexible_since=0)
+
 # record type -> (key schema, value schema, value version written, readable value versions)
 _TYPES: dict[int, tuple[Schema, Schema, int, tuple[int, int]]] = {
     OFFSET_COMMIT_LEGACY: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE, 3, (0, 4)),
@@ -294,6 +362,16 @@ _TYPES: dict[int, tuple[Schema, Schema, int, tuple[int, int]]] = {
         GROUP_MEMBER_KEY, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE, 0, (0, 0)),
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: (
         GROUP_MEMBER_KEY, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE, 0, (0, 0)),
+    STREAMS_GROUP_METADATA: (GROUP_KEY, STREAMS_GROUP_METADATA_VALUE, 0, (0, 0)),
+    STREAMS_GROUP_MEMBER_METADATA: (GROUP_MEMBER_KEY, STREAMS_GROUP_MEMBER_METADATA_VALUE, 0,
+                                    (0, 0)),
+    STREAMS_GROUP_TARGET_ASSIGNMENT_METADATA: (
+        GROUP_KEY, STREAMS_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE, 0, (0, 0)),
+    STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER: (
+        GROUP_MEMBER_KEY, STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE, 0, (0, 0)),
+    STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT: (
+        GROUP_MEMBER_KEY, STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE, 0, (0, 0)),
+    STREAMS_GROUP_TOPOLOGY: (GROUP_KEY, STREAMS_GROUP_TOPOLOGY_VALUE, 0, (0, 0)),
 }
 
 
@@ -310,7 +388,7 @@ class CoordinatorRecord:
 
 
 class UnknownRecordType(ProtocolError):
-    """A record type this broker does not know (e.g. share or streams groups): skip it."""
+    """A record type this broker does not know (e.g. share groups): skip it."""
 
 
 def encode_key(record_type: int, fields: dict[str, Any]) -> bytes:
@@ -376,7 +454,8 @@ def group_tombstone(group: str) -> KeyValue:
 
 def consumer_group_record(record_type: int, group: str, member: str | None,
                           fields: dict[str, Any] | None) -> KeyValue:
-    """A KIP-848 consumer-group record (types 3-8); fields None writes a tombstone."""
+    """A KIP-848 consumer-group record (types 3-8) or a streams-group record (17, 19-23);
+    fields None writes a tombstone."""
     key_fields: dict[str, Any] = {"group_id": group}
     if member is not None:
         key_fields["member_id"] = member
@@ -406,3 +485,18 @@ def consumer_group_tombstones(group: str, members: Iterable[str]) -> list[KeyVal
     return records + [consumer_group_record(t, group, None, None)
                       for t in (CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA,
                                 CONSUMER_GROUP_PARTITION_METADATA, CONSUMER_GROUP_METADATA)]
+
+
+def streams_member_tombstones(group: str, member: str) -> list[KeyValue]:
+    """Tombstones of one streams-group member: current and target assignment, metadata."""
+    return [consumer_group_record(t, group, member, None)
+            for t in (STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                      STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER, STREAMS_GROUP_MEMBER_METADATA)]
+
+
+def streams_group_tombstones(group: str, members: Iterable[str]) -> list[KeyValue]:
+    """Tombstones of a whole streams group (Kafka's order: members first, topology last)."""
+    records = [r for member in members for r in streams_member_tombstones(group, member)]
+    return records + [consumer_group_record(t, group, None, None)
+                      for t in (STREAMS_GROUP_TARGET_ASSIGNMENT_METADATA,
+                                STREAMS_GROUP_METADATA, STREAMS_GROUP_TOPOLOGY)]

@@ -26,6 +26,7 @@ from strom.coordinator.group.state import (
     OffsetAndMetadata,
 )
 from strom.coordinator.group.store import GroupStore, OffsetsTopic, TxnMarkerRecord
+from strom.coordinator.group.streams_state import StreamsGroup
 from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
 from strom.coordinator.sharding import ShardLoader
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 
 STATE_TOPIC = "__consumer_offsets"
 
-Group = ClassicGroup | ConsumerGroup
+Group = ClassicGroup | ConsumerGroup | StreamsGroup
 LogEntry = rec.CoordinatorRecord | TxnMarkerRecord
 Offsets = dict[tuple[str, int], OffsetAndMetadata]
 
@@ -88,6 +89,8 @@ def group_tombstones(group: Group) -> list[rec.KeyValue]:
     """The records that delete a group's membership state (its offsets are separate)."""
     if isinstance(group, ClassicGroup):
         return [rec.group_tombstone(group.group_id)]
+    if isinstance(group, StreamsGroup):
+        return rec.streams_group_tombstones(group.group_id, set(group.members) | set(group.target))
     return rec.consumer_group_tombstones(group.group_id, set(group.members) | set(group.target))
 
 

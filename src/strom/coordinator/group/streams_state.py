@@ -162,8 +162,10 @@ class StreamsTopology:
         return cls(get(v, "epoch"), tuple(subs))
 
     def source_topics(self) -> set[str]:
-        """The user topics the topology reads (offsets of these are "subscribed")."""
-        return {t for s in self.subtopologies for t in s.source_topics}
+        """Every topic the topology reads, repartition topics included (the topics whose
+        offsets the application commits)."""
+        return {t for s in self.subtopologies for t in s.source_topics} | \
+            {t.name for s in self.subtopologies for t in s.repartition_source_topics}
 
 
 @dataclass

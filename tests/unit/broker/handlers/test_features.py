@@ -25,9 +25,9 @@ def test_v4_lists_supported_and_finalized_features(broker_harness) -> None:
     assert r.error_code == ErrorCode.NONE
     supported, finalized = _features(r)
     assert supported == {"group.version": (0, 1), "metadata.version": (7, 33),
-                         "transaction.version": (0, 2)}
+                         "streams.version": (0, 1), "transaction.version": (0, 2)}
     assert finalized == {"group.version": (1, 1), "metadata.version": (33, 33),
-                         "transaction.version": (2, 2)}
+                         "streams.version": (1, 1), "transaction.version": (2, 2)}
     assert r.finalized_features_epoch >= 0  # the Java client ignores epochs below 0
 
 
@@ -49,3 +49,11 @@ def test_transaction_v2_apis_are_offered(broker_harness) -> None:
     assert ranges[ApiKey.END_TXN][1] >= 5
     assert ranges[ApiKey.TXN_OFFSET_COMMIT][1] >= 5
     assert ranges[ApiKey.PRODUCE][1] >= 12
+
+
+def test_streams_group_apis_are_offered(broker_harness) -> None:
+    """KIP-1071: StreamsGroupHeartbeat and StreamsGroupDescribe v0 (kio has no v1)."""
+    r = broker_harness.request(ApiKey.API_VERSIONS, 4, _SOFTWARE)
+    ranges = {k.api_key: (k.min_version, k.max_version) for k in r.api_keys}
+    assert ranges[ApiKey.STREAMS_GROUP_HEARTBEAT] == (0, 0)
+    assert ranges[ApiKey.STREAMS_GROUP_DESCRIBE] == (0, 0)

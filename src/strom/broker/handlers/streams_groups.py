@@ -1,0 +1,85 @@
+"""StreamsGroupHeartbeat and StreamsGroupDescribe (KIP-1071, the streams rebalance protocol).
+
+Thin translation to `GroupCoordinator.streams_group_heartbeat` / `streams_group_describe`.
+Version 0 only: kio, Strom's schema source, has no v1 (KIP-1331's topology description), and
+the Java client negotiates down to v0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.authz import Op, Res, allowed, authorized_operations, requires
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
+from strom.broker.handlers.groups import client_host
+from strom.broker.request_types import StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest
+from strom.broker.router import handles
+from strom.coordinator.group.coordinator import StreamsHeartbeat
+from strom.coordinator.group.streams_state import StreamsTopology, Tasks
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, KafkaError
+
+
+def _tasks(entries: Any) -> Tasks | None:
+    if entries is None:
+        return None
+    out: dict[str, frozenset[int]] = {}
+    for e in entries:
+        out[e.subtopology_id] = out.get(e.subtopology_id, frozenset()) | frozenset(e.partitions)
+    return out
+
+
+def _offsets(entries: Any) -> tuple[tuple[str, int, int], ...] | None:
+    if entries is None:
+        return None
+    return tuple((e.subtopology_id, e.partition, e.offset) for e in entries)
+
+
+@handles(ApiKey.STREAMS_GROUP_HEARTBEAT, 0, 0)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+def streams_group_heartbeat(broker: Broker, ctx: RequestContext,
+                            request: StreamsGroupHeartbeatRequest) -> dict[str, Any]:
+    endpoint = request.user_endpoint
+    tags = request.client_tags
+    result = broker.groups.streams_group_heartbeat(StreamsHeartbeat(
+        group_id=request.group_id, member_id=request.member_id,
+        member_epoch=request.member_epoch, client_id=ctx.client_id or "",
+        client_host=client_host(ctx),
+        endpoint_information_epoch=request.endpoint_information_epoch,
+        instance_id=request.instance_id, rack_id=request.rack_id,
+        rebalance_timeout=request.rebalance_timeout,
+        topology=None if request.topology is None else StreamsTopology.from_fields(
+            request.topology),
+        active_tasks=_tasks(request.active_tasks), standby_tasks=_tasks(request.standby_tasks),
+        warmup_tasks=_tasks(request.warmup_tasks), process_id=request.process_id,
+        user_endpoint=None if endpoint is None else (endpoint.host, endpoint.port),
+        client_tags=None if tags is None else tuple((t.key, t.value) for t in tags),
+        task_offsets=_offsets(request.task_offsets),
+        task_end_offsets=_offsets(request.task_end_offsets),
+        shutdown_application=request.shutdown_application))
+    return {"throttle_time": 0, **result}
+
+
+@handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
+def streams_group_describe(broker: Broker, ctx: RequestContext,
+                           request: StreamsGroupDescribeRequest) -> dict[str, Any]:
+    include = request.include_authorized_operations
+    wanted = list(request.group_ids)
+    refused = [g for g in wanted if not allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
+    visible = [g for g in wanted if g not in refused]
+    try:
+        groups = broker.groups.streams_group_describe(
+            visible, include_authorized_operations=include) if visible else []
+    except KafkaError as exc:
+        groups = [{"group_id": g, "error_code": int(exc.code), "error_message": exc.message}
+                  for g in visible]
+    groups = list(groups) + [
+        {"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
+         "error_message": "Group authorization failed."} for g in refused]
+    if include and broker.authorizer is not None:
+        for g in groups:
+            if not g.get("error_code"):
+                g["authorized_operations"] = authorized_operations(broker, ctx, Res.GROUP,
+                                                                   g["group_id"])
+    return {"throttle_time": 0, "groups": groups}
