@@ -84,8 +84,10 @@ silently off:
 {names}
 - {unless};
 - `group.consumer.session.timeout.ms` or `group.consumer.heartbeat.interval.ms` outside their
-  `group.consumer.min/max.*` bounds, or the heartbeat interval not below the session timeout
-  (Kafka's start-up rule; these bounds have no other use in Strom, which has no group configs).
+  `group.consumer.min/max.*` bounds, or the heartbeat interval not below the session timeout,
+  and the same for `group.streams.*`, whose `group.streams.num.standby.replicas` must not exceed
+  `group.streams.max.standby.replicas` (Kafka's start-up rules; these bounds have no other use
+  in Strom, which has no group configs).
 """
 
 
