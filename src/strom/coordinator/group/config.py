@@ -38,6 +38,7 @@ class GroupConfig:
     streams_heartbeat_interval: int = 5000  # group.streams.heartbeat.interval.ms
     streams_max_size: int = INT_MAX  # group.streams.max.size
     streams_num_standby_replicas: int = 0  # group.streams.num.standby.replicas
+    streams_initial_rebalance_delay: int = 3000  # group.streams.initial.rebalance.delay.ms
 
     @property
     def upgrade_enabled(self) -> bool:
@@ -78,4 +79,5 @@ class GroupConfig:
             streams_heartbeat_interval=opt("group.streams.heartbeat.interval.ms", 5000),
             streams_max_size=opt("group.streams.max.size", INT_MAX),
             streams_num_standby_replicas=opt("group.streams.num.standby.replicas", 0),
+            streams_initial_rebalance_delay=opt("group.streams.initial.rebalance.delay.ms", 3000),
         )

@@ -1,20 +1,22 @@
 """KIP-1071, the streams rebalance protocol: StreamsGroupHeartbeat and StreamsGroupDescribe.
 
 A Kafka Streams application with `group.protocol=streams` sends its topology when a member
-joins; the coordinator keeps the first one (a later epoch replaces it), configures it against
-the topics (`streams_topology`: task counts, partition counts of internal topics, copartition
-checks), creates the internal topics that are missing through the broker's topic-creation path
-(`InternalTopicCreator`), and assigns tasks (`streams_assignor`). Each heartbeat then moves its
-member towards its target (`streams_reconciliation`): tasks are revoked before they move, so
-an active task never runs in two members. Problems the application must hear about are
+joins; the group keeps the first one and, as Kafka 4.4 does, refuses any other (INVALID_REQUEST
+"Topology updates are not supported yet."). The coordinator configures it against the topics
+(`streams_topology`: task counts, partition counts of internal topics, copartition checks),
+creates the internal topics that are missing through the broker's topic-creation path
+(`InternalTopicCreator`), and assigns tasks (`streams_assignor`) once a group that was empty
+has waited `group.streams.initial.rebalance.delay.ms` for more members. Each heartbeat then
+moves its member towards its target (`streams_reconciliation`): tasks are revoked before they
+move, so an active task never runs in two members. What the application must hear about is
 reported as heartbeat statuses (MISSING_SOURCE_TOPICS, MISSING_INTERNAL_TOPICS,
-INCORRECTLY_PARTITIONED_TOPICS, STALE_TOPOLOGY, SHUTDOWN_APPLICATION); an unusable topology
-is refused with STREAMS_INVALID_TOPOLOGY.
+INCORRECTLY_PARTITIONED_TOPICS, ASSIGNMENT_DELAYED, SHUTDOWN_APPLICATION); an unusable
+topology is refused with STREAMS_INVALID_TOPOLOGY.
 
 The group epoch is bumped when a member joins or leaves, when what the assignor reads of a
-member changes (process, rack, client tags), when the topology changes and when the topics it
-uses change. State is written to `__consumer_offsets` as Kafka's StreamsGroup* records (types
-17, 19-23) before the heartbeat is answered, and replayed on load.
+member changes (process, rack, client tags), when the topology is set, when the topics it uses
+change and when the initial delay ends. State is written to `__consumer_offsets` as Kafka's
+StreamsGroup* records (types 17, 19-23) before the heartbeat is answered, and replayed on load.
 """
 
 from __future__ import annotations
@@ -111,7 +113,7 @@ def _assignment_fields(t: TasksTuple) -> dict[str, Any]:
 
 def _error_response(exc: KafkaError) -> dict[str, Any]:
     return {"error_code": int(exc.code), "error_message": exc.message, "member_id": "",
-            "member_epoch": 0, "heartbeat_interval": 0, "status": None, "active_tasks": None,
+            "member_epoch": 0, "heartbeat_interval": 0, "status": [], "active_tasks": None,
             "standby_tasks": None, "warmup_tasks": None, "partitions_by_user_endpoint": None}
 
 
@@ -195,7 +197,7 @@ class StreamsGroupManager:
             self.timers.cancel_group(group_id)
             del shard.groups[group_id]
         if epoch != 0:
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Streams group {group_id} not found.")
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {group_id} not found.")
         created = StreamsGroup(group_id, self.now_ms())
         shard.groups[group_id] = created
         return created
@@ -220,7 +222,12 @@ class StreamsGroupManager:
             raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
                              f"The streams group has reached its maximum capacity of "
                              f"{self.config.streams_max_size} members.")
+        if not group.members and self.config.streams_initial_rebalance_delay > 0:
+            # a group starting from empty waits a moment for the application's other members
+            group.delayed_until = self.now_ms() + self.config.streams_initial_rebalance_delay
         old = self._member_for_heartbeat(group, req, owned, records)
+        if req.topology is not None:
+            _check_topology(group, req.topology)  # before anything changes
         persisted = (group.group_epoch, group.metadata_hash, group.validated_topology_epoch)
         member = self._updated_member(old, req)
         is_new = req.member_id not in group.members
@@ -236,13 +243,17 @@ class StreamsGroupManager:
                      member.member_id)
             group.shutdown_requested_by = member.member_id
         bump |= self._refresh_configured(group)
+        delayed = group.delayed_until is not None and self.now_ms() < group.delayed_until
+        if group.delayed_until is not None and not delayed:
+            group.delayed_until = None
+            bump = True  # the delay is over: the real first assignment
         if bump:
             group.group_epoch += 1
             log.info("group %s: bumped group epoch to %d", gid, group.group_epoch)
         if (group.group_epoch, group.metadata_hash, group.validated_topology_epoch) != persisted:
             records.append(self._metadata_record(group))
         if group.group_epoch > group.assignment_epoch:
-            records += self._update_target(group)
+            records += self._update_target(group, delayed)
         updated = self._reconcile(group, member, owned, is_new, records)
         self.store.append(shard.partition, records)
         self._schedule_session_timeout(group, updated)
@@ -252,7 +263,7 @@ class StreamsGroupManager:
             "heartbeat_interval": self.config.streams_heartbeat_interval,
             "acceptable_recovery_lag": ACCEPTABLE_RECOVERY_LAG,
             "task_offset_interval": TASK_OFFSET_INTERVAL_MS,
-            "status": self._statuses(group, updated),
+            "status": self._statuses(group, delayed),
             "active_tasks": None, "standby_tasks": None, "warmup_tasks": None,
             "endpoint_information_epoch": group.endpoint_epoch,
             "partitions_by_user_endpoint": None}
@@ -345,15 +356,9 @@ class StreamsGroupManager:
 
     def _maybe_update_topology(self, group: StreamsGroup, topology: StreamsTopology,
                                records: list[rec.KeyValue]) -> bool:
-        """The group keeps the first topology; a higher epoch replaces it, a different one at
-        the same epoch is refused. Returns whether the topology changed."""
-        current = group.topology
-        if current is not None and topology.epoch < current.epoch:
-            return False  # the member is told STALE_TOPOLOGY
-        if current is not None and topology.epoch == current.epoch:
-            if topology != current:
-                raise KafkaError(ErrorCode.STREAMS_INVALID_TOPOLOGY_EPOCH,
-                                 "Topology updated but topology epoch not bumped.")
+        """The first member's topology becomes the group's (later ones must equal it, see
+        `_check_topology`). Returns whether the topology changed."""
+        if group.topology is not None:
             return False
         log.info("group %s: topology epoch %d with %d subtopologies", group.group_id,
                  topology.epoch, len(topology.subtopologies))
@@ -395,10 +400,12 @@ class StreamsGroupManager:
         group.metadata_hash = configured.metadata_hash
         return changed
 
-    def _update_target(self, group: StreamsGroup) -> list[rec.KeyValue]:
+    def _update_target(self, group: StreamsGroup, delayed: bool) -> list[rec.KeyValue]:
+        """A new target assignment: no tasks while the topology is not ready or the initial
+        rebalance delay runs."""
         configured = group.configured
         tasks = configured.task_counts if isinstance(configured, ConfiguredTopology) and \
-            configured.ready else {}
+            configured.ready and not delayed else {}
         specs = [MemberSpec(mid, m.process_id, group.target.get(mid, TasksTuple()))
                  for mid, m in group.members.items()]
         stateful = frozenset(s.subtopology_id for s in group.topology.subtopologies
@@ -432,17 +439,17 @@ class StreamsGroupManager:
                 self.timers.cancel(("rebalance", group.group_id, member.member_id))
         return updated
 
-    def _statuses(self, group: StreamsGroup, member: StreamsMember) -> list[dict[str, Any]]:
+    @staticmethod
+    def _statuses(group: StreamsGroup, delayed: bool) -> list[dict[str, Any]]:
         out = []
+        if delayed:
+            out.append({"status_code": int(Status.ASSIGNMENT_DELAYED),
+                        "status_detail": "Assignment delayed due to the configured initial "
+                                         "rebalance delay."})
         configured = group.configured
         if isinstance(configured, ConfiguredTopology) and configured.status is not None:
             code, detail = configured.status
             out.append({"status_code": int(code), "status_detail": detail})
-        if group.topology is not None and member.topology_epoch < group.topology.epoch:
-            out.append({"status_code": int(Status.STALE_TOPOLOGY),
-                        "status_detail": f"The member's topology epoch {member.topology_epoch} "
-                                         f"is behind the group's topology epoch "
-                                         f"{group.topology.epoch}."})
         if group.shutdown_requested_by is not None:
             out.append({"status_code": int(Status.SHUTDOWN_APPLICATION),
                         "status_detail": f"Streams member {group.shutdown_requested_by} "
@@ -500,7 +507,7 @@ class StreamsGroupManager:
         gid, mid = req.group_id, req.member_id
         group = shard.groups.get(gid)
         if not isinstance(group, StreamsGroup):
-            raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Streams group {gid} not found.")
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Streams group {gid} not found.")
         if req.instance_id is None:
             member = group.members.get(mid)
             if member is None:
@@ -516,9 +523,8 @@ class StreamsGroupManager:
                                  f"Static member {mid} with instance id {req.instance_id} was "
                                  f"fenced by member {member.member_id}.")
         response = {"error_code": 0, "error_message": None, "member_id": mid,
-                    "member_epoch": req.member_epoch,
-                    "heartbeat_interval": self.config.streams_heartbeat_interval,
-                    "status": None, "active_tasks": None, "standby_tasks": None,
+                    "member_epoch": req.member_epoch, "heartbeat_interval": 0,
+                    "status": [], "active_tasks": None, "standby_tasks": None,
                     "warmup_tasks": None, "endpoint_information_epoch": group.endpoint_epoch,
                     "partitions_by_user_endpoint": None}
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
@@ -596,7 +602,7 @@ class StreamsGroupManager:
         out = []
         for gid in group_ids:
             entry: dict[str, Any] = {"group_id": gid, "error_code": 0, "error_message": None,
-                                     "group_state": "Dead", "group_epoch": 0,
+                                     "group_state": "", "group_epoch": 0,
                                      "assignment_epoch": 0, "topology": None, "members": [],
                                      "authorized_operations": ops}
             out.append(entry)
@@ -741,6 +747,13 @@ def _tuple_from(v: dict[str, Any], suffix: str) -> TasksTuple:
                       tasks_from(v[f"warmup_tasks{suffix}"]))
 
 
+def _check_topology(group: StreamsGroup, topology: StreamsTopology) -> None:
+    """Kafka 4.4 keeps a group's first topology: another one, or the same at another epoch,
+    is refused (even in an empty group: delete the group to change the topology)."""
+    if group.topology is not None and topology != group.topology:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Topology updates are not supported yet.")
+
+
 def _check_member_epoch(member: StreamsMember, epoch: int, owned: TasksTuple | None) -> None:
     """Kafka's rule: a greater epoch is fenced; a smaller one only passes when it is the
     previous epoch and the member owns nothing it was not given (a lost response)."""
@@ -748,10 +761,10 @@ def _check_member_epoch(member: StreamsMember, epoch: int, owned: TasksTuple | N
         raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
                          f"The streams group member has a greater member epoch ({epoch}) than "
                          f"the one known by the group coordinator ({member.member_epoch}). The "
-                         "member must abandon all its tasks and rejoin.")
+                         "member must abandon all its partitions and rejoin.")
     if epoch < member.member_epoch and (epoch != member.previous_member_epoch or owned is None
                                         or not owned.is_subset_of(member.assigned)):
         raise KafkaError(ErrorCode.FENCED_MEMBER_EPOCH,
                          f"The streams group member has a smaller member epoch ({epoch}) than "
                          f"the one known by the group coordinator ({member.member_epoch}). The "
-                         "member must abandon all its tasks and rejoin.")
+                         "member must abandon all its partitions and rejoin.")

@@ -228,6 +228,7 @@ class StreamsGroup:
     shutdown_requested_by: str | None = None
     endpoint_epoch: int = 0
     metadata_version: int | None = None  # the topics-view version `configured` was made at
+    delayed_until: int | None = None  # the initial rebalance delay of a group that was empty
 
     type = STREAMS
     protocol_type = STREAMS

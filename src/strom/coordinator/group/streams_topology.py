@@ -94,8 +94,7 @@ def validate(topology: StreamsTopology) -> None:
         return KafkaError(ErrorCode.STREAMS_INVALID_TOPOLOGY, message)
 
     seen: set[str] = set()
-    repartition_sources = {t.name for s in topology.subtopologies
-                           for t in s.repartition_source_topics}
+    sinks = {t for s in topology.subtopologies for t in s.repartition_sink_topics}
     for s in topology.subtopologies:
         if s.subtopology_id in seen:
             raise invalid(f"Duplicate subtopology id {s.subtopology_id}.")
@@ -111,10 +110,11 @@ def validate(topology: StreamsTopology) -> None:
             if t.partitions != 0:
                 raise invalid(f"Changelog topic {t.name} must have an undefined partition "
                               f"count, but it is set to {t.partitions}.")
-        for sink in s.repartition_sink_topics:
-            if sink not in repartition_sources:
-                raise invalid(f"Repartition sink topic {sink} is not a repartition source "
-                              "topic of any subtopology.")
+        for t in s.repartition_source_topics:
+            if t.partitions == 0 and t.name not in sinks:
+                raise invalid("Failed to compute number of partitions for all repartition "
+                              "topics, because a repartition source topic is never used as a "
+                              "sink topic.")
         for regex in s.source_topic_regex:
             try:
                 compile_regex(regex)

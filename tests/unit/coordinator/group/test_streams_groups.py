@@ -91,6 +91,7 @@ class Client:
 def creator(env) -> Creator:
     c = Creator(env.topics)
     env.coordinator.streams.internal_topics = c
+    env.config.streams_initial_rebalance_delay = 0
     env.topics.add("lines", 4)
     return c
 
@@ -188,28 +189,49 @@ def test_member_epochs_are_checked(env, creator) -> None:
 
 
 def test_invalid_requests(env, creator) -> None:
-    a = Client(env)
     r = env.coordinator.streams_group_heartbeat(StreamsHeartbeat(
         GROUP, "m", 0, "c", "/h", rebalance_timeout=1000, topology=None, active_tasks={},
         standby_tasks={}, warmup_tasks={}, process_id="p"))
     assert r["error_code"] == E.INVALID_REQUEST and "Topology" in r["error_message"]
-    bad = StreamsTopology(0, (Subtopology("0", ("lines",), repartition_sink_topics=("x",)),))
+    bad = StreamsTopology(0, (Subtopology("0", repartition_source_topics=(TopicInfo("x"),)),))
     assert Client(env, topo=bad).heartbeat()["error_code"] == E.STREAMS_INVALID_TOPOLOGY
-    a.heartbeat()
-    other = StreamsTopology(0, (Subtopology("0", ("lines", "more")),))
-    r = Client(env, topo=other).heartbeat()
-    assert r["error_code"] == E.STREAMS_INVALID_TOPOLOGY_EPOCH
 
 
-def test_a_stale_topology_is_a_status_and_a_newer_one_replaces_it(env, creator) -> None:
-    a = Client(env, topo=topology(epoch=1))
+def test_the_first_topology_stays(env, creator) -> None:
+    """Kafka 4.4 refuses topology updates, also at a new epoch and in an empty group."""
+    a = Client(env)
     a.heartbeat()
-    old = Client(env, topo=topology(epoch=0))
-    old.heartbeat()
-    assert Status.STALE_TOPOLOGY in old.statuses()
-    new = Client(env, topo=StreamsTopology(2, (Subtopology("0", ("lines",)),)))
-    new.heartbeat()
-    assert group(env).topology.epoch == 2
+    for other in (StreamsTopology(0, (Subtopology("0", ("lines", "more")),)), topology(1)):
+        r = Client(env, topo=other).heartbeat()
+        assert (r["error_code"], r["error_message"]) == (
+            E.INVALID_REQUEST, "Topology updates are not supported yet.")
+        assert list(group(env).members) == [a.member_id]  # the refused member left no trace
+    assert Client(env).heartbeat()["error_code"] == 0  # the same topology joins
+    a.heartbeat(epoch=-1)
+
+
+def test_the_first_assignment_waits_for_the_initial_delay(env, creator) -> None:
+    env.config.streams_initial_rebalance_delay = 3000
+    a, b = Client(env), Client(env)
+    a.heartbeat()
+    assert a.tasks() == set() and a.statuses() == {Status.ASSIGNMENT_DELAYED}
+    b.heartbeat()
+    env.loop.advance(3000)
+    settle(a, b)
+    assert len(a.tasks()) == len(b.tasks()) == 4 and a.statuses() == set()
+    assert not any(m.state == StreamsMemberState.UNREVOKED_TASKS  # nothing had to move
+                   for m in group(env).members.values())
+
+
+def test_unknown_groups(env, creator) -> None:
+    ghost = Client(env)
+    ghost.epoch = 4
+    r = ghost.heartbeat()
+    assert (r["error_code"], r["error_message"]) == (E.GROUP_ID_NOT_FOUND,
+                                                     f"Streams group {GROUP} not found.")
+    assert ghost.heartbeat(epoch=-1)["error_code"] == E.GROUP_ID_NOT_FOUND
+    [d] = env.coordinator.streams_group_describe([GROUP], include_authorized_operations=False)
+    assert (d["error_code"], d["group_state"]) == (E.GROUP_ID_NOT_FOUND, "")
 
 
 def test_shutdown_request_reaches_every_member(env, creator) -> None:
