@@ -3,7 +3,8 @@
 One WordCount instance with `group.protocol=streams` counts keyed lines spread over every input
 partition; the tool lists the group, describes its state, members and offsets, and once the
 instance has stopped resets the group's input offsets and deletes the group, as it does on
-Kafka.
+Kafka. A second test kills the broker under a running instance and checks with the tool that
+the group came back from `__consumer_offsets` without a rebalance.
 """
 
 from __future__ import annotations
@@ -77,3 +78,45 @@ def test_list_describe_reset_and_delete(broker, jvms, framework_libs, streams_cl
         [(source, str(p), "0") for p in range(PARTITIONS)]
     assert "was successful" in sgc("--delete", "--group", app_id)
     assert app_id not in sgc("--list").split()
+
+
+def test_the_group_survives_a_broker_restart(make_broker, jvms, framework_libs, streams_classes,
+                                             tools, tmp_path, unique_topic) -> None:
+    """kill -9 of the broker under a running application: the streams group comes back from
+    `__consumer_offsets` with its epoch, members and tasks, and counting goes on exactly once."""
+    broker = make_broker(STREAMS_OVERRIDES)
+    bootstrap = broker.bootstrap
+    source, sink, app_id = unique_topic("lines"), unique_topic("counts"), unique_topic("wc")
+    create_topic(bootstrap, source, PARTITIONS)
+    create_topic(bootstrap, sink, 2)
+    app = jvms("wordcount", [framework_libs, streams_classes], "io.strom.frameworks.WordCount",
+               [bootstrap, app_id, str(tmp_path / "state"), source, sink, "group.protocol=streams"])
+    wait_until(lambda: state(app) == "RUNNING" and active_tasks(app), 90, "the instance running",
+               lambda: f"{state(app)} {active_tasks(app)}")
+
+    def produce(n: int) -> None:
+        p = producer(bootstrap, enable_idempotence=True)
+        for i in range(n):
+            p.produce(source, key=f"k{i}".encode(), value=b"alpha", partition=i % PARTITIONS)
+        assert p.flush(30) == 0
+
+    def epochs() -> tuple[str, str]:
+        [_, row] = rows(tools.run("kafka-streams-groups", "--bootstrap-server", bootstrap,
+                                  "--describe", "--group", app_id, "--state").stdout)
+        return row[-3], row[-2]  # GROUP-EPOCH, TARGET-ASSIGNMENT-EPOCH
+
+    produce(100)
+    reader = OutputReader(bootstrap, sink, 2)
+    try:
+        wait_until(lambda: (reader.poll(), reader.latest().get("alpha") == 100)[1], 60,
+                   "the first counts", lambda: str(reader.latest()))
+        before = epochs()
+        broker.restart(kill=True)
+        produce(100)
+        wait_until(lambda: (reader.poll(), reader.latest().get("alpha") == 200)[1], 90,
+                   "the counts after the restart", lambda: f"{reader.latest()} {state(app)}")
+        assert reader.updates["alpha"] == list(range(1, 201))
+    finally:
+        reader.close()
+    assert epochs() == before  # no rebalance: the group was loaded, not rebuilt
+    assert app.running
