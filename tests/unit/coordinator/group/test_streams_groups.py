@@ -326,3 +326,20 @@ def test_other_protocols_cannot_take_a_streams_group(env, creator, h) -> None:
 def test_the_protocol_can_be_switched_off(env, creator) -> None:
     env.config.rebalance_protocols = ("classic", "consumer")
     assert Client(env).heartbeat()["error_code"] == E.UNSUPPORTED_VERSION
+
+
+def test_members_with_an_endpoint_learn_who_has_which_partitions(env, creator) -> None:
+    """Interactive Queries: each member's source partitions, sent when the endpoint epoch the
+    member knows is not the group's."""
+    a = Client(env)
+    a.heartbeat(user_endpoint=("host-a", 7001))
+    settle(a)
+    r = a.heartbeat(user_endpoint=("host-a", 7001), endpoint_information_epoch=-1)
+    [entry] = r["partitions_by_user_endpoint"]
+    assert entry["user_endpoint"] == {"host": "host-a", "port": 7001}
+    assert entry["active_partitions"] == [{"topic": "app-r", "partitions": [0, 1, 2, 3]},
+                                          {"topic": "lines", "partitions": [0, 1, 2, 3]}]
+    known = r["endpoint_information_epoch"]
+    again = a.heartbeat(endpoint_information_epoch=known)
+    assert again["partitions_by_user_endpoint"] is None
+    assert Client(env).heartbeat()["partitions_by_user_endpoint"] is None  # no endpoint of its own
