@@ -204,13 +204,16 @@ class StreamsGroupManager:
 
     def _heartbeat(self, shard: Shard, req: StreamsHeartbeat) -> dict[str, Any]:
         records: list[rec.KeyValue] = []
-        existed = req.group_id in shard.groups
+        before = shard.groups.get(req.group_id)
         group = self._group_for_heartbeat(shard, req.group_id, req.member_epoch, records)
         try:
             return self._heartbeat_in_group(shard, group, req, records)
         except KafkaError:
-            if not existed and not group.members:
-                shard.groups.pop(req.group_id, None)
+            if group is not before and not group.members:  # nothing was written: undo
+                if before is None:
+                    shard.groups.pop(req.group_id, None)
+                else:
+                    shard.groups[req.group_id] = before
             raise
 
     def _heartbeat_in_group(self, shard: Shard, group: StreamsGroup, req: StreamsHeartbeat,
@@ -222,12 +225,12 @@ class StreamsGroupManager:
             raise KafkaError(ErrorCode.GROUP_MAX_SIZE_REACHED,
                              f"The streams group has reached its maximum capacity of "
                              f"{self.config.streams_max_size} members.")
-        if not group.members and self.config.streams_initial_rebalance_delay > 0:
-            # a group starting from empty waits a moment for the application's other members
-            group.delayed_until = self.now_ms() + self.config.streams_initial_rebalance_delay
         old = self._member_for_heartbeat(group, req, owned, records)
         if req.topology is not None:
             _check_topology(group, req.topology)  # before anything changes
+        if not group.members and self.config.streams_initial_rebalance_delay > 0:
+            # a group starting from empty waits a moment for the application's other members
+            group.delayed_until = self.now_ms() + self.config.streams_initial_rebalance_delay
         persisted = (group.group_epoch, group.metadata_hash, group.validated_topology_epoch)
         member = self._updated_member(old, req)
         is_new = req.member_id not in group.members

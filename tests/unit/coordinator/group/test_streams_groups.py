@@ -343,3 +343,20 @@ def test_members_with_an_endpoint_learn_who_has_which_partitions(env, creator) -
     again = a.heartbeat(endpoint_information_epoch=known)
     assert again["partitions_by_user_endpoint"] is None
     assert Client(env).heartbeat()["partitions_by_user_endpoint"] is None  # no endpoint of its own
+
+
+def test_an_empty_classic_group_becomes_a_streams_group_and_keeps_its_offsets(env, creator,
+                                                                            h) -> None:
+    c = env.coordinator
+    assert h.commit(c, GROUP, {("lines", 1): 7}) == {("lines", 1): E.NONE}  # a "simple" group
+    env.config.streams_max_size = 0
+    assert Client(env).heartbeat()["error_code"] == E.GROUP_MAX_SIZE_REACHED
+    [d] = c.describe_groups([GROUP], include_authorized_operations=False, version=5)
+    assert d["group_state"] == "Empty"  # the failed join changed nothing
+    env.config.streams_max_size = 10
+    a = Client(env)
+    a.heartbeat()
+    assert isinstance(c.group(GROUP), StreamsGroup)
+    assert h.fetched(c, GROUP) == {("lines", 1): 7}
+    env.restart()
+    assert isinstance(env.coordinator.group(GROUP), StreamsGroup)
