@@ -22,6 +22,7 @@ StreamsGroup* records (types 17, 19-23) before the heartbeat is answered, and re
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -66,9 +67,14 @@ class InternalTopicCreator(Protocol):
         a failure is logged, and the next heartbeat finds the topic still missing)."""
 
 
+def _nothing_refused(names: list[str]) -> list[str]:
+    return []
+
+
 @dataclass
 class StreamsHeartbeat:
-    """A StreamsGroupHeartbeat request, decoded by the handler."""
+    """A StreamsGroupHeartbeat request, decoded by the handler. `refused_to_create` names the
+    topics (of those given) the sender may not create (the handler's ACL check)."""
 
     group_id: str
     member_id: str
@@ -89,6 +95,7 @@ class StreamsHeartbeat:
     task_offsets: tuple[tuple[str, int, int], ...] | None = None
     task_end_offsets: tuple[tuple[str, int, int], ...] | None = None
     shutdown_application: bool = False
+    refused_to_create: Callable[[list[str]], list[str]] = _nothing_refused
 
     def owned(self) -> TasksTuple | None:
         """The tasks the member reports, None when it did not report them."""
@@ -245,7 +252,7 @@ class StreamsGroupManager:
             log.info("group %s: member %s asks the application to shut down", gid,
                      member.member_id)
             group.shutdown_requested_by = member.member_id
-        bump |= self._refresh_configured(group)
+        bump |= self._refresh_configured(group, req.refused_to_create)
         delayed = group.delayed_until is not None and self.now_ms() < group.delayed_until
         if group.delayed_until is not None and not delayed:
             group.delayed_until = None
@@ -371,10 +378,12 @@ class StreamsGroupManager:
                                                  None, topology.fields()))
         return True
 
-    def _refresh_configured(self, group: StreamsGroup) -> bool:
+    def _refresh_configured(self, group: StreamsGroup,
+                            refused_to_create: Callable[[list[str]], list[str]]) -> bool:
         """Configure the topology against the topics when they or the topology changed,
-        creating missing internal topics. Returns whether the topics the topology uses
-        changed (a new group epoch)."""
+        creating missing internal topics (none while the member may not create one of them,
+        as Kafka does). Returns whether the topics the topology uses changed (a new group
+        epoch)."""
         if group.topology is None:
             return False
         configured = group.configured
@@ -384,7 +393,12 @@ class StreamsGroupManager:
             configured, made_at = topo.configure(group.topology, self.topics), self.topics.version()
         elif not configured.to_create:
             return False
-        if configured.to_create and self.internal_topics is not None:
+        refused = refused_to_create([t.name for t in configured.to_create])
+        if refused:
+            configured.status = (Status.MISSING_INTERNAL_TOPICS,
+                                 f"{topo.missing_detail(configured.to_create)} Unauthorized to "
+                                 f"CREATE on topics {', '.join(sorted(refused))}.")
+        elif configured.to_create and self.internal_topics is not None:
             # asked for again by later heartbeats while missing (the creator paces a cluster)
             log.log(logging.INFO if made_at != group.metadata_version else logging.DEBUG,
                     "group %s: creating internal topics %s", group.group_id,

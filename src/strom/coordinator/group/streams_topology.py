@@ -270,6 +270,10 @@ class _Configurer:
         return out
 
 
+def missing_detail(topics: Iterable[NewTopic]) -> str:
+    return f"Internal topics are missing: {_summary(t.name for t in topics)}"
+
+
 def metadata_hash(topology: StreamsTopology, topics: Topics) -> int:
     """A stable digest of every topic the topology reads or writes (name, id, partitions) and
     the topics its regexes can match: a change means the topology must be configured again."""
@@ -302,6 +306,5 @@ def configure(topology: StreamsTopology, topics: Topics) -> ConfiguredTopology:
     out.source_topics = {s.subtopology_id: c.all_sources(s) for s in topology.subtopologies}
     out.internal_partitions = {n: c.decided[n] for n in c.internal}
     if out.to_create:
-        out.status = (Status.MISSING_INTERNAL_TOPICS,
-                      f"Internal topics are missing: {_summary(t.name for t in out.to_create)}")
+        out.status = (Status.MISSING_INTERNAL_TOPICS, missing_detail(out.to_create))
     return out
