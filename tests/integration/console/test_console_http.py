@@ -73,17 +73,23 @@ def test_no_listing_and_no_way_out_of_static(console, path: str) -> None:
     assert_short_page(reply)
 
 
+def get_once_coordinated(port: int, path: str) -> Reply:
+    """GET a group page, polling through its 503s: a new cluster creates __consumer_offsets on
+    the first group request, and each group's coordinator answers once its partition is up."""
+    deadline = time.monotonic() + 30
+    while (reply := get(port, path)).status == 503:
+        assert time.monotonic() < deadline, reply.text
+        time.sleep(0.1)  # poll interval
+    return reply
+
+
 def test_errors_are_short_pages(console) -> None:
     missing = get(console.port, "/topics/no-such-topic")
     assert missing.status == 404 and "no topic named" in missing.text
     assert_short_page(missing)
-    # a new cluster creates __consumer_offsets on the first group request: 503 until it can
-    deadline = time.monotonic() + 30
-    while (group := get(console.port, "/groups/no-such-group")).status == 503:
-        assert time.monotonic() < deadline, group.text
-        time.sleep(0.1)  # poll interval
+    group = get_once_coordinated(console.port, "/groups/no-such-group")
     assert group.status == 404 and "no consumer group named" in group.text
-    assert get(console.port, "/groups/").status == 404  # an empty group id
+    assert get_once_coordinated(console.port, "/groups/").status == 404  # an empty group id
     bad = get(console.port, "/topics/__consumer_offsets?offset=abc")
     assert bad.status == 400 and "offset must be a whole number" in bad.text
     assert_short_page(bad)
