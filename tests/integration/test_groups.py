@@ -41,7 +41,7 @@ GROUP_OVERRIDES = {
 NONE, OFFSET_METADATA_TOO_LARGE = 0, 12
 ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT = 22, 25, 26
 NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED = 68, 69, 79
-COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 15, 16
+COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, INVALID_GROUP_ID = 15, 16, 24
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 INIT_PRODUCER_ID = 22
 OFFSET_COMMIT, OFFSET_FETCH, DESCRIBE_GROUPS, DELETE_GROUPS = 8, 9, 15, 42
@@ -542,6 +542,9 @@ def test_a_found_coordinator_serves_at_once(make_broker) -> None:
         r = Reader(conn.request(INIT_PRODUCER_ID, 0, body))
         r.i32()  # throttle
         assert r.i16() == NONE
+        # The empty group id has a partition like any other: found, then refused by JoinGroup.
+        assert find_available(conn, "") == 0
+        assert join_v1(conn, "")["error"] == INVALID_GROUP_ID
 
 
 def test_error_codes_on_raw_requests(broker, unique_topic):

@@ -106,8 +106,10 @@ class GroupCoordinator:
         return self.state.is_loading(partition)
 
     def is_local(self, group_id: str) -> bool:
-        """True when this broker serves (or is loading) the group's partition."""
-        return self.state.shard_of(group_id) is not None
+        """True when this broker serves (or is loading) the group's partition. The empty group
+        id too: it has a partition like any other (OffsetFetch accepts it; JoinGroup refuses it
+        with INVALID_GROUP_ID, which the client must reach rather than retry FindCoordinator)."""
+        return self.state.partition_for(group_id) in self.state.shards
 
     def committed_offsets(self) -> dict[str, dict[tuple[str, int], int]]:
         """Every committed offset of the groups this broker coordinates and has loaded, per
