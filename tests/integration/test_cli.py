@@ -176,7 +176,11 @@ def test_configs_describe_and_alter(strom_broker, unique_topic, peer):
     if broker.returncode == 0:
         assert "All configs for broker 1:" in broker.stdout.decode()
     else:
-        one_error_line(broker)
+        assert "broker 1 is not in the cluster" in one_error_line(broker)
+    unknown = strom(bs, "configs", "alter", "--broker", "4711", "--add-config",
+                    "log.cleaner.threads=2", check=False)
+    assert unknown.returncode != 0
+    assert "broker 4711 is not in the cluster (its brokers: " in one_error_line(unknown)
 
 
 def test_configs_of_the_cluster_wide_broker_defaults(make_broker):

@@ -154,6 +154,15 @@ def _quota_entity(ctx: typer.Context, types: list[str] | None, topic: str | None
     return quotas.pair_entity(tokens, alter=alter)
 
 
+def _require_broker(admin: Any, name: str, opts: ClientOptions) -> None:
+    """A broker id the cluster does not have fails at once, in one line: the admin client
+    would wait its whole timeout for a connection to a node that does not exist."""
+    brokers = sorted(admin.list_topics(timeout=opts.timeout).brokers)
+    if int(name) not in brokers:
+        raise CliError(f"broker {name} is not in the cluster (its brokers: "
+                       f"{', '.join(map(str, brokers)) or 'none'})")
+
+
 @app.command("describe", cls=quotas.OrderedCommand)
 @handle_errors
 def describe(
@@ -186,6 +195,8 @@ def describe(
         entries = _describe_defaults(opts)
     else:
         admin, _ = make_admin(opts)
+        if kind == "broker":
+            _require_broker(admin, name, opts)
         rtype = ResourceType.TOPIC if kind == "topic" else ResourceType.BROKER
         futures = admin.describe_configs([ConfigResource(rtype, name)], **admin_kwargs(opts))
     for fut in futures.values():
@@ -259,6 +270,8 @@ def alter(
         _alter_defaults(opts, sets, list(dict.fromkeys(deletes)))
     else:
         admin, _ = make_admin(opts)
+        if kind == "broker":
+            _require_broker(admin, name, opts)
         alter_topic_configs(admin, name, sets, list(dict.fromkeys(deletes)), opts,
                             resource_type="topic" if kind == "topic" else "broker")
     label = {"topic": f"topic '{name}'", "broker": f"broker {name}",

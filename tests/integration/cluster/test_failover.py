@@ -89,15 +89,16 @@ def test_killing_the_leader_loses_no_acknowledged_write(make_cluster):
 @pytest.mark.slow
 @pytest.mark.timeout(420)
 def test_nemesis_kills_freezes_and_restarts_brokers(make_cluster):
-    """60 s of faults, the leader of partition 0 picked most often; at most one broker is
-    down at a time so min.insync.replicas=2 can still be met."""
+    """40 s of faults (STROM_NEMESIS_SECONDS for a longer soak), the leader of partition 0
+    picked most often; at most one broker is down at a time so min.insync.replicas=2 can still
+    be met."""
     cluster = make_cluster(3)
     name = "nemesis"
     _create(cluster, name, 4)
     producer = NumberedProducer(cluster.bootstrap, name, 4, rate_per_s=300)
     producer.start()
     rng = random.Random(int(os.environ.get("STROM_NEMESIS_SEED", "7")))
-    end = time.monotonic() + 60
+    end = time.monotonic() + float(os.environ.get("STROM_NEMESIS_SECONDS", "40"))
     faults = []
     while time.monotonic() < end:
         try:

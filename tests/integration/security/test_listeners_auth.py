@@ -200,7 +200,7 @@ def test_kafka_python_wrong_password(secured: Secured) -> None:
     settings = _kafka_python_settings(secured, "SASL_PLAINTEXT", "SCRAM-SHA-256", "carol", "nope")
     settings["request_timeout_ms"] = 5000
     with pytest.raises(KafkaPythonError):  # kafka-python retries, then gives up
-        KafkaProducer(**settings, max_block_ms=5000).close()
+        KafkaProducer(**settings, max_block_ms=5000, bootstrap_timeout_ms=3000).close()
     assert "failed authentication of User:carol on listener SASL_PLAINTEXT" in \
         secured.broker.log_text(before)
 
