@@ -5,6 +5,7 @@ Thin translation to `GroupCoordinator.consumer_group_heartbeat` / `consumer_grou
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from strom.broker.authz import Op, Res, allowed, authorized_operations, requires
@@ -35,16 +36,14 @@ def consumer_group_heartbeat(broker: Broker, ctx: RequestContext,
     return {"throttle_time": 0, **result}
 
 
-@handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
-def consumer_group_describe(broker: Broker, ctx: RequestContext,
-                            request: ConsumerGroupDescribeRequest) -> dict[str, Any]:
-    include = request.include_authorized_operations
-    wanted = list(request.group_ids)
-    refused = [g for g in wanted if not allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
-    visible = [g for g in wanted if g not in refused]
+def describe_authorized(broker: Broker, ctx: RequestContext, group_ids: list[str], include: bool,
+                        describe: Callable[..., list[dict[str, Any]]]) -> dict[str, Any]:
+    """ConsumerGroupDescribe and StreamsGroupDescribe alike: DESCRIBE on each group, the
+    coordinator's answer for the visible ones, and real authorized_operations when asked."""
+    refused = [g for g in group_ids if not allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
+    visible = [g for g in group_ids if g not in refused]
     try:
-        groups = broker.groups.consumer_group_describe(
-            visible, include_authorized_operations=include) if visible else []
+        groups = describe(visible, include_authorized_operations=include) if visible else []
     except KafkaError as exc:
         groups = [{"group_id": g, "error_code": int(exc.code), "error_message": exc.message}
                   for g in visible]
@@ -57,3 +56,11 @@ def consumer_group_describe(broker: Broker, ctx: RequestContext,
                 g["authorized_operations"] = authorized_operations(broker, ctx, Res.GROUP,
                                                                    g["group_id"])
     return {"throttle_time": 0, "groups": groups}
+
+
+@handles(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, 1)
+def consumer_group_describe(broker: Broker, ctx: RequestContext,
+                            request: ConsumerGroupDescribeRequest) -> dict[str, Any]:
+    return describe_authorized(broker, ctx, list(request.group_ids),
+                               request.include_authorized_operations,
+                               broker.groups.consumer_group_describe)

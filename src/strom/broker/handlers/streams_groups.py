@@ -14,19 +14,19 @@ from strom.broker.authz import (
     Op,
     Res,
     allowed,
-    authorized_operations,
     cluster_allowed,
     requires,
 )
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.handlers.consumer_groups import describe_authorized
 from strom.broker.handlers.groups import client_host
 from strom.broker.request_types import StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest
 from strom.broker.router import handles
 from strom.coordinator.group.coordinator import StreamsHeartbeat
 from strom.coordinator.group.streams_state import StreamsTopology, Tasks
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.errors import ErrorCode
 
 
 def _tasks(entries: Any) -> Tasks | None:
@@ -99,22 +99,6 @@ def streams_group_heartbeat(broker: Broker, ctx: RequestContext,
 @handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
 def streams_group_describe(broker: Broker, ctx: RequestContext,
                            request: StreamsGroupDescribeRequest) -> dict[str, Any]:
-    include = request.include_authorized_operations
-    wanted = list(request.group_ids)
-    refused = [g for g in wanted if not allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
-    visible = [g for g in wanted if g not in refused]
-    try:
-        groups = broker.groups.streams_group_describe(
-            visible, include_authorized_operations=include) if visible else []
-    except KafkaError as exc:
-        groups = [{"group_id": g, "error_code": int(exc.code), "error_message": exc.message}
-                  for g in visible]
-    groups = list(groups) + [
-        {"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
-         "error_message": "Group authorization failed."} for g in refused]
-    if include and broker.authorizer is not None:
-        for g in groups:
-            if not g.get("error_code"):
-                g["authorized_operations"] = authorized_operations(broker, ctx, Res.GROUP,
-                                                                   g["group_id"])
-    return {"throttle_time": 0, "groups": groups}
+    return describe_authorized(broker, ctx, list(request.group_ids),
+                               request.include_authorized_operations,
+                               broker.groups.streams_group_describe)
