@@ -732,6 +732,25 @@ class DescribeTopicPartitionsRequest(Protocol):
     cursor: DescribeTopicPartitionsRequestCursor | None
 
 
+# SHARE_GROUP_HEARTBEAT v1-1
+
+
+class ShareGroupHeartbeatRequest(Protocol):
+    group_id: str
+    member_id: str
+    member_epoch: int
+    rack_id: str | None
+    subscribed_topic_names: list[str] | None
+
+
+# SHARE_GROUP_DESCRIBE v1-1
+
+
+class ShareGroupDescribeRequest(Protocol):
+    group_ids: list[str]
+    include_authorized_operations: bool
+
+
 # STREAMS_GROUP_HEARTBEAT v0-0
 
 

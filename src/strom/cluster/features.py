@@ -4,9 +4,9 @@ Clients read them from ApiVersions (v3+) and switch behaviour on them. The Java 
 transaction version 2 (KIP-890 part 2: no AddPartitionsToTxn, EndTxn v5 bumping the epoch)
 only when `transaction.version` >= 2 is finalized; the consumer protocol of KIP-848 needs
 `group.version` >= 1; Kafka Streams' `group.protocol=streams` (KIP-1071) needs
-`streams.version` >= 1. Strom finalizes the levels of Kafka 4.4's defaults for the features it
-implements, and advertises none it does not (no `share.version`, `kraft.version` or
-`eligible.leader.replicas.version`).
+`streams.version` >= 1; share groups (KIP-932) need `share.version` >= 1. Strom finalizes the
+levels of Kafka 4.4's defaults for the features it implements, and advertises none it does not
+(no `kraft.version` or `eligible.leader.replicas.version`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("group.version", 0, 1, 1),
     # Kafka 4.4's level; Strom keeps no KRaft metadata records, this tells tools its vintage
     Feature("metadata.version", 7, 33, 33),
+    Feature("share.version", 0, 1, 1),
     Feature("streams.version", 0, 1, 1),
     Feature("transaction.version", 0, 2, 2),
 )

@@ -19,11 +19,12 @@ from strom.broker.handlers import (
     reassignments,
     sasl,
     scram,
+    share_groups,
     streams_groups,
     topics,
     transactions,
 )
 
 MODULES = [acls, cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
-           metadata, offsets, produce, quotas, reassignments, sasl, scram, streams_groups, topics,
-           transactions]
+           metadata, offsets, produce, quotas, reassignments, sasl, scram, share_groups,
+           streams_groups, topics, transactions]

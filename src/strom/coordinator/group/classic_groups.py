@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.shards import GroupShards, Shard
+from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
     GROUP_AUTHORIZED_OPERATIONS,
     UNKNOWN_AUTHORIZED_OPERATIONS,
@@ -197,9 +198,9 @@ class ClassicGroupManager:
                 self.in_consumer_groups is not None:
             self.in_consumer_groups.join_group(shard, group, req, respond)
             return
-        if isinstance(group, StreamsGroup):
-            log.info("group %s: classic JoinGroup refused, the group uses the streams protocol",
-                     req.group_id)
+        if isinstance(group, StreamsGroup | ShareGroup):
+            log.info("group %s: classic JoinGroup refused, the group is a %s group",
+                     req.group_id, group.type)
             respond(join_error(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         if isinstance(group, ConsumerGroup):

@@ -39,6 +39,9 @@ class GroupConfig:
     streams_max_size: int = INT_MAX  # group.streams.max.size
     streams_num_standby_replicas: int = 0  # group.streams.num.standby.replicas
     streams_initial_rebalance_delay: int = 3000  # group.streams.initial.rebalance.delay.ms
+    share_session_timeout: int = 45000  # group.share.session.timeout.ms
+    share_heartbeat_interval: int = 5000  # group.share.heartbeat.interval.ms
+    share_max_size: int = 200  # group.share.max.size
 
     @property
     def upgrade_enabled(self) -> bool:
@@ -80,4 +83,7 @@ class GroupConfig:
             streams_max_size=opt("group.streams.max.size", INT_MAX),
             streams_num_standby_replicas=opt("group.streams.num.standby.replicas", 0),
             streams_initial_rebalance_delay=opt("group.streams.initial.rebalance.delay.ms", 3000),
+            share_session_timeout=opt("group.share.session.timeout.ms", 45000),
+            share_heartbeat_interval=opt("group.share.heartbeat.interval.ms", 5000),
+            share_max_size=opt("group.share.max.size", 200),
         )

@@ -33,6 +33,7 @@ from strom.coordinator.group.assignors import ASSIGNORS
 from strom.coordinator.group.classic_groups import ClassicGroupManager
 from strom.coordinator.group.reconciliation import reconcile
 from strom.coordinator.group.shards import GroupShards, Shard, group_tombstones
+from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
     GROUP_AUTHORIZED_OPERATIONS,
     LEAVE_GROUP_MEMBER_EPOCH,
@@ -276,7 +277,7 @@ class ConsumerGroupManager:
             records += migration.consumer_group_records(converted)
             shard.groups[group_id] = converted
             return converted
-        if isinstance(group, StreamsGroup):
+        if isinstance(group, StreamsGroup | ShareGroup):
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
                              f"Group {group_id} is not a consumer group.")
         if isinstance(group, ClassicGroup):

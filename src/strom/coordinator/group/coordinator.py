@@ -13,6 +13,8 @@ OffsetMetadataManager over shared state; Strom does the same by composition:
   (the classic manager hands them over when the group is a consumer group);
 - `streams_groups.StreamsGroupManager`: KIP-1071 StreamsGroupHeartbeat and
   StreamsGroupDescribe;
+- `share_groups.ShareGroupManager`: KIP-932 ShareGroupHeartbeat and ShareGroupDescribe
+  (the share partitions themselves live with the partitions' leaders, `strom.broker.share`);
 - `offsets.OffsetManager`: OffsetCommit, OffsetFetch, OffsetDelete, TxnOffsetCommit, expiry.
 
 This facade keeps the methods the handlers call, routes records replayed on load to the
@@ -46,6 +48,8 @@ from strom.coordinator.group.shards import (
     group_tombstones,
     mark_deleted,
 )
+from strom.coordinator.group.share_groups import ShareGroupManager
+from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import ClassicGroup, ClassicState, Respond
 from strom.coordinator.group.store import GroupStore, OffsetsTopic
 from strom.coordinator.group.streams_groups import (
@@ -71,6 +75,7 @@ class GroupCoordinator:
         self.classic = ClassicGroupManager(self.state)
         self.consumer = ConsumerGroupManager(self.state, self.classic)
         self.streams = StreamsGroupManager(self.state, internal_topics)
+        self.share = ShareGroupManager(self.state)
         self.classic.in_consumer_groups = ClassicMemberManager(self.consumer)
         self.offsets = OffsetManager(self.state, self.classic)
 
@@ -138,6 +143,8 @@ class GroupCoordinator:
             self.classic.replay(shard, record)
         elif record.type in rec.STREAMS_RECORDS:
             self.streams.replay(shard, record)
+        elif record.type in rec.SHARE_RECORDS:
+            self.share.replay(shard, record)
         else:
             self.consumer.replay(shard, record)
 
@@ -147,6 +154,8 @@ class GroupCoordinator:
                 self.classic.on_loaded(group)
             elif isinstance(group, StreamsGroup):
                 self.streams.on_loaded(group)
+            elif isinstance(group, ShareGroup):
+                self.share.on_loaded(group)
             else:
                 self.consumer.on_loaded(group)
 
@@ -210,6 +219,21 @@ class GroupCoordinator:
                                include_authorized_operations: bool) -> list[dict[str, Any]]:
         return self.streams.describe(group_ids,
                                      include_authorized_operations=include_authorized_operations)
+
+    # -- share groups (KIP-932) ------------------------------------------------------------------
+
+    def share_group_heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
+                              rack_id: str | None, subscribed_topic_names: list[str] | None,
+                              client_id: str, client_host: str) -> dict[str, Any]:
+        return self.share.heartbeat(group_id=group_id, member_id=member_id,
+                                    member_epoch=member_epoch, rack_id=rack_id,
+                                    subscribed_topic_names=subscribed_topic_names,
+                                    client_id=client_id, client_host=client_host)
+
+    def share_group_describe(self, group_ids: list[str], *,
+                             include_authorized_operations: bool) -> list[dict[str, Any]]:
+        return self.share.describe(group_ids,
+                                   include_authorized_operations=include_authorized_operations)
 
     # -- offsets -------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ from strom.coordinator.group.shards import (
     Shard,
     group_tombstones,
 )
+from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
     ClassicGroup,
     ClassicState,
@@ -189,7 +190,7 @@ def _validate_txn_commit(group: Group | None, group_id: str, member_id: str, gen
 def expiration_base(group: Group | None) -> int | str | None:
     """When a group's offsets start ageing: the commit time, the time the group became empty,
     or never (None) while a classic group is mid-rebalance."""
-    if group is None or isinstance(group, ConsumerGroup | StreamsGroup):
+    if group is None or isinstance(group, ConsumerGroup | StreamsGroup | ShareGroup):
         return "commit"
     if group.protocol_type is None:
         return "commit"  # simple group: offsets only
@@ -266,6 +267,9 @@ class OffsetManager:
             log.info("group %s: created as a simple group by a manual offset commit", group_id)
             group = self.state.new_classic_group(shard, group_id)
             created = True
+        if isinstance(group, ShareGroup):
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {group_id} is a share group; share groups commit no offsets.")
         if isinstance(group, ClassicGroup):
             _validate_classic_commit(group, member_id, instance_id, generation)
             self.classic.touch_member(group, member_id)
@@ -318,6 +322,10 @@ class OffsetManager:
             _validate_consumer_fetch(group, member_id, member_epoch)
         elif isinstance(group, StreamsGroup):
             _validate_streams_fetch(group, member_id, member_epoch)
+        elif isinstance(group, ShareGroup):
+            raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND,
+                             f"Group {group_id} is a share group; share groups have no "
+                             "committed offsets.")
         offsets = shard.offsets.get(group_id, {})
         if isinstance(group, ClassicGroup) and group.is_state(ClassicState.DEAD):
             offsets = {}

@@ -1,8 +1,8 @@
 """Keys and values of `__consumer_offsets` records, byte-compatible with Kafka's.
 
 Every key starts with an int16 naming the record type (Kafka's "key version": 0/1 offset commit,
-2 classic group metadata, 3-8 consumer-group (KIP-848) records, 17 and 19-23 streams-group
-(KIP-1071) records); every value starts with an
+2 classic group metadata, 3-8 consumer-group (KIP-848) records, 10-15 share-group (KIP-932)
+records, 17 and 19-23 streams-group (KIP-1071) records); every value starts with an
 int16 value version. The fields follow Kafka's coordinator message specs
 (group-coordinator/src/main/resources/common/message/*.json), so Kafka's tools can read a
 Strom `__consumer_offsets` log and the reverse. A tombstone is a key with a null value.
@@ -38,6 +38,14 @@ STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER = 21
 STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT = 22
 STREAMS_GROUP_TOPOLOGY = 23
 STREAMS_RECORDS = frozenset({17, 19, 20, 21, 22, 23})
+# Share groups (KIP-932); 9 was a partition-metadata record Kafka dropped before 4.0.
+SHARE_GROUP_MEMBER_METADATA = 10
+SHARE_GROUP_METADATA = 11
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA = 12
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER = 13
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT = 14
+SHARE_GROUP_STATE_PARTITION_METADATA = 15
+SHARE_RECORDS = frozenset({10, 11, 12, 13, 14, 15})
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,6 +354,41 @@ _SUBTOPOLOGY = Schema("Subtopology", (
 STREAMS_GROUP_TOPOLOGY_VALUE = Schema("StreamsGroupTopologyValue", (
     F("epoch", "int32"), F("subtopologies", _SUBTOPOLOGY, array=True)), flexible_since=0)
 
+# -- share groups (KIP-932) --
+SHARE_GROUP_METADATA_VALUE = Schema("ShareGroupMetadataValue", (
+    F("epoch", "int32"), F("metadata_hash", "int64")), flexible_since=0)
+SHARE_GROUP_MEMBER_METADATA_VALUE = Schema("ShareGroupMemberMetadataValue", (
+    F("rack_id", "string", nullable=True),
+    F("client_id", "string"),
+    F("client_host", "string"),
+    F("subscribed_topic_names", "string", array=True),
+), flexible_since=0)
+SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE = Schema(
+    "ShareGroupTargetAssignmentMetadataValue", (
+        F("assignment_epoch", "int32"), F("assignment_timestamp", "int64", tag=0)),
+    flexible_since=0)
+SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE = Schema(
+    "ShareGroupTargetAssignmentMemberValue", (F("topic_partitions", _TOPIC_PARTITIONS,
+                                                array=True),), flexible_since=0)
+SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE = Schema(
+    "ShareGroupCurrentMemberAssignmentValue", (
+        F("member_epoch", "int32"),
+        F("previous_member_epoch", "int32"),
+        F("state", "int8"),
+        F("assigned_partitions", _TOPIC_PARTITIONS, array=True),
+    ), flexible_since=0)
+_TOPIC_PARTITIONS_INFO = Schema("TopicPartitionsInfo", (
+    F("topic_id", "uuid"), F("topic_name", "string"), F("partitions", "int32", array=True)),
+    flexible_since=0)
+_SHARE_TOPIC_INFO = Schema("TopicInfo", (F("topic_id", "uuid"), F("topic_name", "string")),
+                           flexible_since=0)
+SHARE_GROUP_STATE_PARTITION_METADATA_VALUE = Schema(
+    "ShareGroupStatePartitionMetadataValue", (
+        F("initializing_topics", _TOPIC_PARTITIONS_INFO, array=True),
+        F("initialized_topics", _TOPIC_PARTITIONS_INFO, array=True),
+        F("deleting_topics", _SHARE_TOPIC_INFO, array=True),
+    ), flexible_since=0)
+
 # record type -> (key schema, value schema, value version written, readable value versions)
 _TYPES: dict[int, tuple[Schema, Schema, int, tuple[int, int]]] = {
     OFFSET_COMMIT_LEGACY: (OFFSET_COMMIT_KEY, OFFSET_COMMIT_VALUE, 3, (0, 4)),
@@ -362,6 +405,17 @@ _TYPES: dict[int, tuple[Schema, Schema, int, tuple[int, int]]] = {
         GROUP_MEMBER_KEY, CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE, 0, (0, 0)),
     CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT: (
         GROUP_MEMBER_KEY, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE, 0, (0, 0)),
+    SHARE_GROUP_METADATA: (GROUP_KEY, SHARE_GROUP_METADATA_VALUE, 0, (0, 0)),
+    SHARE_GROUP_MEMBER_METADATA: (GROUP_MEMBER_KEY, SHARE_GROUP_MEMBER_METADATA_VALUE, 0,
+                                  (0, 0)),
+    SHARE_GROUP_TARGET_ASSIGNMENT_METADATA: (
+        GROUP_KEY, SHARE_GROUP_TARGET_ASSIGNMENT_METADATA_VALUE, 0, (0, 0)),
+    SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER: (
+        GROUP_MEMBER_KEY, SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER_VALUE, 0, (0, 0)),
+    SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT: (
+        GROUP_MEMBER_KEY, SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT_VALUE, 0, (0, 0)),
+    SHARE_GROUP_STATE_PARTITION_METADATA: (
+        GROUP_KEY, SHARE_GROUP_STATE_PARTITION_METADATA_VALUE, 0, (0, 0)),
     STREAMS_GROUP_METADATA: (GROUP_KEY, STREAMS_GROUP_METADATA_VALUE, 0, (0, 0)),
     STREAMS_GROUP_MEMBER_METADATA: (GROUP_MEMBER_KEY, STREAMS_GROUP_MEMBER_METADATA_VALUE, 0,
                                     (0, 0)),
@@ -388,7 +442,7 @@ class CoordinatorRecord:
 
 
 class UnknownRecordType(ProtocolError):
-    """A record type this broker does not know (e.g. share groups): skip it."""
+    """A record type this broker does not know (one of a newer Kafka): skip it."""
 
 
 def encode_key(record_type: int, fields: dict[str, Any]) -> bytes:
@@ -454,8 +508,8 @@ def group_tombstone(group: str) -> KeyValue:
 
 def consumer_group_record(record_type: int, group: str, member: str | None,
                           fields: dict[str, Any] | None) -> KeyValue:
-    """A KIP-848 consumer-group record (types 3-8) or a streams-group record (17, 19-23);
-    fields None writes a tombstone."""
+    """A KIP-848 consumer-group record (types 3-8), a share-group record (10-15) or a
+    streams-group record (17, 19-23); fields None writes a tombstone."""
     key_fields: dict[str, Any] = {"group_id": group}
     if member is not None:
         key_fields["member_id"] = member
@@ -500,3 +554,18 @@ def streams_group_tombstones(group: str, members: Iterable[str]) -> list[KeyValu
     return records + [consumer_group_record(t, group, None, None)
                       for t in (STREAMS_GROUP_TARGET_ASSIGNMENT_METADATA,
                                 STREAMS_GROUP_METADATA, STREAMS_GROUP_TOPOLOGY)]
+
+
+def share_member_tombstones(group: str, member: str) -> list[KeyValue]:
+    """Tombstones of one share-group member: current and target assignment, metadata."""
+    return [consumer_group_record(t, group, member, None)
+            for t in (SHARE_GROUP_CURRENT_MEMBER_ASSIGNMENT,
+                      SHARE_GROUP_TARGET_ASSIGNMENT_MEMBER, SHARE_GROUP_MEMBER_METADATA)]
+
+
+def share_group_tombstones(group: str, members: Iterable[str]) -> list[KeyValue]:
+    """Tombstones of a whole share group: members first, then the group's own records."""
+    records = [r for member in members for r in share_member_tombstones(group, member)]
+    return records + [consumer_group_record(t, group, None, None)
+                      for t in (SHARE_GROUP_TARGET_ASSIGNMENT_METADATA,
+                                SHARE_GROUP_STATE_PARTITION_METADATA, SHARE_GROUP_METADATA)]

@@ -19,6 +19,7 @@ from typing import Protocol
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.config import GroupConfig
+from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
     ClassicGroup,
     ClassicState,
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 STATE_TOPIC = "__consumer_offsets"
 
-Group = ClassicGroup | ConsumerGroup | StreamsGroup
+Group = ClassicGroup | ConsumerGroup | StreamsGroup | ShareGroup
 LogEntry = rec.CoordinatorRecord | TxnMarkerRecord
 Offsets = dict[tuple[str, int], OffsetAndMetadata]
 
@@ -91,6 +92,8 @@ def group_tombstones(group: Group) -> list[rec.KeyValue]:
         return [rec.group_tombstone(group.group_id)]
     if isinstance(group, StreamsGroup):
         return rec.streams_group_tombstones(group.group_id, set(group.members) | set(group.target))
+    if isinstance(group, ShareGroup):
+        return rec.share_group_tombstones(group.group_id, set(group.members) | set(group.target))
     return rec.consumer_group_tombstones(group.group_id, set(group.members) | set(group.target))
 
 

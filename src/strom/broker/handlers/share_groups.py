@@ -1,0 +1,48 @@
+"""ShareGroupHeartbeat and ShareGroupDescribe (KIP-932, share groups' membership).
+
+Thin translation to `GroupCoordinator.share_group_heartbeat` / `share_group_describe`. The
+records themselves move through ShareFetch and ShareAcknowledge (`share_fetch`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.broker.authz import Op, Res, allowed, requires
+from strom.broker.context import RequestContext
+from strom.broker.core import Broker
+from strom.broker.handlers.consumer_groups import describe_authorized
+from strom.broker.handlers.groups import client_host
+from strom.broker.request_types import ShareGroupDescribeRequest, ShareGroupHeartbeatRequest
+from strom.broker.router import handles
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+
+
+@handles(ApiKey.SHARE_GROUP_HEARTBEAT, 1, 1)
+@requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
+def share_group_heartbeat(broker: Broker, ctx: RequestContext,
+                          request: ShareGroupHeartbeatRequest) -> dict[str, Any]:
+    names = request.subscribed_topic_names
+    if names:  # Kafka: the member must be allowed to DESCRIBE every topic it subscribes to
+        hidden = sorted(t for t in names if not allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, t))
+        if hidden:
+            return {"throttle_time": 0,
+                    "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
+                    "error_message": f"Unauthorized to DESCRIBE on topics {', '.join(hidden)}.",
+                    "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
+                    "assignment": None}
+    result = broker.groups.share_group_heartbeat(
+        group_id=request.group_id, member_id=request.member_id,
+        member_epoch=request.member_epoch, rack_id=request.rack_id,
+        subscribed_topic_names=None if names is None else list(names),
+        client_id=ctx.client_id or "", client_host=client_host(ctx))
+    return {"throttle_time": 0, **result}
+
+
+@handles(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)
+def share_group_describe(broker: Broker, ctx: RequestContext,
+                         request: ShareGroupDescribeRequest) -> dict[str, Any]:
+    return describe_authorized(broker, ctx, list(request.group_ids),
+                               request.include_authorized_operations,
+                               broker.groups.share_group_describe)
