@@ -430,7 +430,8 @@ def test_randomized_against_a_per_offset_model():
                 rl = rng.random() < 0.5
                 n = rng.randint(1, 8)
                 old_end = p.end_offset
-                got = p.acquire(rng.choice(members), batches, n, now, record_limit=rl, gaps=gaps)
+                member = rng.choice(members)
+                got = p.acquire(member, batches, n, now, record_limit=rl, gaps=gaps)
                 total = sum(g.last_offset - g.first_offset + 1 for g in got)
                 if rl:
                     assert total <= n
@@ -443,7 +444,7 @@ def test_randomized_against_a_per_offset_model():
                             assert st[0] == AV and st[3] <= now and g.delivery_count == st[1] + 1
                         else:
                             assert g.delivery_count == 1
-                        m.rec[o] = [AQ, g.delivery_count, None, now + 100]
+                        m.rec[o] = [AQ, g.delivery_count, member, now + 100]
                 truth = {o: b for b in p.state_batches()
                          for o in range(b.first_offset, b.last_offset + 1)}
                 for o in range(fo, old_end):  # compacted away or listed gaps: archived if
@@ -458,11 +459,6 @@ def test_randomized_against_a_per_offset_model():
                 m.end = max(m.end, p.end_offset)
                 if p.start_offset > m.start and not m.rec:
                     m.start = p.start_offset
-                # owner: the model learns it from the partition (checked below)
-                for b in p.state_batches():
-                    if b.delivery_state == AQ:
-                        for o in range(b.first_offset, b.last_offset + 1):
-                            m.rec[o][2] = "?"
             elif op < 0.75:
                 acquired_offsets = sorted(o for o, st in m.rec.items() if st[0] == AQ)
                 if not acquired_offsets:
@@ -475,7 +471,8 @@ def test_randomized_against_a_per_offset_model():
                 member = rng.choice(members)
                 before = states(p)
                 err = p.acknowledge(member, [(o1, o2, types)], now)
-                ok = all(m.rec[o][0] == AQ and m.rec[o][3] > now for o in range(o1, o2 + 1))
+                ok = all(m.rec[o][0] == AQ and m.rec[o][2] == member and m.rec[o][3] > now
+                         for o in range(o1, o2 + 1))
                 if err != ErrorCode.NONE:
                     assert states(p) == before
                     assert err == ErrorCode.INVALID_RECORD_STATE and not ok
@@ -506,12 +503,11 @@ def test_randomized_against_a_per_offset_model():
                     if st[0] == ING:
                         st[0] = ARC
             else:
-                p.release_member(rng.choice(members), now)
-                # which member held what is not in the model: resync acquired records
-                truth = {o: b for b in p.state_batches()
-                         for o in range(b.first_offset, b.last_offset + 1)}
+                member = rng.choice(members)
+                held = any(st[0] == AQ and st[2] == member for st in m.rec.values())
+                assert p.release_member(member, now) == held
                 for o, st in m.rec.items():
-                    if st[0] == AQ and (o not in truth or truth[o].delivery_state != AQ):
+                    if st[0] == AQ and st[2] == member:
                         m.release(o, now)
             m.settle()
             check_invariants(p, cfg)
