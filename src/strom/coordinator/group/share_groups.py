@@ -234,6 +234,17 @@ class ShareGroupManager:
         return [rec.consumer_group_record(rec.SHARE_GROUP_STATE_PARTITION_METADATA,
                                           group.group_id, None, group.initialized_fields())]
 
+    def mark_initialized(self, group_id: str, topic_id: uuid.UUID, name: str,
+                         partitions: set[int]) -> None:
+        """AlterShareGroupOffsets gave these partitions share state."""
+        shard = self.state.serving(group_id)
+        group = shard.groups.get(group_id)
+        if not isinstance(group, ShareGroup):
+            return
+        records = self._initialize(group, {topic_id: frozenset(partitions)})
+        if records:
+            self.store.append(shard.partition, records)
+
     def forget_partitions(self, group_id: str, topic_id: uuid.UUID,
                           partitions: set[int] | None) -> None:
         """The share state of these partitions (None: the whole topic) was deleted."""

@@ -1,0 +1,303 @@
+"""The share partitions this broker leads: loading, acquiring, acknowledging, persisting.
+
+One `SharePartition` (the state machine, `partition`) per (group, topic partition) this broker
+leads, created on the first ShareFetch: its state is read from the share coordinator through
+the `Persister`, or, for a partition the group never consumed, started at the offset
+`share.auto.offset.reset` names. Every change of state (acknowledgements, released or timed-out
+locks, records archived) is written through the persister before the request that caused it
+is answered, so a restart, even a kill -9, redelivers what was acquired but not acknowledged
+and never what was acknowledged.
+
+Acquisition reads the log from the partition's fetch offset and hands the batches out as they
+are (opaque bytes; only batch headers are read). Lock expiries and redelivery delays run on
+one loop timer per partition, armed at its next deadline. Records that end rejected or over
+the delivery limit go to the group's dead-letter topic (KIP-1191) before they are archived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from strom.broker.share.dlq import DeadLetterWriter
+from strom.broker.share.partition import AcquiredRange, SharePartition
+from strom.broker.share.settings import ShareSettings, duration_ms
+from strom.cluster.image import MetadataImage
+from strom.common.waiters import WaiterRegistry
+from strom.coordinator.share.state import Persister, SharePartitionKey
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.record import CorruptRecordError, iter_batches
+from strom.storage.errors import StorageError
+from strom.storage.log import PartitionLog
+
+log = logging.getLogger(__name__)
+
+UNINITIALIZED = -1
+
+
+class PartitionLogs:
+    """The subset of `strom.broker.partitions.PartitionManager` share partitions use."""
+
+    waiters: WaiterRegistry
+
+    def get(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+
+@dataclass
+class Fetched:
+    """What one partition gives a ShareFetch: its batches and the ranges acquired in them."""
+
+    records: bytes = b""
+    acquired: list[AcquiredRange] = field(default_factory=list)
+    error: int = 0
+    error_message: str | None = None
+
+
+@dataclass
+class Held:
+    """One share partition with what the manager keeps beside its state machine."""
+
+    key: SharePartitionKey
+    topic: str
+    partition: SharePartition
+    state_epoch: int
+    leader_epoch: int
+    settings: ShareSettings
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    timer: asyncio.TimerHandle | None = None
+    timer_at: int | None = None
+
+
+class SharePartitionManager:
+    def __init__(self, broker_id: int, image: MetadataImage, logs: PartitionLogs,
+                 persister: Persister, settings: Callable[[str], ShareSettings],
+                 dead_letters: DeadLetterWriter, now_ms: Callable[[], int]) -> None:
+        self.broker_id = broker_id
+        self.image = image
+        self.logs = logs
+        self.persister = persister
+        self.settings = settings
+        self.dead_letters = dead_letters
+        self.now_ms = now_ms
+        self._held: dict[SharePartitionKey, Held] = {}
+        self._loading: dict[SharePartitionKey, asyncio.Future[Held]] = {}
+
+    # -- loading -----------------------------------------------------------------------------
+
+    def _leader_log(self, topic_id: uuid.UUID, partition: int) -> tuple[str, int, PartitionLog]:
+        topic = self.image.topics_by_id.get(topic_id)
+        if topic is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID, f"Unknown topic id {topic_id}.")
+        state = topic.partitions.get(partition)
+        if state is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                             f"Unknown partition {topic.name}-{partition}.")
+        plog = self.logs.get(topic.name, partition)
+        if plog is None or state.leader != self.broker_id:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"This broker does not lead {topic.name}-{partition}.")
+        return topic.name, state.leader_epoch, plog
+
+    async def held(self, group_id: str, topic_id: uuid.UUID, partition: int) -> Held:
+        """The share partition, loaded (or started) on first use; raises KafkaError."""
+        key = SharePartitionKey(group_id, topic_id, partition)
+        topic, leader_epoch, _plog = self._leader_log(topic_id, partition)
+        held = self._held.get(key)
+        if held is not None and held.leader_epoch == leader_epoch:
+            return held
+        if held is not None:  # leadership moved away and back: reload what was written
+            self.drop(key)
+        loading = self._loading.get(key)
+        if loading is None:
+            loading = asyncio.get_running_loop().create_future()
+            self._loading[key] = loading
+            try:
+                held = await self._load(key, topic, leader_epoch)
+                self._held[key] = held
+                loading.set_result(held)
+            except BaseException as exc:
+                loading.set_exception(exc)
+                loading.exception()  # retrieved: waiters re-raise it themselves
+                raise
+            finally:
+                self._loading.pop(key, None)
+            return held
+        return await asyncio.shield(loading)
+
+    async def _load(self, key: SharePartitionKey, topic: str, leader_epoch: int) -> Held:
+        settings = self.settings(key.group_id)
+        state = await self.persister.read(key, leader_epoch)
+        _, _, plog = self._leader_log(key.topic_id, key.partition)
+        if state is None or state.start_offset == UNINITIALIZED:
+            start = self._reset_offset(plog, settings.auto_offset_reset)
+            state_epoch = 0 if state is None else state.state_epoch
+            await self.persister.initialize(key, state_epoch, start)
+            sp = SharePartition(settings.partition, start)
+            log.info("share group %s: started share partition %s-%d at offset %d (%s)",
+                     key.group_id, topic, key.partition, start, settings.auto_offset_reset)
+        else:
+            state_epoch = state.state_epoch
+            sp = SharePartition(settings.partition, state.start_offset, state.batches)
+            log.info("share group %s: loaded share partition %s-%d at offset %d with %d state "
+                     "batches", key.group_id, topic, key.partition, state.start_offset,
+                     len(state.batches))
+        if sp.start_offset < plog.log_start_offset:  # retention or DeleteRecords moved on
+            sp.move_start_offset(plog.log_start_offset)
+        return Held(key, topic, sp, state_epoch, leader_epoch, settings)
+
+    def _reset_offset(self, plog: PartitionLog, reset: str) -> int:
+        if reset == "earliest":
+            return plog.log_start_offset
+        if reset.startswith("by_duration:"):
+            found = plog.offset_for_timestamp(self.now_ms() - duration_ms(reset))
+            return plog.high_watermark if found is None else found[0]
+        return plog.high_watermark
+
+    def drop(self, key: SharePartitionKey) -> None:
+        """Forget a share partition (leadership moved, or its state was deleted)."""
+        held = self._held.pop(key, None)
+        if held is not None and held.timer is not None:
+            held.timer.cancel()
+
+    def drop_partition(self, topic: str, partition: int) -> None:
+        for key, held in list(self._held.items()):
+            if held.topic == topic and key.partition == partition:
+                self.drop(key)
+
+    def drop_group(self, group_id: str) -> None:
+        for key in [k for k in self._held if k.group_id == group_id]:
+            self.drop(key)
+
+    def in_flight(self, group_id: str) -> list[Held]:
+        return [h for k, h in self._held.items() if k.group_id == group_id]
+
+    # -- acquiring ---------------------------------------------------------------------------
+
+    def acquire(self, held: Held, member_id: str, max_records: int, max_bytes: int,
+                record_limit: bool) -> Fetched:
+        """Acquire records for `member_id` from what the log has; no I/O besides the read."""
+        now = self.now_ms()
+        sp = held.partition
+        offset = sp.fetch_offset(now)
+        try:
+            _, _, plog = self._leader_log(held.key.topic_id, held.key.partition)
+        except KafkaError as exc:
+            return Fetched(error=int(exc.code), error_message=exc.message)
+        limit = plog.high_watermark
+        if offset is None or offset >= limit:
+            return Fetched()
+        try:
+            result = plog.read(offset, max(max_bytes, 1), max_offset=limit, min_one_batch=True)
+        except StorageError as exc:
+            return Fetched(error=int(exc.error_code), error_message=str(exc))
+        if result.slice is None or result.slice.length == 0:
+            return Fetched()
+        data = result.slice.read_bytes()
+        spans: list[tuple[int, int, int, int]] = []  # (base, last, start pos, end pos)
+        gaps: list[int] = []
+        try:
+            for pos, header in iter_batches(data):
+                if header.is_control:
+                    gaps.extend(range(max(header.base_offset, offset), header.last_offset + 1))
+                spans.append((header.base_offset, header.last_offset, pos, pos + header.size))
+        except CorruptRecordError as exc:
+            log.error("share group %s: cannot read %s-%d at offset %d: %s", held.key.group_id,
+                      held.topic, held.key.partition, offset, exc)
+            return Fetched(error=int(ErrorCode.CORRUPT_MESSAGE), error_message=str(exc))
+        if not spans:
+            return Fetched()
+        batches = [(base, last) for base, last, _, _ in spans]
+        acquired = sp.acquire(member_id, batches, max_records, now, record_limit=record_limit,
+                              gaps=gaps, fetch_offset=offset)
+        self._arm(held)
+        if not acquired:
+            return Fetched()
+        first, last = acquired[0].first_offset, acquired[-1].last_offset
+        keep = [(s, e) for base, end_offset, s, e in spans
+                if end_offset >= first and base <= last]
+        return Fetched(records=data[keep[0][0]:keep[-1][1]] if keep else b"",
+                       acquired=acquired)
+
+    # -- acknowledging and persisting ----------------------------------------------------------
+
+    async def acknowledge(self, held: Held, member_id: str,
+                          acks: list[tuple[int, int, list[int]]]) -> int:
+        """Apply a member's acknowledgements and write them; Kafka's error code."""
+        code = held.partition.acknowledge(member_id, acks, self.now_ms())
+        if code:
+            return int(code)
+        try:
+            await self.persist(held)
+        except KafkaError as exc:
+            log.warning("share group %s: cannot persist acknowledgements of %s-%d: %s",
+                        held.key.group_id, held.topic, held.key.partition, exc)
+            return int(exc.code)
+        self._arm(held)
+        return 0
+
+    async def persist(self, held: Held) -> None:
+        """Dead-letter what must be, then write every change of state since the last write."""
+        async with held.lock:
+            await self._dead_letter(held)
+            start, batches = held.partition.take_changes()
+            if start < 0 and not batches:
+                return
+            await self.persister.write(held.key, held.state_epoch, held.leader_epoch, start,
+                                       batches)
+        if batches:
+            self.logs.waiters.notify((held.topic, held.key.partition))
+
+    async def _dead_letter(self, held: Held) -> None:
+        for dead in held.partition.take_dead_letters():
+            await self.dead_letters.write(held.key.group_id, held.topic, held.key.partition,
+                                          dead, held.settings)
+            held.partition.dead_lettered(dead.first_offset, dead.last_offset)
+
+    def release_member(self, group_id: str, member_id: str) -> None:
+        """A member left its group or closed its session: its records are available again."""
+        now = self.now_ms()
+        for held in self.in_flight(group_id):
+            if held.partition.release_member(member_id, now):
+                self._persist_later(held)
+
+    def _persist_later(self, held: Held) -> None:
+        async def run() -> None:
+            try:
+                await self.persist(held)
+            except KafkaError as exc:
+                log.warning("share group %s: cannot persist the state of %s-%d: %s",
+                            held.key.group_id, held.topic, held.key.partition, exc)
+            self._arm(held)
+
+        asyncio.get_running_loop().create_task(run(), name=f"share-persist-{held.topic}")
+
+    # -- lock expiry and redelivery delays -----------------------------------------------------
+
+    def _arm(self, held: Held) -> None:
+        deadline = held.partition.next_deadline()
+        if deadline == held.timer_at and held.timer is not None:
+            return
+        if held.timer is not None:
+            held.timer.cancel()
+            held.timer = None
+        held.timer_at = deadline
+        if deadline is None:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, (deadline - self.now_ms()) / 1000)
+        held.timer = loop.call_later(delay, self._expire, held)
+
+    def _expire(self, held: Held) -> None:
+        held.timer = held.timer_at = None
+        if self._held.get(held.key) is not held:
+            return
+        changed = held.partition.expire_locks(self.now_ms())
+        if changed:
+            self._persist_later(held)
+        else:
+            self._arm(held)
+        self.logs.waiters.notify((held.topic, held.key.partition))
+
