@@ -1,0 +1,45 @@
+"""The broker configs the share coordinator uses: Kafka's ShareCoordinatorConfig names and
+defaults (declared for the broker in `strom.config.broker`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class ShareCoordinatorConfig:
+    state_partitions: int = 50  # share.coordinator.state.topic.num.partitions
+    replication_factor: int = 3  # share.coordinator.state.topic.replication.factor
+    min_isr: int = 2  # share.coordinator.state.topic.min.isr
+    segment_bytes: int = 104857600  # share.coordinator.state.topic.segment.bytes
+    updates_per_snapshot: int = 500  # share.coordinator.snapshot.update.records.per.snapshot
+    write_timeout_ms: int = 5000  # share.coordinator.write.timeout.ms
+    prune_interval_ms: int = 300000  # share.coordinator.state.topic.prune.interval.ms
+
+    @classmethod
+    def from_config(cls, get: Callable[[str], Any]) -> ShareCoordinatorConfig:
+        def opt(name: str, default: int) -> int:
+            try:
+                value = get(name)
+            except KeyError:
+                return default
+            return default if value is None else int(value)
+
+        prefix = "share.coordinator."
+        return cls(
+            state_partitions=opt(prefix + "state.topic.num.partitions", 50),
+            replication_factor=opt(prefix + "state.topic.replication.factor", 3),
+            min_isr=opt(prefix + "state.topic.min.isr", 2),
+            segment_bytes=opt(prefix + "state.topic.segment.bytes", 104857600),
+            updates_per_snapshot=opt(prefix + "snapshot.update.records.per.snapshot", 500),
+            write_timeout_ms=opt(prefix + "write.timeout.ms", 5000),
+            prune_interval_ms=opt(prefix + "state.topic.prune.interval.ms", 300000),
+        )
+
+    def topic_configs(self) -> dict[str, str]:
+        """The configs Kafka creates `__share_group_state` with."""
+        return {"cleanup.policy": "delete", "compression.type": "producer",
+                "segment.bytes": str(self.segment_bytes), "min.insync.replicas": str(self.min_isr),
+                "retention.ms": "-1"}
