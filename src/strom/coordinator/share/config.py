@@ -27,15 +27,14 @@ class ShareCoordinatorConfig:
                 return default
             return default if value is None else int(value)
 
-        prefix = "share.coordinator."
         return cls(
-            state_partitions=opt(prefix + "state.topic.num.partitions", 50),
-            replication_factor=opt(prefix + "state.topic.replication.factor", 3),
-            min_isr=opt(prefix + "state.topic.min.isr", 2),
-            segment_bytes=opt(prefix + "state.topic.segment.bytes", 104857600),
-            updates_per_snapshot=opt(prefix + "snapshot.update.records.per.snapshot", 500),
-            write_timeout_ms=opt(prefix + "write.timeout.ms", 5000),
-            prune_interval_ms=opt(prefix + "state.topic.prune.interval.ms", 300000),
+            state_partitions=opt("share.coordinator.state.topic.num.partitions", 50),
+            replication_factor=opt("share.coordinator.state.topic.replication.factor", 3),
+            min_isr=opt("share.coordinator.state.topic.min.isr", 2),
+            segment_bytes=opt("share.coordinator.state.topic.segment.bytes", 104857600),
+            updates_per_snapshot=opt("share.coordinator.snapshot.update.records.per.snapshot", 500),
+            write_timeout_ms=opt("share.coordinator.write.timeout.ms", 5000),
+            prune_interval_ms=opt("share.coordinator.state.topic.prune.interval.ms", 300000),
         )
 
     def topic_configs(self) -> dict[str, str]:
