@@ -22,6 +22,8 @@ from strom.common.immediate import run_now, run_or_start
 from strom.config.broker import BrokerConfig
 from strom.config.metrics import metrics_endpoint
 from strom.coordinator.group.coordinator import GroupCoordinator
+from strom.coordinator.share.coordinator import ShareCoordinator
+from strom.coordinator.share.state import Persister
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.acl import Authorizer
@@ -111,6 +113,10 @@ class Broker(Node):
     producer_ids: ProducerIds
     txn_gate: TxnPartitionGate  # a transaction's first write to a partition is checked here
     quotas: ClientQuotas  # client quotas: rates measured and throttle times decided here
+    # share groups (KIP-932): the state of the share partitions whose __share_group_state
+    # partition this broker leads, and how a share-partition leader reaches any key's coordinator
+    share_coordinator: ShareCoordinator
+    share_persister: Persister
     # per-topic encoded Metadata parts, keyed by (version, topic name); cleared on image change
     metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
     metadata_cache_version: int = -1
@@ -119,11 +125,13 @@ class Broker(Node):
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,
-           replicas: ReplicaManager | None, producer_ids: ProducerIds) -> Broker:
+           replicas: ReplicaManager | None, producer_ids: ProducerIds,
+           share_coordinator: ShareCoordinator, share_persister: Persister) -> Broker:
         parts = {f.name: getattr(node, f.name) for f in fields(Node)}
         counting = metrics_endpoint(node.config.get("metrics.listener")) is not None
         return cls(**parts, groups=groups, transactions=transactions, replicas=replicas,
                    producer_ids=producer_ids, txn_gate=TxnPartitionGate(node, transactions),
+                   share_coordinator=share_coordinator, share_persister=share_persister,
                    stats=BrokerStats() if counting else None,
                    quotas=ClientQuotas.build(node.image, node.config))
 
@@ -134,8 +142,10 @@ class Broker(Node):
         """Start the coordinators (they load their partitions as leadership arrives)."""
         self.groups.start()
         self.transactions.start()
+        self.share_coordinator.start()
 
     def stop(self) -> None:
         self.groups.shutdown()
         self.transactions.shutdown()
+        self.share_coordinator.shutdown()
         self.txn_gate.close()

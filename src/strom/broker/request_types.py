@@ -751,6 +751,107 @@ class ShareGroupDescribeRequest(Protocol):
     include_authorized_operations: bool
 
 
+# INITIALIZE_SHARE_GROUP_STATE v0-0
+
+
+class InitializeShareGroupStateRequestTopicsPartitions(Protocol):
+    partition: int
+    state_epoch: int
+    start_offset: int
+
+
+class InitializeShareGroupStateRequestTopics(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[InitializeShareGroupStateRequestTopicsPartitions]
+
+
+class InitializeShareGroupStateRequest(Protocol):
+    group_id: str
+    topics: list[InitializeShareGroupStateRequestTopics]
+
+
+# READ_SHARE_GROUP_STATE v0-0
+
+
+class ReadShareGroupStateRequestTopicsPartitions(Protocol):
+    partition: int
+    leader_epoch: int
+
+
+class ReadShareGroupStateRequestTopics(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[ReadShareGroupStateRequestTopicsPartitions]
+
+
+class ReadShareGroupStateRequest(Protocol):
+    group_id: str
+    topics: list[ReadShareGroupStateRequestTopics]
+
+
+# WRITE_SHARE_GROUP_STATE v0-1
+
+
+class WriteShareGroupStateRequestTopicsPartitionsStateBatches(Protocol):
+    first_offset: int
+    last_offset: int
+    delivery_state: int
+    delivery_count: int
+
+
+class WriteShareGroupStateRequestTopicsPartitions(Protocol):
+    partition: int
+    state_epoch: int
+    leader_epoch: int
+    start_offset: int
+    state_batches: list[WriteShareGroupStateRequestTopicsPartitionsStateBatches]
+    delivery_complete_count: int
+
+
+class WriteShareGroupStateRequestTopics(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[WriteShareGroupStateRequestTopicsPartitions]
+
+
+class WriteShareGroupStateRequest(Protocol):
+    group_id: str
+    topics: list[WriteShareGroupStateRequestTopics]
+
+
+# DELETE_SHARE_GROUP_STATE v0-0
+
+
+class DeleteShareGroupStateRequestTopicsPartitions(Protocol):
+    partition: int
+
+
+class DeleteShareGroupStateRequestTopics(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[DeleteShareGroupStateRequestTopicsPartitions]
+
+
+class DeleteShareGroupStateRequest(Protocol):
+    group_id: str
+    topics: list[DeleteShareGroupStateRequestTopics]
+
+
+# READ_SHARE_GROUP_STATE_SUMMARY v0-1
+
+
+class ReadShareGroupStateSummaryRequestTopicsPartitions(Protocol):
+    partition: int
+    leader_epoch: int
+
+
+class ReadShareGroupStateSummaryRequestTopics(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[ReadShareGroupStateSummaryRequestTopicsPartitions]
+
+
+class ReadShareGroupStateSummaryRequest(Protocol):
+    group_id: str
+    topics: list[ReadShareGroupStateSummaryRequestTopics]
+
+
 # STREAMS_GROUP_HEARTBEAT v0-0
 
 
@@ -1219,5 +1320,8 @@ ABSENT: dict[tuple[int, int], tuple[Absent, ...]] = {
     ),
     (68, 0): (  # CONSUMER_GROUP_HEARTBEAT v0
         ((), 'subscribed_topic_regex', None),
+    ),
+    (85, 0): (  # WRITE_SHARE_GROUP_STATE v0
+        (('topics', 'partitions'), 'delivery_complete_count', -1),
     ),
 }

@@ -24,6 +24,7 @@ from strom.broker.core import Broker, Node, ProducerIds
 from strom.broker.internal_topics import InternalTopic
 from strom.broker.markers import OFFSETS_TOPIC, ClusterMarkerWriter
 from strom.broker.partitions import PartitionManager
+from strom.broker.share_persister import RoutingPersister
 from strom.cluster.controller import LocalController
 from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo, MetadataImage
 from strom.cluster.metadata_log import MetadataLog
@@ -36,6 +37,9 @@ from strom.config.listeners import advertised_listeners, default_listener
 from strom.config.topic import validate_topic_configs
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.streams_topology import NewTopic
+from strom.coordinator.share.config import ShareCoordinatorConfig
+from strom.coordinator.share.coordinator import ShareCoordinator
+from strom.coordinator.share.store import SHARE_STATE_TOPIC
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -167,8 +171,10 @@ def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
     producer_ids = ProducerIds(node.controller, node.broker_id)
     groups = build_group_coordinator(node, loop)
     transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop)
+    share_coordinator = build_share_coordinator(node, loop, replicas)
     return Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
-                     producer_ids=producer_ids)
+                     producer_ids=producer_ids, share_coordinator=share_coordinator,
+                     share_persister=RoutingPersister(node, share_coordinator))
 
 
 class OffsetsTopicAdapter(InternalTopic):
@@ -298,3 +304,64 @@ def build_transaction_coordinator(node: Node, groups: GroupCoordinator,
 
     node.partitions.add_leadership_listener(on_leadership)
     return coordinator
+
+
+class ShareStateTopicAdapter(InternalTopic):
+    """`__share_group_state` with Kafka's settings for it (cleanup.policy=delete: the share
+    coordinator prunes it itself)."""
+
+    name = SHARE_STATE_TOPIC
+
+    def settings(self) -> tuple[int, int, dict[str, str]]:
+        config = ShareCoordinatorConfig.from_config(self.node.config.get)
+        return config.state_partitions, config.replication_factor, config.topic_configs()
+
+
+class TopicIdsAdapter:
+    """The metadata image as the share coordinator's `TopicPartitions`."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+
+    def partition_count(self, topic_id: uuid.UUID) -> int | None:
+        t = self.node.image.topics_by_id.get(topic_id)
+        return len(t.partitions) if t is not None else None
+
+
+class ShareStateReplication:
+    """The share coordinator's `Replication`: a write waits for its partition's ISR."""
+
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+
+    async def wait(self, partition: int, offset: int, timeout_s: float) -> int:
+        return await self.replicas.wait_for_replication((SHARE_STATE_TOPIC, partition), offset,
+                                                        timeout_s)
+
+
+def build_share_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
+                            replicas: ReplicaManager | None) -> ShareCoordinator:
+    """The share coordinator, subscribed to leadership of `__share_group_state` and to topic
+    deletions (the state of a deleted topic's share partitions is deleted too, as in Kafka)."""
+    coordinator = ShareCoordinator(
+        ShareCoordinatorConfig.from_config(node.config.get), ShareStateTopicAdapter(node),
+        TopicIdsAdapter(node), loop, node.now_ms,
+        ShareStateReplication(replicas) if replicas is not None else None)
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if topic == SHARE_STATE_TOPIC:
+            coordinator.on_leadership(partition, leader, epoch)
+
+    def on_changes(changes: list[Change]) -> None:
+        deleted = {c.topic.topic_id for c in changes if c.kind == "topic_deleted" and c.topic}
+        if deleted and coordinator.shards:
+            task = loop.create_task(coordinator.on_topics_deleted(deleted))
+            _background.add(task)
+            task.add_done_callback(_background.discard)
+
+    node.partitions.add_leadership_listener(on_leadership)
+    node.controller.subscribe(on_changes)
+    return coordinator
+
+
+_background: set[asyncio.Task[None]] = set()  # tasks kept alive until they finish

@@ -80,7 +80,7 @@ class BrokerInfo:
         return self.endpoints.get(listener) or (self.host, self.port)
 
 
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 METADATA_TOPIC = "__cluster_metadata"
 
 

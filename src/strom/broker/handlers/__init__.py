@@ -20,6 +20,7 @@ from strom.broker.handlers import (
     sasl,
     scram,
     share_groups,
+    share_state,
     streams_groups,
     topics,
     transactions,
@@ -27,4 +28,4 @@ from strom.broker.handlers import (
 
 MODULES = [acls, cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
            metadata, offsets, produce, quotas, reassignments, sasl, scram, share_groups,
-           streams_groups, topics, transactions]
+           share_state, streams_groups, topics, transactions]

@@ -31,11 +31,13 @@ from strom.broker.request_types import (
     SyncGroupRequest,
 )
 from strom.broker.router import handles
+from strom.broker.share_persister import RoutingPersister
 from strom.coordinator.group.coordinator import JoinRequest
+from strom.coordinator.share.coordinator import parse_coordinator_key
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 
-GROUP_KEY, TRANSACTION_KEY = 0, 1
+GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -84,6 +86,8 @@ def _coordinator_for(broker: Broker, ctx: RequestContext, key_type: int,
         out.update(error_code=int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
                    error_message="Group authorization failed.")
         return out
+    if key_type == SHARE_KEY:
+        return _share_coordinator(broker, ctx, key, out)
     try:
         if key_type == TRANSACTION_KEY:  # -- transactions --
             node = transaction_coordinator_node(broker, key)
@@ -109,6 +113,34 @@ def _coordinator_for(broker: Broker, ctx: RequestContext, key_type: int,
                              f"{OFFSETS_TOPIC}-{partition} is not loaded yet.")
         out.update(node_id=node.broker_id, host=node.address(ctx.session.listener)[0],
                        port=node.address(ctx.session.listener)[1])
+    except KafkaError as exc:
+        out.update(error_code=int(exc.code), error_message=exc.message or exc.code.name)
+    return out
+
+
+def _share_coordinator(broker: Broker, ctx: RequestContext, key: str,
+                       out: dict[str, Any]) -> dict[str, Any]:
+    """FindCoordinator(key_type SHARE, v6+), which share-partition leaders send: the leader of
+    the `__share_group_state` partition of "group:topicId:partition" (CLUSTER_ACTION, as in
+    Kafka; a malformed key is INVALID_REQUEST)."""
+    try:
+        if ctx.api_version < 6:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             "FindCoordinator knows the share key type from version 6.")
+        if not cluster_allowed(broker, ctx, Op.CLUSTER_ACTION):
+            raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                             "Cluster authorization failed.")
+        try:
+            spk = parse_coordinator_key(key)
+        except ValueError as exc:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, str(exc)) from None
+        coordinator = broker.share_coordinator
+        node = RoutingPersister.coordinator_node(broker, coordinator, spk)
+        if node.broker_id == broker.broker_id and not coordinator.is_local(spk):
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                             "The share coordinator's partition is not loaded yet.")
+        host, port = node.address(ctx.session.listener)
+        out.update(node_id=node.broker_id, host=host, port=port)
     except KafkaError as exc:
         out.update(error_code=int(exc.code), error_message=exc.message or exc.code.name)
     return out

@@ -21,6 +21,8 @@ snapshot a live key refers to) are pruned every `share.coordinator.state.topic.p
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -46,6 +48,28 @@ NEGATIVE_LEADER_EPOCH = "The leader epoch cannot be a negative number."
 NEGATIVE_STATE_EPOCH = "The state epoch cannot be a negative number."
 WRITE_UNINITIALIZED = "Write operation on uninitialized share partition not allowed."
 READ_UNINITIALIZED = "Read operation on uninitialized share partition not allowed."
+
+
+def parse_coordinator_key(key: str) -> SharePartitionKey:
+    """The SharePartitionKey of a FindCoordinator(key_type SHARE) key, "group:topicId:partition"
+    (the group id may hold colons); raises ValueError as Kafka refuses a malformed one."""
+    tokens = key.split(":")
+    if not key or len(tokens) < 3:
+        raise ValueError(f"Invalid key format: expected - groupId:topicId:partition, found - {key}")
+    group_id = ":".join(tokens[:-2])
+    if not group_id.strip():
+        raise ValueError("GroupId must not be empty")
+    try:
+        raw = base64.urlsafe_b64decode(tokens[-2] + "=" * (-len(tokens[-2]) % 4))
+    except (binascii.Error, ValueError):
+        raw = b""
+    if len(raw) != 16:
+        raise ValueError(f"Invalid topic id {tokens[-2]}")
+    try:
+        partition = int(tokens[-1])
+    except ValueError:
+        raise ValueError(f"Invalid partition {tokens[-1]}") from None
+    return SharePartitionKey(group_id, uuid.UUID(bytes=raw), partition)
 
 
 class UninitializedSharePartition(KafkaError):
