@@ -20,6 +20,7 @@ import pytest
 
 from strom.cluster.client import BrokerClient
 from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import KafkaError
 
 from .broker import BrokerProcess
 from .wire import parse_batches
@@ -177,3 +178,64 @@ def test_a_snapshot_follows_500_updates(make_broker) -> None:
 def _kafka_uuid(topic_id: uuid.UUID) -> str:
     """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
     return base64.urlsafe_b64encode(topic_id.bytes).decode().rstrip("=")
+
+
+def test_routing_persister_reaches_a_remote_coordinator(make_broker) -> None:
+    """A broker whose metadata says another broker leads the key's __share_group_state
+    partition sends the share-state requests there (the real broker plays that coordinator)."""
+    from types import SimpleNamespace
+
+    from strom.broker.share_persister import RoutingPersister
+    from strom.cluster.image import BrokerInfo, PartitionState
+    from strom.coordinator.share.config import ShareCoordinatorConfig
+    from strom.coordinator.share.coordinator import ShareCoordinator
+    from strom.coordinator.share.state import SharePartitionKey, StateBatch
+    from strom.security.client import PLAINTEXT
+
+    broker = make_broker(OVERRIDES)
+    group = "share-group-c"
+
+    async def run() -> None:
+        client = _client(broker)
+        try:
+            topic_id = await _create_topic(client, "share-state-c")
+            c = await _find_coordinator(client, f"{group}:{_kafka_uuid(topic_id)}:0")
+            assert c.error_code == 0, c.error_message
+        finally:
+            client.close()
+        host, port = broker.bootstrap.rsplit(":", 1)
+        # this "broker" (id 7) leads nothing: broker 0 at the real address leads every partition
+        image = SimpleNamespace(
+            topics={STATE_TOPIC: SimpleNamespace(partitions={
+                p: PartitionState(p, [0], [0], 0) for p in range(3)})},
+            brokers={0: BrokerInfo(0, host, int(port))})
+        node = SimpleNamespace(broker_id=7, image=image, inter_broker=PLAINTEXT,
+                               config=SimpleNamespace(get=lambda name: 30000))
+        topic = SimpleNamespace(num_partitions=lambda: 3)
+        local = ShareCoordinator(ShareCoordinatorConfig(write_timeout_ms=2000), topic,
+                                 None, None, lambda: 0)  # type: ignore[arg-type]
+        persister = RoutingPersister(node, local)  # type: ignore[arg-type]
+        key = SharePartitionKey(group, topic_id, 0)
+        try:
+            assert await persister.read(key, 0) is None
+            await persister.initialize(key, 2, 100)
+            await persister.write(key, 2, 0, -1, [StateBatch(100, 104, 2, 1)],
+                                  delivery_complete_count=5)
+            state = await persister.read(key, 1)
+            assert state is not None
+            assert (state.state_epoch, state.start_offset, state.batches) == (
+                2, 100, [StateBatch(100, 104, 2, 1)])
+            summary = await persister.read_summary(key)
+            assert (summary.start_offset, summary.leader_epoch) == (100, 1)
+            try:
+                await persister.write(key, 1, 1, -1, [])
+            except KafkaError as exc:
+                assert exc.code == 124  # FENCED_STATE_EPOCH, raised as the remote said
+            else:
+                raise AssertionError("a stale state epoch was accepted")
+            await persister.delete(key)
+            assert await persister.read(key, 1) is None
+        finally:
+            persister.close()
+
+    asyncio.run(run())
