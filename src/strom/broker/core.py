@@ -14,6 +14,8 @@ from dataclasses import dataclass, field, fields
 from strom.broker.metrics.stats import BrokerStats
 from strom.broker.partitions import PartitionManager
 from strom.broker.quotas.clients import ClientQuotas
+from strom.broker.share.manager import SharePartitionManager
+from strom.broker.share.sessions import ShareSessionCache
 from strom.broker.txn_gate import TxnPartitionGate
 from strom.cluster.controller import Controller
 from strom.cluster.image import BrokerInfo, MetadataImage
@@ -117,6 +119,10 @@ class Broker(Node):
     # partition this broker leads, and how a share-partition leader reaches any key's coordinator
     share_coordinator: ShareCoordinator
     share_persister: Persister
+    # the share partitions this broker leads (their in-flight records) and the members' share
+    # sessions with this broker (ShareFetch, ShareAcknowledge)
+    share_partitions: SharePartitionManager
+    share_sessions: ShareSessionCache
     # per-topic encoded Metadata parts, keyed by (version, topic name); cleared on image change
     metadata_cache: dict[tuple[int, str], bytes] = field(default_factory=dict)
     metadata_cache_version: int = -1
@@ -126,12 +132,15 @@ class Broker(Node):
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,
            replicas: ReplicaManager | None, producer_ids: ProducerIds,
-           share_coordinator: ShareCoordinator, share_persister: Persister) -> Broker:
+           share_coordinator: ShareCoordinator, share_persister: Persister,
+           share_partitions: SharePartitionManager, share_sessions: ShareSessionCache
+           ) -> Broker:
         parts = {f.name: getattr(node, f.name) for f in fields(Node)}
         counting = metrics_endpoint(node.config.get("metrics.listener")) is not None
         return cls(**parts, groups=groups, transactions=transactions, replicas=replicas,
                    producer_ids=producer_ids, txn_gate=TxnPartitionGate(node, transactions),
                    share_coordinator=share_coordinator, share_persister=share_persister,
+                   share_partitions=share_partitions, share_sessions=share_sessions,
                    stats=BrokerStats() if counting else None,
                    quotas=ClientQuotas.build(node.image, node.config))
 

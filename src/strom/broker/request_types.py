@@ -751,6 +751,72 @@ class ShareGroupDescribeRequest(Protocol):
     include_authorized_operations: bool
 
 
+# SHARE_FETCH v1-2
+
+
+class ShareFetchRequestTopicsPartitionsAcknowledgementBatches(Protocol):
+    first_offset: int
+    last_offset: int
+    acknowledge_types: list[int]
+
+
+class ShareFetchRequestTopicsPartitions(Protocol):
+    partition_index: int
+    acknowledgement_batches: list[ShareFetchRequestTopicsPartitionsAcknowledgementBatches]
+
+
+class ShareFetchRequestTopics(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[ShareFetchRequestTopicsPartitions]
+
+
+class ShareFetchRequestForgottenTopicsData(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[int]
+
+
+class ShareFetchRequest(Protocol):
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    max_wait: int
+    min_bytes: int
+    max_bytes: int
+    max_records: int
+    batch_size: int
+    topics: list[ShareFetchRequestTopics]
+    forgotten_topics_data: list[ShareFetchRequestForgottenTopicsData]
+    share_acquire_mode: int
+    is_renew_ack: bool
+
+
+# SHARE_ACKNOWLEDGE v1-2
+
+
+class ShareAcknowledgeRequestTopicsPartitionsAcknowledgementBatches(Protocol):
+    first_offset: int
+    last_offset: int
+    acknowledge_types: list[int]
+
+
+class ShareAcknowledgeRequestTopicsPartitions(Protocol):
+    partition_index: int
+    acknowledgement_batches: list[ShareAcknowledgeRequestTopicsPartitionsAcknowledgementBatches]
+
+
+class ShareAcknowledgeRequestTopics(Protocol):
+    topic_id: uuid.UUID
+    partitions: list[ShareAcknowledgeRequestTopicsPartitions]
+
+
+class ShareAcknowledgeRequest(Protocol):
+    group_id: str | None
+    member_id: str | None
+    share_session_epoch: int
+    topics: list[ShareAcknowledgeRequestTopics]
+    is_renew_ack: bool
+
+
 # INITIALIZE_SHARE_GROUP_STATE v0-0
 
 
@@ -963,6 +1029,53 @@ class StreamsGroupHeartbeatRequest(Protocol):
 class StreamsGroupDescribeRequest(Protocol):
     group_ids: list[str]
     include_authorized_operations: bool
+
+
+# DESCRIBE_SHARE_GROUP_OFFSETS v0-1
+
+
+class DescribeShareGroupOffsetsRequestGroupsTopics(Protocol):
+    topic_name: str
+    partitions: list[int]
+
+
+class DescribeShareGroupOffsetsRequestGroups(Protocol):
+    group_id: str
+    topics: list[DescribeShareGroupOffsetsRequestGroupsTopics] | None
+
+
+class DescribeShareGroupOffsetsRequest(Protocol):
+    groups: list[DescribeShareGroupOffsetsRequestGroups]
+
+
+# ALTER_SHARE_GROUP_OFFSETS v0-0
+
+
+class AlterShareGroupOffsetsRequestTopicsPartitions(Protocol):
+    partition_index: int
+    start_offset: int
+
+
+class AlterShareGroupOffsetsRequestTopics(Protocol):
+    topic_name: str
+    partitions: list[AlterShareGroupOffsetsRequestTopicsPartitions]
+
+
+class AlterShareGroupOffsetsRequest(Protocol):
+    group_id: str
+    topics: list[AlterShareGroupOffsetsRequestTopics]
+
+
+# DELETE_SHARE_GROUP_OFFSETS v0-0
+
+
+class DeleteShareGroupOffsetsRequestTopics(Protocol):
+    topic_name: str
+
+
+class DeleteShareGroupOffsetsRequest(Protocol):
+    group_id: str
+    topics: list[DeleteShareGroupOffsetsRequestTopics]
 
 
 ABSENT: dict[tuple[int, int], tuple[Absent, ...]] = {
@@ -1320,6 +1433,13 @@ ABSENT: dict[tuple[int, int], tuple[Absent, ...]] = {
     ),
     (68, 0): (  # CONSUMER_GROUP_HEARTBEAT v0
         ((), 'subscribed_topic_regex', None),
+    ),
+    (78, 1): (  # SHARE_FETCH v1
+        ((), 'share_acquire_mode', 0),
+        ((), 'is_renew_ack', False),
+    ),
+    (79, 1): (  # SHARE_ACKNOWLEDGE v1
+        ((), 'is_renew_ack', False),
     ),
     (85, 0): (  # WRITE_SHARE_GROUP_STATE v0
         (('topics', 'partitions'), 'delivery_complete_count', -1),

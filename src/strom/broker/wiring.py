@@ -24,6 +24,10 @@ from strom.broker.core import Broker, Node, ProducerIds
 from strom.broker.internal_topics import InternalTopic
 from strom.broker.markers import OFFSETS_TOPIC, ClusterMarkerWriter
 from strom.broker.partitions import PartitionManager
+from strom.broker.share.dlq import DeadLetterWriter
+from strom.broker.share.manager import SharePartitionManager
+from strom.broker.share.sessions import ShareSessionCache
+from strom.broker.share.settings import broker_settings
 from strom.broker.share_persister import RoutingPersister
 from strom.cluster.controller import LocalController
 from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo, MetadataImage
@@ -172,9 +176,12 @@ def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
     groups = build_group_coordinator(node, loop)
     transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop)
     share_coordinator = build_share_coordinator(node, loop, replicas)
+    persister = RoutingPersister(node, share_coordinator)
+    share_partitions, share_sessions = build_share_partitions(node, groups, persister)
     return Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
                      producer_ids=producer_ids, share_coordinator=share_coordinator,
-                     share_persister=RoutingPersister(node, share_coordinator))
+                     share_persister=persister, share_partitions=share_partitions,
+                     share_sessions=share_sessions)
 
 
 class OffsetsTopicAdapter(InternalTopic):
@@ -365,3 +372,31 @@ def build_share_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
 
 
 _background: set[asyncio.Task[None]] = set()  # tasks kept alive until they finish
+
+
+def build_share_partitions(node: Node, groups: GroupCoordinator, persister: RoutingPersister
+                           ) -> tuple[SharePartitionManager, ShareSessionCache]:
+    """The share partitions this broker leads and the share sessions of its members: a member
+    that leaves its group (or is fenced) loses its session here and its records become
+    available again; a partition whose leadership moves away is forgotten (its state is in
+    the share coordinator)."""
+    defaults = broker_settings(node.config.get)
+    manager = SharePartitionManager(
+        node.broker_id, node.image, node.partitions, persister, lambda _group: defaults,
+        DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms), node.now_ms)
+    try:
+        sessions = ShareSessionCache(int(node.config.get("group.share.max.share.sessions")))
+    except KeyError:  # not declared (yet): Kafka's default
+        sessions = ShareSessionCache()
+
+    def member_removed(group_id: str, member_id: str) -> None:
+        sessions.close_member(group_id, member_id)
+        manager.release_member(group_id, member_id)
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if not leader:
+            manager.drop_partition(topic, partition)
+
+    groups.share.on_member_removed = member_removed
+    node.partitions.add_leadership_listener(on_leadership)
+    return manager, sessions

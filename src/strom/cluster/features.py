@@ -26,7 +26,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("group.version", 0, 1, 1),
     # Kafka 4.4's level; Strom keeps no KRaft metadata records, this tells tools its vintage
     Feature("metadata.version", 7, 33, 33),
-    Feature("share.version", 0, 1, 1),
+    Feature("share.version", 0, 2, 2),
     Feature("streams.version", 0, 1, 1),
     Feature("transaction.version", 0, 2, 2),
 )

@@ -19,7 +19,9 @@ from strom.broker.handlers import (
     reassignments,
     sasl,
     scram,
+    share_fetch,
     share_groups,
+    share_offsets,
     share_state,
     streams_groups,
     topics,
@@ -27,5 +29,5 @@ from strom.broker.handlers import (
 )
 
 MODULES = [acls, cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
-           metadata, offsets, produce, quotas, reassignments, sasl, scram, share_groups,
-           share_state, streams_groups, topics, transactions]
+           metadata, offsets, produce, quotas, reassignments, sasl, scram, share_fetch,
+           share_groups, share_offsets, share_state, streams_groups, topics, transactions]

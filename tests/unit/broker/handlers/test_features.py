@@ -25,10 +25,10 @@ def test_v4_lists_supported_and_finalized_features(broker_harness) -> None:
     assert r.error_code == ErrorCode.NONE
     supported, finalized = _features(r)
     assert supported == {"group.version": (0, 1), "metadata.version": (7, 33),
-                         "share.version": (0, 1), "streams.version": (0, 1),
+                         "share.version": (0, 2), "streams.version": (0, 1),
                          "transaction.version": (0, 2)}
     assert finalized == {"group.version": (1, 1), "metadata.version": (33, 33),
-                         "share.version": (1, 1), "streams.version": (1, 1),
+                         "share.version": (2, 2), "streams.version": (1, 1),
                          "transaction.version": (2, 2)}
     assert r.finalized_features_epoch >= 0  # the Java client ignores epochs below 0
 

@@ -1,0 +1,149 @@
+"""ShareFetch and ShareAcknowledge (KIP-932) through the broker: acquiring, acknowledging,
+redelivery, several members on one partition, share sessions and the errors Kafka defines."""
+
+from __future__ import annotations
+
+import uuid
+
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+from strom.record import decode_records, iter_batches
+
+GROUP = "queue"
+ACCEPT, RELEASE, REJECT = 1, 2, 3
+
+
+class Member:
+    """One share consumer speaking the raw protocol: its member id and session epoch."""
+
+    def __init__(self, h, topic_id: uuid.UUID) -> None:
+        self.h, self.topic_id = h, topic_id
+        self.member_id = str(uuid.uuid4())
+        self.epoch = 0
+        r = h.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+            "group_id": GROUP, "member_id": self.member_id, "member_epoch": 0,
+            "rack_id": None, "subscribed_topic_names": ["jobs"]})
+        assert r.error_code == 0
+
+    def _next_epoch(self) -> int:
+        epoch = self.epoch
+        self.epoch += 1
+        return epoch
+
+    def fetch(self, acks: list[tuple[int, int, list[int]]] = (), *, max_records: int = 500,
+              epoch: int | None = None, mode: int = 0):
+        r = self.h.request(ApiKey.SHARE_FETCH, 2, {
+            "group_id": GROUP, "member_id": self.member_id,
+            "share_session_epoch": self._next_epoch() if epoch is None else epoch,
+            "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": max_records,
+            "batch_size": max_records, "share_acquire_mode": mode, "is_renew_ack": False,
+            "topics": [{"topic_id": self.topic_id, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": f, "last_offset": last, "acknowledge_types": t}
+                    for f, last, t in acks]}]}],
+            "forgotten_topics_data": []})
+        return r
+
+    def acknowledge(self, acks: list[tuple[int, int, list[int]]], *, epoch: int | None = None):
+        return self.h.request(ApiKey.SHARE_ACKNOWLEDGE, 2, {
+            "group_id": GROUP, "member_id": self.member_id,
+            "share_session_epoch": self._next_epoch() if epoch is None else epoch,
+            "is_renew_ack": False,
+            "topics": [{"topic_id": self.topic_id, "partitions": [
+                {"partition_index": 0, "acknowledgement_batches": [
+                    {"first_offset": f, "last_offset": last, "acknowledge_types": t}
+                    for f, last, t in acks]}]}]})
+
+
+def _acquired(r) -> list[tuple[int, int, int]]:
+    return [(a.first_offset, a.last_offset, a.delivery_count)
+            for t in r.responses for p in t.partitions for a in p.acquired_records]
+
+
+def _values(r) -> list[bytes]:
+    out = []
+    for t in r.responses:
+        for p in t.partitions:
+            data = bytes(p.records)
+            for pos, h in iter_batches(data):
+                out += [rec.value for rec in decode_records(data[pos:pos + h.size])]
+    return out
+
+
+def _setup(h) -> uuid.UUID:
+    h.create_topic("jobs", partitions=1)
+    r = h.request(ApiKey.FIND_COORDINATOR, 4, {"key_type": 0, "coordinator_keys": [GROUP]})
+    assert r.coordinators[0].error_code == 0
+    return h.topic_id("jobs")
+
+
+def test_acquire_acknowledge_and_redeliver(broker_harness) -> None:
+    h = broker_harness
+    a = Member(h, _setup(h))
+    first = a.fetch()  # opens the session; the share partition starts at the log end (latest)
+    assert first.error_code == 0 and _acquired(first) == []
+    assert first.acquisition_lock_timeout == 30000
+    assert h.produce("jobs", 0, h.batch(*[b"v%d" % i for i in range(10)])).error_code == 0
+    r = a.fetch()
+    assert _acquired(r) == [(0, 9, 1)]
+    assert _values(r) == [b"v%d" % i for i in range(10)]
+    ack = a.acknowledge([(0, 4, [ACCEPT]), (5, 9, [RELEASE])])
+    assert ack.error_code == 0
+    assert ack.responses[0].partitions[0].error_code == 0
+    again = a.fetch()
+    assert _acquired(again) == [(5, 9, 2)]
+    # piggy-backed acknowledgements: reject 5, accept the rest; nothing is left to hand out
+    done = a.fetch([(5, 9, [REJECT, ACCEPT, ACCEPT, ACCEPT, ACCEPT])])
+    assert done.responses[0].partitions[0].acknowledge_error_code == 0
+    assert _acquired(done) == []
+    held = next(iter(h.broker.share_partitions.in_flight(GROUP)))
+    assert held.partition.start_offset == 10
+
+
+def test_acknowledging_what_was_not_acquired_is_refused(broker_harness) -> None:
+    h = broker_harness
+    a = Member(h, _setup(h))
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"a", b"b", b"c"))
+    assert _acquired(a.fetch()) == [(0, 2, 1)]
+    assert a.acknowledge([(2, 2, [ACCEPT])]).responses[0].partitions[0].error_code == 0
+    again = a.acknowledge([(2, 2, [ACCEPT])])  # already acknowledged
+    assert again.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
+    beyond = a.acknowledge([(7, 8, [ACCEPT])])  # never fetched: past the in-flight records
+    assert beyond.responses[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST
+    other = Member(h, a.topic_id)
+    other.fetch()
+    stolen = other.acknowledge([(1, 1, [ACCEPT])])  # held by a, not by other
+    assert stolen.responses[0].partitions[0].error_code == ErrorCode.INVALID_RECORD_STATE
+    bad_type = a.acknowledge([(1, 1, [9])])
+    assert bad_type.responses[0].partitions[0].error_code == ErrorCode.INVALID_REQUEST
+
+
+def test_members_on_one_partition_get_different_records(broker_harness) -> None:
+    h = broker_harness
+    topic_id = _setup(h)
+    a, b = Member(h, topic_id), Member(h, topic_id)
+    a.fetch(), b.fetch()
+    for i in range(4):
+        h.produce("jobs", 0, h.batch(b"x%d" % i))
+    got_a = _acquired(a.fetch(max_records=2, mode=1))
+    got_b = _acquired(b.fetch(max_records=2, mode=1))
+    offsets_a = {o for f, last, _ in got_a for o in range(f, last + 1)}
+    offsets_b = {o for f, last, _ in got_b for o in range(f, last + 1)}
+    assert offsets_a | offsets_b == {0, 1, 2, 3} and not offsets_a & offsets_b
+    # a leaves its session: what it held goes to b
+    close = a.fetch(epoch=-1)
+    assert close.error_code == 0
+    redelivered = _acquired(b.fetch())
+    assert {o for f, last, _ in redelivered for o in range(f, last + 1)} == offsets_a
+    assert all(count == 2 for _, _, count in redelivered)
+
+
+def test_share_session_errors(broker_harness) -> None:
+    h = broker_harness
+    a = Member(h, _setup(h))
+    assert a.fetch(epoch=3).error_code == ErrorCode.SHARE_SESSION_NOT_FOUND
+    assert a.acknowledge([], epoch=0).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert a.fetch(epoch=0).error_code == 0
+    assert a.fetch(epoch=5).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
+    assert a.fetch(epoch=1).error_code == 0
