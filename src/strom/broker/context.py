@@ -6,6 +6,7 @@ that both, and every handler, depend on this small module rather than on each ot
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +44,8 @@ class RequestContext:
     connection_id: int
     session: Session  # the connection's listener, principal and SASL state
     throttle: Throttle = field(default_factory=Throttle)  # the connection's
+    # run when the connection closes (share sessions release their records, as Kafka's do)
+    on_close: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def principal(self) -> KafkaPrincipal:

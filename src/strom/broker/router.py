@@ -161,7 +161,7 @@ class Router:
         session = conn.session
         assert session is not None
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.peer,
-                             conn.cid, session, conn.throttle)
+                             conn.cid, session, conn.throttle, conn.on_close)
         body = memoryview(frame)[pos:]
         if self.hooks:
             return self._hooked(route, ctx, body)

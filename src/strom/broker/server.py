@@ -22,7 +22,7 @@ import socket
 import struct
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from strom.broker.connection_limits import ConnectionLimits, MemoryPool
@@ -234,6 +234,7 @@ class Connection(asyncio.BufferedProtocol):
         self.last_active = self.loop.time()
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
         self.throttle = Throttle()  # set by a handler whose client is over a quota
+        self.on_close: list[Callable[[], None]] = []  # hooks handlers leave (share sessions)
         # with metrics on: when each queued frame arrived, and the phases of the one handled
         self._arrivals: deque[float] | None = deque() if server.stats is not None else None
         self._local_done: float | None = None
@@ -504,6 +505,11 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             if self.transport is not None:
                 self.transport.close()
+            for hook in self.on_close:
+                try:
+                    hook()
+                except Exception:
+                    log.exception("a close hook of connection %s failed", self.peer)
 
     async def _next_frame(self) -> bytearray | None:
         """The next complete request; None on a clean EOF between requests."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from strom.broker.authz import Op, Res, allowed
@@ -21,7 +21,7 @@ from strom.broker.core import Broker
 from strom.broker.request_types import ShareAcknowledgeRequest, ShareFetchRequest
 from strom.broker.router import handles
 from strom.broker.share.manager import Fetched
-from strom.broker.share.sessions import FINAL_EPOCH, ShareSession
+from strom.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 
@@ -99,6 +99,17 @@ async def _acknowledge(broker: Broker, group_id: str, member_id: str, acks: Acks
             entry[key], entry[message] = int(exc.code), exc.message
 
 
+def _on_disconnect(broker: Broker, group_id: str, member_id: str,
+                   connection_id: int) -> Callable[[], None]:
+    """As Kafka: when the connection that opened a share session closes, the session ends and
+    the records its member holds here are released at once (not after their locks expire)."""
+    def closed() -> None:
+        if broker.share_sessions.close_connection(group_id, member_id, connection_id):
+            broker.share_partitions.release_member(group_id, member_id)
+
+    return closed
+
+
 def _settings_lock_ms(broker: Broker, group_id: str) -> int:
     return broker.share_partitions.settings(group_id).partition.lock_duration_ms
 
@@ -115,9 +126,12 @@ async def share_fetch(broker: Broker, ctx: RequestContext,
     forget = [(t.topic_id, p) for t in request.forgotten_topics_data for p in t.partitions]
     epoch = request.share_session_epoch
     try:
-        session = broker.share_sessions.for_fetch(group_id, member_id, epoch, named, forget)
+        session = broker.share_sessions.for_fetch(group_id, member_id, epoch, named, forget,
+                                                  ctx.connection_id)
     except KafkaError as exc:
         return _error(exc.code, exc.message)
+    if epoch == INITIAL_EPOCH:
+        ctx.on_close.append(_on_disconnect(broker, group_id, member_id, ctx.connection_id))
     acks = _acks(request.topics)
     refused = _refused_topics(broker, ctx, {tp[0] for tp in (*session.partitions, *acks)})
     answer = _Answer()

@@ -26,6 +26,7 @@ TopicIdPartition = tuple[uuid.UUID, int]
 class ShareSession:
     group_id: str
     member_id: str
+    connection_id: int = -1  # the connection that opened it: it ends with that connection
     next_epoch: int = 1
     # insertion-ordered: the fetch starts after the partition that answered last (fairness)
     partitions: dict[TopicIdPartition, None] = field(default_factory=dict)
@@ -56,8 +57,8 @@ class ShareSessionCache:
         return self._sessions.get((group_id, member_id))
 
     def for_fetch(self, group_id: str, member_id: str, epoch: int,
-                  add: Iterable[TopicIdPartition], forget: Iterable[TopicIdPartition]
-                  ) -> ShareSession:
+                  add: Iterable[TopicIdPartition], forget: Iterable[TopicIdPartition],
+                  connection_id: int = -1) -> ShareSession:
         """The session a ShareFetch works in (opened, moved on, or about to close); raises
         KafkaError with Kafka's share-session errors."""
         key = (group_id, member_id)
@@ -65,7 +66,7 @@ class ShareSessionCache:
             if key not in self._sessions and len(self._sessions) >= self.max_sessions:
                 raise KafkaError(ErrorCode.SHARE_SESSION_LIMIT_REACHED,
                                  f"The limit of {self.max_sessions} share sessions is reached.")
-            session = ShareSession(group_id, member_id)
+            session = ShareSession(group_id, member_id, connection_id)
             self._sessions[key] = session
         else:
             session = self._checked(key, epoch)
@@ -102,3 +103,11 @@ class ShareSessionCache:
 
     def close_member(self, group_id: str, member_id: str) -> None:
         self._sessions.pop((group_id, member_id), None)
+
+    def close_connection(self, group_id: str, member_id: str, connection_id: int) -> bool:
+        """The connection closed: end the member's session if that connection opened it."""
+        session = self._sessions.get((group_id, member_id))
+        if session is None or session.connection_id != connection_id:
+            return False
+        del self._sessions[(group_id, member_id)]
+        return True
