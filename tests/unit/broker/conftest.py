@@ -66,6 +66,13 @@ class FakeConnection:
     session: Session = field(
         default_factory=lambda: Session("PLAINTEXT", "PLAINTEXT", "127.0.0.1:54321"))
     throttle: Throttle = field(default_factory=Throttle)
+    on_close: list = field(default_factory=list)  # the connection's close hooks
+
+    def close(self) -> None:
+        """What the server does when the connection closes: run the hooks handlers left."""
+        hooks, self.on_close = self.on_close, []
+        for hook in hooks:
+            hook()
 
 
 class BrokerHarness:

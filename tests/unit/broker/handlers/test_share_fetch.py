@@ -147,3 +147,17 @@ def test_share_session_errors(broker_harness) -> None:
     assert a.fetch(epoch=0).error_code == 0
     assert a.fetch(epoch=5).error_code == ErrorCode.INVALID_SHARE_SESSION_EPOCH
     assert a.fetch(epoch=1).error_code == 0
+
+
+def test_a_closed_connection_releases_its_members_records(broker_harness) -> None:
+    """Kafka 4.4 releases a crashed consumer's records when its connection drops, without
+    waiting for their acquisition locks to expire."""
+    h = broker_harness
+    a = Member(h, _setup(h))
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"p", b"q"))
+    assert _acquired(a.fetch()) == [(0, 1, 1)]
+    h.conn.close()
+    assert a.fetch().error_code == ErrorCode.SHARE_SESSION_NOT_FOUND  # the session ended too
+    b = Member(h, a.topic_id)
+    assert _acquired(b.fetch()) == [(0, 1, 2)]
