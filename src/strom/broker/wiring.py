@@ -177,7 +177,7 @@ def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
     transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop)
     share_coordinator = build_share_coordinator(node, loop, replicas)
     persister = RoutingPersister(node, share_coordinator)
-    share_partitions, share_sessions = build_share_partitions(node, groups, persister)
+    share_partitions, share_sessions = build_share_partitions(node, groups, persister, loop)
     return Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
                      producer_ids=producer_ids, share_coordinator=share_coordinator,
                      share_persister=persister, share_partitions=share_partitions,
@@ -374,7 +374,8 @@ def build_share_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
 _background: set[asyncio.Task[None]] = set()  # tasks kept alive until they finish
 
 
-def build_share_partitions(node: Node, groups: GroupCoordinator, persister: RoutingPersister
+def build_share_partitions(node: Node, groups: GroupCoordinator, persister: RoutingPersister,
+                           loop: asyncio.AbstractEventLoop
                            ) -> tuple[SharePartitionManager, ShareSessionCache]:
     """The share partitions this broker leads and the share sessions of its members: a member
     that leaves its group (or is fenced) loses its session here and its records become
@@ -383,7 +384,8 @@ def build_share_partitions(node: Node, groups: GroupCoordinator, persister: Rout
     defaults = broker_settings(node.config.get)
     manager = SharePartitionManager(
         node.broker_id, node.image, node.partitions, persister, lambda _group: defaults,
-        DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms), node.now_ms)
+        DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms), node.now_ms,
+        loop)
     try:
         sessions = ShareSessionCache(int(node.config.get("group.share.max.share.sessions")))
     except KeyError:  # not declared (yet): Kafka's default

@@ -74,7 +74,9 @@ class Held:
 class SharePartitionManager:
     def __init__(self, broker_id: int, image: MetadataImage, logs: PartitionLogs,
                  persister: Persister, settings: Callable[[str], ShareSettings],
-                 dead_letters: DeadLetterWriter, now_ms: Callable[[], int]) -> None:
+                 dead_letters: DeadLetterWriter, now_ms: Callable[[], int],
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop  # timers and background writes (hooks may run outside a task)
         self.broker_id = broker_id
         self.image = image
         self.logs = logs
@@ -84,6 +86,7 @@ class SharePartitionManager:
         self.now_ms = now_ms
         self._held: dict[SharePartitionKey, Held] = {}
         self._loading: dict[SharePartitionKey, asyncio.Future[Held]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()  # background writes, kept alive
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -112,7 +115,7 @@ class SharePartitionManager:
             self.drop(key)
         loading = self._loading.get(key)
         if loading is None:
-            loading = asyncio.get_running_loop().create_future()
+            loading = self.loop.create_future()
             self._loading[key] = loading
             try:
                 held = await self._load(key, topic, leader_epoch)
@@ -272,7 +275,9 @@ class SharePartitionManager:
                             held.key.group_id, held.topic, held.key.partition, exc)
             self._arm(held)
 
-        asyncio.get_running_loop().create_task(run(), name=f"share-persist-{held.topic}")
+        task = self.loop.create_task(run(), name=f"share-persist-{held.topic}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- lock expiry and redelivery delays -----------------------------------------------------
 
@@ -286,9 +291,8 @@ class SharePartitionManager:
         held.timer_at = deadline
         if deadline is None:
             return
-        loop = asyncio.get_running_loop()
         delay = max(0.0, (deadline - self.now_ms()) / 1000)
-        held.timer = loop.call_later(delay, self._expire, held)
+        held.timer = self.loop.call_later(delay, self._expire, held)
 
     def _expire(self, held: Held) -> None:
         held.timer = held.timer_at = None
