@@ -125,13 +125,29 @@ _GROUP_BOUNDS = (
     ("group.streams.min.session.timeout.ms", "group.streams.session.timeout.ms", False),
     ("group.streams.session.timeout.ms", "group.streams.max.session.timeout.ms", False),
     ("group.streams.heartbeat.interval.ms", "group.streams.session.timeout.ms", True),
+    ("group.share.min.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms", False),
+    ("group.share.min.heartbeat.interval.ms", "group.share.heartbeat.interval.ms", False),
+    ("group.share.heartbeat.interval.ms", "group.share.max.heartbeat.interval.ms", False),
+    ("group.share.min.session.timeout.ms", "group.share.max.session.timeout.ms", False),
+    ("group.share.min.session.timeout.ms", "group.share.session.timeout.ms", False),
+    ("group.share.session.timeout.ms", "group.share.max.session.timeout.ms", False),
+    ("group.share.heartbeat.interval.ms", "group.share.session.timeout.ms", True),
+    ("group.share.min.record.lock.duration.ms", "group.share.record.lock.duration.ms", False),
+    ("group.share.record.lock.duration.ms", "group.share.max.record.lock.duration.ms", False),
+    ("group.share.min.delivery.count.limit", "group.share.delivery.count.limit", False),
+    ("group.share.delivery.count.limit", "group.share.max.delivery.count.limit", False),
+    ("group.share.min.partition.max.record.locks", "group.share.partition.max.record.locks",
+     False),
+    ("group.share.partition.max.record.locks", "group.share.max.partition.max.record.locks",
+     False),
     ("group.streams.num.standby.replicas", "group.streams.max.standby.replicas", False),
 )
 
 
 def _group_bound_problems(config: BrokerConfig) -> Iterator[str]:
-    """The consumer- and streams-protocol session timeouts and heartbeat intervals (and the
-    streams standby replicas) lie within their bounds."""
+    """The consumer-, streams- and share-protocol session timeouts and heartbeat intervals (and
+    the streams standby replicas and the share record locks and deliveries) lie within their
+    bounds."""
     for low, high, strict in _GROUP_BOUNDS:
         lo, hi = config.get(low), config.get(high)
         if lo > hi or (strict and lo == hi):
