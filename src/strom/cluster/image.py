@@ -95,6 +95,7 @@ class ImageCapture:
     user_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     acls: list[dict[str, Any]] = field(default_factory=list)
     client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def to_snapshot(self) -> dict[str, Any]:
         """Plain data for the metadata log's snapshot file (replica lists are shared: they are
@@ -104,6 +105,7 @@ class ImageCapture:
             "next_producer_id": self.next_producer_id,
             "broker_configs": self.broker_configs,
             "user_configs": self.user_configs,
+            "group_configs": self.group_configs,
             "acls": self.acls,
             "client_quotas": [{"entity": [list(part) for part in entity], "quotas": quotas}
                               for entity, quotas in self.client_quotas.items()],
@@ -148,6 +150,8 @@ class MetadataImage:
     acls: dict[AclBinding, None] = field(default_factory=dict)
     # client quotas per entity (strom.cluster.quotas): {entity: {key: value}}
     client_quotas: dict[QuotaEntity, dict[str, float]] = field(default_factory=dict)
+    # per-group configs (KIP-848/932/1071 group configs, strom.config.group): {group: {key: value}}
+    group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     next_producer_id: int = 0
     version: int = 0  # bumped on every applied record: cheap cache invalidation
 
@@ -167,6 +171,7 @@ class MetadataImage:
             {k: dict(v) for k, v in self.user_configs.items()},
             [acl.to_record() for acl in self.acls],
             {k: dict(v) for k, v in self.client_quotas.items()},
+            {k: dict(v) for k, v in self.group_configs.items()},
         )
 
     def to_snapshot(self) -> dict[str, Any]:
@@ -179,6 +184,7 @@ class MetadataImage:
         image.next_producer_id = data.get("next_producer_id", 0)
         image.broker_configs = data.get("broker_configs", {})
         image.user_configs = data.get("user_configs", {})
+        image.group_configs = data.get("group_configs", {})
         image.acls = {AclBinding.from_record(r): None for r in data.get("acls", [])}
         image.client_quotas = {quota_entity_of(q["entity"]): dict(q["quotas"])
                                for q in data.get("client_quotas", [])}

@@ -20,11 +20,12 @@ class Change:
     """What applying a record changed, for listeners that reconcile local state."""
 
     # topic_created | topic_deleted | partitions_created | partition_changed | topic_configs |
-    # broker_configs | user_configs | client_quotas | acls | brokers_changed (a broker
-    # registered or left, or the controller changed)
+    # broker_configs | user_configs | group_configs | client_quotas | acls | brokers_changed
+    # (a broker registered or left, or the controller changed)
     kind: str
     topic: TopicState | None = None
     partitions: tuple[int, ...] = ()
+    group: str | None = None  # the group whose configs changed (group_configs)
 
 
 def topic_record(name: str, topic_id: uuid.UUID) -> dict[str, Any]:
@@ -51,8 +52,8 @@ def remove_topic_record(topic_id: uuid.UUID) -> dict[str, Any]:
 
 
 def config_record(resource: str, name: str, key: str, value: str | None) -> dict[str, Any]:
-    """resource is 'topic', 'broker' or 'user'; name the topic name, broker id ('' = cluster
-    default) or user name."""
+    """resource is 'topic', 'broker', 'user' or 'group' (Kafka's ConfigRecord of resource type
+    GROUP, 32); name the topic name, broker id ('' = cluster default), user name or group id."""
     return {"type": "config", "resource": resource, "name": name, "key": key, "value": value}
 
 
@@ -133,6 +134,12 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
             if not configs:
                 del image.user_configs[record["name"]]
             return Change("user_configs")
+        if record["resource"] == "group":
+            configs = image.group_configs.setdefault(record["name"], {})
+            _set(configs, record["key"], record["value"])
+            if not configs:
+                del image.group_configs[record["name"]]
+            return Change("group_configs", group=record["name"])
         _set(image.broker_configs.setdefault(record["name"], {}), record["key"], record["value"])
         return Change("broker_configs")
     if kind == "broker":

@@ -161,6 +161,8 @@ class ZkController:
             path = zn.topic_config_path(name)
         elif resource == "user":
             path = zn.user_config_path(name)
+        elif resource == "group":
+            path = zn.group_config_path(name)
         else:
             path = zn.broker_config_path(name or zn.DEFAULT_ENTITY)
         await self._update_config(path, changes)

@@ -47,6 +47,7 @@ TOPICS: Key = ("topics",)
 BROKER_CONFIGS: Key = ("broker_configs",)
 # /config/users and /config/clients: users' configs (SCRAM credentials) and client quotas
 USER_CONFIGS: Key = ("user_configs",)
+GROUP_CONFIGS: Key = ("group_configs",)  # /config/groups (Strom's own, see znodes)
 ACLS: Key = ("acls",)
 
 
@@ -70,6 +71,8 @@ def key_for(path: str) -> Key | None:
         return BROKER_CONFIGS
     if path == zn.ACLS:
         return ACLS
+    if path == zn.CONFIG_GROUPS or path.startswith(zn.CONFIG_GROUPS + "/"):
+        return GROUP_CONFIGS
     for parent in (zn.CONFIG_USERS, zn.CONFIG_CLIENTS):
         if path == parent or path.startswith(parent + "/"):
             return USER_CONFIGS
@@ -267,6 +270,9 @@ class ZkMirror:
             records += self._broker_config_records(await self._read_broker_configs())
         if USER_CONFIGS in batch:
             records += self._entity_config_records(*await self._read_entity_configs())
+        if GROUP_CONFIGS in batch:
+            records += entity_config_records("group", self.image.group_configs,
+                                             await self._read_group_configs())
         if ACLS in batch:
             records += self._acl_records(await self._read_acls())
         self.apply(records)
@@ -310,10 +316,12 @@ class ZkMirror:
         snapshots = await asyncio.gather(*(self._read_topic(n) for n in names))
         broker_configs = await self._read_broker_configs()
         entity_configs = await self._read_entity_configs()
+        group_configs = await self._read_group_configs()
         block_read = await self.zk.get(zn.PRODUCER_ID_BLOCK)
         records = self._broker_records(brokers) + self._controller_records(*controller)
         records += self._broker_config_records(broker_configs)
         records += self._entity_config_records(*entity_configs)
+        records += entity_config_records("group", self.image.group_configs, group_configs)
         records += self._acl_records(await self._read_acls())
         present = set(names)
         records += [rec.remove_topic_record(t.topic_id) for t in self.image.topics.values()
@@ -358,6 +366,12 @@ class ZkMirror:
         reads = await asyncio.gather(*(self._read_config(f"{zn.CONFIG_BROKERS}/{n}")
                                        for n in names))
         return {zn.broker_config_entity(n): cfg for n, cfg in zip(names, reads, strict=True)}
+
+    async def _read_group_configs(self) -> dict[str, dict[str, str]]:
+        names = await self.zk.children(zn.CONFIG_GROUPS, watch=True) or []
+        reads = await asyncio.gather(*(self._read_config(f"{zn.CONFIG_GROUPS}/{n}")
+                                       for n in names))
+        return {zn.desanitize(n): cfg for n, cfg in zip(names, reads, strict=True) if cfg}
 
     async def _read_acls(self) -> list[AclBinding]:
         got = await self.zk.get_or_watch(zn.ACLS)

@@ -31,6 +31,9 @@ CONFIG_BROKERS = "/config/brokers"
 # user, and user + client id quotas under /config/users/<user>/clients/<client id>)
 CONFIG_USERS = "/config/users"
 CONFIG_CLIENTS = "/config/clients"  # client id quotas
+# Strom's own: Kafka's ZooKeeper mode never had group configs (KIP-848/932/1071 came with
+# KRaft). One znode per group, /config/groups/<sanitized group id>, in the topic config format.
+CONFIG_GROUPS = "/config/groups"
 CONFIG_CHANGES = "/config/changes"
 DELETE_TOPICS = "/admin/delete_topics"
 REASSIGN_PARTITIONS = "/admin/reassign_partitions"
@@ -45,7 +48,7 @@ DEFAULT_ENTITY = "<default>"  # /config/brokers/<default>: the cluster-wide dyna
 # Created (empty, persistent) by every broker at start, as Kafka does, so later writes never
 # need to create parents.
 PERSISTENT_PATHS = (
-    BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_USERS, CONFIG_CLIENTS,
+    BROKER_IDS, TOPICS, CONFIG_TOPICS, CONFIG_BROKERS, CONFIG_USERS, CONFIG_CLIENTS, CONFIG_GROUPS,
     CONFIG_CHANGES, DELETE_TOPICS, PRODUCER_ID_BLOCK, "/cluster", "/isr_change_notification", CONTROLLED_SHUTDOWN,
 )
 
@@ -115,6 +118,15 @@ def user_config_path(user: str | None) -> str:
 
 def user_clients_path(user: str | None) -> str:
     return f"{user_config_path(user)}/clients"
+
+
+def group_config_path(group: str) -> str:
+    """A group's config znode: its id sanitized as Kafka sanitizes user names (a group id
+    may hold '/'), and '.' and '..', which ZooKeeper refuses as names, percent-encoded."""
+    name = sanitize(group)
+    if name in (".", ".."):
+        name = name.replace(".", "%2E")
+    return f"{CONFIG_GROUPS}/{name}"
 
 
 def client_config_path(client_id: str | None) -> str:
