@@ -1,4 +1,4 @@
-"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics and brokers."""
+"""DescribeConfigs, AlterConfigs and IncrementalAlterConfigs for topics, brokers and groups."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from strom.broker.request_types import (
 from strom.broker.router import handles
 from strom.cluster.controller import too_many_records
 from strom.common.slices import Slicer
+from strom.config import group as group_config
 from strom.config.broker import BROKER_CONFIGS
 from strom.config.defs import ConfigError, ConfigSource, ConfigType
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs
@@ -26,6 +27,7 @@ from strom.storage.cleaner.service import threads_change_error
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
@@ -116,6 +118,31 @@ def describe_broker(broker: Broker, resource_name: str, keys: list[str] | None, 
     return out
 
 
+def describe_group(broker: Broker, group: str, keys: list[str] | None, synonyms: bool,
+                   docs: bool) -> list[dict[str, Any]]:
+    """Every group config with its value in force (a group need not exist): the group's own
+    (DYNAMIC_GROUP_CONFIG), else its broker synonym's, else its default. Kafka's internal
+    group configs only when the group sets them."""
+    if group == "":
+        raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+    overrides = broker.image.group_configs.get(group, {})
+    config = broker.config
+    out = []
+    for name in sorted(group_config.GROUP_CONFIGS.names()):
+        if keys is not None and name not in keys:
+            continue
+        if name in group_config.INTERNAL and name not in overrides:
+            continue
+        d = group_config.GROUP_CONFIGS[name]
+        value, source, found = group_config.resolve(name, overrides, config.get, config.source_of)
+        syn = [{"name": n, "value": group_config.render(n, v), "source": int(src)}
+               for n, v, src in found] if synonyms else []
+        out.append(_entry(name, group_config.render(name, value), int(source), read_only=False,
+                          sensitive=False, config_type=d.type, doc=d.doc, synonyms=syn,
+                          include_docs=docs))
+    return out
+
+
 @handles(ApiKey.DESCRIBE_CONFIGS, 1, 4)
 async def describe_configs(broker: Broker, ctx: RequestContext,
                            request: DescribeConfigsRequest) -> dict[str, Any]:
@@ -136,6 +163,8 @@ async def describe_configs(broker: Broker, ctx: RequestContext,
                 result["configs"] = describe_broker(broker, r.resource_name, keys, synonyms, docs)
             elif r.resource_type == BROKER_LOGGER:
                 result["configs"] = []
+            elif r.resource_type == GROUP:
+                result["configs"] = describe_group(broker, r.resource_name, keys, synonyms, docs)
             else:
                 raise KafkaError(ErrorCode.INVALID_REQUEST,
                                  f"Unsupported resource type {r.resource_type}")
@@ -147,13 +176,16 @@ async def describe_configs(broker: Broker, ctx: RequestContext,
 
 def _authorize(broker: Broker, ctx: RequestContext, op: AclOperation, resource_type: int,
                name: str) -> None:
-    """ACLs on a config resource, as Kafka maps them: a topic's are the topic's, a broker's
-    (and its loggers') the cluster's."""
+    """ACLs on a config resource, as Kafka maps them: a topic's are the topic's, a group's the
+    group's, a broker's (and its loggers') the cluster's."""
     if broker.authorizer is None:
         return
     if resource_type == TOPIC:
         if not allowed(broker, ctx, op, Res.TOPIC, name):
             raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed.")
+    elif resource_type == GROUP:
+        if not allowed(broker, ctx, op, Res.GROUP, name):
+            raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
     elif not cluster_allowed(broker, ctx, op):
         raise KafkaError(ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
 
@@ -174,13 +206,20 @@ def _current_overrides(broker: Broker, resource_type: int, name: str) -> dict[st
                              f"Unexpected broker id, expected {broker.broker_id} or empty string, "
                              f"but received {name}")
         return dict(broker.image.broker_configs.get(name, {}))
+    if resource_type == GROUP:
+        if name == "":
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Default group resources are not allowed.")
+        return dict(broker.image.group_configs.get(name, {}))
     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource_type}")
 
 
-def _validate(resource_type: int, wanted: dict[str, str]) -> None:
+def _validate(broker: Broker, resource_type: int, wanted: dict[str, str]) -> None:
     try:
         if resource_type == TOPIC:
             validate_topic_configs(wanted)
+            return
+        if resource_type == GROUP:  # the group's whole set, against the broker's bounds
+            group_config.validate_group_configs(wanted, broker.config.get)
             return
         for key, value in wanted.items():
             if key not in BROKER_CONFIGS:
@@ -223,14 +262,14 @@ def _check_reconfiguration(broker: Broker, name: str, layer: dict[str, str]) -> 
 
 async def _apply(broker: Broker, resource_type: int, name: str, current: dict[str, str],
            wanted: dict[str, str], validate_only: bool) -> None:
-    _validate(resource_type, wanted)
+    _validate(broker, resource_type, wanted)
     if resource_type == BROKER:
         _check_reconfiguration(broker, name, wanted)
     if validate_only:
         return
     changes: dict[str, str | None] = {k: v for k, v in wanted.items() if current.get(k) != v}
     changes.update({k: None for k in current if k not in wanted})
-    resource = "topic" if resource_type == TOPIC else "broker"
+    resource = {TOPIC: "topic", GROUP: "group"}.get(resource_type, "broker")
     await broker.controller.alter_configs(resource, name, changes)
 
 
@@ -300,6 +339,11 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext,
                     wanted[c.name] = c.value
                 elif op == DELETE:
                     wanted.pop(c.name, None)
+                elif op in (APPEND, SUBTRACT) and r.resource_type == GROUP:
+                    # Kafka 4.4 knows no group config's type here, list or not
+                    raise KafkaError(ErrorCode.INVALID_CONFIG,
+                                     f"Can't {'APPEND' if op == APPEND else 'SUBTRACT'} to key "
+                                     f"{c.name} because its type is not LIST.")
                 elif op in (APPEND, SUBTRACT):
                     if not _list_type(r.resource_type, c.name):
                         raise KafkaError(ErrorCode.INVALID_CONFIG,
