@@ -21,6 +21,7 @@ from typing import Any
 
 import strom
 from strom.broker.core import Broker, Node, ProducerIds
+from strom.broker.group_configs import MetadataGroupConfigs
 from strom.broker.internal_topics import InternalTopic
 from strom.broker.markers import OFFSETS_TOPIC, ClusterMarkerWriter
 from strom.broker.partitions import PartitionManager
@@ -253,10 +254,13 @@ class StreamsTopicsCreator:
 
 
 def build_group_coordinator(node: Node, loop: asyncio.AbstractEventLoop) -> GroupCoordinator:
-    """The group coordinator, subscribed to leadership of `__consumer_offsets`."""
+    """The group coordinator, subscribed to leadership of `__consumer_offsets`, with the
+    groups' configs from the metadata (`coordinator.group_configs`)."""
+    group_configs = MetadataGroupConfigs(node.config, lambda: node.image)
+    node.controller.subscribe(group_configs.on_changes)
     coordinator = GroupCoordinator(GroupConfig.from_config(node.config.get),
                                    OffsetsTopicAdapter(node), TopicsAdapter(node), loop,
-                                   node.now_ms, StreamsTopicsCreator(node))
+                                   node.now_ms, StreamsTopicsCreator(node), group_configs)
 
     def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
         if topic == OFFSETS_TOPIC:

@@ -224,7 +224,7 @@ class ClassicMemberManager:
         """The rejoin deadline starts when the member is first told to rejoin."""
         gid, mid = group.group_id, member.member_id
         timeout = member.rebalance_timeout if member.rebalance_timeout > 0 \
-            else self.config.consumer_session_timeout
+            else self.state.settings(gid).consumer_session_timeout_ms
         self.timers.schedule_if_absent(
             ("classic-join", gid, mid), timeout,
             lambda: self.consumer.fence_if_present(

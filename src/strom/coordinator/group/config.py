@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from strom.coordinator.group.group_configs import ChangeListener, EffectiveGroupConfig
+
 INT_MAX = 2147483647
 
 T = TypeVar("T")
@@ -42,6 +44,16 @@ class GroupConfig:
     share_session_timeout: int = 45000  # group.share.session.timeout.ms
     share_heartbeat_interval: int = 5000  # group.share.heartbeat.interval.ms
     share_max_size: int = 200  # group.share.max.size
+
+    def effective_group_config(self) -> EffectiveGroupConfig:
+        """Every group's configs when no group sets its own (a coordinator without a broker)."""
+        return EffectiveGroupConfig(
+            consumer_session_timeout_ms=self.consumer_session_timeout,
+            consumer_heartbeat_interval_ms=self.consumer_heartbeat_interval,
+            streams_session_timeout_ms=self.streams_session_timeout,
+            streams_heartbeat_interval_ms=self.streams_heartbeat_interval,
+            streams_num_standby_replicas=self.streams_num_standby_replicas,
+            streams_initial_rebalance_delay_ms=self.streams_initial_rebalance_delay)
 
     @property
     def upgrade_enabled(self) -> bool:
@@ -87,3 +99,17 @@ class GroupConfig:
             share_heartbeat_interval=opt("group.share.heartbeat.interval.ms", 5000),
             share_max_size=opt("group.share.max.size", 200),
         )
+
+
+class BrokerGroupConfigs:
+    """`GroupConfigs` without group configs: every group gets the broker's values, read from
+    the `GroupConfig` at each call (a coordinator built without a broker, and tests)."""
+
+    def __init__(self, config: GroupConfig) -> None:
+        self.config = config
+
+    def for_group(self, group_id: str) -> EffectiveGroupConfig:
+        return self.config.effective_group_config()
+
+    def subscribe(self, listener: ChangeListener) -> None:
+        """Nothing ever changes."""

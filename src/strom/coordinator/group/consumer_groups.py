@@ -256,7 +256,8 @@ class ConsumerGroupManager:
         response: dict[str, Any] = {
             "error_code": 0, "error_message": None, "member_id": member_id,
             "member_epoch": updated.member_epoch,
-            "heartbeat_interval": self.config.consumer_heartbeat_interval, "assignment": None}
+            "heartbeat_interval": self.state.settings(group_id).consumer_heartbeat_interval_ms,
+            "assignment": None}
         full = epoch == 0 or (rebalance_timeout != -1 and names is not None
                               and owned is not None)
         if full or not same_assignment(old.assigned, updated.assigned):
@@ -627,14 +628,14 @@ class ConsumerGroupManager:
         member's group.consumer.session.timeout.ms."""
         group_id, member_id = group.group_id, member.member_id
         timeout = member.classic.session_timeout if member.classic is not None \
-            else self.config.consumer_session_timeout
+            else self.state.settings(group_id).consumer_session_timeout_ms
         self.timers.schedule(("session", group_id, member_id), timeout,
                              lambda: self._session_expired(group_id, member_id))
 
     def _schedule_rebalance_timeout(self, group_id: str, member: ConsumerMember) -> None:
         mid, epoch = member.member_id, member.member_epoch
         timeout = member.rebalance_timeout if member.rebalance_timeout > 0 \
-            else self.config.consumer_session_timeout
+            else self.state.settings(group_id).consumer_session_timeout_ms
         self.timers.schedule(("rebalance", group_id, mid), timeout,
                              lambda: self._rebalance_expired(group_id, mid, epoch))
 

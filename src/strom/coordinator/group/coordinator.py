@@ -33,6 +33,7 @@ from strom.coordinator.group.classic_groups import ClassicGroupManager, JoinRequ
 from strom.coordinator.group.classic_members import ClassicMemberManager
 from strom.coordinator.group.config import GroupConfig
 from strom.coordinator.group.consumer_groups import ConsumerGroupManager
+from strom.coordinator.group.group_configs import GroupConfigs
 from strom.coordinator.group.offsets import (
     CommitTopics,
     OffsetManager,
@@ -70,8 +71,12 @@ __all__ = ["GroupConfig", "GroupCoordinator", "InternalTopicCreator", "JoinReque
 class GroupCoordinator:
     def __init__(self, config: GroupConfig, offsets_topic: OffsetsTopic, topics: TopicsView,
                  scheduler: Scheduler, now_ms: Callable[[], int],
-                 internal_topics: InternalTopicCreator | None = None) -> None:
-        self.state = GroupShards(config, offsets_topic, topics, scheduler, now_ms, self)
+                 internal_topics: InternalTopicCreator | None = None,
+                 group_configs: GroupConfigs | None = None) -> None:
+        self.state = GroupShards(config, offsets_topic, topics, scheduler, now_ms, self,
+                                 group_configs)
+        # each group's configs in force (group configs over the broker's group.* configs)
+        self.group_configs = self.state.group_configs
         self.classic = ClassicGroupManager(self.state)
         self.consumer = ConsumerGroupManager(self.state, self.classic)
         self.streams = StreamsGroupManager(self.state, internal_topics)

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
 from strom.coordinator.group import records as rec
-from strom.coordinator.group.config import GroupConfig
+from strom.coordinator.group.config import BrokerGroupConfigs, GroupConfig
+from strom.coordinator.group.group_configs import EffectiveGroupConfig, GroupConfigs
 from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
     ClassicGroup,
@@ -102,8 +103,9 @@ class GroupShards:
 
     def __init__(self, config: GroupConfig, offsets_topic: OffsetsTopic, topics: TopicsView,
                  scheduler: Scheduler, now_ms: Callable[[], int],
-                 listener: ShardListener) -> None:
+                 listener: ShardListener, group_configs: GroupConfigs | None = None) -> None:
         self.config = config
+        self.group_configs: GroupConfigs = group_configs or BrokerGroupConfigs(config)
         self.offsets_topic = offsets_topic
         self.topics = topics
         self.store = GroupStore(offsets_topic, now_ms)
@@ -113,6 +115,10 @@ class GroupShards:
         self._listener = listener
         self._loader: ShardLoader[Shard, list[LogEntry]] = ShardLoader(
             self.shards, self.store.replay, scheduler, STATE_TOPIC, self)
+
+    def settings(self, group_id: str) -> EffectiveGroupConfig:
+        """The group's configs in force (its group configs, else the broker's)."""
+        return self.group_configs.for_group(group_id)
 
     # -- partitions ----------------------------------------------------------------------------
 

@@ -52,12 +52,6 @@ from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
-# Kafka Streams' defaults for what the heartbeat response tells the client about warm-up
-# tasks (acceptable.recovery.lag) and how often to report task offsets; Strom assigns no
-# warm-up tasks, so they only keep the client's reporting at its usual pace.
-ACCEPTABLE_RECOVERY_LAG = 10000
-TASK_OFFSET_INTERVAL_MS = 60000
-
 
 class InternalTopicCreator(Protocol):
     """The broker's topic-creation path, for the internal topics a topology needs."""
@@ -235,9 +229,10 @@ class StreamsGroupManager:
         old = self._member_for_heartbeat(group, req, owned, records)
         if req.topology is not None:
             _check_topology(group, req.topology)  # before anything changes
-        if not group.members and self.config.streams_initial_rebalance_delay > 0:
+        settings = self.state.settings(group.group_id)
+        if not group.members and settings.streams_initial_rebalance_delay_ms > 0:
             # a group starting from empty waits a moment for the application's other members
-            group.delayed_until = self.now_ms() + self.config.streams_initial_rebalance_delay
+            group.delayed_until = self.now_ms() + settings.streams_initial_rebalance_delay_ms
         persisted = (group.group_epoch, group.metadata_hash, group.validated_topology_epoch)
         member = self._updated_member(old, req)
         is_new = req.member_id not in group.members
@@ -270,9 +265,11 @@ class StreamsGroupManager:
         response: dict[str, Any] = {
             "error_code": 0, "error_message": None, "member_id": updated.member_id,
             "member_epoch": updated.member_epoch,
-            "heartbeat_interval": self.config.streams_heartbeat_interval,
-            "acceptable_recovery_lag": ACCEPTABLE_RECOVERY_LAG,
-            "task_offset_interval": TASK_OFFSET_INTERVAL_MS,
+            "heartbeat_interval": settings.streams_heartbeat_interval_ms,
+            # the group's streams.acceptable.recovery.lag and streams.task.offset.interval.ms:
+            # Strom assigns no warm-up tasks, so they only set the client's reporting pace
+            "acceptable_recovery_lag": settings.streams_acceptable_recovery_lag,
+            "task_offset_interval": settings.streams_task_offset_interval_ms,
             "status": self._statuses(group, delayed),
             "active_tasks": None, "standby_tasks": None, "warmup_tasks": None,
             "endpoint_information_epoch": group.endpoint_epoch,
@@ -427,7 +424,8 @@ class StreamsGroupManager:
                  for mid, m in group.members.items()]
         stateful = frozenset(s.subtopology_id for s in group.topology.subtopologies
                              if s.state_changelog_topics) if group.topology else frozenset()
-        new = assign(specs, tasks, self.config.streams_num_standby_replicas, stateful)
+        standbys = self.state.settings(group.group_id).streams_num_standby_replicas
+        new = assign(specs, tasks, standbys, stateful)
         records = []
         for mid in group.members:
             target = new.get(mid, TasksTuple())
@@ -594,14 +592,15 @@ class StreamsGroupManager:
 
     def _schedule_session_timeout(self, group: StreamsGroup, member: StreamsMember) -> None:
         gid, mid = group.group_id, member.member_id
-        self.timers.schedule(("session", gid, mid), self.config.streams_session_timeout,
+        self.timers.schedule(("session", gid, mid),
+                             self.state.settings(gid).streams_session_timeout_ms,
                              lambda: self._fence_if_present(gid, mid, None,
                                                             "its session expired"))
 
     def _schedule_rebalance_timeout(self, group_id: str, member: StreamsMember) -> None:
         mid, epoch = member.member_id, member.member_epoch
         timeout = member.rebalance_timeout if member.rebalance_timeout > 0 \
-            else self.config.streams_session_timeout
+            else self.state.settings(group_id).streams_session_timeout_ms
         self.timers.schedule(("rebalance", group_id, mid), timeout,
                              lambda: self._fence_if_present(
                                  group_id, mid, epoch,
