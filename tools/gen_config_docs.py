@@ -2,6 +2,7 @@
 
 from pathlib import Path
 
+from strom.config import group
 from strom.config.broker import BROKER_CONFIGS
 from strom.config.checks import REFUSED_NAMES, REFUSED_UNLESS
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS
@@ -40,6 +41,7 @@ def main() -> None:
         synonyms = ", ".join(f"`{s}`" for s in BROKER_SYNONYMS.get(name, ()))
         lines.append(f"| `{name}` | {d.type.name.lower()} | `{d.render(d.default)}` | {synonyms} "
                      f"| {d.doc} |")
+    lines += group_section()
     lines += ["", "## Broker configs\n", "| name | type | default | dynamic | meaning |",
               "|---|---|---|---|---|"]
     for name in BROKER_CONFIGS.names():
@@ -86,14 +88,79 @@ silently off:
 - `group.consumer.session.timeout.ms` or `group.consumer.heartbeat.interval.ms` outside their
   `group.consumer.min/max.*` bounds, or the heartbeat interval not below the session timeout,
   and the same for `group.streams.*`, whose `group.streams.num.standby.replicas` must not exceed
-  `group.streams.max.standby.replicas` (Kafka's start-up rules; these bounds have no other use
-  in Strom, which has no group configs).
+  `group.streams.max.standby.replicas`, and the same for `group.share.*` and its record lock
+  duration, delivery count limit and record locks (Kafka's start-up rules; the bounds also
+  bound the [group configs](#group-configs)).
 """
+
+GROUP_INTRO = """
+## Group configs
+
+Kafka 4.x's per-group configs (KIP-848, KIP-932, KIP-1071), set and read like Kafka's:
+`kafka-configs --bootstrap-server ... --entity-type groups --entity-name <group>`,
+`strom configs describe|alter --group <group>`, or DescribeConfigs, IncrementalAlterConfigs and
+AlterConfigs on resource type GROUP (32) from any admin client (confluent-kafka's
+`ConfigResource(ResourceType.GROUP, ...)`, the Java `ConfigResource.Type.GROUP`). A group need
+not exist: its configs are kept before it is created and, as in Kafka, after DeleteGroups. A
+group that does not set one gets the broker config in the *broker synonym* column (DescribeConfigs
+reports that one's source, DEFAULT_CONFIG or STATIC_BROKER_CONFIG, and a set value
+DYNAMIC_GROUP_CONFIG). Authorization is Kafka's: DESCRIBE_CONFIGS and ALTER_CONFIGS on the GROUP
+resource (GROUP_AUTHORIZATION_FAILED otherwise).
+
+A new value is checked as Kafka 4.4 checks it, with its messages (INVALID_CONFIG): unknown names
+(`Unknown group config name: x`), types and minimums, then the broker's bounds:
+`consumer.session.timeout.ms must be in the range 45000 to 60000 inclusive.` for the
+`group.consumer.min/max.session.timeout.ms`, likewise the heartbeat intervals, the assignment
+intervals, `share.record.lock.duration.ms` (`group.share.min/max.record.lock.duration.ms`),
+`share.delivery.count.limit` and `share.partition.max.record.locks`; `streams.num.standby.replicas`
+at most `group.streams.max.standby.replicas`; a session timeout above its heartbeat interval;
+`streams.assignor.name` one of `group.streams.assignors`; no dead-letter topic name starting with
+`__`. APPEND and SUBTRACT are refused for every group config, as Kafka 4.4 refuses them. A value
+set earlier that the broker's bounds no longer allow is clamped to them when used (Kafka's
+behaviour, with its WARN). The consumer-group coordinator reads `consumer.session.timeout.ms`
+and `consumer.heartbeat.interval.ms` per group, the streams-group coordinator the `streams.*`
+configs marked so below; a change applies from the group's next heartbeat or assignment.
+
+They are stored as config records of resource type GROUP in the metadata log (a single node) or,
+in a ZooKeeper cluster, in `/config/groups/<group>` (Strom's own znode, in the format of
+`/config/topics/<topic>`: Kafka's ZooKeeper mode never had group configs).
+
+Kafka hides its internal group configs (marked *internal*) from DescribeConfigs unless the group
+sets them. The three `share.redelivery.*` configs are Strom's own, not Kafka's (*Strom
+extension*): they delay the redelivery of share-group records released by a consumer or whose
+lock expired, by `share.redelivery.delay.ms` times `share.redelivery.backoff.multiplier` to the
+power of the deliveries so far less one, at most `share.redelivery.max.delay.ms` (which must not
+be below the delay). Their defaults redeliver at once, as Kafka does. The share-group configs
+take effect with Strom's share groups.
+
+| name | type | default | broker synonym | meaning |
+|---|---|---|---|---|"""
+
+
+def group_section() -> list[str]:
+    lines = [GROUP_INTRO]
+    for name in sorted(group.GROUP_CONFIGS.names()):
+        d = group.GROUP_CONFIGS[name]
+        synonym = group.BROKER_SYNONYMS.get(name)
+        notes = []
+        if name in group.INTERNAL:
+            notes.append("internal")
+        if name in group.STROM_EXTENSIONS:
+            notes.append("Strom extension")
+        if not d.implemented:
+            notes.append("no effect in Strom")
+        note = f" *({', '.join(notes)})*" if notes else ""
+        shown = d.render(d.default) if d.default is not None else None
+        default = "(unset)" if shown is None else f"`{shown}`" if shown else '`""`'
+        lines.append(f"| `{name}` | {d.type.name.lower()} | {default} "
+                     f"| {f'`{synonym}`' if synonym else ''} | {d.doc}{note} |")
+    return lines
 
 
 def unimplemented_section() -> list[str]:
     lines = [UNIMPLEMENTED_INTRO]
-    for kind, registry in (("broker", BROKER_CONFIGS), ("topic", TOPIC_CONFIGS)):
+    for kind, registry in (("broker", BROKER_CONFIGS), ("topic", TOPIC_CONFIGS),
+                           ("group", group.GROUP_CONFIGS)):
         lines += [f"| `{d.name}` | {kind} | {d.doc} |" for d in registry.unimplemented()]
     names = "\n".join(f"- `{name}` set to anything but empty: {why};"
                         for name, why in REFUSED_NAMES.items())

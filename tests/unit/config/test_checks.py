@@ -10,6 +10,7 @@ import pytest
 from strom.config.broker import BROKER_CONFIGS, BrokerConfig
 from strom.config.checks import check_startup
 from strom.config.defs import ConfigError
+from strom.config.group import GROUP_CONFIGS
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs
 from strom.storage.config import LogConfig
 
@@ -180,4 +181,5 @@ def test_configs_docs_list_every_config_without_effect() -> None:
     listed = set(re.findall(r"^\| `([a-z0-9.]+)`", section, re.M))
     expected = {d.name for d in BROKER_CONFIGS.unimplemented()}
     expected |= {d.name for d in TOPIC_CONFIGS.unimplemented()}
+    expected |= {d.name for d in GROUP_CONFIGS.unimplemented()}
     assert listed == expected
