@@ -1,4 +1,4 @@
-"""`strom configs ...`: describe and alter topic and broker configs and client quotas
+"""`strom configs ...`: describe and alter topic, broker and group configs and client quotas
 (kafka-configs.sh)."""
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ from strom.cli.common import (
 from strom.cli.topics import UNKNOWN_TOPIC_OR_PARTITION, alter_topic_configs
 from strom.cli.wire import connect_cluster, error_name
 
-app = typer.Typer(help="Describe and alter topic and broker configs and client quotas.",
+app = typer.Typer(help="Describe and alter topic, broker and group configs and client quotas.",
                   no_args_is_help=True)
 
 TopicOpt = Annotated[str | None, typer.Option("--topic", help="The topic whose configs to use.")]
 BrokerOpt = Annotated[int | None, typer.Option("--broker", help="The broker id whose configs to use.")]
+GroupOpt = Annotated[str | None, typer.Option(
+    "--group", help="The group whose configs to use (Kafka's group configs; the group need not "
+                    "exist).")]
 BrokerDefaultsOpt = Annotated[
     bool, typer.Option("--broker-defaults", help="The cluster-wide dynamic broker defaults.")
 ]
@@ -52,17 +55,24 @@ _DYNAMIC_SOURCES = {
     "topic": {"DYNAMIC_TOPIC_CONFIG"},
     "broker": {"DYNAMIC_BROKER_CONFIG", "DYNAMIC_DEFAULT_BROKER_CONFIG", "DYNAMIC_BROKER_LOGGER_CONFIG"},
     "broker-defaults": {"DYNAMIC_DEFAULT_BROKER_CONFIG"},
+    "group": {"DYNAMIC_GROUP_CONFIG"},
 }
 
 
-def _entity(topic: str | None, broker: int | None, broker_defaults: bool) -> tuple[str, str]:
-    chosen = [x for x in (topic is not None, broker is not None, broker_defaults) if x]
+def _entity(topic: str | None, broker: int | None, broker_defaults: bool,
+            group: str | None = None) -> tuple[str, str]:
+    chosen = [x for x in (topic is not None, broker is not None, broker_defaults,
+                          group is not None) if x]
     if len(chosen) != 1:
-        raise UsageError("give exactly one of --topic, --broker or --broker-defaults")
+        raise UsageError("give exactly one of --topic, --group, --broker or --broker-defaults")
     if topic is not None:
         if not topic:
             raise UsageError("--topic needs a topic name")
         return "topic", topic
+    if group is not None:
+        if not group:
+            raise UsageError("--group needs a group id")
+        return "group", group
     if broker is not None:
         return "broker", str(broker)
     return "broker-defaults", ""
@@ -132,6 +142,8 @@ def _alter_defaults(opts: ClientOptions, sets: dict[str, str], deletes: list[str
 def _source_name(source: Any) -> str:
     from confluent_kafka.admin import ConfigSource
 
+    if source == 8:  # confluent-kafka's GROUP_CONFIG, as Kafka's tools name it
+        return "DYNAMIC_GROUP_CONFIG"
     try:
         return ConfigSource(source).name
     except ValueError:
@@ -139,8 +151,8 @@ def _source_name(source: Any) -> str:
 
 
 def _quota_entity(ctx: typer.Context, types: list[str] | None, topic: str | None,
-                  broker: int | None, broker_defaults: bool, *, alter: bool
-                  ) -> list[tuple[str, quotas.Name]] | None:
+                  broker: int | None, broker_defaults: bool, *, alter: bool,
+                  group: str | None = None) -> list[tuple[str, quotas.Name]] | None:
     """The client quota entity the arguments name (None: they name a topic or broker)."""
     tokens = quotas.entity_tokens(quotas.raw_args(ctx))
     if not types:
@@ -148,8 +160,8 @@ def _quota_entity(ctx: typer.Context, types: list[str] | None, topic: str | None
             raise UsageError("--entity-name and --entity-default need an --entity-type before "
                              "them")
         return None
-    if topic is not None or broker is not None or broker_defaults:
-        raise UsageError("give either --entity-type or one of --topic, --broker or "
+    if topic is not None or broker is not None or broker_defaults or group is not None:
+        raise UsageError("give either --entity-type or one of --topic, --group, --broker or "
                          "--broker-defaults")
     return quotas.pair_entity(tokens, alter=alter)
 
@@ -168,6 +180,7 @@ def _require_broker(admin: Any, name: str, opts: ClientOptions) -> None:
 def describe(
     ctx: typer.Context,
     topic: TopicOpt = None,
+    group: GroupOpt = None,
     broker: BrokerOpt = None,
     broker_defaults: BrokerDefaultsOpt = False,
     entity_type: EntityTypeOpt = None,
@@ -178,17 +191,18 @@ def describe(
     command_config: CommandConfigOpt = None,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
-    """Describe the configs of a topic or a broker, or client quotas."""
+    """Describe the configs of a topic, a group or a broker, or client quotas."""
     from confluent_kafka.admin import ConfigResource, ResourceType
 
     opts = ClientOptions(bootstrap_server, command_config, timeout)
-    parts = _quota_entity(ctx, entity_type, topic, broker, broker_defaults, alter=False)
+    parts = _quota_entity(ctx, entity_type, topic, broker, broker_defaults, alter=False,
+                          group=group)
     if parts is not None:
         if all_:
             raise UsageError("--all applies to topic and broker configs, not to client quotas")
         quotas.print_quotas(parts, quotas.describe_quotas(opts, parts))
         return
-    kind, name = _entity(topic, broker, broker_defaults)
+    kind, name = _entity(topic, broker, broker_defaults, group)
     entries: dict[str, Any] = {}
     futures = {}
     if kind == "broker-defaults":
@@ -197,7 +211,8 @@ def describe(
         admin, _ = make_admin(opts)
         if kind == "broker":
             _require_broker(admin, name, opts)
-        rtype = ResourceType.TOPIC if kind == "topic" else ResourceType.BROKER
+        rtype = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}.get(
+            kind, ResourceType.BROKER)
         futures = admin.describe_configs([ConfigResource(rtype, name)], **admin_kwargs(opts))
     for fut in futures.values():
         try:
@@ -213,7 +228,7 @@ def describe(
         e for _, e in sorted(entries.items())
         if all_ or _source_name(e.source) in _DYNAMIC_SOURCES[kind]
     ]
-    label = {"topic": f"topic {name}", "broker": f"broker {name}",
+    label = {"topic": f"topic {name}", "broker": f"broker {name}", "group": f"group {name}",
              "broker-defaults": "the default broker"}[kind]
     out.print(f"{'All' if all_ else 'Dynamic'} configs for {label}:", markup=False)
     if not shown:
@@ -234,6 +249,7 @@ def describe(
 def alter(
     ctx: typer.Context,
     topic: TopicOpt = None,
+    group: GroupOpt = None,
     broker: BrokerOpt = None,
     broker_defaults: BrokerDefaultsOpt = False,
     entity_type: EntityTypeOpt = None,
@@ -250,9 +266,10 @@ def alter(
     command_config: CommandConfigOpt = None,
     timeout: TimeoutOpt = 30.0,
 ) -> None:
-    """Set or remove configs of a topic or a broker (IncrementalAlterConfigs), or client
-    quotas (AlterClientQuotas)."""
-    parts = _quota_entity(ctx, entity_type, topic, broker, broker_defaults, alter=True)
+    """Set or remove configs of a topic, a group or a broker (IncrementalAlterConfigs), or
+    client quotas (AlterClientQuotas)."""
+    parts = _quota_entity(ctx, entity_type, topic, broker, broker_defaults, alter=True,
+                          group=group)
     sets = parse_config_options(add_config)
     deletes = [k.strip() for item in delete_config or () for k in item.split(",") if k.strip()]
     if not sets and not deletes:
@@ -261,7 +278,7 @@ def alter(
         _alter_quotas(ClientOptions(bootstrap_server, command_config, timeout), parts, sets,
                       list(dict.fromkeys(deletes)))
         return
-    kind, name = _entity(topic, broker, broker_defaults)
+    kind, name = _entity(topic, broker, broker_defaults, group)
     both = sorted(set(sets) & set(deletes))
     if both:
         raise UsageError(f"config {both[0]!r} is both added and deleted")
@@ -273,8 +290,8 @@ def alter(
         if kind == "broker":
             _require_broker(admin, name, opts)
         alter_topic_configs(admin, name, sets, list(dict.fromkeys(deletes)), opts,
-                            resource_type="topic" if kind == "topic" else "broker")
-    label = {"topic": f"topic '{name}'", "broker": f"broker {name}",
+                            resource_type=kind)
+    label = {"topic": f"topic '{name}'", "broker": f"broker {name}", "group": f"group '{name}'",
              "broker-defaults": "the default broker"}[kind]
     out.print(f"Completed updating configs for {label}.", markup=False)
 

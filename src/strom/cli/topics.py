@@ -337,7 +337,8 @@ def alter_topic_configs(admin: Any, name: str, sets: dict[str, str], deletes: li
     """IncrementalAlterConfigs: SET each of `sets`, DELETE each of `deletes`."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-    rtype = ResourceType.TOPIC if resource_type == "topic" else ResourceType.BROKER
+    rtype = {"topic": ResourceType.TOPIC, "group": ResourceType.GROUP}.get(
+        resource_type, ResourceType.BROKER)
     entries = [ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in sets.items()]
     entries += [ConfigEntry(k, None, incremental_operation=AlterConfigOpType.DELETE) for k in deletes]
     resource = ConfigResource(rtype, name, incremental_configs=entries)
