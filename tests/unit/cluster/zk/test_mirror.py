@@ -15,6 +15,7 @@ from strom.cluster.zk.mirror import (
     BROKER_CONFIGS,
     BROKERS,
     CONTROLLER,
+    GROUP_CONFIGS,
     TOPICS,
     USER_CONFIGS,
     TopicSnapshot,
@@ -57,6 +58,8 @@ def mirror() -> ZkMirror:
     ("/config/clients", USER_CONFIGS),
     ("/config/clients/<default>", USER_CONFIGS),
     ("/config/topics/orders", ("topic_config", "orders")),
+    ("/config/groups", GROUP_CONFIGS),
+    ("/config/groups/app%2Fone", GROUP_CONFIGS),
     ("/admin/delete_topics/orders", None),
     ("/latest_producer_id_block", None),
 ])

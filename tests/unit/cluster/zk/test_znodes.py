@@ -21,6 +21,10 @@ def test_paths() -> None:
     assert zn.delete_topic_path("t") == "/admin/delete_topics/t"
     assert zn.broker_config_entity("<default>") == ""
     assert zn.broker_config_entity("2") == "2"
+    assert zn.group_config_path("app") == "/config/groups/app"
+    assert zn.group_config_path("a/b c") == "/config/groups/a%2Fb%20c"
+    assert zn.group_config_path("..") == "/config/groups/%2E%2E"
+    assert zn.desanitize("%2E%2E") == ".." and zn.desanitize("a%2Fb%20c") == "a/b c"
 
 
 def test_every_persistent_path_is_absolute_and_unique() -> None:

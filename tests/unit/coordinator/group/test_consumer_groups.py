@@ -9,6 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from strom.coordinator.group.coordinator import GroupCoordinator
+from strom.coordinator.group.group_configs import EffectiveGroupConfig, StaticGroupConfigs
 from strom.coordinator.group.state import ConsumerGroup, MemberState
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.errors import KafkaError
@@ -350,3 +352,27 @@ def test_no_partition_is_ever_owned_twice(tmp_path_factory, h, ops):
         settle(live, rounds=8)
         assert set().union(*(c.partitions() for c in live)) == {(topic, p)
                                                                  for p in range(partitions)}
+
+
+def test_group_configs_set_one_groups_heartbeat_interval_and_session_timeout(env):
+    """consumer.heartbeat.interval.ms and consumer.session.timeout.ms per group (Kafka's group
+    configs): the group that sets them gets them, the others the broker's."""
+    configs = StaticGroupConfigs(env.config.effective_group_config())
+    env.coordinator.shutdown()
+    env.coordinator = GroupCoordinator(env.config, env.offsets, env.topics, env.loop,
+                                       env.loop.now_ms, group_configs=configs)
+    for p in range(env.offsets.partitions):
+        env.coordinator.on_leadership(p, True, 0)
+    env.loop.advance(0)
+    assert env.coordinator.group_configs is configs
+    configs.set("slow", EffectiveGroupConfig(consumer_heartbeat_interval_ms=7000,
+                                             consumer_session_timeout_ms=30000))
+    env.topics.add("t", 2)
+    slow, fast = Client(env, "slow", ["t"]), Client(env, "fast", ["t"])
+    assert slow.heartbeat()["heartbeat_interval"] == 7000
+    assert fast.heartbeat()["heartbeat_interval"] == env.config.consumer_heartbeat_interval
+    env.loop.advance(env.config.consumer_session_timeout + 1000)  # 11 s: fast's expired
+    assert fast.member_id not in group_of(env, "fast").members
+    assert slow.member_id in group_of(env, "slow").members
+    env.loop.advance(20000)
+    assert slow.member_id not in group_of(env, "slow").members
