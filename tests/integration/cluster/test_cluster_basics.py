@@ -129,6 +129,18 @@ def test_configs_reach_every_broker(make_cluster):
         return other.describe_configs([r])[r].result(10)["retention.ms"].value == "12345"
     wait_for(seen, 30, "the config on broker 3")
 
+    # a group's configs too (Strom keeps them in /config/groups/<group>)
+    res = ConfigResource(ConfigResource.Type.GROUP, "app/1", incremental_configs=[
+        ConfigEntry("consumer.session.timeout.ms", "50000",
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(30)
+
+    def group_seen():
+        r = ConfigResource(ConfigResource.Type.GROUP, "app/1")
+        entry = other.describe_configs([r])[r].result(10)["consumer.session.timeout.ms"]
+        return (entry.value, entry.source) == ("50000", 8)
+    wait_for(group_seen, 30, "the group config on broker 3")
+
 
 def test_topic_deleted_while_a_replica_is_down(make_cluster):
     cluster = make_cluster(3)

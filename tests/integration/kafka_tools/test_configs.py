@@ -135,3 +135,32 @@ def test_client_quotas(kafka_tools, strom_broker):
             "--entity-type", "clients", "--entity-default")
     assert configs("--describe", "--entity-type", "clients", "--entity-default").stdout == ""
 
+
+
+def test_group_configs(kafka_tools, strom_broker):
+    """kafka-configs --entity-type groups: Kafka 4's group configs, with its output and errors."""
+    bs = strom_broker.bootstrap
+    group = unique("cfg-g")
+
+    def configs(*args: str, code: int = 0):
+        return kafka_tools.run("kafka-configs", "--bootstrap-server", bs, "--entity-type",
+                               "groups", "--entity-name", group, *args, code=code)
+
+    out = configs("--alter", "--add-config",
+                  "consumer.session.timeout.ms=50000,share.auto.offset.reset=earliest")
+    assert out.stdout.strip() == f"Completed updating config for group {group}."
+    described = configs("--describe").stdout
+    assert described.splitlines() == [
+        f"Dynamic configs for group {group} are:",
+        "  consumer.session.timeout.ms=50000 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:"
+        "consumer.session.timeout.ms=50000, DEFAULT_CONFIG:group.consumer.session.timeout.ms=45000}",
+        "  share.auto.offset.reset=earliest sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:"
+        "share.auto.offset.reset=earliest, DEFAULT_CONFIG:share.auto.offset.reset=latest}"]
+    bad = configs("--alter", "--add-config", "consumer.session.timeout.ms=1", code=1)
+    assert "InvalidConfigurationException: consumer.session.timeout.ms must be in the range " \
+           "45000 to 60000 inclusive." in bad.stdout + bad.stderr
+    configs("--alter", "--delete-config", "share.auto.offset.reset")
+    every = properties(configs("--describe", "--all").stdout)
+    assert every["consumer.session.timeout.ms"] == "50000"
+    assert every["share.auto.offset.reset"] == "latest"
+    assert every["consumer.heartbeat.interval.ms"] == "5000"
