@@ -82,7 +82,7 @@ def test_bootstrap_from_environment(dead_bootstrap):
     (["topics", "alter", "t"], "nothing to alter"),
     (["topics", "alter", "t", "--config", "a=1", "--delete-config", "a"], "both set and deleted"),
     (["topics", "describe", "--under-replicated-partitions", "--unavailable-partitions"], "at most one"),
-    (["configs", "describe"], "exactly one of --topic, --broker"),
+    (["configs", "describe"], "exactly one of --topic, --group, --broker"),
     (["configs", "describe", "--topic", "t", "--broker", "1"], "exactly one of"),
     (["configs", "alter", "--topic", "t"], "nothing to alter"),
     (["configs", "alter", "--topic", "t", "--add-config", "a=[1,2"], "unclosed '['"),
