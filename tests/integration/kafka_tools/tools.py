@@ -22,6 +22,8 @@ MAIN_CLASSES = {
     "kafka-console-consumer": "org.apache.kafka.tools.consumer.ConsoleConsumer",
     "kafka-consumer-groups": "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
     "kafka-streams-groups": "org.apache.kafka.tools.streams.StreamsGroupCommand",
+    "kafka-share-groups": "org.apache.kafka.tools.consumer.group.ShareGroupCommand",
+    "kafka-console-share-consumer": "org.apache.kafka.tools.consumer.ConsoleShareConsumer",
     "kafka-configs": "org.apache.kafka.tools.ConfigCommand",
     "kafka-acls": "org.apache.kafka.tools.AclCommand",
     "kafka-get-offsets": "org.apache.kafka.tools.GetOffsetShell",
