@@ -28,7 +28,7 @@ from strom.broker.partitions import PartitionManager
 from strom.broker.share.dlq import DeadLetterWriter
 from strom.broker.share.manager import SharePartitionManager
 from strom.broker.share.sessions import ShareSessionCache
-from strom.broker.share.settings import broker_settings
+from strom.broker.share.settings import group_settings
 from strom.broker.share_persister import RoutingPersister
 from strom.cluster.controller import LocalController
 from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo, MetadataImage
@@ -385,9 +385,10 @@ def build_share_partitions(node: Node, groups: GroupCoordinator, persister: Rout
     that leaves its group (or is fenced) loses its session here and its records become
     available again; a partition whose leadership moves away is forgotten (its state is in
     the share coordinator)."""
-    defaults = broker_settings(node.config.get)
+    configs = groups.group_configs
     manager = SharePartitionManager(
-        node.broker_id, node.image, node.partitions, persister, lambda _group: defaults,
+        node.broker_id, node.image, node.partitions, persister,
+        lambda group_id: group_settings(configs.for_group(group_id)),
         DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms), node.now_ms,
         loop)
     try:
@@ -404,5 +405,6 @@ def build_share_partitions(node: Node, groups: GroupCoordinator, persister: Rout
             manager.drop_partition(topic, partition)
 
     groups.share.on_member_removed = member_removed
+    configs.subscribe(manager.reconfigure)
     node.partitions.add_leadership_listener(on_leadership)
     return manager, sessions

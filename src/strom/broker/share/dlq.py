@@ -5,6 +5,9 @@ group's `errors.deadletterqueue.topic.name` before it is archived: to partition
 `source partition % DLQ partitions`, with Kafka's `__dlq.errors.*` headers naming the source
 topic, partition, offset, group, delivery count and reason, and with the record's key and value
 only when `errors.deadletterqueue.copy.record.enable` is true (Kafka's default copies nothing).
+As in Kafka, the topic must exist, start with the broker's
+`errors.deadletterqueue.topic.name.prefix` and have `errors.deadletterqueue.group.enable=true`;
+otherwise the records are archived without a dead letter (and an ERROR line says so).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ HEADER_OFFSET = "__dlq.errors.offset"
 HEADER_GROUP = "__dlq.errors.group"
 HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
 HEADER_MESSAGE = "__dlq.errors.message"
+GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # the topic config that permits a DLQ
 
 
 class Logs(Protocol):
@@ -55,9 +59,16 @@ class DeadLetterWriter:
                 f"{topic}-{partition} ({dead.reason})")
         name = settings.dlq_topic
         dlq = self.image.topics.get(name) if name else None
-        if dlq is None or not dlq.partitions:
-            log.error("%s archived without a dead letter: the dead-letter topic %r does not "
-                      "exist", what, name)
+        refused = None
+        if not name.startswith(settings.dlq_prefix):
+            refused = (f"the dead-letter topic {name!r} does not start with "
+                       f"errors.deadletterqueue.topic.name.prefix {settings.dlq_prefix!r}")
+        elif dlq is None or not dlq.partitions:
+            refused = f"the dead-letter topic {name!r} does not exist"
+        elif str(dlq.configs.get(GROUP_ENABLE, "false")).lower() != "true":
+            refused = f"the topic {name!r} does not allow it ({GROUP_ENABLE} is not true)"
+        if refused is not None or dlq is None:
+            log.error("%s archived without a dead letter: %s", what, refused)
             return
         target = partition % len(dlq.partitions)
         state = dlq.partitions.get(target)

@@ -174,6 +174,14 @@ class SharePartitionManager:
         for key in [k for k in self._held if k.group_id == group_id]:
             self.drop(key)
 
+    def reconfigure(self, group_id: str | None) -> None:
+        """A group's configs changed (None: a broker config they fall back to): the share
+        partitions loaded here take the new lock duration, limits and dead-letter topic."""
+        for key, held in self._held.items():
+            if group_id is None or key.group_id == group_id:
+                held.settings = self.settings(key.group_id)
+                held.partition.config = held.settings.partition
+
     def in_flight(self, group_id: str) -> list[Held]:
         return [h for k, h in self._held.items() if k.group_id == group_id]
 

@@ -8,10 +8,10 @@ Kafka's group configs (`share.record.lock.duration.ms`, `share.delivery.count.li
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strom.broker.share.partition import SharePartitionConfig
+from strom.coordinator.group.group_configs import EffectiveGroupConfig
 
 _DURATION = re.compile(
     r"^P(?:(?P<d>\d+)D)?(?:T(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?$")
@@ -35,19 +35,23 @@ class ShareSettings:
     read_committed: bool = False  # share.isolation.level
     dlq_topic: str = ""  # errors.deadletterqueue.topic.name (KIP-1191)
     dlq_copy_record: bool = False  # errors.deadletterqueue.copy.record.enable
+    dlq_prefix: str = "dlq."  # errors.deadletterqueue.topic.name.prefix (a broker config)
 
 
-def broker_settings(get: Callable[[str], object]) -> ShareSettings:
-    """The settings of a group with no group configs: the broker's group.share.* values."""
-    def opt(name: str, default: object) -> object:
-        try:
-            value = get(name)
-        except KeyError:
-            return default
-        return default if value is None else value
-
-    return ShareSettings(SharePartitionConfig(
-        delivery_count_limit=int(opt("group.share.delivery.count.limit", 5)),  # type: ignore[arg-type]
-        max_in_flight_records=int(opt("group.share.partition.max.record.locks", 2000)),  # type: ignore[arg-type]
-        lock_duration_ms=int(opt("group.share.record.lock.duration.ms", 30000)),  # type: ignore[arg-type]
-    ))
+def group_settings(cfg: EffectiveGroupConfig) -> ShareSettings:
+    """A group's share settings from its configs in force (group configs over the broker's)."""
+    return ShareSettings(
+        SharePartitionConfig(
+            delivery_count_limit=cfg.share_delivery_count_limit,
+            max_in_flight_records=cfg.share_partition_max_record_locks,
+            lock_duration_ms=cfg.share_record_lock_duration_ms,
+            dead_letter=bool(cfg.errors_deadletterqueue_topic_name),
+            redelivery_delay_ms=cfg.share_redelivery_delay_ms,
+            redelivery_backoff_multiplier=cfg.share_redelivery_backoff_multiplier,
+            redelivery_max_delay_ms=cfg.share_redelivery_max_delay_ms,
+            renew_enabled=cfg.share_renew_acknowledge_enable),
+        auto_offset_reset=cfg.share_auto_offset_reset,
+        read_committed=cfg.share_isolation_level == "read_committed",
+        dlq_topic=cfg.errors_deadletterqueue_topic_name,
+        dlq_copy_record=cfg.errors_deadletterqueue_copy_record_enable,
+        dlq_prefix=cfg.errors_deadletterqueue_topic_name_prefix)

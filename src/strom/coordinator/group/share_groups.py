@@ -166,7 +166,8 @@ class ShareGroupManager:
         response: dict[str, Any] = {
             "error_code": 0, "error_message": None, "member_id": member_id,
             "member_epoch": member.member_epoch,
-            "heartbeat_interval": self.config.share_heartbeat_interval, "assignment": None}
+            "heartbeat_interval": self.state.settings(group_id).share_heartbeat_interval_ms,
+            "assignment": None}
         if epoch == 0 or old is None or old.assigned != member.assigned:
             response["assignment"] = {"topic_partitions": [
                 {"topic_id": t, "partitions": sorted(ps)} for t, ps in member.assigned.items()]}
@@ -296,7 +297,7 @@ class ShareGroupManager:
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timers.schedule(("share-session", group_id, member_id),
-                             self.config.share_session_timeout,
+                             self.state.settings(group_id).share_session_timeout_ms,
                              lambda: self._session_expired(group_id, member_id))
 
     def _session_expired(self, group_id: str, member_id: str) -> None:
