@@ -84,8 +84,7 @@ TOPIC_CONFIGS.add(
     ConfigDef("segment.ms", T.LONG, 604800000, "time after which a segment is rolled", at_least(1)),
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "allow out-of-sync replicas to lead"),
     ConfigDef("errors.deadletterqueue.group.enable", T.BOOLEAN, False,
-              "whether share groups may use this topic as their dead-letter queue (share "
-              "groups' dead-letter queues are not implemented yet)", implemented=False),
+              "whether share groups may use this topic as their dead-letter queue (KIP-1191)"),
     ConfigDef("message.downconversion.enable", T.BOOLEAN, True,
               "no-op, as in Kafka 4.0 and newer (no down-conversion)", implemented=False),
     # Tiered storage (KIP-405) is not implemented: remote.storage.enable=true is refused, as Kafka

@@ -106,7 +106,7 @@ class DeadLetterWriter:
         offset = dead.first_offset
         while offset <= dead.last_offset:
             try:
-                result = plog.read(offset, READ_BYTES, max_offset=dead.last_offset + 1)
+                result = plog.read(offset, READ_BYTES)  # whole batches, up to the high watermark
             except StorageError:
                 break
             if result.slice is None or result.slice.length == 0:

@@ -161,3 +161,47 @@ def test_a_closed_connection_releases_its_members_records(broker_harness) -> Non
     assert a.fetch().error_code == ErrorCode.SHARE_SESSION_NOT_FOUND  # the session ended too
     b = Member(h, a.topic_id)
     assert _acquired(b.fetch()) == [(0, 1, 2)]
+
+
+def _group_configs(h, configs: dict[str, str]) -> None:
+    r = h.request(ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, {"resources": [
+        {"resource_type": 32, "resource_name": GROUP, "configs": [
+            {"name": k, "config_operation": 0, "value": v} for k, v in configs.items()]}],
+        "validate_only": False})
+    assert r.responses[0].error_code == 0, r.responses[0].error_message
+
+
+def _dead_letters(h, topic: str) -> list:
+    plog = h.broker.partitions.get(topic, 0)
+    data = plog.read(0, 1 << 20, max_offset=plog.high_watermark).slice
+    if data is None:
+        return []
+    raw = data.read_bytes()
+    return [r for pos, b in iter_batches(raw) for r in decode_records(raw[pos:pos + b.size])]
+
+
+def test_rejected_and_exhausted_records_go_to_the_dead_letter_topic(broker_harness) -> None:
+    h = broker_harness
+    topic_id = _setup(h)
+    h.create_topic("dlq.jobs", configs={"errors.deadletterqueue.group.enable": "true"})
+    _group_configs(h, {"errors.deadletterqueue.topic.name": "dlq.jobs",
+                       "errors.deadletterqueue.copy.record.enable": "true",
+                       "share.delivery.count.limit": "2"})
+    a = Member(h, topic_id)
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"ok", b"poison", b"flaky", key=b"k"))
+    assert _acquired(a.fetch()) == [(0, 2, 1)]
+    a.acknowledge([(0, 2, [ACCEPT, REJECT, RELEASE])])
+    assert _acquired(a.fetch()) == [(2, 2, 2)]
+    a.acknowledge([(2, 2, [RELEASE])])  # the second delivery was the last
+    letters = _dead_letters(h, "dlq.jobs")
+    assert [(r.key, r.value) for r in letters] == [(b"k", b"poison"), (b"k", b"flaky")]
+    headers = [dict(r.headers) for r in letters]
+    assert headers[0] == {"__dlq.errors.topic": b"jobs", "__dlq.errors.partition": b"0",
+                          "__dlq.errors.offset": b"1", "__dlq.errors.group": GROUP.encode(),
+                          "__dlq.errors.delivery.count": b"1",
+                          "__dlq.errors.message": b"Offset rejected by client."}
+    assert headers[1]["__dlq.errors.delivery.count"] == b"2"
+    assert headers[1]["__dlq.errors.message"] == b"Offset delivery count exceeded the threshold."
+    held = next(iter(h.broker.share_partitions.in_flight(GROUP)))
+    assert held.partition.start_offset == 3  # archived once written
