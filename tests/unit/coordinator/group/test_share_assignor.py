@@ -45,3 +45,12 @@ def test_members_get_only_topics_they_subscribe_to() -> None:
     out = assign({"a": {"t"}, "b": {"u"}}, {"t": (T1, 2), "u": (T2, 2)}, {})
     assert out["a"] == {T1: frozenset({0, 1})} and out["b"] == {T2: frozenset({0, 1})}
     assert assign({"a": {"missing"}}, {"t": (T1, 2)}, {}) == {"a": {}}
+
+
+def test_same_subscriptions_share_out_all_partitions_together() -> None:
+    """Kafka's homogeneous case: 2 members, topics of 1 and 2 partitions: 3 partitions, each
+    to exactly one member."""
+    out = assign({"a": {"t", "u"}, "b": {"t", "u"}}, {"t": (T1, 1), "u": (T2, 2)}, {})
+    owned = [(t, p) for a in out.values() for t, ps in a.items() for p in ps]
+    assert sorted(owned) == sorted([(T1, 0), (T2, 0), (T2, 1)])
+    assert sorted(sum(len(ps) for ps in a.values()) for a in out.values()) == [1, 2]
