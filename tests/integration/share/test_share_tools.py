@@ -64,9 +64,13 @@ def test_kafka_share_groups(share_broker, share_admin, share_apps, kafka_tools):
     members = table("--describe", "--group", group, "--members")
     assert members[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"]
     assert sorted(m[3] for m in members[1:]) == ["tools-0", "tools-1"]
-    assigned = sorted(p for m in members[1:] for p in m[5].split(";"))
+    def partitions(cell: str) -> list[str]:  # "t:0,1;u:2" -> ["t:0", "t:1", "u:2"]
+        return [f"{t}:{p}" for entry in cell.split(";") for t, ps in [entry.rsplit(":", 1)]
+                for p in ps.split(",")]
+
+    assigned = sorted(p for m in members[1:] for p in partitions(m[5]))
     assert assigned == sorted([f"{a}:0", f"{b}:0", f"{b}:1"]), "each partition to one member"
-    assert all(m[2] == "/127.0.0.1" and int(m[4]) == len(m[5].split(";")) for m in members[1:])
+    assert all(m[2] == "/127.0.0.1" and int(m[4]) == len(partitions(m[5])) for m in members[1:])
     verbose = table("--describe", "--group", group, "--members", "--verbose")
     assert verbose[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-EPOCH", "ASSIGNMENT"]
 

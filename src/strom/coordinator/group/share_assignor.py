@@ -37,8 +37,11 @@ def _spread_partitions(members: list[str], items: list[Item],
                 out[m].add(item)
                 taken.add(item)
     free = [item for item in items if item not in taken]
-    for m in order:
-        while len(out[m]) < quota[m] and free:
+    turn = 0
+    while free:  # round robin over the members with room, so topics interleave
+        m = order[turn % len(order)]
+        turn += 1
+        if len(out[m]) < quota[m]:
             out[m].add(free.pop(0))
     return out
 
