@@ -75,8 +75,9 @@ def test_kafka_share_groups(share_broker, share_admin, share_apps, kafka_tools):
     assert verbose[0] == ["GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "MEMBER-EPOCH", "ASSIGNMENT"]
 
     def offsets() -> dict[tuple[str, str], list[str]]:
-        lines = table("--describe", "--group", group)  # --offsets is the default
-        assert lines[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"]
+        out = tool("--describe", "--group", group).stdout  # --offsets is the default
+        lines = rows(out)
+        assert lines[0] == ["GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"], out
         return {(r[1], r[2]): r[3:] for r in lines[1:] if r[0] == group}
 
     def lag(now: dict[tuple[str, str], list[str]], tp: tuple[str, str]) -> str | None:

@@ -21,6 +21,7 @@ from strom.broker.core import Broker
 from strom.broker.request_types import ShareAcknowledgeRequest, ShareFetchRequest
 from strom.broker.router import handles
 from strom.broker.share.manager import Fetched
+from strom.broker.share.partition import AckType
 from strom.broker.share.sessions import FINAL_EPOCH, INITIAL_EPOCH, ShareSession
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -177,6 +178,15 @@ async def _fetch(broker: Broker, session: ShareSession, request: ShareFetchReque
                 entry["error_code"], entry["error_message"] = fetched.error, fetched.error_message
                 continue
             if fetched.acquired:
+                try:
+                    await shares.write_start(held)
+                except KafkaError as exc:  # not handed out: the records go back
+                    held.partition.acknowledge(session.member_id, [
+                        (r.first_offset, r.last_offset, [AckType.RELEASE])
+                        for r in fetched.acquired], shares.now_ms())
+                    entry = answer.part(tp)
+                    entry["error_code"], entry["error_message"] = int(exc.code), exc.message
+                    continue
                 entry = answer.part(tp)
                 entry["records"] = fetched.records
                 entry["acquired_records"] = [

@@ -24,11 +24,9 @@ from strom.broker.request_types import (
 )
 from strom.broker.router import handles
 from strom.coordinator.group.share_state import ShareGroup
-from strom.coordinator.share.state import RecordState, SharePartitionKey
+from strom.coordinator.share.state import SharePartitionKey
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
-
-DONE_STATES = frozenset({RecordState.ACKNOWLEDGED, RecordState.ARCHIVED})
 
 
 def _topic_id(broker: Broker, name: str) -> uuid.UUID | None:
@@ -44,20 +42,19 @@ async def _describe_partition(broker: Broker, group: ShareGroup, topic_id: uuid.
     if known is None or partition not in known[1]:
         return out
     try:
-        state = await broker.share_persister.read(
-            SharePartitionKey(group.group_id, topic_id, partition), -1)
+        state = await broker.share_persister.read_summary(
+            SharePartitionKey(group.group_id, topic_id, partition))
     except KafkaError as exc:
         out.update(error_code=int(exc.code), error_message=exc.message)
         return out
-    if state is None or state.start_offset < 0:
+    if state.start_offset < 0:
         return out
     out.update(start_offset=state.start_offset, leader_epoch=state.leader_epoch)
     topic = broker.image.topics_by_id.get(topic_id)
     plog = broker.partitions.get(topic.name, partition) if topic is not None else None
-    if plog is not None:
-        done = sum(b.last_offset - max(b.first_offset, state.start_offset) + 1
-                   for b in state.batches
-                   if b.delivery_state in DONE_STATES and b.last_offset >= state.start_offset)
+    if plog is not None:  # Kafka's lag: what lies between the start offset and the log end,
+        # less the in-flight records already done
+        done = max(state.delivery_complete_count, 0)
         out["lag"] = max(0, plog.high_watermark - state.start_offset - done)
     return out
 
@@ -150,8 +147,8 @@ async def alter_share_group_offsets(broker: Broker, ctx: RequestContext,
 async def _reset(broker: Broker, group: ShareGroup, topic_id: uuid.UUID, name: str,
                  partition: int, start_offset: int) -> None:
     key = SharePartitionKey(group.group_id, topic_id, partition)
-    current = await broker.share_persister.read(key, -1)
-    state_epoch = 0 if current is None else current.state_epoch + 1
+    current = await broker.share_persister.read_summary(key)
+    state_epoch = current.state_epoch + 1 if current.start_offset >= 0 else 0
     await broker.share_persister.initialize(key, state_epoch, start_offset)
     broker.share_partitions.drop(key)
     broker.groups.share.mark_initialized(group.group_id, topic_id, name, {partition})

@@ -69,6 +69,9 @@ class Held:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     timer: asyncio.TimerHandle | None = None
     timer_at: int | None = None
+    # False while the share coordinator holds start offset -1 ("not known yet", as Kafka
+    # writes it first): the first write then carries the start offset this broker chose
+    start_written: bool = True
 
 
 class SharePartitionManager:
@@ -135,12 +138,18 @@ class SharePartitionManager:
         state = await self.persister.read(key, leader_epoch)
         _, _, plog = self._leader_log(key.topic_id, key.partition)
         if state is None or state.start_offset == UNINITIALIZED:
+            # As Kafka: the state exists with start offset -1 until the first change is
+            # written, so the admin tools show the partition as not started ("-") until then.
             start = self._reset_offset(plog, settings.auto_offset_reset)
             state_epoch = 0 if state is None else state.state_epoch
-            await self.persister.initialize(key, state_epoch, start)
+            if state is None:
+                await self.persister.initialize(key, state_epoch, UNINITIALIZED)
             sp = SharePartition(settings.partition, start)
             log.info("share group %s: started share partition %s-%d at offset %d (%s)",
                      key.group_id, topic, key.partition, start, settings.auto_offset_reset)
+            held = Held(key, topic, sp, state_epoch, leader_epoch, settings)
+            held.start_written = False
+            return held
         else:
             state_epoch = state.state_epoch
             sp = SharePartition(settings.partition, state.start_offset, state.batches)
@@ -254,12 +263,22 @@ class SharePartitionManager:
         async with held.lock:
             await self._dead_letter(held)
             start, batches = held.partition.take_changes()
+            if start < 0 and not held.start_written:
+                start = held.partition.start_offset
             if start < 0 and not batches:
                 return
             await self.persister.write(held.key, held.state_epoch, held.leader_epoch, start,
-                                       batches)
+                                       batches, held.partition.delivery_complete_count)
+            held.start_written = True
         if batches:
             self.logs.waiters.notify((held.topic, held.key.partition))
+
+    async def write_start(self, held: Held) -> None:
+        """Before the first records of a new share partition go out, write where it starts:
+        otherwise a restart would pick the start again (`latest` past them) and never
+        redeliver them."""
+        if not held.start_written:
+            await self.persist(held)
 
     async def _dead_letter(self, held: Held) -> None:
         for dead in held.partition.take_dead_letters():

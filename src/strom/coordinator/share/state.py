@@ -73,9 +73,15 @@ class Persister(Protocol):
         """The partition's state, or None when it was never initialized."""
 
     async def write(self, key: SharePartitionKey, state_epoch: int, leader_epoch: int,
-                    start_offset: int, batches: list[StateBatch]) -> None:
-        """Record a change: the new start offset (-1: unchanged) and the batches whose state
-        changed (they replace what the stored state had for those offsets)."""
+                    start_offset: int, batches: list[StateBatch],
+                    delivery_complete_count: int = -1) -> None:
+        """Record a change: the new start offset (-1: unchanged), the batches whose state
+        changed (combined with the stored ones as Kafka's share coordinator does) and how many
+        in-flight records are done (for the lag; -1: unchanged)."""
+
+    async def read_summary(self, key: SharePartitionKey) -> PartitionState:
+        """The state without its batches: start offset (-1 when never initialized), state
+        and leader epochs, delivery complete count (DescribeShareGroupOffsets)."""
 
     async def delete(self, key: SharePartitionKey) -> None:
         """Forget the partition's state (DeleteShareGroupOffsets, DeleteGroups)."""
