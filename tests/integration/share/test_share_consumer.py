@@ -10,17 +10,11 @@ come first.
 
 from __future__ import annotations
 
-import os
 import time
-
-import pytest
 
 from .conftest import Delivery, ShareAdmin, unique
 
 # Share groups are not in Strom yet: these run only when asked for (remove this line once they pass).
-pytestmark = pytest.mark.skipif(not os.environ.get("STROM_SHARE_TESTS"),
-                                reason="share-group tests run with STROM_SHARE_TESTS=1")  # fmt: skip
-
 WAIT = 60.0  # generous bound for anything that should take a few seconds
 
 

@@ -6,18 +6,12 @@ with its --release and --reject options). What they print was taken from Apache 
 
 from __future__ import annotations
 
-import os
 import time
-
-import pytest
 
 from ..kafka_tools.tools import rows
 from .conftest import unique
 
 # Share groups are not in Strom yet: these run only when asked for (remove this line once they pass).
-pytestmark = pytest.mark.skipif(not os.environ.get("STROM_SHARE_TESTS"),
-                                reason="share-group tests run with STROM_SHARE_TESTS=1")  # fmt: skip
-
 WAIT = 60.0
 
 
