@@ -15,6 +15,7 @@ from typing import Any
 from strom.broker.authz import Op, Res, allowed, authorized_operations, cluster_allowed, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
+from strom.broker.handlers.share_offsets import delete_share_state
 from strom.broker.handlers.transactions import transaction_coordinator_node
 from strom.broker.markers import OFFSETS_TOPIC
 from strom.broker.request_types import (
@@ -33,6 +34,7 @@ from strom.broker.request_types import (
 from strom.broker.router import handles
 from strom.broker.share_persister import RoutingPersister
 from strom.coordinator.group.coordinator import JoinRequest
+from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.share.coordinator import parse_coordinator_key
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -476,15 +478,25 @@ def describe_groups(broker: Broker, ctx: RequestContext,
 
 
 @handles(ApiKey.DELETE_GROUPS, 0, 2)
-def delete_groups(broker: Broker, ctx: RequestContext,
-                  request: DeleteGroupsRequest) -> dict[str, Any]:
+async def delete_groups(broker: Broker, ctx: RequestContext,
+                        request: DeleteGroupsRequest) -> dict[str, Any]:
     names = list(request.groups_names)
     refused = [g for g in names if not allowed(broker, ctx, Op.DELETE, Res.GROUP, g)]
     names = [g for g in names if g not in refused]
+    failed: list[tuple[str, int]] = []
+    for g in list(names):  # an empty share group's share-partition state goes first
+        group = broker.groups.group(g)
+        if isinstance(group, ShareGroup) and group.is_empty:
+            try:
+                await delete_share_state(broker, group)
+            except KafkaError as exc:
+                names.remove(g)
+                failed.append((g, exc.code))
     try:
         results = broker.groups.delete_groups(names) if names else []
     except KafkaError as exc:
         results = [(g, exc.code) for g in names]
-    results = list(results) + [(g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in refused]
+    results = list(results) + failed + [
+        (g, ErrorCode.GROUP_AUTHORIZATION_FAILED) for g in refused]
     return {"throttle_time": 0,
             "results": [{"group_id": g, "error_code": int(code)} for g, code in results]}

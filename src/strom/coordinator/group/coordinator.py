@@ -271,6 +271,7 @@ class GroupCoordinator:
 
     def on_topics_deleted(self, topics: set[str]) -> None:
         self.offsets.on_topics_deleted(topics)
+        self.share.on_topics_deleted(topics)
 
     def expire_offsets(self) -> int:
         return self.offsets.expire_offsets()

@@ -263,6 +263,26 @@ class ShareGroupManager:
             rec.SHARE_GROUP_STATE_PARTITION_METADATA, group_id, None,
             group.initialized_fields())])
 
+    def on_topics_deleted(self, topics: set[str]) -> None:
+        """Deleted topics leave the groups' initialized partitions (the share coordinator
+        deletes their state itself, as Kafka's does)."""
+        for shard in self.state.loaded_shards():
+            for group in list(shard.groups.values()):
+                if not isinstance(group, ShareGroup):
+                    continue
+                gone = [t for t, (name, _) in group.initialized.items() if name in topics]
+                if not gone:
+                    continue
+                for topic_id in gone:
+                    del group.initialized[topic_id]
+                try:
+                    self.store.append(shard.partition, [rec.consumer_group_record(
+                        rec.SHARE_GROUP_STATE_PARTITION_METADATA, group.group_id, None,
+                        group.initialized_fields())])
+                except KafkaError as exc:
+                    log.warning("share group %s: cannot record deleted topics: %s",
+                                group.group_id, exc)
+
     # -- leaving and fencing ---------------------------------------------------------------------
 
     def _leave(self, shard: Shard, group_id: str, member_id: str) -> dict[str, Any]:

@@ -3,6 +3,7 @@ redelivery, several members on one partition, share sessions and the errors Kafk
 
 from __future__ import annotations
 
+import time
 import uuid
 
 from strom.protocol.api_keys import ApiKey
@@ -205,3 +206,40 @@ def test_rejected_and_exhausted_records_go_to_the_dead_letter_topic(broker_harne
     assert headers[1]["__dlq.errors.message"] == b"Offset delivery count exceeded the threshold."
     held = next(iter(h.broker.share_partitions.in_flight(GROUP)))
     assert held.partition.start_offset == 3  # archived once written
+
+
+def test_deleting_the_group_deletes_its_share_state(broker_harness) -> None:
+    h = broker_harness
+    a = Member(h, _setup(h))
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"1", b"2"))
+    a.fetch()
+    a.acknowledge([(0, 1, [ACCEPT])])
+    key = next(iter(h.broker.share_partitions.in_flight(GROUP))).key
+    assert h.broker.share_coordinator.state(key).start_offset == 2
+    h.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+        "group_id": GROUP, "member_id": a.member_id, "member_epoch": -1, "rack_id": None,
+        "subscribed_topic_names": None})
+    r = h.request(ApiKey.DELETE_GROUPS, 2, {"groups_names": [GROUP]})
+    assert r.results[0].error_code == 0
+    assert h.broker.share_coordinator.state(key) is None
+    assert not h.broker.share_partitions.in_flight(GROUP)
+
+
+def test_a_redelivery_delay_holds_released_records_back(broker_harness) -> None:
+    """Strom's extension: share.redelivery.delay.ms keeps a released record from the next
+    fetch until the delay has passed."""
+    h = broker_harness
+    topic_id = _setup(h)
+    _group_configs(h, {"share.redelivery.delay.ms": "300"})
+    a = Member(h, topic_id)
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"later"))
+    assert _acquired(a.fetch()) == [(0, 0, 1)]
+    a.acknowledge([(0, 0, [RELEASE])])
+    assert _acquired(a.fetch()) == []  # held back
+    deadline = time.monotonic() + 10
+    while not (got := _acquired(a.fetch())):
+        assert time.monotonic() < deadline, "the released record never came back"
+        h.run(0.05)
+    assert got == [(0, 0, 2)]
