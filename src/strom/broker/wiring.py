@@ -391,10 +391,7 @@ def build_share_partitions(node: Node, groups: GroupCoordinator, persister: Rout
         lambda group_id: group_settings(configs.for_group(group_id)),
         DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms), node.now_ms,
         loop)
-    try:
-        sessions = ShareSessionCache(int(node.config.get("group.share.max.share.sessions")))
-    except KeyError:  # not declared (yet): Kafka's default
-        sessions = ShareSessionCache()
+    sessions = ShareSessionCache(node.config.get("group.share.max.share.sessions"))
 
     def member_removed(group_id: str, member_id: str) -> None:
         sessions.close_member(group_id, member_id)

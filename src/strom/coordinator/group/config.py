@@ -44,6 +44,7 @@ class GroupConfig:
     share_session_timeout: int = 45000  # group.share.session.timeout.ms
     share_heartbeat_interval: int = 5000  # group.share.heartbeat.interval.ms
     share_max_size: int = 200  # group.share.max.size
+    share_assignors: tuple[str, ...] = ("simple",)  # group.share.assignors
 
     def effective_group_config(self) -> EffectiveGroupConfig:
         """Every group's configs when no group sets its own (a coordinator without a broker)."""
@@ -98,6 +99,7 @@ class GroupConfig:
             share_session_timeout=opt("group.share.session.timeout.ms", 45000),
             share_heartbeat_interval=opt("group.share.heartbeat.interval.ms", 5000),
             share_max_size=opt("group.share.max.size", 200),
+            share_assignors=tuple(opt("group.share.assignors", ["simple"])),
         )
 
 

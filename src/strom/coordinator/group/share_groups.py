@@ -352,7 +352,8 @@ class ShareGroupManager:
                 continue
             entry.update(group_state=group.state_name, group_epoch=group.group_epoch,
                          assignment_epoch=group.assignment_epoch,
-                         assignor_name=share_assignor.NAME)
+                         assignor_name=self.config.share_assignors[0]
+                         if self.config.share_assignors else share_assignor.NAME)
             entry["members"] = [self._describe_member(m) for m in group.members.values()]
         return out
 
