@@ -65,6 +65,7 @@ class Sizes:
     many_partitions_records_each: int
     churn_connections: int
     huge_partitions: int
+    share_records: int  # 1 KiB records preloaded for the share-group scenario
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
@@ -83,6 +84,7 @@ FULL = Sizes(
     many_partitions_records_each=100,
     churn_connections=200,
     huge_partitions=10_000,
+    share_records=200_000,
 )
 
 QUICK = Sizes(
@@ -98,4 +100,5 @@ QUICK = Sizes(
     many_partitions_records_each=100,
     churn_connections=200,
     huge_partitions=10_000,
+    share_records=50_000,
 )

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from bench.scenarios import ceiling, churn, huge_broker, latency, many_partitions, throughput
+from bench.scenarios import (
+    ceiling,
+    churn,
+    huge_broker,
+    latency,
+    many_partitions,
+    share,
+    throughput,
+)
 from bench.scenarios.base import Context, Scenario
 
 ALL: list[Scenario] = [
@@ -11,6 +19,7 @@ ALL: list[Scenario] = [
     *latency.SCENARIOS,
     *many_partitions.SCENARIOS,
     *churn.SCENARIOS,
+    *share.SCENARIOS,
     *huge_broker.SCENARIOS,
 ]
 
