@@ -74,6 +74,26 @@ class Held:
     start_written: bool = True
 
 
+def _read_window(plog: PartitionLog, offset: int, max_bytes: int, limit: int,
+                 reach: int) -> bytes:
+    """Whole batches from the one holding `offset`, below `limit` (the high watermark), at most
+    `max_bytes` (at least one batch): those that end before `reach`, then the one batch after
+    them (it holds `reach` - 1 or follows a gap), as far as the bytes allow."""
+    head = plog.read(offset, max_bytes, max_offset=min(limit, reach), min_one_batch=True)
+    data = head.slice.read_bytes() if head.slice is not None and head.slice.length else b""
+    after = offset
+    for _, header in iter_batches(data):
+        after = header.last_offset + 1
+    if after >= limit or len(data) >= max_bytes:
+        return data
+    tail = plog.read(after, 1, max_offset=limit, min_one_batch=True)
+    if tail.slice is None or tail.slice.length == 0:
+        return data
+    if data and len(data) + tail.slice.length > max_bytes:
+        return data
+    return data + tail.slice.read_bytes() if data else tail.slice.read_bytes()
+
+
 class SharePartitionManager:
     def __init__(self, broker_id: int, image: MetadataImage, logs: PartitionLogs,
                  persister: Persister, settings: Callable[[str], ShareSettings],
@@ -209,13 +229,22 @@ class SharePartitionManager:
         limit = plog.high_watermark
         if offset is None or offset >= limit:
             return Fetched()
+        # Acquisition never goes past the in-flight window (share.partition.max.record.locks
+        # from the start offset; the batch holding its last offset may straddle it): read no
+        # further, or a client's 50 MiB max_bytes copies up to 50 MiB per fetch for a few.
+        reach = max(sp.end_offset, sp.start_offset + sp.config.max_in_flight_records)
+        if offset >= sp.end_offset:  # all new records: acquiring stops at the batch that
+            reach = min(reach, offset + max(max_records, 1))  # completes max_records
         try:
-            result = plog.read(offset, max(max_bytes, 1), max_offset=limit, min_one_batch=True)
+            data = _read_window(plog, offset, max(max_bytes, 1), limit, reach)
         except StorageError as exc:
             return Fetched(error=int(exc.error_code), error_message=str(exc))
-        if result.slice is None or result.slice.length == 0:
+        except CorruptRecordError as exc:
+            log.error("share group %s: cannot read %s-%d at offset %d: %s", held.key.group_id,
+                      held.topic, held.key.partition, offset, exc)
+            return Fetched(error=int(ErrorCode.CORRUPT_MESSAGE), error_message=str(exc))
+        if not data:
             return Fetched()
-        data = result.slice.read_bytes()
         spans: list[tuple[int, int, int, int]] = []  # (base, last, start pos, end pos)
         gaps: list[int] = []
         try:
@@ -238,7 +267,10 @@ class SharePartitionManager:
         first, last = acquired[0].first_offset, acquired[-1].last_offset
         keep = [(s, e) for base, end_offset, s, e in spans
                 if end_offset >= first and base <= last]
-        return Fetched(records=data[keep[0][0]:keep[-1][1]] if keep else b"",
+        if not keep:
+            return Fetched(acquired=acquired)
+        start, end = keep[0][0], keep[-1][1]
+        return Fetched(records=data if (start, end) == (0, len(data)) else data[start:end],
                        acquired=acquired)
 
     # -- acknowledging and persisting ----------------------------------------------------------

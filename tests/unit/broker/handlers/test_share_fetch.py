@@ -32,11 +32,11 @@ class Member:
         return epoch
 
     def fetch(self, acks: list[tuple[int, int, list[int]]] = (), *, max_records: int = 500,
-              epoch: int | None = None, mode: int = 0):
+              epoch: int | None = None, mode: int = 0, max_bytes: int = 1 << 20):
         r = self.h.request(ApiKey.SHARE_FETCH, 2, {
             "group_id": GROUP, "member_id": self.member_id,
             "share_session_epoch": self._next_epoch() if epoch is None else epoch,
-            "max_wait": 0, "min_bytes": 1, "max_bytes": 1 << 20, "max_records": max_records,
+            "max_wait": 0, "min_bytes": 1, "max_bytes": max_bytes, "max_records": max_records,
             "batch_size": max_records, "share_acquire_mode": mode, "is_renew_ack": False,
             "topics": [{"topic_id": self.topic_id, "partitions": [
                 {"partition_index": 0, "acknowledgement_batches": [
@@ -138,6 +138,36 @@ def test_members_on_one_partition_get_different_records(broker_harness) -> None:
     redelivered = _acquired(b.fetch())
     assert {o for f, last, _ in redelivered for o in range(f, last + 1)} == offsets_a
     assert all(count == 2 for _, _, count in redelivered)
+
+
+def test_a_large_max_bytes_reads_only_what_can_be_acquired(broker_harness, monkeypatch) -> None:
+    """A client's 50 MiB max_bytes over a long backlog: the broker reads the log up to the batch
+    that completes max_records (new records) or the in-flight window's end (released ones in
+    the middle), not 50 MiB of it."""
+    from strom.storage.files import FileSlice
+
+    h = broker_harness
+    a = Member(h, _setup(h))
+    a.fetch()
+    for i in range(40):  # 40 batches of 100 records, 4,000 offsets: twice the window of 2,000
+        value = b"%04d" % i + bytes(1000)
+        assert h.produce("jobs", 0, h.batch(*[value] * 100)).error_code == 0
+    batch_bytes = len(h.batch(*[bytes(1004)] * 100))
+    read: list[int] = []
+    original = FileSlice.read_bytes
+    monkeypatch.setattr(FileSlice, "read_bytes",
+                        lambda self: read.append(self.length) or original(self))
+    r = a.fetch(max_records=500, max_bytes=50 << 20)
+    assert _acquired(r) == [(0, 499, 1)]
+    assert len(_values(r)) == 500 and sum(read) <= 6 * batch_bytes
+    b = Member(h, a.topic_id)
+    assert _acquired(b.fetch(max_records=500, max_bytes=50 << 20)) == [(500, 999, 1)]
+    assert a.acknowledge([(100, 199, [RELEASE])]).error_code == 0
+    read.clear()
+    # released records in the middle: read as far as the window may reach (offset 2,000)
+    got = _acquired(b.fetch(max_records=1000, max_bytes=50 << 20))
+    assert got == [(100, 199, 2), (1000, 1899, 1)]
+    assert sum(read) <= 20 * batch_bytes
 
 
 def test_share_session_errors(broker_harness) -> None:
