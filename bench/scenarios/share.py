@@ -10,7 +10,10 @@ that starts at the earliest offset:
 - ``ShareConsumerPerformance`` (``kafka-share-consumer-perf-test``) with 1, 4 and 16 share
   consumers (its ``--threads``: one KafkaShareConsumer per thread, one JVM), implicit
   acknowledgement (the tool's and the client's default: every record is ACCEPTed with the next
-  ShareFetch).
+  ShareFetch);
+- the same with 1 consumer and ``--fetch-size 52428800``: the tools set ``fetch.max.bytes`` to
+  1 MiB, an application keeps the client's default of 50 MiB, and a broker that reads more of
+  the log than it can hand out shows it only then.
 
 Records/s is the tool's own count over its own clock, which starts before the consumers
 subscribe: the group join is inside it, for the plain consumer too (its rebalance time plus its
@@ -20,8 +23,8 @@ group config (IncrementalAlterConfigs on the GROUP resource) before it first fet
 order of the four runs rotates from one round to the next, so no run always meets a cold broker
 (Kafka's JIT) or always comes last.
 
-The acknowledgement overhead is the share run at 1 consumer against the plain consumer: its
-records/s and the broker CPU per record. Tansu 0.6.0 has no share groups: n/a.
+The acknowledgement overhead is the share run at 1 consumer against the plain consumer (both
+with 1 MiB fetches): its records/s and the broker CPU per record. Tansu 0.6.0 has no share groups: n/a.
 """
 
 from __future__ import annotations
