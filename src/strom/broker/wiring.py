@@ -382,8 +382,8 @@ def build_share_partitions(node: Node, groups: GroupCoordinator, persister: Rout
                            loop: asyncio.AbstractEventLoop
                            ) -> tuple[SharePartitionManager, ShareSessionCache]:
     """The share partitions this broker leads and the share sessions of its members: a member
-    that leaves its group (or is fenced) loses its session here and its records become
-    available again; a partition whose leadership moves away is forgotten (its state is in
+    fenced by the group coordinator (session timeout) loses its session here and its records
+    become available again (a member that leaves keeps its sessions until it closes them); a partition whose leadership moves away is forgotten (its state is in
     the share coordinator)."""
     configs = groups.group_configs
     manager = SharePartitionManager(

@@ -55,7 +55,7 @@ class ShareGroupManager:
         self.store = state.store
         self.timers = state.timers
         self.now_ms = state.now_ms
-        # The share-partition leaders release a departed member's records (wiring sets it).
+        # The share-partition leaders release a fenced member's records (wiring sets it).
         self.on_member_removed: MemberRemoved = _no_listener
 
     # ========================================================================================
@@ -291,12 +291,18 @@ class ShareGroupManager:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
                              f"Member {member_id} is not a member of group {group_id}.")
         log.info("share group %s: member %s left", group_id, member_id)
-        self._remove_member(shard, group, member_id)
+        # As Kafka: leaving the group leaves the member's share sessions alone. A leaving
+        # client sends its last acknowledgements and closes its sessions (epoch -1) around the
+        # same time as this heartbeat; closing them here would refuse those acknowledgements
+        # (SHARE_SESSION_NOT_FOUND) and redeliver records it had accepted. The session's close,
+        # or its connection's, releases what the member still holds.
+        self._remove_member(shard, group, member_id, notify=False)
         return {"error_code": 0, "error_message": None, "member_id": member_id,
                 "member_epoch": LEAVE_GROUP_MEMBER_EPOCH, "heartbeat_interval": 0,
                 "assignment": None}
 
-    def _remove_member(self, shard: Shard, group: ShareGroup, member_id: str) -> None:
+    def _remove_member(self, shard: Shard, group: ShareGroup, member_id: str, *,
+                       notify: bool = True) -> None:
         gid = group.group_id
         records = rec.share_member_tombstones(gid, member_id)
         group.members.pop(member_id, None)
@@ -313,7 +319,8 @@ class ShareGroupManager:
         except KafkaError as exc:
             log.warning("share group %s: cannot persist the removal of member %s: %s", gid,
                         member_id, exc)
-        self.on_member_removed(gid, member_id)
+        if notify:
+            self.on_member_removed(gid, member_id)
 
     def _schedule_session_timeout(self, group_id: str, member_id: str) -> None:
         self.timers.schedule(("share-session", group_id, member_id),

@@ -273,3 +273,28 @@ def test_a_redelivery_delay_holds_released_records_back(broker_harness) -> None:
         assert time.monotonic() < deadline, "the released record never came back"
         h.run(0.05)
     assert got == [(0, 0, 2)]
+
+
+def _leave_group(h, member: Member) -> None:
+    r = h.request(ApiKey.SHARE_GROUP_HEARTBEAT, 1, {
+        "group_id": GROUP, "member_id": member.member_id, "member_epoch": -1, "rack_id": None,
+        "subscribed_topic_names": None})
+    assert r.error_code == 0
+
+
+def test_acknowledgements_sent_after_leaving_the_group_count(broker_harness) -> None:
+    """librdkafka's close() sends the leaving heartbeat and the final ShareAcknowledge (epoch
+    -1, with the last acknowledgements) concurrently. As in Kafka, leaving the group does not
+    end the member's share sessions, so the acknowledgements still apply: accepted records
+    never come back, and what the member still held is released when its session closes."""
+    h = broker_harness
+    a = Member(h, _setup(h))
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"a", b"b", b"c"))
+    assert _acquired(a.fetch()) == [(0, 2, 1)]
+    _leave_group(h, a)
+    final = a.acknowledge([(0, 1, [ACCEPT])], epoch=-1)
+    assert final.error_code == 0
+    assert final.responses[0].partitions[0].error_code == 0
+    b = Member(h, a.topic_id)
+    assert _acquired(b.fetch()) == [(2, 2, 2)]  # only the record a never acknowledged
