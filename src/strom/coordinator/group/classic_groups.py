@@ -722,7 +722,7 @@ class ClassicGroupManager:
                 entry.update(error_code=int(exc.code), error_message=exc.message)
                 continue
             group = shard.groups.get(gid)
-            modern = isinstance(group, ConsumerGroup | StreamsGroup)
+            modern = isinstance(group, ConsumerGroup | StreamsGroup | ShareGroup)
             if group is None or (modern and version >= 6):
                 if version >= 6:
                     what = "not found" if group is None else "is not a classic group"

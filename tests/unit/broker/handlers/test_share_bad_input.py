@@ -158,3 +158,21 @@ def test_a_partition_this_broker_does_not_lead(broker_harness) -> None:
     finally:
         state.leader = leader
     assert _acquired(a.fetch()) == [(0, 0, 1)]
+
+
+def test_classic_describe_of_a_share_group(broker_harness) -> None:
+    """DescribeGroups (the classic API) on a share group answers as Kafka 4.4 does: Dead up to
+    v5, GROUP_ID_NOT_FOUND "is not a classic group" from v6 (it failed inside the handler)."""
+    h = broker_harness
+    Member(h, _setup(h))
+    for version, code, message in ((5, 0, None),
+                                   (6, ErrorCode.GROUP_ID_NOT_FOUND,
+                                    f"Group {GROUP} is not a classic group.")):
+        r = h.request(ApiKey.DESCRIBE_GROUPS, version, {"groups": [GROUP],
+                                                        "include_authorized_operations": False})
+        (g,) = r.groups
+        assert (g.error_code, g.group_state) == (code, "Dead")
+        assert getattr(g, "error_message", None) == message
+    r = h.request(ApiKey.CONSUMER_GROUP_DESCRIBE, 0, {"group_ids": [GROUP],
+                                                      "include_authorized_operations": False})
+    assert r.groups[0].error_code == ErrorCode.GROUP_ID_NOT_FOUND
