@@ -1,7 +1,11 @@
-"""`strom consume TOPIC`: print records (kafka-console-consumer.sh).
+"""`strom consume TOPIC`: print records (kafka-console-consumer.sh, and with `--share-group`
+kafka-console-share-consumer.sh).
 
 Without `--group` the partitions are assigned directly and nothing is ever committed; with a
-group the consumer subscribes and commits like Kafka's console consumer does.
+group the consumer subscribes and commits like Kafka's console consumer does. With a share
+group (KIP-932) it is a member of that group (confluent-kafka's ShareConsumer): each record is
+acknowledged (ACCEPT, or RELEASE / REJECT) once it is printed, and the acknowledgements are
+committed before it leaves on exit, Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import signal
 import sys
 import time
 import uuid
@@ -176,6 +181,18 @@ def consume(
     group: Annotated[
         str | None, typer.Option("--group", "-g", help="Consumer group: subscribe and commit offsets.")
     ] = None,
+    share_group: Annotated[
+        str | None, typer.Option("--share-group", help="Share group (KIP-932): consume as one of its "
+                                 "members, acknowledging each record printed.")
+    ] = None,
+    release: Annotated[
+        bool, typer.Option("--release", help="With --share-group: release each record (it is "
+                           "delivered again) instead of accepting it.")
+    ] = False,
+    reject: Annotated[
+        bool, typer.Option("--reject", help="With --share-group: reject each record (never "
+                           "delivered again; dead-lettered if the group has a DLQ topic).")
+    ] = False,
     print_key: Annotated[bool, typer.Option("--print-key", help="Print the key before the value.")] = False,
     print_headers: Annotated[bool, typer.Option("--print-headers", help="Print the headers.")] = False,
     print_timestamp: Annotated[bool, typer.Option("--print-timestamp", help="Print the timestamp.")] = False,
@@ -222,6 +239,20 @@ def consume(
                          "choose read_uncommitted or read_committed")
     if group is not None and partition is not None:
         raise UsageError("--group and --partition cannot be used together")
+    if share_group is not None:
+        for flag, given in (("--group", group is not None), ("--partition", partition is not None),
+                            ("--offset", offset is not None), ("--from-beginning", from_beginning),
+                            ("--exit-at-end", exit_at_end),
+                            ("--isolation-level", isolation_level != "read_uncommitted")):
+            if given:
+                hint = (" (a share group starts where its share.auto.offset.reset config says: "
+                        "strom configs alter --group G --add-config share.auto.offset.reset=earliest)"
+                        if flag in ("--from-beginning", "--offset") else "")
+                raise UsageError(f"--share-group and {flag} cannot be used together{hint}")
+    if (release or reject) and share_group is None:
+        raise UsageError("--release and --reject need --share-group")
+    if release and reject:
+        raise UsageError("--release and --reject cannot be used together")
     if offset is not None and partition is None:
         raise UsageError("--offset needs --partition")
     if offset is not None and from_beginning:
@@ -241,7 +272,7 @@ def consume(
         "enable.partition.eof": exit_at_end,
         "auto.offset.reset": "earliest" if from_beginning else "latest",
     }
-    if group is None:
+    if group is None:  # (with --share-group this consumer only reads metadata)
         # librdkafka insists on a group.id even for assign(); this one is never used to commit.
         settings.update({"group.id": f"strom-cli-{uuid.uuid4().hex}", "enable.auto.commit": False,
                          "enable.auto.offset.store": False})
@@ -264,6 +295,16 @@ def consume(
         tmd = md.topics.get(topic)
         if tmd is None or (tmd.error is not None and tmd.error.code() == UNKNOWN_TOPIC_OR_PARTITION):
             raise CliError(f"Topic '{topic}' does not exist.")
+        if share_group is not None:
+            consumer.close()
+            ack = "release" if release else "reject" if reject else "accept"
+            count, interrupted = _consume_share(opts, tracker, topic, share_group, ack,
+                                                max_messages, timeout_ms, output_format,
+                                                text_fmt)
+            err.print(f"Processed a total of {count} messages", markup=False)
+            if interrupted:
+                raise typer.Exit(EXIT_INTERRUPTED)
+            return
         if group is None:
             parts = sorted(tmd.partitions) if partition is None else [partition]
             if partition is not None and partition not in tmd.partitions:
@@ -317,6 +358,92 @@ def consume(
     err.print(f"Processed a total of {count} messages", markup=False)
     if interrupted:
         raise typer.Exit(EXIT_INTERRUPTED)
+
+
+def _consume_share(opts: ClientOptions, tracker: ErrorTracker, topic: str, group: str, ack: str,
+                   max_messages: int | None, timeout_ms: int | None, output_format: str,
+                   text_fmt: TextFormat) -> tuple[int, bool]:
+    """Consume as a member of share group `group`; returns (records printed, interrupted).
+
+    Explicit acknowledgement: a record is acknowledged (`ack`) only once it is written, and
+    stdout is flushed before the acknowledgements go out (with the next poll, or commit_sync
+    at the end), so a crash redelivers rather than loses. Records a poll returned past
+    --max-messages (or after a signal) are released for other members. Ctrl-C and SIGTERM commit and leave."""
+    from confluent_kafka import AcknowledgeType, KafkaException, ShareConsumer
+
+    ack_type = {"accept": AcknowledgeType.ACCEPT, "release": AcknowledgeType.RELEASE,
+                "reject": AcknowledgeType.REJECT}[ack]
+    conf = tracker.install(opts.config(**{"group.id": group,
+                                          "share.acknowledgement.mode": "explicit"}))
+    try:
+        consumer = ShareConsumer(conf)
+    except KafkaException as e:
+        raise UsageError(f"invalid consumer configuration: {kafka_error_text(e)}") from None
+
+    # Ctrl-C and SIGTERM only set a flag: an exception raised inside the client's poll() can
+    # surface later, in commit_sync() or close(), and skip the clean leave.
+    stop: list[int] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    stdout = sys.stdout.buffer
+    if output_format == "json":
+        def formatter(m: Any) -> bytes:
+            obj = record_json(m)
+            obj["delivery_count"] = m.delivery_count()
+            return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+    else:
+        def formatter(m: Any) -> bytes:
+            return format_text(m, text_fmt)
+    count = 0
+    idle_s = timeout_ms / 1000 if timeout_ms else None
+    last_record = time.monotonic()
+    try:
+        consumer.subscribe([topic])
+        while (max_messages is None or count < max_messages) and not stop:
+            stdout.flush()  # before the acknowledgements of what was written go out
+            wait = 0.5 if idle_s is None else max(0.0, min(0.5, last_record + idle_s - time.monotonic()))
+            msgs = consumer.poll(wait)
+            if not msgs:
+                if idle_s is not None and time.monotonic() - last_record >= idle_s:
+                    break
+                fatal = tracker.fatal()
+                if fatal is not None:
+                    raise CliError(kafka_error_text(fatal))
+                continue
+            for msg in msgs:
+                error = msg.error()
+                if error is not None:
+                    if error.code() in _FATAL_CONSUME_CODES or error.fatal():
+                        raise CliError(kafka_error_text(error))
+                    err.print(f"Warning: {kafka_error_text(error)}", markup=False)
+                    continue
+                if stop or (max_messages is not None and count >= max_messages):
+                    consumer.acknowledge(msg, AcknowledgeType.RELEASE)  # for another member
+                    continue
+                stdout.write(formatter(msg))
+                count += 1
+                last_record = time.monotonic()
+                consumer.acknowledge(msg, ack_type)
+        stdout.flush()
+    finally:
+        try:
+            results = consumer.commit_sync(opts.timeout)
+            for tp, error in (results or {}).items():
+                if error is not None:
+                    err.print(f"Warning: acknowledgements of {tp.topic}-{tp.partition} failed: "
+                              f"{kafka_error_text(error)}", markup=False)
+        except (KafkaException, RuntimeError) as exc:
+            err.print(f"Warning: cannot commit the acknowledgements: {kafka_error_text(exc)}",
+                      markup=False)
+        finally:
+            with contextlib.suppress(KafkaException, RuntimeError):
+                consumer.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    return count, bool(stop)
 
 
 def _all_at_end(consumer: Any, group: str | None) -> bool:

@@ -1,8 +1,10 @@
 """`strom groups ...`: list, describe, delete consumer groups and reset their offsets
-(kafka-consumer-groups.sh).
+(kafka-consumer-groups.sh); list and describe share groups too (kafka-share-groups.sh).
 
 Everything goes through librdkafka's AdminClient, so the commands work against any Kafka
-broker. `reset-offsets` is a dry run unless `--execute` is given, and refuses to touch a group
+broker, except for share groups, which librdkafka's admin client does not know: those are
+listed and described with Strom's own wire client (ListGroups v5, ShareGroupDescribe,
+DescribeShareGroupOffsets; PLAINTEXT listeners only). `reset-offsets` is a dry run unless `--execute` is given, and refuses to touch a group
 that still has members, as Kafka's tool does.
 """
 
@@ -74,7 +76,8 @@ def list_(
                                      "Reconciling, Dead). Also prints each group's state."),
     ] = None,
     group_type: Annotated[
-        str | None, typer.Option("--type", help="Only groups of this type: classic or consumer.")
+        str | None, typer.Option("--type", help="Only groups of this type: classic, consumer or "
+                                                "share.")
     ] = None,
     bootstrap_server: BootstrapOpt = "localhost:9092",
     command_config: CommandConfigOpt = None,
@@ -88,27 +91,146 @@ def list_(
             raise UsageError(f"unknown group state {s!r}: expected one of "
                              f"{', '.join(KNOWN_STATES)}")
         wanted.add(match[0])
-    if group_type is not None and group_type.lower() not in ("classic", "consumer"):
-        raise UsageError(f"unknown group type {group_type!r}: expected classic or consumer")
+    if group_type is not None and group_type.lower() not in ("classic", "consumer", "share"):
+        raise UsageError(f"unknown group type {group_type!r}: expected classic, consumer or share")
     opts = ClientOptions(bootstrap_server, command_config, timeout)
-    admin, _ = make_admin(opts)
-    result = result_of(admin.list_consumer_groups(**admin_kwargs(opts)), opts)
-    for error in result.errors:
-        warn_line(f"cannot list the groups of one broker: {kafka_error_text(error)}")
-    listings = sorted(result.valid, key=lambda g: g.group_id)
+    listings: list[tuple[str, str, str]] = []  # (group, state, type)
+    if group_type is None or group_type.lower() != "share":
+        admin, _ = make_admin(opts)
+        result = result_of(admin.list_consumer_groups(**admin_kwargs(opts)), opts)
+        for error in result.errors:
+            warn_line(f"cannot list the groups of one broker: {kafka_error_text(error)}")
+        listings = [(g.group_id, state_name(g.state), type_name(g.type)) for g in result.valid]
+    if group_type is None or group_type.lower() == "share":
+        listings += [(g, s, "share") for g, s in list_share_groups(opts)]
+    listings.sort()
     if group_type is not None:
-        listings = [g for g in listings if type_name(g.type) == group_type.lower()]
+        listings = [g for g in listings if g[2] == group_type.lower()]
     if wanted:
-        listings = [g for g in listings if state_name(g.state) in wanted]
+        listings = [g for g in listings if g[1] in wanted]
     if state is None:
         for g in listings:
-            out.print(g.group_id, markup=False, highlight=False)
+            out.print(g[0], markup=False, highlight=False)
         return
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
     for col in ("GROUP", "STATE", "TYPE"):
         table.add_column(col)
     for g in listings:
-        table.add_row(g.group_id, state_name(g.state), type_name(g.type))
+        table.add_row(*g)
+    print_table(table)
+
+
+# --------------------------------------------------------------------------------------------
+# share groups (KIP-932): Strom's wire client, librdkafka's admin client has no share APIs
+# --------------------------------------------------------------------------------------------
+
+LIST_GROUPS, FIND_COORDINATOR = 16, 10
+SHARE_GROUP_DESCRIBE, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 90
+
+
+def _share_cluster(opts: ClientOptions) -> Any | None:
+    from strom.cli.wire import connect_cluster
+
+    try:
+        return connect_cluster(opts.bootstrap, opts.command_config, opts.timeout)
+    except UsageError as exc:  # not PLAINTEXT: share groups cannot be reached
+        warn_line(f"share groups are left out: {exc}")
+        return None
+
+
+def list_share_groups(opts: ClientOptions) -> list[tuple[str, str]]:
+    """(group, state) of every share group, from every broker (ListGroups v5, type share)."""
+    cluster = _share_cluster(opts)
+    if cluster is None:
+        return []
+    found: dict[str, str] = {}
+    try:
+        for broker_id in sorted(cluster.brokers):
+            conn = cluster.conn(broker_id)
+            if conn.versions.get(LIST_GROUPS, (0, 0))[1] < 5:
+                continue  # no group types before v5: a broker without share groups
+            r = conn.call(LIST_GROUPS, 5, {"states_filter": [], "types_filter": ["share"]})
+            if r.error_code:
+                warn_line(f"cannot list the share groups of broker {broker_id}: error "
+                          f"{r.error_code}")
+            found.update({g.group_id: g.group_state for g in r.groups if g.group_type == "share"})
+    finally:
+        cluster.close()
+    return sorted(found.items())
+
+
+@dataclass
+class ShareView:
+    group_id: str
+    state: str
+    coordinator: str
+    assignor: str
+    members: list[Any]
+    offsets: list[tuple[str, int, int, int]]  # (topic, partition, start offset, lag); -1: none
+
+
+def describe_share_group(opts: ClientOptions, group: str) -> ShareView | None:
+    """A share group's members and start offsets (None: no share group of that name)."""
+    from strom.cli.wire import error_name
+
+    cluster = _share_cluster(opts)
+    if cluster is None:
+        return None
+    try:
+        conn = cluster.any_conn()
+        if conn.versions.get(SHARE_GROUP_DESCRIBE) is None:
+            return None  # a broker without share groups
+        found = conn.call(FIND_COORDINATOR, conn.version(FIND_COORDINATOR, 4, "FindCoordinator"),
+                          {"key_type": 0, "coordinator_keys": [group]}).coordinators[0]
+        if found.error_code or found.node_id not in cluster.brokers:
+            return None
+        conn = cluster.conn(found.node_id)
+        (desc,) = conn.call(SHARE_GROUP_DESCRIBE, 1, {
+            "group_ids": [group], "include_authorized_operations": False}).groups
+        if desc.error_code == GROUP_ID_NOT_FOUND:
+            return None
+        if desc.error_code:
+            raise CliError(f"cannot describe share group '{group}': {error_name(desc.error_code)}"
+                           f"{': ' + desc.error_message if desc.error_message else ''}")
+        (offsets,) = conn.call(DESCRIBE_SHARE_GROUP_OFFSETS, 1, {
+            "groups": [{"group_id": group, "topics": None}]}).groups
+        rows = [(t.topic_name, p.partition_index, p.start_offset, p.lag)
+                for t in offsets.topics for p in t.partitions if not p.error_code]
+        return ShareView(group, desc.group_state, f"{found.host}:{found.port} ({found.node_id})",
+                         desc.assignor_name or "-", list(desc.members), sorted(rows))
+    finally:
+        cluster.close()
+
+
+def _print_share(view: ShareView, what: str) -> None:
+    table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
+    if what == "state":
+        for col in ("GROUP", "COORDINATOR (ID)", "ASSIGNMENT-STRATEGY", "STATE", "TYPE",
+                    "#MEMBERS"):
+            table.add_column(col, justify="right" if col == "#MEMBERS" else "left")
+        table.add_row(view.group_id, view.coordinator, view.assignor, view.state, "share",
+                      str(len(view.members)))
+    elif what == "members":
+        for col in ("GROUP", "CONSUMER-ID", "HOST", "CLIENT-ID", "#PARTITIONS", "ASSIGNMENT"):
+            table.add_column(col, justify="right" if col == "#PARTITIONS" else "left")
+        for m in view.members:
+            tps = m.assignment.topic_partitions if m.assignment else []
+            assignment = ", ".join(f"{t.topic_name}({','.join(map(str, sorted(t.partitions)))})"
+                                   for t in sorted(tps, key=lambda t: t.topic_name)) or "-"
+            table.add_row(view.group_id, m.member_id, m.client_host, m.client_id,
+                          str(sum(len(t.partitions) for t in tps)), assignment)
+    else:
+        if not view.members:
+            out.print(f"Share group '{view.group_id}' has no active members.", markup=False)
+        if not view.offsets:
+            out.print(f"Share group '{view.group_id}' has not started on any partition.",
+                      markup=False)
+            return
+        for col in ("GROUP", "TOPIC", "PARTITION", "START-OFFSET", "LAG"):
+            table.add_column(col, justify="left" if col in ("GROUP", "TOPIC") else "right")
+        for topic, partition, start, lag in view.offsets:
+            table.add_row(view.group_id, topic, str(partition), "-" if start < 0 else str(start),
+                          "-" if lag < 0 else str(lag))
     print_table(table)
 
 
@@ -213,10 +335,16 @@ def describe(
     opts = ClientOptions(bootstrap_server, command_config, timeout)
     admin, _ = make_admin(opts)
     for i, group in enumerate(groups):
-        view = describe_group(admin, opts, group, offsets=not state and not members)
-        assert view is not None
         if i:
             out.print()
+        view = describe_group(admin, opts, group, offsets=not state and not members,
+                              missing_ok=True)
+        if view is None:  # not a consumer group: a share group?
+            share = describe_share_group(opts, group)
+            if share is None:
+                raise CliError(f"Consumer group '{group}' does not exist.")
+            _print_share(share, "state" if state else "members" if members else "offsets")
+            continue
         if state:
             _print_state(view)
         elif members:
