@@ -102,7 +102,7 @@ def list_(
             warn_line(f"cannot list the groups of one broker: {kafka_error_text(error)}")
         listings = [(g.group_id, state_name(g.state), type_name(g.type)) for g in result.valid]
     if group_type is None or group_type.lower() == "share":
-        listings += [(g, s, "share") for g, s in list_share_groups(opts)]
+        listings += [(g, s, "share") for g, s in list_share_groups(opts, quiet=group_type is None)]
     listings.sort()
     if group_type is not None:
         listings = [g for g in listings if g[2] == group_type.lower()]
@@ -128,19 +128,21 @@ LIST_GROUPS, FIND_COORDINATOR = 16, 10
 SHARE_GROUP_DESCRIBE, DESCRIBE_SHARE_GROUP_OFFSETS = 77, 90
 
 
-def _share_cluster(opts: ClientOptions) -> Any | None:
+def _share_cluster(opts: ClientOptions, *, quiet: bool = False) -> Any | None:
     from strom.cli.wire import connect_cluster
 
     try:
         return connect_cluster(opts.bootstrap, opts.command_config, opts.timeout)
     except UsageError as exc:  # not PLAINTEXT: share groups cannot be reached
-        warn_line(f"share groups are left out: {exc}")
+        if not quiet:
+            warn_line(f"share groups are left out: {exc}")
         return None
 
 
-def list_share_groups(opts: ClientOptions) -> list[tuple[str, str]]:
-    """(group, state) of every share group, from every broker (ListGroups v5, type share)."""
-    cluster = _share_cluster(opts)
+def list_share_groups(opts: ClientOptions, *, quiet: bool = False) -> list[tuple[str, str]]:
+    """(group, state) of every share group, from every broker (ListGroups v5, type share);
+    `quiet`: nothing said when the listener is not PLAINTEXT (share groups left out)."""
+    cluster = _share_cluster(opts, quiet=quiet)
     if cluster is None:
         return []
     found: dict[str, str] = {}
@@ -173,7 +175,7 @@ def describe_share_group(opts: ClientOptions, group: str) -> ShareView | None:
     """A share group's members and start offsets (None: no share group of that name)."""
     from strom.cli.wire import error_name
 
-    cluster = _share_cluster(opts)
+    cluster = _share_cluster(opts, quiet=True)
     if cluster is None:
         return None
     try:
