@@ -395,7 +395,7 @@ def build_share_partitions(node: Node, groups: GroupCoordinator, persister: Rout
 
     def member_removed(group_id: str, member_id: str) -> None:
         sessions.close_member(group_id, member_id)
-        manager.release_member(group_id, member_id)
+        manager.release_member(group_id, member_id, group_left=not sessions.has_group(group_id))
 
     def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
         if not leader:

@@ -100,13 +100,20 @@ async def _acknowledge(broker: Broker, group_id: str, member_id: str, acks: Acks
             entry[key], entry[message] = int(exc.code), exc.message
 
 
+def _release(broker: Broker, group_id: str, member_id: str) -> None:
+    """The member's session here ended: its records here are released, and the group's share
+    partitions forgotten when it was the group's last session here."""
+    broker.share_partitions.release_member(group_id, member_id,
+                                           group_left=not broker.share_sessions.has_group(group_id))
+
+
 def _on_disconnect(broker: Broker, group_id: str, member_id: str,
                    connection_id: int) -> Callable[[], None]:
     """As Kafka: when the connection that opened a share session closes, the session ends and
     the records its member holds here are released at once (not after their locks expire)."""
     def closed() -> None:
         if broker.share_sessions.close_connection(group_id, member_id, connection_id):
-            broker.share_partitions.release_member(group_id, member_id)
+            _release(broker, group_id, member_id)
 
     return closed
 
@@ -139,7 +146,7 @@ async def share_fetch(broker: Broker, ctx: RequestContext,
     await _acknowledge(broker, group_id, member_id, acks, refused, answer, fetch=True)
     if epoch == FINAL_EPOCH:
         broker.share_sessions.close(group_id, member_id)
-        broker.share_partitions.release_member(group_id, member_id)
+        _release(broker, group_id, member_id)
     else:
         await _fetch(broker, session, request, refused, answer)
     return {"throttle_time": 0, "error_code": 0, "error_message": None,
@@ -218,7 +225,7 @@ async def share_acknowledge(broker: Broker, ctx: RequestContext,
     await _acknowledge(broker, group_id, member_id, acks, refused, answer, fetch=False)
     if epoch == FINAL_EPOCH:
         broker.share_sessions.close(group_id, member_id)
-        broker.share_partitions.release_member(group_id, member_id)
+        _release(broker, group_id, member_id)
     return {"throttle_time": 0, "error_code": 0, "error_message": None,
             "acquisition_lock_timeout": _settings_lock_ms(broker, group_id),
             "responses": answer.topics(fetch=False), "node_endpoints": []}

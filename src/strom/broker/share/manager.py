@@ -36,6 +36,7 @@ from strom.storage.log import PartitionLog
 log = logging.getLogger(__name__)
 
 UNINITIALIZED = -1
+FENCED = frozenset({ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH})
 
 
 class PartitionLogs:
@@ -110,6 +111,8 @@ class SharePartitionManager:
         self._held: dict[SharePartitionKey, Held] = {}
         self._loading: dict[SharePartitionKey, asyncio.Future[Held]] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # background writes, kept alive
+        # the latest background write of each share partition: a reload waits for it
+        self._writing: dict[SharePartitionKey, asyncio.Task[None]] = {}
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -141,6 +144,9 @@ class SharePartitionManager:
             loading = self.loop.create_future()
             self._loading[key] = loading
             try:
+                writing = self._writing.get(key)
+                if writing is not None:  # what the dropped instance still writes comes first
+                    await asyncio.wait([writing])
                 held = await self._load(key, topic, leader_epoch)
                 self._held[key] = held
                 loading.set_result(held)
@@ -299,8 +305,19 @@ class SharePartitionManager:
                 start = held.partition.start_offset
             if start < 0 and not batches:
                 return
-            await self.persister.write(held.key, held.state_epoch, held.leader_epoch, start,
-                                       batches, held.partition.delivery_complete_count)
+            try:
+                await self.persister.write(held.key, held.state_epoch, held.leader_epoch,
+                                           start, batches,
+                                           held.partition.delivery_complete_count)
+            except KafkaError as exc:
+                if exc.code in FENCED:
+                    # As Kafka: the state was replaced (an admin reset or deleted it, another
+                    # leader wrote it): forget this copy, the next fetch reads the new state.
+                    if self._held.get(held.key) is held:
+                        self.drop(held.key)
+                else:  # not written: the next write carries these changes again
+                    held.partition.restore_changes(start, batches)
+                raise
             held.start_written = True
         if batches:
             self.logs.waiters.notify((held.topic, held.key.partition))
@@ -318,12 +335,18 @@ class SharePartitionManager:
                                           dead, held.settings)
             held.partition.dead_lettered(dead.first_offset, dead.last_offset)
 
-    def release_member(self, group_id: str, member_id: str) -> None:
-        """A member left its group or closed its session: its records are available again."""
+    def release_member(self, group_id: str, member_id: str, group_left: bool = False) -> None:
+        """A member left its group or closed its session: its records are available again.
+        `group_left`: no member of the group has a share session here any more; as Kafka's
+        onGroupEmpty, the group's share partitions are forgotten once their last changes are
+        written, so the next fetch reads their state again (an admin may reset or delete it
+        meanwhile through the group coordinator, which may be another broker)."""
         now = self.now_ms()
         for held in self.in_flight(group_id):
             if held.partition.release_member(member_id, now):
                 self._persist_later(held)
+        if group_left:
+            self.drop_group(group_id)
 
     def _persist_later(self, held: Held) -> None:
         async def run() -> None:
@@ -336,7 +359,14 @@ class SharePartitionManager:
 
         task = self.loop.create_task(run(), name=f"share-persist-{held.topic}")
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._writing[held.key] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            self._tasks.discard(t)
+            if self._writing.get(held.key) is t:
+                del self._writing[held.key]
+
+        task.add_done_callback(done)
 
     # -- lock expiry and redelivery delays -----------------------------------------------------
 

@@ -527,6 +527,13 @@ class SharePartition:
                 _append_batch(out, max(r.first, first), min(r.last, last), state, count)
         return start, out
 
+    def restore_changes(self, start: int, batches: list[StateBatch]) -> None:
+        """A write of what `take_changes` gave failed: the next one carries it again (with
+        whatever state those offsets have by then)."""
+        if start >= 0:
+            self._start_dirty = True
+        self._dirty.extend((b.first_offset, b.last_offset) for b in batches)
+
     def move_start_offset(self, offset: int) -> None:
         """The log start advanced (retention, DeleteRecords) or an admin reset the start:
         records below `offset` leave the in-flight state; a move back resets all of it."""

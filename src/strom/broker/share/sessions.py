@@ -98,6 +98,10 @@ class ShareSessionCache:
         session.advance()
         return session
 
+    def has_group(self, group_id: str) -> bool:
+        """Whether a member of the group has a share session here."""
+        return any(g == group_id for g, _ in self._sessions)
+
     def close(self, group_id: str, member_id: str) -> ShareSession | None:
         return self._sessions.pop((group_id, member_id), None)
 
