@@ -30,6 +30,7 @@ from strom.broker.share.manager import SharePartitionManager
 from strom.broker.share.sessions import ShareSessionCache
 from strom.broker.share.settings import group_settings
 from strom.broker.share_persister import RoutingPersister
+from strom.cluster.client import BrokerClients
 from strom.cluster.controller import LocalController
 from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo, MetadataImage
 from strom.cluster.metadata_log import MetadataLog
@@ -178,7 +179,8 @@ def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
     transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop)
     share_coordinator = build_share_coordinator(node, loop, replicas)
     persister = RoutingPersister(node, share_coordinator)
-    share_partitions, share_sessions = build_share_partitions(node, groups, persister, loop)
+    share_partitions, share_sessions = build_share_partitions(node, groups, persister, loop,
+                                                              replicas)
     return Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
                      producer_ids=producer_ids, share_coordinator=share_coordinator,
                      share_persister=persister, share_partitions=share_partitions,
@@ -378,19 +380,39 @@ def build_share_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
 _background: set[asyncio.Task[None]] = set()  # tasks kept alive until they finish
 
 
+def build_dead_letter_writer(node: Node, persister: RoutingPersister,
+                             replicas: ReplicaManager | None) -> DeadLetterWriter:
+    """Dead letters written as acks=-1 producers write them: to a dead-letter partition led
+    elsewhere over the inter-broker client, for as long as the share state's writes are
+    retried."""
+    if replicas is None:  # a single node leads every partition
+        return DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms)
+
+    async def replicated(topic: str, partition: int, offset: int, timeout_s: float) -> int:
+        return await replicas.wait_for_replication((topic, partition), offset, timeout_s)
+
+    clients = BrokerClients(f"strom-share-dlq-{node.broker_id}",
+                            node.config.get("replica.socket.timeout.ms") / 1000,
+                            node.inter_broker)
+    return DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms,
+                            clients=clients, replication=replicated,
+                            deadline_s=persister.deadline_s,
+                            request_timeout_ms=node.config.get("replica.socket.timeout.ms"))
+
+
 def build_share_partitions(node: Node, groups: GroupCoordinator, persister: RoutingPersister,
-                           loop: asyncio.AbstractEventLoop
+                           loop: asyncio.AbstractEventLoop, replicas: ReplicaManager | None = None
                            ) -> tuple[SharePartitionManager, ShareSessionCache]:
     """The share partitions this broker leads and the share sessions of its members: a member
     fenced by the group coordinator (session timeout) loses its session here and its records
-    become available again (a member that leaves keeps its sessions until it closes them); a partition whose leadership moves away is forgotten (its state is in
-    the share coordinator)."""
+    become available again (a member that leaves keeps its sessions until it closes them); a
+    partition whose leadership moves away is forgotten (its state is in the share
+    coordinator)."""
     configs = groups.group_configs
     manager = SharePartitionManager(
         node.broker_id, node.image, node.partitions, persister,
         lambda group_id: group_settings(configs.for_group(group_id)),
-        DeadLetterWriter(node.broker_id, node.image, node.partitions, node.now_ms), node.now_ms,
-        loop)
+        build_dead_letter_writer(node, persister, replicas), node.now_ms, loop)
     sessions = ShareSessionCache(node.config.get("group.share.max.share.sessions"))
 
     def member_removed(group_id: str, member_id: str) -> None:

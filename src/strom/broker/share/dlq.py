@@ -8,18 +8,29 @@ only when `errors.deadletterqueue.copy.record.enable` is true (Kafka's default c
 As in Kafka, the topic must exist, start with the broker's
 `errors.deadletterqueue.topic.name.prefix` and have `errors.deadletterqueue.group.enable=true`;
 otherwise the records are archived without a dead letter (and an ERROR line says so).
+
+The dead letters are written as a producer with acks=-1 would: appended here when this broker
+leads the dead-letter partition, else sent to its leader in a Produce request over the
+inter-broker client, and in a cluster acknowledged once the partition's in-sync replicas have
+them. Leader changes, missing leaders, too few in-sync replicas, timeouts and unreachable
+brokers are retried with a short backoff for at most `deadline_s`; then the records are
+archived without their dead letters, with an ERROR line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from strom.broker.share.partition import DeadLetter
 from strom.broker.share.settings import ShareSettings
+from strom.cluster.client import BrokerClients, BrokerConnectionError
 from strom.cluster.image import MetadataImage
 from strom.common.waiters import WaiterRegistry
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, ProtocolError
 from strom.record import CorruptRecordError, Record, build_batch, decode_records, iter_batches
 from strom.storage.errors import StorageError
 from strom.storage.log import PartitionLog
@@ -35,6 +46,18 @@ HEADER_GROUP = "__dlq.errors.group"
 HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
 HEADER_MESSAGE = "__dlq.errors.message"
 GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # the topic config that permits a DLQ
+PRODUCE_VERSION = 9  # topics by name, flexible
+BACKOFF_S = 0.1
+MAX_BACKOFF_S = 1.0
+# What a producer retries: the leader moved or is not known yet, too few in-sync replicas, a
+# timeout (a broker that cannot be reached is retried too).
+RETRIABLE = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
+                       ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.FENCED_LEADER_EPOCH,
+                       ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                       ErrorCode.REQUEST_TIMED_OUT, ErrorCode.KAFKA_STORAGE_ERROR})
+
+# Waits until a partition's in-sync replicas have `offset` (a cluster's acks=all); an error code.
+Replication = Callable[[str, int, int, float], Awaitable[int]]
 
 
 class Logs(Protocol):
@@ -44,12 +67,25 @@ class Logs(Protocol):
 
 
 class DeadLetterWriter:
+    """`clients` reach the other brokers (None: a single node) and `replication` waits for the
+    in-sync replicas of a partition this broker leads (None: nothing to wait for)."""
+
     def __init__(self, broker_id: int, image: MetadataImage, logs: Logs,
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int], *, clients: BrokerClients | None = None,
+                 replication: Replication | None = None, deadline_s: float = 10.0,
+                 request_timeout_ms: int = 30000) -> None:
         self.broker_id = broker_id
         self.image = image
         self.logs = logs
         self.now_ms = now_ms
+        self.clients = clients
+        self.replication = replication
+        self.deadline_s = deadline_s
+        self.request_timeout_ms = request_timeout_ms
+
+    def close(self) -> None:
+        if self.clients is not None:
+            self.clients.close()
 
     async def write(self, group_id: str, topic: str, partition: int, dead: DeadLetter,
                     settings: ShareSettings) -> None:
@@ -71,12 +107,6 @@ class DeadLetterWriter:
             log.error("%s archived without a dead letter: %s", what, refused)
             return
         target = partition % len(dlq.partitions)
-        state = dlq.partitions.get(target)
-        plog = self.logs.get(name, target)
-        if state is None or plog is None or state.leader != self.broker_id:
-            log.error("%s archived without a dead letter: %s-%d is led by broker %s, not this "
-                      "one", what, name, target, None if state is None else state.leader)
-            return
         now = self.now_ms()
         copies = self._source_records(topic, partition, dead) if settings.dlq_copy_record else {}
         records = []
@@ -88,15 +118,76 @@ class DeadLetterWriter:
                        (HEADER_MESSAGE, dead.reason.encode())]
             records.append(Record(i, now, None if source is None else source.key,
                                   None if source is None else source.value, headers))
+        batch = build_batch(records)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.deadline_s
+        backoff = BACKOFF_S
+        while True:
+            code, reason, where = await self._write_once(name, target, batch, deadline)
+            if code == ErrorCode.NONE:
+                log.info("%s written to the dead-letter topic %s-%d%s", what, name, target,
+                         where)
+                return
+            if code not in RETRIABLE or loop.time() + backoff > deadline:
+                log.error("%s archived without a dead letter: writing to %s-%d failed%s: %s",
+                          what, name, target, where, reason)
+                return
+            log.debug("%s: writing to %s-%d failed%s, retrying: %s", what, name, target, where,
+                      reason)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _write_once(self, name: str, target: int, batch: bytes,
+                          deadline: float) -> tuple[int, str, str]:
+        """One attempt, where the image says the leader is: (error code, reason, where)."""
+        topic = self.image.topics.get(name)
+        state = topic.partitions.get(target) if topic is not None else None
+        if state is None:
+            return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "the partition is gone", ""
+        if state.leader == self.broker_id:
+            return await self._append_here(name, target, batch, deadline)
+        leader = self.image.brokers.get(state.leader)
+        where = f" (on broker {state.leader})"
+        if leader is None or self.clients is None:
+            return ErrorCode.LEADER_NOT_AVAILABLE, "it has no live leader", where
+        remaining_ms = max(1, int((deadline - asyncio.get_running_loop().time()) * 1000))
+        timeout_ms = min(self.request_timeout_ms, remaining_ms)
+        client = self.clients.get(leader.broker_id, leader.host, leader.port)
         try:
-            plog.append(memoryview(bytearray(build_batch(records))),
-                        leader_epoch=state.leader_epoch, now_ms=now, origin=ORIGIN_COORDINATOR)
+            response = await client.request(ApiKey.PRODUCE, PRODUCE_VERSION, {
+                "transactional_id": None, "acks": -1, "timeout": timeout_ms,
+                "topic_data": [{"name": name, "partition_data": [
+                    {"index": target, "records": batch}]}]},
+                timeout_s=timeout_ms / 1000 + 5)
+        except (BrokerConnectionError, ProtocolError) as exc:
+            return ErrorCode.REQUEST_TIMED_OUT, str(exc), where
+        for t in response.responses:
+            for p in t.partition_responses:
+                return int(p.error_code), p.error_message or ErrorCode(p.error_code).name, where
+        return ErrorCode.UNKNOWN_SERVER_ERROR, "Produce answered without the partition", where
+
+    async def _append_here(self, name: str, target: int, batch: bytes,
+                           deadline: float) -> tuple[int, str, str]:
+        """Append to the partition this broker leads, as Produce with acks=-1 would."""
+        topic = self.image.topics.get(name)
+        state = topic.partitions.get(target) if topic is not None else None
+        plog = self.logs.get(name, target)
+        if state is None or plog is None or state.leader != self.broker_id:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER, "this broker no longer leads it", ""
+        if self.replication is not None and len(state.isr) < plog.config.min_insync_replicas:
+            return (ErrorCode.NOT_ENOUGH_REPLICAS,
+                    f"{len(state.isr)} in-sync replicas, fewer than min.insync.replicas", "")
+        try:
+            result = plog.append(memoryview(bytearray(batch)), leader_epoch=state.leader_epoch,
+                                 now_ms=self.now_ms(), origin=ORIGIN_COORDINATOR)
         except StorageError as exc:
-            log.error("%s archived without a dead letter: writing to %s-%d failed: %s", what,
-                      name, target, exc)
-            return
+            return exc.error_code, str(exc), ""
         self.logs.waiters.notify((name, target))
-        log.info("%s written to the dead-letter topic %s-%d", what, name, target)
+        if self.replication is None:
+            return ErrorCode.NONE, "", ""
+        remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        code = await self.replication(name, target, result.last_offset + 1, remaining)
+        return code, "" if code == ErrorCode.NONE else ErrorCode(code).name, ""
 
     def _source_records(self, topic: str, partition: int, dead: DeadLetter) -> dict[int, Record]:
         plog = self.logs.get(topic, partition)
