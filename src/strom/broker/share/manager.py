@@ -73,6 +73,12 @@ class Held:
     # False while the share coordinator holds start offset -1 ("not known yet", as Kafka
     # writes it first): the first write then carries the start offset this broker chose
     start_written: bool = True
+    # the partition's latest leader epoch known to be this broker's uninterrupted leadership
+    # (`leader_epoch` stays the one the state was read with)
+    seen_epoch: int = -1
+
+    def __post_init__(self) -> None:
+        self.seen_epoch = max(self.seen_epoch, self.leader_epoch)
 
 
 def _read_window(plog: PartitionLog, offset: int, max_bytes: int, limit: int,
@@ -135,10 +141,14 @@ class SharePartitionManager:
         key = SharePartitionKey(group_id, topic_id, partition)
         topic, leader_epoch, _plog = self._leader_log(topic_id, partition)
         held = self._held.get(key)
-        if held is not None and held.leader_epoch == leader_epoch:
+        if held is not None and held.seen_epoch != leader_epoch:
+            if await self._led_meanwhile(held):
+                self.drop(key)  # leadership moved away and back: reload what was written
+            else:
+                held.seen_epoch = max(held.seen_epoch, leader_epoch)
+        held = self._held.get(key)
+        if held is not None:
             return held
-        if held is not None:  # leadership moved away and back: reload what was written
-            self.drop(key)
         loading = self._loading.get(key)
         if loading is None:
             loading = self.loop.create_future()
@@ -185,6 +195,22 @@ class SharePartitionManager:
         if sp.start_offset < plog.log_start_offset:  # retention or DeleteRecords moved on
             sp.move_start_offset(plog.log_start_offset)
         return Held(key, topic, sp, state_epoch, leader_epoch, settings)
+
+    async def _led_meanwhile(self, held: Held) -> bool:
+        """The partition's leader epoch moved while this broker leads it: did another leader
+        take up the share partition meanwhile? Losing leadership drops a share partition
+        (`drop_partition`), but a broker may see the leadership leave and come back as one
+        change, and in ZooKeeper mode the epoch also moves when the controller shrinks the ISR
+        (a follower died) — reloading then would forget the records members hold. Another
+        leader's read records its higher leader epoch with the share coordinator."""
+        try:
+            summary = await self.persister.read_summary(held.key)
+        except KafkaError as exc:
+            log.info("share group %s: reloading %s-%d (its leader epoch moved and the share "
+                     "coordinator cannot say by whom: %s)", held.key.group_id, held.topic,
+                     held.key.partition, exc)
+            return True
+        return summary.leader_epoch > held.leader_epoch
 
     def _reset_offset(self, plog: PartitionLog, reset: str) -> int:
         if reset == "earliest":
