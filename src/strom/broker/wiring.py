@@ -347,6 +347,9 @@ class ShareStateReplication:
     def __init__(self, replicas: ReplicaManager) -> None:
         self.replicas = replicas
 
+    def check(self, partition: int) -> int:
+        return self.replicas.min_isr_error((SHARE_STATE_TOPIC, partition))
+
     async def wait(self, partition: int, offset: int, timeout_s: float) -> int:
         return await self.replicas.wait_for_replication((SHARE_STATE_TOPIC, partition), offset,
                                                         timeout_s)

@@ -332,6 +332,17 @@ class ReplicaManager:
 
     # -- acks=all -------------------------------------------------------------------------------
 
+    def min_isr_error(self, key: Key) -> int:
+        """What an acks=all append to a partition this broker leads is refused with before
+        anything is written: NOT_LEADER_OR_FOLLOWER, NOT_ENOUGH_REPLICAS (ISR below
+        min.insync.replicas), or 0."""
+        state = self._state(key)
+        if state is None or key not in self.leaders:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if len(state.isr) < self._min_isr_for(key[0]):
+            return ErrorCode.NOT_ENOUGH_REPLICAS
+        return ErrorCode.NONE
+
     async def wait_for_replication(self, key: Key, required_offset: int,
                                    timeout_s: float) -> int:
         """Wait until the high watermark passes ``required_offset`` (acks=all)."""

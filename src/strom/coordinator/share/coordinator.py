@@ -12,6 +12,10 @@ last snapshot, as a new ShareSnapshot (the whole state); initialization always w
 snapshot and deletion a tombstone. Each record is appended to the log before the request is
 answered, and applied to memory by the same code that replays the log, once the append
 succeeded; in a cluster the answer also waits until the partition's in-sync replicas have it.
+As Kafka's acks=all append, a write is refused before anything is appended or applied while
+the partition's ISR is below its min.insync.replicas. A record appended and applied stays
+applied when the wait for the replicas then fails, as in Kafka's coordinator runtime: memory
+follows the leader's log, and only a leader change, which reloads the partition, can drop it.
 
 Fencing follows Kafka 4.4: a request whose state epoch is below the stored one is
 FENCED_STATE_EPOCH, a leader epoch below the stored one FENCED_LEADER_EPOCH; a read by a new
@@ -89,6 +93,10 @@ class TopicPartitions(Protocol):
 
 class Replication(Protocol):
     """How a write waits for the in-sync replicas of its `__share_group_state` partition."""
+
+    def check(self, partition: int) -> int:
+        """Before appending: NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas
+        (what an acks=all append refuses), else 0."""
 
     async def wait(self, partition: int, offset: int, timeout_s: float) -> int:
         """Wait until `offset` is replicated; returns a Kafka error code (0: done)."""
@@ -294,6 +302,12 @@ class ShareCoordinator:
 
     async def _write(self, shard: ShareShard, record: tuple[bytes, bytes | None]) -> None:
         """Append one record, apply it, and wait for the replicas (in a cluster)."""
+        if self.replication is not None:
+            code = self.replication.check(shard.partition)
+            if code:
+                code = _REPLICATION_ERRORS.get(ErrorCode(code), ErrorCode(code))
+                raise KafkaError(code, f"{SHARE_STATE_TOPIC}-{shard.partition} has fewer "
+                                       "in-sync replicas than min.insync.replicas")
         offset = self.store.append(shard.partition, [record])
         self._replay(shard, offset, rec.decode(*record))
         if self.replication is not None:

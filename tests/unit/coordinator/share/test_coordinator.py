@@ -168,6 +168,34 @@ def test_load_in_progress_and_not_coordinator(env: Env) -> None:
     assert code_of(c.write(KEY, 0, 0, 0, [])) == E.NOT_COORDINATOR
 
 
+class FewReplicas:
+    """A cluster's `Replication` whose partitions are below min.insync.replicas (or not)."""
+
+    def __init__(self) -> None:
+        self.below = True
+
+    def check(self, partition: int) -> int:
+        return E.NOT_ENOUGH_REPLICAS if self.below else E.NONE
+
+    async def wait(self, partition: int, offset: int, timeout_s: float) -> int:
+        return E.NONE
+
+
+def test_nothing_is_written_or_applied_below_min_insync_replicas(env: Env) -> None:
+    c = env.coordinator
+    run(c.initialize(KEY, 0, 0))
+    replicas = c.replication = FewReplicas()
+    before, records = c.state(KEY), env.topic.records(env.partition(KEY))
+    assert code_of(c.write(KEY, 0, 0, 5, [B(5, 9, ACKED, 1)])) == E.COORDINATOR_NOT_AVAILABLE
+    assert code_of(c.initialize(KEY, 1, 7)) == E.COORDINATOR_NOT_AVAILABLE
+    assert code_of(c.delete(KEY)) == E.COORDINATOR_NOT_AVAILABLE
+    assert c.state(KEY) == before
+    assert env.topic.records(env.partition(KEY)) == records
+    replicas.below = False
+    assert code_of(c.write(KEY, 0, 0, 5, [B(5, 9, ACKED, 1)])) == E.NONE
+    assert run(c.read(KEY, 0)).start_offset == 5
+
+
 def test_state_epoch_fencing(env: Env) -> None:
     c = env.coordinator
     run(c.initialize(KEY, 3, 0))
