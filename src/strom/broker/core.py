@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, fields
 
+from strom.broker.metrics.leader_ends import LeaderEnds
 from strom.broker.metrics.stats import BrokerStats
 from strom.broker.partitions import PartitionManager
 from strom.broker.quotas.clients import ClientQuotas
@@ -128,6 +129,8 @@ class Broker(Node):
     metadata_cache_version: int = -1
     # what the broker counts for its metrics; None with metrics.listener empty (nothing counted)
     stats: BrokerStats | None = None
+    # high watermarks asked of other brokers (a cluster's share-group lag); None on one node
+    leader_ends: LeaderEnds | None = None
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,
@@ -142,7 +145,8 @@ class Broker(Node):
                    share_coordinator=share_coordinator, share_persister=share_persister,
                    share_partitions=share_partitions, share_sessions=share_sessions,
                    stats=BrokerStats() if counting else None,
-                   quotas=ClientQuotas.build(node.image, node.config))
+                   quotas=ClientQuotas.build(node.image, node.config),
+                   leader_ends=LeaderEnds(node) if replicas is not None else None)
 
     def next_producer_id(self) -> int:
         return self.producer_ids.next()

@@ -51,12 +51,24 @@ async def _describe_partition(broker: Broker, group: ShareGroup, topic_id: uuid.
         return out
     out.update(start_offset=state.start_offset, leader_epoch=state.leader_epoch)
     topic = broker.image.topics_by_id.get(topic_id)
-    plog = broker.partitions.get(topic.name, partition) if topic is not None else None
-    if plog is not None:  # Kafka's lag: what lies between the start offset and the log end,
+    end = await _latest_offset(broker, topic.name, partition) if topic is not None else None
+    if end is not None:  # Kafka's lag: what lies between the start offset and the log end,
         # less the in-flight records already done
         done = max(state.delivery_complete_count, 0)
-        out["lag"] = max(0, plog.high_watermark - state.start_offset - done)
+        out["lag"] = max(0, end - state.start_offset - done)
     return out
+
+
+async def _latest_offset(broker: Broker, topic: str, partition: int) -> int | None:
+    """The partition's high watermark as its leader has it (Kafka's group coordinator asks the
+    leaders with ListOffsets): this broker's own when it leads, else the leader's answer."""
+    t = broker.image.topics.get(topic)
+    state = t.partitions.get(partition) if t is not None else None
+    plog = broker.partitions.get(topic, partition)
+    if broker.leader_ends is None or (state is not None and state.leader == broker.broker_id):
+        return plog.high_watermark if plog is not None else None
+    ends = await broker.leader_ends.high_watermarks({(topic, partition)})
+    return ends.get((topic, partition))
 
 
 @handles(ApiKey.DESCRIBE_SHARE_GROUP_OFFSETS, 0, 1)

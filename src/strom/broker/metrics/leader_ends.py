@@ -1,16 +1,20 @@
 """High watermarks of partitions this broker holds no replica of, asked of their leaders:
 in a cluster a group's coordinator need not hold every partition the group consumes, and its
-lag is computed all the same."""
+lag is computed all the same (consumer groups in the metrics, share groups in
+DescribeShareGroupOffsets)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
-from strom.broker.core import Broker
 from strom.cluster.client import BrokerClients
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
+
+if TYPE_CHECKING:
+    from strom.broker.core import Node
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +26,7 @@ Key = tuple[str, int]
 
 
 class LeaderEnds:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Node) -> None:
         self._broker = broker
         self._clients = BrokerClients(f"strom-metrics-{broker.broker_id}", TIMEOUT_S,
                                       broker.inter_broker)
