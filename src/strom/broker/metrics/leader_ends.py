@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from strom.cluster.client import BrokerClients
+from strom.cluster.image import MetadataImage
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from strom.broker.core import Node
+from strom.security.client import ClientSecurity
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +24,16 @@ TIMEOUT_S = 3.0  # a scrape does not wait longer for a leader
 Key = tuple[str, int]
 
 
+class Cluster(Protocol):
+    """What LeaderEnds needs of its broker (a `strom.broker.core.Node`)."""
+
+    broker_id: int
+    image: MetadataImage
+    inter_broker: ClientSecurity
+
+
 class LeaderEnds:
-    def __init__(self, broker: Node) -> None:
+    def __init__(self, broker: Cluster) -> None:
         self._broker = broker
         self._clients = BrokerClients(f"strom-metrics-{broker.broker_id}", TIMEOUT_S,
                                       broker.inter_broker)
