@@ -298,3 +298,48 @@ def test_acknowledgements_sent_after_leaving_the_group_count(broker_harness) -> 
     assert final.responses[0].partitions[0].error_code == 0
     b = Member(h, a.topic_id)
     assert _acquired(b.fetch()) == [(2, 2, 2)]  # only the record a never acknowledged
+
+
+def _reset_elsewhere(h, key, start: int) -> None:
+    """What a group coordinator on another broker does for kafka-share-groups --reset-offsets:
+    a new state epoch with the share coordinator, and nothing told to this leader."""
+    persister = h.broker.share_persister
+    summary = h.loop.run_until_complete(persister.read_summary(key))
+    h.loop.run_until_complete(persister.initialize(key, summary.state_epoch + 1, start))
+
+
+def test_the_groups_last_session_here_forgets_its_share_partitions(broker_harness) -> None:
+    """As Kafka's onGroupEmpty: once no member of the group has a share session with this
+    leader, its share partitions are read again from the share coordinator on the next fetch
+    (an admin may have reset them through a group coordinator on another broker)."""
+    h = broker_harness
+    a = Member(h, _setup(h))
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"0", b"1", b"2"))
+    assert _acquired(a.fetch()) == [(0, 2, 1)]
+    b = Member(h, a.topic_id)
+    b.fetch()
+    a.acknowledge([(0, 0, [ACCEPT])])
+    key = next(iter(h.broker.share_partitions.in_flight(GROUP))).key
+    a.fetch(epoch=-1)  # leaves: 1-2 released; b still has a session here
+    assert h.broker.share_partitions.in_flight(GROUP)
+    b.fetch(epoch=-1)
+    assert not h.broker.share_partitions.in_flight(GROUP)
+    h.run(0.01)  # the release is written in the background
+    _reset_elsewhere(h, key, 0)
+    c = Member(h, a.topic_id)
+    assert _acquired(c.fetch()) == [(0, 2, 1)]
+
+
+def test_a_fenced_state_write_forgets_the_share_partition(broker_harness) -> None:
+    h = broker_harness
+    a = Member(h, _setup(h))
+    a.fetch()
+    h.produce("jobs", 0, h.batch(b"0", b"1"))
+    assert _acquired(a.fetch()) == [(0, 1, 1)]
+    key = next(iter(h.broker.share_partitions.in_flight(GROUP))).key
+    _reset_elsewhere(h, key, 1)
+    r = a.acknowledge([(0, 1, [ACCEPT])])
+    assert r.responses[0].partitions[0].error_code == ErrorCode.FENCED_STATE_EPOCH
+    assert not h.broker.share_partitions.in_flight(GROUP)
+    assert _acquired(a.fetch()) == [(1, 1, 1)]  # the new state, read again
