@@ -2,8 +2,9 @@
 
 The broker under test: ``STROM_SHARE_BROKER=strom`` (the default) starts a ``strom broker``
 process, ``STROM_SHARE_BROKER=kafka`` an Apache Kafka 4.4 KRaft node (compat/run_broker.py's
-``Deployment``, Maven Central's jars), both with ``BROKER_SETTINGS`` (Kafka's config names),
-once per session. The tests are written against Kafka 4.4's behaviour and run unchanged on both.
+``Deployment``, Maven Central's jars), ``strom-cluster`` and ``kafka-cluster`` three of either
+(a private ZooKeeper for Strom's), all with ``BROKER_SETTINGS`` (Kafka's config names), once
+per session. The tests are written against Kafka 4.4's behaviour and run unchanged on both.
 
 - ``share_broker``: ``.bootstrap``, ``.kind``; ``share_admin``: topics, group configs, producing
   and reading records (confluent-kafka); ``share_apps``: starts ``ShareApp`` JVMs
@@ -84,10 +85,13 @@ rootLogger.appenderRef.out.ref = OUT
 """
 
 
+KINDS = ("strom", "kafka", "strom-cluster", "kafka-cluster")
+
+
 def broker_kind() -> str:
     kind = os.environ.get(BROKER_ENV, "strom")
-    if kind not in ("strom", "kafka"):
-        raise pytest.UsageError(f"{BROKER_ENV} must be strom or kafka, not {kind!r}")
+    if kind not in KINDS:
+        raise pytest.UsageError(f"{BROKER_ENV} must be one of {', '.join(KINDS)}, not {kind!r}")
     return kind
 
 
@@ -116,10 +120,11 @@ def share_libs() -> Path:
 
 @pytest.fixture(scope="session")
 def share_broker(share_libs: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ShareBroker]:
-    if broker_kind() == "kafka":
-        with run_broker.Deployment("kafka", kafka_libs=share_libs,
+    kind = broker_kind()
+    if kind != "strom":
+        with run_broker.Deployment(kind, kafka_libs=share_libs,
                                    overrides=BROKER_SETTINGS) as deployment:  # fmt: skip
-            yield ShareBroker("kafka", deployment.bootstrap, lambda: deployment.log_tails(80))
+            yield ShareBroker(kind, deployment.bootstrap, lambda: deployment.log_tails(80))
         return
     broker = BrokerProcess(tmp_path_factory.mktemp("share-broker"), name="share-broker")
     broker.start(BROKER_SETTINGS, timeout=START_TIMEOUT)
@@ -163,6 +168,12 @@ class ShareAdmin:
         resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
         for future in self.admin.incremental_alter_configs([resource]).values():
             future.result(timeout=60)
+        # In a cluster the other brokers learn of it a moment later (ZooKeeper watches, KRaft
+        # metadata records), and DescribeConfigs may go to any of them.
+        deadline = time.monotonic() + 30
+        while any(self.group_configs(group).get(k) != v for k, v in configs.items()):
+            assert time.monotonic() < deadline, f"group {group}: configs {configs} not seen"
+            time.sleep(0.1)  # poll interval
 
     def group_configs(self, group: str) -> dict[str, str]:
         resource = ConfigResource(ResourceType.GROUP, group)
