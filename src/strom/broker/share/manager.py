@@ -243,6 +243,11 @@ class SharePartitionManager:
                 held.settings = self.settings(key.group_id)
                 held.partition.config = held.settings.partition
 
+    @property
+    def pending_writes(self) -> int:
+        """State writes still running in the background (releases, lock expiries)."""
+        return len(self._tasks)
+
     def in_flight(self, group_id: str) -> list[Held]:
         return [h for k, h in self._held.items() if k.group_id == group_id]
 

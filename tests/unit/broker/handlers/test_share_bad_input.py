@@ -11,6 +11,7 @@ test_share_groups.py.)
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -69,7 +70,11 @@ def test_acknowledging_after_the_lock_expired(broker_harness) -> None:
     assert a.fetch().acquisition_lock_timeout == 1000
     h.produce("jobs", 0, h.batch(b"slow"))
     assert _acquired(a.fetch()) == [(0, 0, 1)]
-    h.run(1.2)
+    held = next(iter(h.broker.share_partitions.in_flight(GROUP)))
+    deadline = time.monotonic() + 10
+    while held.partition.acquired_count:  # until the broker's lock timer released it
+        assert time.monotonic() < deadline, "the acquisition lock never expired"
+        h.run(0.05)
     assert _ack_error(a.acknowledge([(0, 0, [ACCEPT])])) == ErrorCode.INVALID_RECORD_STATE
     assert _acquired(a.fetch()) == [(0, 0, 2)]
     assert _ack_error(a.acknowledge([(0, 0, [ACCEPT])])) == 0
