@@ -37,14 +37,20 @@ run: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
 
+# The suite runs on PYTEST_WORKERS pytest-xdist workers, each test file whole on one worker;
+# tests/conftest.py keeps the heaviest files (Spark, Streams/Connect, the Java suite, ...) one
+# after another on a single worker. PYTEST_WORKERS=0: everything in one process.
+PYTEST_WORKERS ?= 2
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile
+
 test: $(STAMP) system-deps lint
-	$(BIN)/pytest -q -p no:cacheprovider tests
+	$(BIN)/pytest -q -p no:cacheprovider $(XDIST) tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 integration: $(STAMP) system-deps
-	$(BIN)/pytest -q tests/integration
+	$(BIN)/pytest -q $(XDIST) tests/integration
 
 bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)

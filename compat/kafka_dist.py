@@ -13,11 +13,13 @@ the pom's hash tells a copy made from an older pom (e.g. without kafka-tools) to
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -52,6 +54,24 @@ FRAMEWORKS = JarSet(FRAMEWORKS_POM, DEFAULT_LIBS.parent / "frameworks",
                     f"kafka-streams-{KAFKA_VERSION}.jar")
 
 
+# Maven's local repository is not safe for processes that download into it at the same time
+# (Maven 3.9's cross-process named locks are off by default; Debian's Maven is 3.8): every Maven
+# run that may go online holds this lock (pytest-xdist workers, two sessions on one machine).
+MAVEN_LOCK = Path.home() / ".m2" / ".strom-maven.lock"
+
+
+@contextlib.contextmanager
+def maven_lock() -> Iterator[None]:
+    """Held around a Maven run that may download into ~/.m2 (waits for another one to end)."""
+    MAVEN_LOCK.parent.mkdir(parents=True, exist_ok=True)
+    with open(MAVEN_LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def libs_dir(jars: JarSet = BROKER) -> Path:
     env = os.environ.get(jars.env) if jars.env else None
     return Path(env or str(jars.default_dir)).expanduser()
@@ -81,8 +101,9 @@ def ensure_libs(jars: JarSet = BROKER) -> Path:
         cmd = ["nice", "-n", "10", "mvn", "-q", "-B", "-f", str(jars.pom),
                "dependency:copy-dependencies", "-DincludeScope=runtime",
                f"-DoutputDirectory={tmp}"]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT,
-                              stdin=subprocess.DEVNULL)
+        with maven_lock():
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT,
+                                  stdin=subprocess.DEVNULL)
         if proc.returncode != 0 or not (tmp / jars.sentinel).exists():
             shutil.rmtree(tmp, ignore_errors=True)
             raise RuntimeError(f"fetching Kafka's jars failed ({' '.join(cmd)}):\n"

@@ -50,6 +50,11 @@ _spec = importlib.util.spec_from_file_location("compat_kafka_dist",
 assert _spec is not None and _spec.loader is not None
 kafka_dist = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kafka_dist)
+_spec = importlib.util.spec_from_file_location("compat_ports",
+                                               Path(__file__).resolve().with_name("ports.py"))
+assert _spec is not None and _spec.loader is not None
+ports = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(ports)
 KAFKA_GC = kafka_dist.KAFKA_GC
 KAFKA_HEAP = kafka_dist.KAFKA_HEAP
 KAFKA_CLUSTER_HEAP = ["-Xmx512m", "-Xms512m"]  # three JVMs on a small machine
@@ -65,10 +70,9 @@ class StartError(RuntimeError):
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((HOST, 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago, never handed out twice by this
+    process nor by another pytest-xdist worker (compat/ports.py)."""
+    return int(ports.free_port(HOST))
 
 
 def api_versions_ok(port: int) -> bool:

@@ -19,3 +19,36 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "filterwarnings", r"ignore:(read_text|open_text) is deprecated:DeprecationWarning"
     )
+
+
+# --------------------------------------------------------------------------- pytest-xdist
+
+# `make test` runs the suite on 2 pytest-xdist workers with `--dist loadfile`: each test file runs
+# whole on one worker (its module-scoped brokers, the Java run's shared results). These files are
+# one unit besides: they run one after another on a single worker, never beside each other. They
+# are the ones that load the machine most (Spark, Kafka Streams and Connect JVMs, the Java
+# client's Maven runs, the nemesis) or measure rates (client quotas).
+SERIAL_HEAVY = (
+    "tests/integration/spark/",
+    "tests/integration/frameworks/",
+    "tests/integration/java/",
+    "tests/integration/cluster/test_failover.py",
+    "tests/integration/quotas/test_throttling.py",
+)
+HEAVY_UNIT = "serial-heavy"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """``--dist loadfile``, with the SERIAL_HEAVY files as one unit of work (xdist sends out the
+    units with the most tests first, so this one starts at once)."""
+    if config.getoption("dist", "no") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class Scheduling(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return HEAVY_UNIT if path.startswith(SERIAL_HEAVY) else path
+
+    return Scheduling(config, log)

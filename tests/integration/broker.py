@@ -10,11 +10,11 @@ ignored). That exists only to check the tests themselves against another Kafka-c
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -43,21 +43,24 @@ class BrokerStartError(RuntimeError):
     pass
 
 
-_handed_out: set[int] = set()
+def _load_ports():
+    path = Path(__file__).resolve().parents[2] / "compat" / "ports.py"
+    spec = importlib.util.spec_from_file_location("compat_ports", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_ports = _load_ports()
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago and that this test run has not handed
-    out before: the kernel may offer a just-released port again, and two brokers of one cluster
-    started together then collide (seen in CI: "Address already in use")."""
-    for _ in range(100):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((HOST, 0))
-            port = s.getsockname()[1]
-        if port not in _handed_out:
-            _handed_out.add(port)
-            return port
-    raise RuntimeError("no free port that was not handed out already")
+    """A TCP port on 127.0.0.1 that was free a moment ago and that no process of this test run
+    has handed out before (compat/ports.py): the kernel may offer a just-released port again,
+    and two brokers of one cluster started together then collide (seen in CI: "Address already
+    in use"); under pytest-xdist each worker hands out ports from a range of its own."""
+    return _ports.free_port(HOST)
 
 
 def running_peer() -> str | None:

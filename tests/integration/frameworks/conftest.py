@@ -38,11 +38,15 @@ _MODULE_STARTED = pytest.StashKey[list[JavaProcess]]()
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The first test here fetches the jars on a fresh machine: give it Maven's time."""
+    """On a fresh machine the first test here to run fetches the jars: give it Maven's time.
+    Every test here gets it, since under pytest-xdist the first one to run on a worker need not
+    be the first one collected (and another worker's Maven may hold the Maven lock)."""
+    if dist.is_cached(dist.FRAMEWORKS):
+        return
     here = Path(__file__).parent
-    mine = [i for i in items if here in Path(str(i.path)).parents]
-    if mine and not dist.is_cached(dist.FRAMEWORKS):
-        mine[0].add_marker(pytest.mark.timeout(FIRST_FETCH_TIMEOUT))
+    for item in items:
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.timeout(FIRST_FETCH_TIMEOUT))
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ strict xfails, so the suite turns red when one starts passing (remove it from th
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
@@ -118,14 +119,16 @@ jars = _load("compat_kafka_dist", COMPAT / "kafka_dist.py")
 
 def mvn(args: list[str], log: Path) -> subprocess.CompletedProcess[str]:
     """Maven, offline first (~/.m2 has everything after the first fetch), online when that fails
-    for a missing artifact. Output goes to `log`."""
+    for a missing artifact, holding compat/kafka_dist.py's Maven lock (another pytest-xdist
+    worker may be downloading into ~/.m2). Output goes to `log`."""
     if shutil.which("mvn") is None:
         pytest.fail("mvn is not on PATH: install Java 17+ and Maven (see docs/kafka-java.md)")
     base = ["nice", "-n", "10", "mvn", "-B"]
     done = None
     for offline in (["-o"], []):
-        done = subprocess.run([*base, *offline, *args], capture_output=True, text=True,
-                              timeout=MAVEN_TIMEOUT, stdin=subprocess.DEVNULL)
+        with contextlib.nullcontext() if offline else jars.maven_lock():
+            done = subprocess.run([*base, *offline, *args], capture_output=True, text=True,
+                                  timeout=MAVEN_TIMEOUT, stdin=subprocess.DEVNULL)
         with open(log, "a") as out:
             out.write(f"$ mvn {' '.join([*offline, *args])}\n{done.stdout}{done.stderr}\n")
         if done.returncode == 0 or "offline" not in done.stdout + done.stderr:

@@ -21,11 +21,15 @@ FIRST_FETCH_TIMEOUT = jars.FETCH_TIMEOUT + 120
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The first test of this package fetches the jars on a fresh machine: give it Maven's time."""
+    """On a fresh machine the first test of this package to run fetches the jars: give it Maven's
+    time. Every test of the package gets it, since under pytest-xdist any of them may be the
+    first one on its worker, waiting for the other worker's fetch."""
+    if jars.is_cached():
+        return
     here = Path(__file__).parent
-    mine = [i for i in items if here in Path(str(i.path)).parents]
-    if mine and not jars.is_cached():
-        mine[0].add_marker(pytest.mark.timeout(FIRST_FETCH_TIMEOUT))
+    for item in items:
+        if here in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.timeout(FIRST_FETCH_TIMEOUT))
 
 
 @pytest.fixture(scope="session")
