@@ -236,6 +236,17 @@ def test_ports_are_replaced() -> None:
     assert out[3] == f"strom topics list -b localhost:{b}"
 
 
+def test_brokers_the_pages_start_have_their_own_metrics_port() -> None:
+    """A broker a page starts must set ``metrics.listener`` (a port ``localize`` replaces):
+    on the default, 127.0.0.1:9404, it would fail to start whenever another broker on the
+    machine has that port (another test session; seen once as docs/security.md's 30 s wait
+    for its broker running out)."""
+    missing = [page for page, script, _ in SCRIPTS
+               if re.search(r"^\s*strom broker\b", script, flags=re.M)
+               and "metrics.listener=http://127.0.0.1:" not in script]
+    assert not missing, f"pages that start a broker on the default metrics port: {missing}"
+
+
 def _literal_options(node: ast.AST) -> set[str]:
     return {c.value for c in ast.walk(node)
             if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.startswith("--")}
