@@ -72,6 +72,17 @@ def _isrs_seen_by(address: str, topic: str) -> dict[int, list[int]]:
             for t in meta.topics if t.error_code == 0 for p in t.partitions}
 
 
+def _brokers_seen_by(address: str) -> set[int]:
+    """The registered brokers as this one broker's metadata has it."""
+    host, port = address.rsplit(":", 1)
+    conn = WireConnection(host, int(port), 10)
+    try:
+        meta = conn.call(METADATA, 9, {"topics": [], "allow_auto_topic_creation": False})
+    finally:
+        conn.close()
+    return {b.node_id for b in meta.brokers}
+
+
 def _in_sync(bootstrap: str, name: str, partitions: int, rf: int) -> bool:
     parts = _partitions(bootstrap, name)
     return len(parts) == partitions and all(
@@ -218,8 +229,17 @@ def test_leader_cut_off_from_zookeeper_loses_no_acknowledged_write(make_cluster)
     try:
         victim = cluster.broker(3)
         victim.stop()
+        # Each broker learns of registrations from ZooKeeper's watches, the controller too: a
+        # topic created while the controller has seen broker 3 leave but not come back fails with
+        # INVALID_REPLICATION_FACTOR (seen once, on a loaded machine), though another broker's
+        # metadata already showed 3 brokers. So: gone everywhere, then back everywhere.
+        peers = [cluster.broker(i).bootstrap for i in (1, 2)]
+        wait_for(lambda: all(3 not in _brokers_seen_by(b) for b in peers), 30,
+                 "broker 3 gone from the others' metadata")
         victim.start({**victim.overrides,
                       "zookeeper.connect": f"127.0.0.1:{proxy.port}/{chroot}"})
+        wait_for(lambda: all(_brokers_seen_by(b.bootstrap) == {1, 2, 3} for b in cluster.brokers),
+                 30, "broker 3 registered again, on every broker")
         # 3 partitions on 3 brokers: Kafka's placement makes each broker the leader of one
         _create(cluster, "zp", 3, 3, {"min.insync.replicas": "2"})
         wait_for(lambda: any(p.leader == 3 for p in _partitions(cluster.bootstrap, "zp").values()),

@@ -67,6 +67,9 @@ class AdminTest extends CompatTest {
   void createDescribeDeleteTopic() throws Exception {
     String topic = uniqueTopic("admin-cdd");
     admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1))).all().get(T, TimeUnit.SECONDS);
+    // Kafka's broker applies the controller's commit a moment after createTopics returns (seen
+    // once on a loaded machine: listTopics without the new topic), as createTopic's callers wait
+    awaitLeaders(topic, 3);
     assertTrue(admin.listTopics().names().get(T, TimeUnit.SECONDS).contains(topic));
     TopicDescription d = describe(topic);
     assertEquals(topic, d.name());
