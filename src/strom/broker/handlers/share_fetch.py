@@ -213,12 +213,12 @@ async def share_acknowledge(broker: Broker, ctx: RequestContext,
                             request: ShareAcknowledgeRequest) -> dict[str, Any]:
     group_id, member_id = request.group_id or "", request.member_id or ""
     if not allowed(broker, ctx, Op.READ, Res.GROUP, group_id):
-        return _ack_error(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
+        return _error(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     epoch = request.share_session_epoch
     try:
         broker.share_sessions.for_acknowledge(group_id, member_id, epoch)
     except KafkaError as exc:
-        return _ack_error(exc.code, exc.message)
+        return _error(exc.code, exc.message)
     acks = _acks(request.topics)
     refused = _refused_topics(broker, ctx, {tp[0] for tp in acks})
     answer = _Answer()
@@ -229,8 +229,3 @@ async def share_acknowledge(broker: Broker, ctx: RequestContext,
     return {"throttle_time": 0, "error_code": 0, "error_message": None,
             "acquisition_lock_timeout": _settings_lock_ms(broker, group_id),
             "responses": answer.topics(fetch=False), "node_endpoints": []}
-
-
-def _ack_error(code: int, message: str | None) -> dict[str, Any]:
-    return {"throttle_time": 0, "error_code": int(code), "error_message": message,
-            "acquisition_lock_timeout": 0, "responses": [], "node_endpoints": []}

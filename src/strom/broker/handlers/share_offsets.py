@@ -108,6 +108,12 @@ async def describe_share_group_offsets(broker: Broker, ctx: RequestContext,
     return {"throttle_time": 0, "groups": groups}
 
 
+def _failed(code: int, message: str | None) -> dict[str, Any]:
+    """An Alter/DeleteShareGroupOffsets answer refused as a whole."""
+    return {"throttle_time": 0, "error_code": int(code), "error_message": message,
+            "responses": []}
+
+
 def _empty_group(broker: Broker, group_id: str) -> ShareGroup:
     group = broker.groups.share.share_group(group_id)
     if not group.is_empty:
@@ -120,16 +126,12 @@ def _empty_group(broker: Broker, group_id: str) -> ShareGroup:
 @handles(ApiKey.ALTER_SHARE_GROUP_OFFSETS, 0, 0)
 async def alter_share_group_offsets(broker: Broker, ctx: RequestContext,
                                     request: AlterShareGroupOffsetsRequest) -> dict[str, Any]:
-    def fail(code: int, message: str | None) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": int(code), "error_message": message,
-                "responses": []}
-
     if not allowed(broker, ctx, Op.READ, Res.GROUP, request.group_id):
-        return fail(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
+        return _failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     try:
         group = _empty_group(broker, request.group_id)
     except KafkaError as exc:
-        return fail(exc.code, exc.message)
+        return _failed(exc.code, exc.message)
     responses = []
     for t in request.topics:
         topic = broker.image.topics.get(t.topic_name)
@@ -169,16 +171,12 @@ async def _reset(broker: Broker, group: ShareGroup, topic_id: uuid.UUID, name: s
 @handles(ApiKey.DELETE_SHARE_GROUP_OFFSETS, 0, 0)
 async def delete_share_group_offsets(broker: Broker, ctx: RequestContext,
                                      request: DeleteShareGroupOffsetsRequest) -> dict[str, Any]:
-    def fail(code: int, message: str | None) -> dict[str, Any]:
-        return {"throttle_time": 0, "error_code": int(code), "error_message": message,
-                "responses": []}
-
     if not allowed(broker, ctx, Op.DELETE, Res.GROUP, request.group_id):
-        return fail(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
+        return _failed(ErrorCode.GROUP_AUTHORIZATION_FAILED, None)
     try:
         group = _empty_group(broker, request.group_id)
     except KafkaError as exc:
-        return fail(exc.code, exc.message)
+        return _failed(exc.code, exc.message)
     responses = []
     for t in request.topics:
         topic_id = _topic_id(broker, t.topic_name)
