@@ -331,7 +331,7 @@ class Deployment:
             config = work / "server.properties"
             config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
             fmt = [java, "-cp", classpath, "kafka.tools.StorageTool", "format", *fmt_mode,
-                   "-t", cluster_id, "-c", str(config)]  # fmt: skip
+                   f"--cluster-id={cluster_id}", "-c", str(config)]  # fmt: skip (an id may start with -)
             formats.append(subprocess.Popen(fmt, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, text=True))  # fmt: skip
             cmd = [java, *heap, *KAFKA_GC, "-cp", classpath, "kafka.Kafka", str(config)]
