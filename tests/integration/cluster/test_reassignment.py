@@ -151,7 +151,7 @@ def test_raise_replication_factor_and_move_partitions_under_acks_all_load(make_c
 
     for producer in producers.values():
         acked = producer.total_acked()
-        wait_for(lambda p=producer, a=acked: p.total_acked() >= a + 200, 60,
+        wait_for(lambda p=producer, a=acked: p.total_acked() >= a + 200, 120,
                  "progress on the new replicas")
     for topic, producer in producers.items():
         left = producer.stop()
