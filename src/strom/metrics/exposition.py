@@ -4,8 +4,8 @@ own thread.
 
 It answers ``GET``/``HEAD /metrics`` and nothing else: other paths get 404, other methods
 405, both as one line of text (no listing, no traceback). Connections are bounded: at most
-``MAX_SCRAPES`` at once (more are closed at once) and each must send its request within
-``SOCKET_TIMEOUT_S``.
+``MAX_SCRAPES`` at once (more get a ``503`` with ``Retry-After`` and are closed at once) and
+each must send its request within ``SOCKET_TIMEOUT_S``.
 """
 
 from __future__ import annotations
@@ -27,6 +27,11 @@ MAX_SCRAPES = 8
 SOCKET_TIMEOUT_S = 10.0
 
 StartResponse = Callable[..., Any]
+
+_BUSY_TEXT = b"too many scrapes at once: retry shortly\n"
+BUSY_RESPONSE = (b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+                 b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+                 % (len(_BUSY_TEXT), _BUSY_TEXT))
 
 
 def metrics_app(registry: CollectorRegistry) -> Callable[[dict[str, Any], StartResponse],
@@ -83,7 +88,8 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         if not self._slots.acquire(blocking=False):
-            self.shutdown_request(request)  # too many at once: this one is closed
+            _answer_busy(request)  # too many at once: told so and closed, never waited on
+            self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
@@ -99,6 +105,17 @@ class _BoundedServer(ThreadingMixIn, WSGIServer):
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         log.debug("metrics connection from %s failed", client_address, exc_info=True)
+
+
+def _answer_busy(request: socket.socket) -> None:
+    """A 503 in one non-blocking send (it fits any socket buffer): a scraper over the bound
+    learns why, and the accept loop never waits on it."""
+    try:
+        request.setblocking(False)
+        request.send(BUSY_RESPONSE)
+        request.recv(65536)  # what the scraper already sent: read, so the close is no reset
+    except OSError:
+        pass  # the scraper is gone or its window is full: closing says enough
 
 
 class _BoundedServer6(_BoundedServer):

@@ -11,7 +11,6 @@ import time
 from ..kafka_tools.tools import rows
 from .conftest import unique
 
-# Share groups are not in Strom yet: these run only when asked for (remove this line once they pass).
 WAIT = 60.0
 
 
@@ -33,6 +32,12 @@ def test_kafka_share_groups(share_broker, share_admin, share_apps, kafka_tools):
 
     def table(*args: str) -> list[list[str]]:
         return rows(tool(*args).stdout)
+
+    def state_and_members() -> list[str]:
+        out = tool("--describe", "--group", group, "--state").stdout
+        lines = rows(out)
+        assert len(lines) == 2 and lines[0][3:] == ["STATE", "#MEMBERS"], out
+        return lines[1][3:]
 
     a = share_admin.create_topic(unique("tools-a"))
     b = share_admin.create_topic(unique("tools-b"), partitions=2)
@@ -93,7 +98,7 @@ def test_kafka_share_groups(share_broker, share_admin, share_apps, kafka_tools):
             f"GroupNotEmptyException: Share group '{group}' is not EMPTY.") in refused.stdout  # fmt: skip
 
     assert app.finish() == 0
-    until(lambda: table("--describe", "--group", group, "--state")[1][3:] == ["Empty", "0"], WAIT, "Empty")
+    until(lambda: state_and_members() == ["Empty", "0"], WAIT, "Empty")
     assert f"Share group '{group}' has no active members." in tool("--describe", "--group", group, "--members").stderr
 
     dry = table("--reset-offsets", "--group", group, "--to-earliest", "--topic", a, "--dry-run")
@@ -109,7 +114,7 @@ def test_kafka_share_groups(share_broker, share_admin, share_apps, kafka_tools):
     assert sorted(d.value for d in again.deliveries()) == ["a0", "a1", "a2", "b1", "b2"]
     assert {d.delivery_count for d in again.deliveries()} == {1}
     assert again.finish() == 0
-    until(lambda: table("--describe", "--group", group, "--state")[1][3:] == ["Empty", "0"], WAIT, "Empty")
+    until(lambda: state_and_members() == ["Empty", "0"], WAIT, "Empty")
 
     assert table("--delete-offsets", "--group", group, "--topic", b) == [["TOPIC", "STATUS"], [b, "Successful"]]
     assert table("--delete-offsets", "--group", group, "--topic", "no-such-topic") == [
