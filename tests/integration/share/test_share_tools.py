@@ -33,8 +33,10 @@ def test_kafka_share_groups(share_broker, share_admin, share_apps, kafka_tools):
     def table(*args: str) -> list[list[str]]:
         return rows(tool(*args).stdout)
 
-    def state_and_members() -> list[str]:
+    def state_and_members() -> list[str] | None:
         out = tool("--describe", "--group", group, "--state").stdout
+        if "failed due to org.apache.kafka.common.errors.TimeoutException" in out:
+            return None  # the tool's own deadline passed on a loaded machine: ask again
         lines = rows(out)
         assert len(lines) == 2 and lines[0][3:] == ["STATE", "#MEMBERS"], out
         return lines[1][3:]
