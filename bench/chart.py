@@ -114,7 +114,7 @@ def from_results(
                     unit=m.unit if m.unit in HIGHER_IS_BETTER | LOWER_IS_BETTER else "",
                     subject=report.cell(by_broker.get(subject, ()), m).stat,
                     peers=tuple(report.cell(by_broker.get(p, ()), m).stat for p in names),
-                    judged=m.target is not None,
+                    judged=bool(report.applicable(m, names)),
                 )
             )
     return ChartData(title, subject, names, tuple(entries))

@@ -58,6 +58,9 @@ class Target:
     kind: str
     value: float
     ref: str | None = None
+    # The peer a ratio target compares with, by its label ("Tansu", "Kafka"); None: the first
+    # peer of the sitting. A target whose peer did not run is left out of the table.
+    peer: str | None = None
 
     def describe(self, peer: str, unit: str = "") -> str:
         v = f"{self.value:g}"
@@ -104,7 +107,7 @@ class Metric:
     label: str
     unit: str = ""
     digits: int = 1
-    target: Target | None = None
+    target: Target | tuple[Target, ...] | None = None  # one goal, or one per peer
     # Key into refs of the client's ceiling for this row: the notes then say how close each
     # broker came to it, so a client-bound result reads as such.
     ceiling: str | None = None
@@ -114,6 +117,12 @@ class Metric:
     # Key of the metric holding the client process's CPU use (% of a core) during this phase:
     # the notes show it, since a client near 100% is the bottleneck.
     client_cpu: str | None = None
+
+    @property
+    def targets(self) -> tuple[Target, ...]:
+        if self.target is None:
+            return ()
+        return self.target if isinstance(self.target, tuple) else (self.target,)
 
 
 @dataclass(frozen=True)
@@ -162,13 +171,13 @@ class Row:
     subject: str
     peers: tuple[str, ...]  # each peer's cell, in the table's order
     ratios: tuple[str, ...]  # subject/peer for each peer
-    target: str
-    verdict: str  # "pass", "FAIL", "?" or ""
+    target: str  # every goal of the row, "; "-separated
+    verdict: str  # "pass", "FAIL", "?" or "" per goal, "; "-separated like the targets
     notes: str
 
     @property
     def peer(self) -> str:
-        """The first peer's cell: the one the ratio targets are judged against."""
+        """The first peer's cell (ratio goals that name no peer are judged against it)."""
         return self.peers[0] if self.peers else ""
 
     @property
@@ -180,6 +189,12 @@ def _names(peers: str | Sequence[str]) -> tuple[str, ...]:
     return (peers,) if isinstance(peers, str) else tuple(peers)
 
 
+def applicable(metric: Metric, peers: Sequence[str]) -> tuple[Target, ...]:
+    """The metric's goals this sitting can judge: a ratio goal needs its peer to have run."""
+    return tuple(t for t in metric.targets
+                 if not t.kind.startswith("ratio") or (t.peer or (peers[0] if peers else "")) in peers)
+
+
 def build_rows(
     scenarios: Sequence[ScenarioRows],
     runs: Mapping[str, Mapping[str, Sequence[Outcome]]],
@@ -187,11 +202,10 @@ def build_rows(
     peers: str | Sequence[str],
     refs: Mapping[str, float],
 ) -> list[Row]:
-    """One :class:`Row` per scenario metric, in order, with a ratio per peer and the verdict.
+    """One :class:`Row` per scenario metric, in order, with a ratio per peer and the verdicts.
 
-    A target that compares with a peer (``ratio_min``/``ratio_max``) is judged against the
-    first peer, which its text names: the targets were set against Tansu, whom the harness
-    puts first whenever it runs.
+    A target that compares with a peer (``ratio_min``/``ratio_max``) is judged against the peer
+    it names (or the first peer if it names none), and is left out when that peer did not run.
     """
     names = _names(peers)
     rows = []
@@ -204,14 +218,14 @@ def build_rows(
             ps = [cell(by_broker.get(name, ()), m) for name in names]
             sm = s.stat.median if s.stat else None
             pms = [p.stat.median if p.stat else None for p in ps]
-            verdict, target = "", ""
-            if m.target is not None:
-                judge = names[0] if names else ""
-                target = m.target.describe(judge, m.unit)
-                ok = m.target.check(sm, pms[0] if pms else None, refs)
-                verdict = "?" if ok is None else ("pass" if ok else "FAIL")
-                if s.text.startswith("FAILED"):
-                    verdict = "FAIL"
+            goals, verdicts = [], []
+            for t in applicable(m, names):
+                judge = t.peer or (names[0] if names else "")
+                pm = pms[names.index(judge)] if judge in names else None
+                ok = t.check(sm, pm, refs)
+                goals.append(t.describe(judge, m.unit))
+                verdicts.append("FAIL" if s.text.startswith("FAILED")
+                                else "?" if ok is None else "pass" if ok else "FAIL")
             everyone = [(subject, s), *zip(names, ps, strict=True)]
             notes = []
             if s.note and all(c.note == s.note for _, c in everyone):
@@ -250,8 +264,8 @@ def build_rows(
                     subject=s.text,
                     peers=tuple(p.text for p in ps),
                     ratios=tuple(format_ratio(ratio(sm, pm)) for pm in pms),
-                    target=target,
-                    verdict=verdict,
+                    target="; ".join(goals),
+                    verdict="; ".join(verdicts),
                     notes="; ".join(notes),
                 )
             )
@@ -295,11 +309,12 @@ def markdown_table(rows: Sequence[Row], subject: str, peers: str | Sequence[str]
 
 
 def verdict_summary(rows: Sequence[Row]) -> str:
-    judged = [r for r in rows if r.verdict]
-    passed = sum(r.verdict == "pass" for r in judged)
-    failed = [r for r in judged if r.verdict == "FAIL"]
-    unknown = sum(r.verdict == "?" for r in judged)
+    """How many goals were met, counting each goal of a row with several."""
+    judged = [v for r in rows if r.verdict for v in r.verdict.split("; ")]
+    passed = judged.count("pass")
+    failed = judged.count("FAIL")
+    unknown = judged.count("?")
     text = f"Targets met: {passed} of {len(judged)}"
     if unknown:
         text += f" ({unknown} could not be judged)"
-    return text + "." if not failed else text + f"; missed: {len(failed)}."
+    return text + "." if not failed else text + f"; missed: {failed}."

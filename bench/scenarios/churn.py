@@ -5,8 +5,9 @@ from __future__ import annotations
 from bench.admin import create_topic
 from bench.brokers import BrokerProcess
 from bench.config import Sizes
-from bench.report import Metric, Outcome, ScenarioRows, Target
+from bench.report import Metric, Outcome, ScenarioRows
 from bench.scenarios.base import Context, Scenario, measured
+from bench.targets import RSS_GOALS, TANSU, at_most
 
 RECORD_SIZE = 100
 
@@ -23,12 +24,12 @@ class Churn(Scenario):
             self.name,
             title,
             (
-                Metric("total_s", "total time", "s", 2, Target("ratio_max", 1.0)),
+                Metric("total_s", "total time", "s", 2, at_most(1.0, TANSU)),
                 Metric("per_conn_ms", "per connection", "ms", 1),
                 Metric("median_ms", "per connection, median", "ms", 2),
                 Metric("slow", "producers over 50 ms (librdkafka's 100 ms metadata retry)", "", 0),
                 Metric("cpu_s", "broker CPU", "s", 2),
-                Metric("rss_mb", "broker peak RSS", "MB", 0, Target("max", 300)),
+                Metric("rss_mb", "broker peak RSS", "MB", 0, RSS_GOALS),
             ),
         )
 

@@ -40,11 +40,11 @@ from bench.brokers import BrokerError, BrokerProcess, BrokerSpec
 from bench.clientproc import run_job
 from bench.kafka_peer import load_dist
 from bench.procstat import cpu_delta
-from bench.report import Metric, Outcome, ScenarioRows, Target
+from bench.report import Metric, Outcome, ScenarioRows
 from bench.scenarios.base import MB, Context, Scenario, io_timeout
+from bench.targets import RSS_GOALS
 
 KIB = 1024
-RSS_LIMIT_MB = 300
 TOOL_FETCH_BYTES = 1_048_576  # the perf tools' --fetch-size default (their fetch.max.bytes)
 CLIENT_FETCH_BYTES = 52_428_800  # the Java client's own fetch.max.bytes default
 TOOL_HEAP = ["-Xmx256M"]  # kafka-run-class.sh's heap for the tools (KAFKA_HEAP_OPTS unset)
@@ -160,7 +160,7 @@ class ShareConsume(Scenario):
                 "µs",
                 2,
             ),
-            Metric("rss_mb", "broker peak RSS", "MB", 0, Target("max", RSS_LIMIT_MB)),
+            Metric("rss_mb", "broker peak RSS", "MB", 0, RSS_GOALS),
         ]
         return ScenarioRows(self.name, f"{self.title} ({n:,} records)", tuple(metrics))
 

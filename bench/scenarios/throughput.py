@@ -16,9 +16,9 @@ from bench.scenarios.base import (
     measured,
     start_job,
 )
+from bench.targets import RATE_GOALS, RSS_GOALS
 
 KIB = 1024
-RSS_LIMIT_MB = 300
 
 
 def ceiling_keys(size: int) -> tuple[str, str]:
@@ -52,7 +52,7 @@ class Throughput(Scenario):
 
     def rows(self, sizes: Sizes) -> ScenarioRows:
         big = self.size >= KIB
-        twice = Target("ratio_min", 2.0)
+        twice = RATE_GOALS
         rps_ref, mbs_ref = ceiling_keys(self.size)
         metrics = [
             Metric(
@@ -94,7 +94,7 @@ class Throughput(Scenario):
                 client_cpu="consume_client_pct",
             ),
             Metric("consume_rpcpu", "consume", "records/broker-CPU-s", 0, twice),
-            Metric("rss_mb", "broker peak RSS", "MB", 0, Target("max", RSS_LIMIT_MB)),
+            Metric("rss_mb", "broker peak RSS", "MB", 0, RSS_GOALS),
         ]
         return ScenarioRows(
             self.name, f"{self.title} ({self.count(sizes):,} records)", tuple(metrics)

@@ -190,7 +190,7 @@ def test_two_peers_round_trip_through_the_report() -> None:
     )
     assert text.startswith("# Strom vs. Tansu and Kafka - 2026-11-27 13:00")
     assert "| Strom/Tansu | Strom/Kafka | Target |" in text
-    assert "Targets that compare with a peer are judged against Tansu." in text
+    assert "A target that compares with a peer names it" in text
     title = chart.title_from_report(text)
     assert title.startswith(
         "Strom vs. Tansu and Kafka - 2026-11-27 13:00 (tansu 0.6.0, kafka 4.4.0)"

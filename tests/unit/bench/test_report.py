@@ -138,3 +138,30 @@ def test_rows_with_two_peers_judge_ratio_targets_against_the_first() -> None:
     rows = build_rows([sc], runs, "S", ["T", "K"], {})
     assert rows[0].peers[1] == "FAILED (1/1)" and rows[0].ratios[1] == "-"
     assert rows[0].verdict == "pass" and "K: no jars" in rows[0].notes
+
+
+def test_a_row_can_have_a_goal_per_peer_and_each_counts() -> None:
+    sc = ScenarioRows(
+        "p",
+        "produce 1 KiB",
+        (
+            Metric("mbs", "produce", "MB/s", target=(Target("ratio_min", 2.0, peer="T"),
+                                                     Target("ratio_min", 1.0, peer="K"))),
+            Metric("rss", "RSS", "MB", 0, (Target("max", 300), Target("ratio_max", 0.25, peer="K"))),
+        ),
+    )
+    runs = {
+        "p": {
+            "S": [Outcome({"mbs": 300.0, "rss": 90.0})],
+            "T": [Outcome({"mbs": 100.0, "rss": 30.0})],
+            "K": [Outcome({"mbs": 600.0, "rss": 300.0})],
+        }
+    }
+    rows = build_rows([sc], runs, "S", ["T", "K"], {})
+    assert rows[0].target == ">= 2x T; >= 1x K" and rows[0].verdict == "pass; FAIL"
+    assert rows[1].target == "<= 300 MB; <= 0.25x K" and rows[1].verdict == "pass; FAIL"
+    assert verdict_summary(rows) == "Targets met: 2 of 4; missed: 2."
+    # a goal against a peer that did not run is left out; the others stay
+    rows = build_rows([sc], {"p": {k: v for k, v in runs["p"].items() if k != "K"}}, "S", ["T"], {})
+    assert rows[0].target == ">= 2x T" and rows[1].target == "<= 300 MB"
+    assert verdict_summary(rows) == "Targets met: 2 of 2."
