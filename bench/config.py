@@ -66,6 +66,7 @@ class Sizes:
     churn_connections: int
     huge_partitions: int
     share_records: int  # 1 KiB records preloaded for the share-group scenario
+    warmup_records: int  # 1 KiB records through each broker before a steady-state scenario
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
@@ -85,6 +86,7 @@ FULL = Sizes(
     churn_connections=200,
     huge_partitions=10_000,
     share_records=200_000,
+    warmup_records=200_000,
 )
 
 QUICK = Sizes(
@@ -101,4 +103,5 @@ QUICK = Sizes(
     churn_connections=200,
     huge_partitions=10_000,
     share_records=50_000,
+    warmup_records=30_000,
 )

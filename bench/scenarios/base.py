@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.admin import create_topic
 from bench.brokers import BrokerError, BrokerProcess, BrokerSpec
 from bench.clientproc import ClientError, ClientJob
-from bench.config import Sizes
+from bench.config import PARTITIONS, Sizes
 from bench.procstat import cpu_delta
 from bench.report import Outcome, ScenarioRows
 
@@ -30,6 +31,10 @@ class Scenario:
     name = ""
     title = ""
     needs_broker = True
+    # Steady-state scenarios first push ``sizes.warmup_records`` through every broker: a JVM
+    # broker compiles its hot paths in the first seconds, and a user compares brokers that
+    # have been up for a while, not ones measured during their own start.
+    warm_up = False
 
     def rows(self, sizes: Sizes) -> ScenarioRows:
         raise NotImplementedError
@@ -41,7 +46,10 @@ class Scenario:
         try:
             broker.start()
             broker.wait_ready(ctx.ready_timeout)
-            self.body(broker, ctx, out)
+            if self.warm_up and ctx.sizes.warmup_records:
+                out.failed = warm(broker, ctx.sizes.warmup_records)
+            if not out.failed:
+                self.body(broker, ctx, out)
             if broker.proc is not None and broker.proc.poll() is None:
                 rss = broker.peak_rss_bytes() / MB
                 out.metrics["rss_mb"] = max(rss, out.metrics.get("rss_mb", 0.0))
@@ -61,6 +69,25 @@ class Scenario:
 
     def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
         raise NotImplementedError
+
+
+WARMUP_TOPIC = "bench-warmup"
+
+
+def warm(broker: BrokerProcess, records: int) -> str | None:
+    """Produce ``records`` of 1 KiB to a topic of its own and read them back; None, or what
+    went wrong (the run then fails with it)."""
+    create_topic(broker.bootstrap, WARMUP_TOPIC, PARTITIONS)
+    timeout = io_timeout(records, 1024)
+    job = {"job": "produce", "topic": WARMUP_TOPIC, "size": 1024, "count": records, "acks": 1}
+    res, _ = measured(broker, job, timeout)
+    if res["failed"]:
+        return f"warm-up: {res['failed']} records not delivered ({res['first_error']})"
+    res, _ = measured(broker, {"job": "consume", "topic": WARMUP_TOPIC, "expected": records},
+                      timeout)  # fmt: skip
+    if res["problem"] or res["errors"]:
+        return f"warm-up: {res['problem'] or res['first_error']}"
+    return None
 
 
 def measured(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> tuple[dict, float]:

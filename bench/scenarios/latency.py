@@ -15,6 +15,7 @@ RECORD_SIZE = 1024
 
 
 class Latency(Scenario):
+    warm_up = True
     name = "e2e-latency"
 
     def title_for(self, sizes: Sizes) -> str:

@@ -36,6 +36,7 @@ def size_label(size: int) -> str:
 
 
 class Throughput(Scenario):
+    warm_up = True
     def __init__(self, name: str, size: int, acks: int | str, count_field: str) -> None:
         self.name = name
         self.size = size
