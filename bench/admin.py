@@ -6,22 +6,43 @@ import time
 
 from bench.brokers import topic_ready
 
+# Kafka's controller refuses a request that makes more than max.records.per.user.op (10,000)
+# metadata records, one per partition plus the topic's (POLICY_VIOLATION): a broker that says
+# so gets the topic in steps instead, CreateTopics and then CreatePartitions, as a Kafka user
+# would do it. Tansu has no CreatePartitions, so the steps are only taken when needed.
+PARTITIONS_PER_REQUEST = 5_000
+
 
 def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 60.0) -> float:
     """Create ``name`` and wait until Metadata shows every partition with a leader.
 
     Returns the seconds from the request to that point.
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
     admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     t0 = time.monotonic()
     deadline = t0 + timeout
-    fut = admin.create_topics(
-        [NewTopic(name, partitions, 1)], request_timeout=timeout, operation_timeout=timeout
-    )[name]
-    fut.result(timeout=timeout)
+    def create(count: int) -> None:
+        fut = admin.create_topics(
+            [NewTopic(name, count, 1)], request_timeout=timeout, operation_timeout=timeout
+        )[name]
+        fut.result(timeout=timeout)
+
+    first = partitions
+    try:
+        create(partitions)
+    except KafkaException as e:
+        if e.args[0].code() != KafkaError.POLICY_VIOLATION or partitions <= PARTITIONS_PER_REQUEST:
+            raise
+        first = PARTITIONS_PER_REQUEST
+        create(first)
+    for total in range(first + PARTITIONS_PER_REQUEST, partitions + PARTITIONS_PER_REQUEST,
+                       PARTITIONS_PER_REQUEST):  # fmt: skip
+        grow = admin.create_partitions([NewPartitions(name, min(total, partitions))],
+                                       request_timeout=timeout, operation_timeout=timeout)
+        grow[name].result(timeout=max(1.0, deadline - time.monotonic()))
     while True:
         try:
             md = admin.list_topics(name, timeout=max(0.1, min(10.0, deadline - time.monotonic())))
