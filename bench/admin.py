@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 from bench.brokers import topic_ready
 
@@ -13,15 +14,23 @@ from bench.brokers import topic_ready
 PARTITIONS_PER_REQUEST = 5_000
 
 
-def create_topic(bootstrap: str, name: str, partitions: int, timeout: float = 60.0) -> float:
+def create_topic(
+    bootstrap: str,
+    name: str,
+    partitions: int,
+    timeout: float = 60.0,
+    security: Mapping[str, str] | None = None,
+) -> float:
     """Create ``name`` and wait until Metadata shows every partition with a leader.
 
-    Returns the seconds from the request to that point.
+    ``security`` holds the client settings of the broker's listener besides bootstrap.servers
+    (:attr:`bench.brokers.BrokerProcess.security`: SSL's, or none). Returns the seconds from the
+    request to that point.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
-    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **(security or {}), "log_level": 0})
     t0 = time.monotonic()
     deadline = t0 + timeout
     def create(count: int) -> None:

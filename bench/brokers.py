@@ -11,15 +11,18 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from bench import procstat
+from bench.tls import TlsFiles
 
 READY_MARKER = "listening"  # both Strom and Tansu print a line containing it when ready
 
@@ -28,41 +31,70 @@ class BrokerError(RuntimeError):
     """The broker did not start, did not become ready in time, or died."""
 
 
+class Command(Protocol):
+    """Builds a broker's argv: its clients' listener on ``port`` (SSL with ``tls``, else
+    PLAINTEXT), its data under ``data_dir``."""
+
+    def __call__(self, port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]: ...
+
+
+class Prepare(Protocol):
+    """Runs once before a broker's first start (Kafka: its config and storage format)."""
+
+    def __call__(self, port: int, data_dir: Path, tls: TlsFiles | None = None) -> None: ...
+
+
 @dataclass(frozen=True)
 class BrokerSpec:
     """How to launch one kind of broker.
 
-    ``command(port, data_dir)`` builds the argv. ``persistent`` says whether the broker keeps its
-    data across a restart (Tansu's memory storage does not). ``prepare(port, data_dir)``, if
-    given, runs once before the first start (Kafka writes its config and formats its storage).
-    ``ready_marker`` is the log line that says the broker listens; a broker that prints none
-    (Kafka logs nothing below ERROR without a log4j2 config) is asked ApiVersions instead.
+    ``command(port, data_dir, tls=None)`` builds the argv. ``persistent`` says whether the broker
+    keeps its data across a restart (Tansu's memory storage does not). ``prepare(port,
+    data_dir, tls=None)``, if given, runs once before the first start (Kafka writes its config
+    and formats its storage). ``ready_marker`` is the log line that says the broker listens; a
+    broker that prints none (Kafka logs nothing below ERROR without a log4j2 config) is asked
+    ApiVersions instead. With ``tls`` the clients' listener on ``port`` is SSL, from the PEM key
+    store of those files; ``no_tls`` says why a broker cannot do that (None: it can).
     """
 
     label: str
     kind: str  # "strom", "tansu" or "kafka"
-    command: Callable[[int, Path], list[str]]
+    command: Command
     persistent: bool
     version: str = ""
     notes: str = ""
     env: dict[str, str] = field(default_factory=dict)
-    prepare: Callable[[int, Path], None] | None = None
+    prepare: Prepare | None = None
     ready_marker: str | None = READY_MARKER
+    no_tls: str | None = None
+
+
+def strom_settings(port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
+    """Strom's per-run ``--override`` settings: one listener on ``port``, PLAINTEXT or, with
+    ``tls``, SSL from a PEM key store (docs/security.md), and ``log.dirs`` under ``data_dir``."""
+    if tls is None:
+        listener = [f"listeners=PLAINTEXT://127.0.0.1:{port}"]
+    else:
+        listener = [
+            f"listeners=SSL://127.0.0.1:{port}",
+            "ssl.keystore.type=PEM",
+            f"ssl.keystore.location={tls.keystore}",
+        ]
+    return [
+        *listener,
+        f"log.dirs={data_dir / 'logs'}",
+        "metrics.listener=http://127.0.0.1:0",  # on, as by default; --strom-override wins
+    ]
 
 
 def strom_spec(
     exe: str, config: str | None = None, overrides: Sequence[str] = (), label: str = "Strom"
 ) -> BrokerSpec:
-    def command(port: int, data_dir: Path) -> list[str]:
+    def command(port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
         argv = [exe, "broker"]
         if config:
             argv += ["--config", config]
-        for item in (
-            f"listeners=PLAINTEXT://127.0.0.1:{port}",
-            f"log.dirs={data_dir / 'logs'}",
-            "metrics.listener=http://127.0.0.1:0",  # on, as by default; --strom-override wins
-            *overrides,
-        ):
+        for item in (*strom_settings(port, data_dir, tls), *overrides):
             argv += ["--override", item]
         return argv
 
@@ -71,8 +103,18 @@ def strom_spec(
     )
 
 
+# Tansu 0.6.0's `broker --help` lists --cert and --key ("Transport Layer Security
+# Certificate/Key"), but they change nothing about the Kafka listener: started with --cert (a
+# PEM certificate, or key and certificate; listener URL tcp://, tls:// or ssl://) or with --key
+# (the two together are refused), it still answers ApiVersions in plaintext, and a TLS
+# ClientHello gets no reply (checked on 2026-11-27).
+TANSU_NO_TLS = "Tansu 0.6.0 has no TLS listener (its --cert/--key leave the listener plaintext)"
+
+
 def tansu_spec(binary: str, label: str = "Tansu", version: str = "") -> BrokerSpec:
-    def command(port: int, data_dir: Path) -> list[str]:
+    def command(port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
+        if tls is not None:
+            raise BrokerError(TANSU_NO_TLS)
         url = f"tcp://127.0.0.1:{port}"
         return [
             binary,
@@ -93,6 +135,7 @@ def tansu_spec(binary: str, label: str = "Tansu", version: str = "") -> BrokerSp
         version=version,
         notes="memory storage",
         env={"RUST_LOG": "warn"},
+        no_tls=TANSU_NO_TLS,
     )
 
 
@@ -102,17 +145,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def api_versions_ok(port: int, timeout: float = 1.0) -> bool:
+def api_versions_ok(port: int, timeout: float = 1.0, tls: ssl.SSLContext | None = None) -> bool:
     """Whether the broker answers ApiVersions v0 without error: it serves requests, not just
-    accepts connections (Kafka binds its port well before it processes anything)."""
+    accepts connections (Kafka binds its port well before it processes anything). With ``tls``
+    the request goes over a TLS connection made with that context (an SSL listener)."""
     client_id = b"strom-bench"
     body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-            s.sendall(struct.pack(">i", len(body)) + body)
-            head = _recv_exact(s, 4)
-            payload = _recv_exact(s, struct.unpack(">i", head)[0])
-    except (OSError, EOFError, struct.error):
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout) as raw:
+            s = raw if tls is None else tls.wrap_socket(raw, server_hostname="127.0.0.1")
+            try:
+                s.sendall(struct.pack(">i", len(body)) + body)
+                head = _recv_exact(s, 4)
+                payload = _recv_exact(s, struct.unpack(">i", head)[0])
+            finally:
+                if s is not raw:
+                    s.close()
+    except (OSError, EOFError, struct.error):  # ssl.SSLError is an OSError
         return False
     if len(payload) < 6:
         return False
@@ -161,10 +210,17 @@ def _port_open(port: int) -> bool:
 
 
 class BrokerProcess:
-    """One broker instance: a process, a port and a fresh data directory that it owns."""
+    """One broker instance: a process, a port and a fresh data directory that it owns.
 
-    def __init__(self, spec: BrokerSpec, workdir: Path) -> None:
+    With ``tls`` the broker's clients' listener on :attr:`port` is SSL: :attr:`security` holds
+    the client settings every client of this broker needs (the readiness probe, the harness's
+    admin client and the client jobs use them)."""
+
+    def __init__(self, spec: BrokerSpec, workdir: Path, tls: TlsFiles | None = None) -> None:
+        if tls is not None and spec.no_tls:
+            raise BrokerError(spec.no_tls)
         self.spec = spec
+        self.tls = tls
         self.data_dir = Path(tempfile.mkdtemp(prefix=f"{spec.label.lower()}-", dir=workdir))
         self.port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
@@ -178,6 +234,11 @@ class BrokerProcess:
         return f"127.0.0.1:{self.port}"
 
     @property
+    def security(self) -> dict[str, str]:
+        """librdkafka settings besides bootstrap.servers: none for PLAINTEXT, SSL's with tls."""
+        return self.tls.client_config() if self.tls is not None else {}
+
+    @property
     def pid(self) -> int:
         assert self.proc is not None, "broker not started"
         return self.proc.pid
@@ -189,7 +250,7 @@ class BrokerProcess:
         if self.proc is not None and self.proc.poll() is None:
             raise BrokerError("already running")
         if self._starts == 0 and self.spec.prepare is not None:
-            self.spec.prepare(self.port, self.data_dir)
+            self.spec.prepare(self.port, self.data_dir, tls=self.tls)
         self._starts += 1
         self._log_path = self.data_dir / f"broker-{self._starts}.log"
         self._log_seen, self._log_tail_bytes, self._marker_found = 0, b"", False
@@ -198,7 +259,7 @@ class BrokerProcess:
         self.started_at = time.monotonic()
         try:
             self.proc = subprocess.Popen(
-                self.spec.command(self.port, self.data_dir),
+                self.spec.command(self.port, self.data_dir, tls=self.tls),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -217,11 +278,12 @@ class BrokerProcess:
         back-off never inflates the measured start-up time.
         """
         deadline = time.monotonic() + timeout
+        context = self.tls.client_context() if self.tls is not None else None
         while True:
             self._check_alive()
             if self.spec.ready_marker is None:
                 if listening(self.port) and api_versions_ok(
-                    self.port, timeout=max(0.05, min(1.0, deadline - time.monotonic()))
+                    self.port, max(0.05, min(1.0, deadline - time.monotonic())), context
                 ):
                     break
             elif self._marker_seen() and _port_open(self.port):
@@ -231,7 +293,7 @@ class BrokerProcess:
 
         from confluent_kafka.admin import AdminClient
 
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.security, "log_level": 0})
         while True:
             self._check_alive()
             try:

@@ -51,8 +51,14 @@ class _Errors:
             self.first = self.first or str(err)
 
 
+def reach(job: Job) -> dict[str, Any]:
+    """How a client reaches the job's broker: bootstrap.servers, plus the listener's security
+    settings when it has some (SSL: security.protocol and the CA to trust)."""
+    return {"bootstrap.servers": job["bootstrap"], **job.get("security", {})}
+
+
 def _producer(job: Job, base: dict[str, Any], errors: _Errors) -> Producer:
-    cfg = {"bootstrap.servers": job["bootstrap"], **base, **job.get("extra", {})}
+    cfg = {**reach(job), **base, **job.get("extra", {})}
     if "acks" in job:
         cfg["acks"] = job["acks"]
     cfg["on_delivery"] = errors.on_delivery
@@ -265,7 +271,7 @@ def _stall_report(c: Consumer, tps: list[TopicPartition]) -> str:
 
 
 def _consumer(job: Job) -> Consumer:
-    return Consumer({"bootstrap.servers": job["bootstrap"], "group.id": "strom-bench", **CONSUMER})
+    return Consumer({**reach(job), "group.id": "strom-bench", **CONSUMER})
 
 
 def job_consume(job: Job) -> dict[str, Any]:
@@ -368,7 +374,7 @@ def job_many_partitions(job: Job) -> dict[str, Any]:
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic, n, each = job["topic"], job["partitions"], job["each"]
-    admin = AdminClient({"bootstrap.servers": job["bootstrap"]})
+    admin = AdminClient(reach(job))
     errors = _Errors()
     p = _producer(job, PRODUCER_THROUGHPUT, errors)
     c = _consumer(job)
@@ -420,7 +426,7 @@ def job_churn(job: Job) -> dict[str, Any]:
             first_error.append(str(err))
 
     cfg = {
-        "bootstrap.servers": job["bootstrap"],
+        **reach(job),
         "acks": 1,
         **PRODUCER_LATENCY,
         "delivery.report.only.error": False,

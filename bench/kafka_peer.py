@@ -5,7 +5,9 @@ compat/kafka_dist.py, which `make compat-kafka` and the Kafka tools tests use to
 Maven on first use, cached in ~/.cache/strom-compat). The broker runs with the settings of the
 ``config/server.properties`` that Kafka's distribution ships for a single combined node, changed
 only where a run must differ: its listeners (the run's port and a free controller port) and its
-log directory, formatted with Kafka's storage tool before the first start.
+log directory, formatted with Kafka's storage tool before the first start. A run over SSL makes
+the run's port an SSL listener with a PEM key store and keeps PLAINTEXT, the inter-broker
+listener of the shipped config, on another free port.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from bench.brokers import BrokerError, BrokerSpec, free_port
+from bench.tls import TlsFiles
 
 HOST = "127.0.0.1"
 _DIST = Path(__file__).resolve().parent.parent / "compat" / "kafka_dist.py"
@@ -63,15 +66,37 @@ def load_dist() -> ModuleType:
     return module
 
 
-def server_properties(port: int, controller_port: int, log_dir: Path, node_id: int = 1) -> str:
-    """The run's server.properties: the shipped settings plus its listeners and log directory."""
+def server_properties(
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    node_id: int = 1,
+    tls: TlsFiles | None = None,
+    plaintext_port: int | None = None,
+) -> str:
+    """The run's server.properties: the shipped settings plus its listeners and log directory.
+
+    With ``tls`` the clients' listener on ``port`` is SSL, its key and certificate read from the
+    PEM key store ``tls.keystore`` (KIP-651: ``ssl.keystore.type=PEM``; an unencrypted key, so
+    no ``ssl.key.password``). The inter-broker listener of the shipped config, PLAINTEXT, then
+    listens on ``plaintext_port``; ``listener.security.protocol.map`` already maps SSL to SSL.
+    """
+    listeners = [f"PLAINTEXT://{HOST}:{port}"]
+    ssl: dict[str, str] = {}
+    if tls is not None:
+        if plaintext_port is None:
+            raise ValueError("an SSL run needs a plaintext_port for the inter-broker listener")
+        listeners = [f"SSL://{HOST}:{port}", f"PLAINTEXT://{HOST}:{plaintext_port}"]
+        ssl = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(tls.keystore)}
+    listeners.append(f"CONTROLLER://{HOST}:{controller_port}")
     props = {
         **SHIPPED_DEFAULTS,
         "node.id": str(node_id),
         "controller.quorum.bootstrap.servers": f"{HOST}:{controller_port}",
-        "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{controller_port}",
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(listeners),
         "log.dirs": str(log_dir),
+        **ssl,
     }
     return "".join(f"{k}={v}\n" for k, v in props.items())
 
@@ -107,9 +132,13 @@ def kafka_spec(label: str = "Kafka", log=print) -> BrokerSpec:
     def config_path(data_dir: Path) -> Path:
         return data_dir / "server.properties"
 
-    def prepare(port: int, data_dir: Path) -> None:
+    def prepare(port: int, data_dir: Path, tls: TlsFiles | None = None) -> None:
         config = config_path(data_dir)
-        config.write_text(server_properties(port, free_port(), data_dir / "logs"))
+        plaintext_port = free_port() if tls is not None else None
+        props = server_properties(
+            port, free_port(), data_dir / "logs", tls=tls, plaintext_port=plaintext_port
+        )
+        config.write_text(props)
         fmt = format_command(java, libs, config, cluster_id())
         try:
             done = subprocess.run(fmt, capture_output=True, text=True, timeout=FORMAT_TIMEOUT,
@@ -119,8 +148,8 @@ def kafka_spec(label: str = "Kafka", log=print) -> BrokerSpec:
         if done.returncode != 0:
             raise BrokerError(f"kafka storage format failed:\n{done.stdout}{done.stderr}")
 
-    def command(port: int, data_dir: Path) -> list[str]:
-        return broker_command(java, libs, config_path(data_dir))
+    def command(port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
+        return broker_command(java, libs, config_path(data_dir))  # tls: in the config
 
     return BrokerSpec(
         label=label,

@@ -13,6 +13,7 @@ from bench.clientproc import ClientError, ClientJob
 from bench.config import PARTITIONS, Sizes
 from bench.procstat import cpu_delta
 from bench.report import Outcome, ScenarioRows
+from bench.tls import TlsFiles
 
 MB = 1e6  # throughput is reported in decimal megabytes of record values per second
 
@@ -39,10 +40,18 @@ class Scenario:
     def rows(self, sizes: Sizes) -> ScenarioRows:
         raise NotImplementedError
 
+    def tls(self, ctx: Context) -> TlsFiles | None:
+        """The TLS files when this scenario's clients connect over SSL; None: PLAINTEXT."""
+        return None
+
     def run(self, spec: BrokerSpec, ctx: Context) -> Outcome:
         """Start a broker with fresh storage, run :meth:`body`, record its peak RSS, stop it."""
         out = Outcome()
-        broker = BrokerProcess(spec, ctx.workdir)
+        try:
+            broker = BrokerProcess(spec, ctx.workdir, tls=self.tls(ctx))
+        except Exception as e:  # no TLS on this broker, certificates not made, ...
+            out.failed = f"{type(e).__name__}: {e}"
+            return out
         try:
             broker.start()
             broker.wait_ready(ctx.ready_timeout)
@@ -104,7 +113,12 @@ def measured(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> tupl
 
 
 def start_job(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> ClientJob:
-    return ClientJob({"timeout": timeout, **job, "bootstrap": broker.bootstrap})
+    """Spawn a client job against ``broker`` (over SSL when its listener is, see
+    :attr:`BrokerProcess.security`)."""
+    reach: dict[str, Any] = {"bootstrap": broker.bootstrap}
+    if broker.security:
+        reach["security"] = broker.security
+    return ClientJob({"timeout": timeout, **job, **reach})
 
 
 def measure(broker: BrokerProcess, client: ClientJob, timeout: float) -> tuple[dict, float]:

@@ -103,7 +103,7 @@ class Throughput(Scenario):
 
     def body(self, broker: BrokerProcess, ctx: Context, out: Outcome) -> None:
         n, size, topic = self.count(ctx.sizes), self.size, f"bench-{self.name}"
-        create_topic(broker.bootstrap, topic, PARTITIONS)
+        create_topic(broker.bootstrap, topic, PARTITIONS, security=broker.security)
         timeout = io_timeout(n, size)
         # With acks=0 nothing tells the client its records were stored, and a broker may drop
         # requests it has not read yet when the connection closes: keep the producer connected
