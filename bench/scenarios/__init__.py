@@ -10,12 +10,14 @@ from bench.scenarios import (
     many_partitions,
     share,
     throughput,
+    tls,
 )
 from bench.scenarios.base import Context, Scenario
 
 ALL: list[Scenario] = [
     *ceiling.SCENARIOS,
     *throughput.SCENARIOS,
+    *tls.SCENARIOS,
     *latency.SCENARIOS,
     *many_partitions.SCENARIOS,
     *churn.SCENARIOS,
