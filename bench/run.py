@@ -26,6 +26,7 @@ from bench.peer import ensure_tansu
 from bench.runner import CLIENT, Results, run
 from bench.scenarios import ALL, BY_NAME, Scenario
 from bench.scenarios.ceiling import Ceiling
+from bench.scenarios.tls import ThroughputOverTls
 
 REPO = Path(__file__).resolve().parent.parent
 PEERS = ("tansu", "kafka", "strom")
@@ -193,6 +194,7 @@ def compose(
         "linger, 1 MiB batches (latency run: linger 0); consumer "
         + ", ".join(f"{k}={v}" for k, v in config.CONSUMER.items() if "commit" not in k)
         + "; every client runs in its own process.",
+        *_tls_note(scenarios),
         f"- Machine: {os.cpu_count()} CPUs, {platform.python_implementation()} "
         f"{platform.python_version()}, load average {load[0]} at start, {load[1]} at end; "
         f"run took {results.seconds / 60:.1f} min.",
@@ -228,6 +230,20 @@ def compose(
         out += ["A target that compares with a peer names it; one whose peer did not run is left out.", ""]
     out += [report.verdict_summary(rows), ""]
     return "\n".join(out)
+
+
+def _tls_note(scenarios: list[Scenario]) -> list[str]:
+    """The report's line on the runs over SSL, if any ran: how the listeners were set up."""
+    names = [s.name for s in scenarios if isinstance(s, ThroughputOverTls)]
+    if not names:
+        return []
+    return [
+        f"- Over SSL ({', '.join(names)}): the clients' listener is SSL, with a CA and an EC "
+        "P-256 certificate for 127.0.0.1 made for this sitting (bench/tls.py) and read as a "
+        "PEM key store (`ssl.keystore.type=PEM`, `ssl.keystore.location`); Strom listens on SSL "
+        "alone, Kafka keeps its PLAINTEXT inter-broker listener on another port; the clients "
+        "add `security.protocol=SSL` and `ssl.ca.location`."
+    ]
 
 
 def _table(scenarios: list[Scenario], sizes: config.Sizes) -> list[report.ScenarioRows]:

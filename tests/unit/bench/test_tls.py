@@ -181,3 +181,63 @@ def test_the_ssl_scenario_is_n_a_on_tansu_without_starting_it(tmp_path: Path) ->
     assert sorted(out.na) == sorted(keys)
     assert all("no TLS listener" in why for why in out.na.values())
     assert list(tmp_path.iterdir()) == []  # no certificates, no data directory
+
+
+def test_the_report_of_an_ssl_run_says_how_and_shows_tansu_as_n_a(tmp_path: Path) -> None:
+    import datetime as dt
+
+    from bench import chart, run
+    from bench.brokers import BrokerSpec
+    from bench.report import Outcome
+    from bench.runner import Results
+
+    scenarios = [BY_NAME["produce-1k"], BY_NAME["produce-1k-ssl"]]
+    ctx = Context(sizes=FULL, workdir=tmp_path, log=lambda _m: None)
+    tansu, results = tansu_spec("tansu", version="tansu 0.6.0"), Results(seconds=60.0)
+    kafka_like = BrokerSpec(
+        label="Kafka",
+        kind="kafka",
+        command=lambda port, data, tls=None: ["java", "kafka.Kafka"],
+        persistent=True,
+        version="kafka 4.4.0",
+        notes="disk storage, JVM heap 1 GiB",
+        ready_marker=None,
+    )
+    for sc in scenarios:
+        keys = [m.key for m in sc.rows(FULL).metrics]
+        for r in range(3):
+            results.add(sc.name, "Strom", Outcome({k: 200 + 2 * r for k in keys}))
+            results.add(sc.name, "Kafka", Outcome({k: 100 + r for k in keys}))
+            if sc.name.endswith("-ssl"):
+                results.add(sc.name, "Tansu", sc.run(tansu, ctx))
+            else:
+                results.add(sc.name, "Tansu", Outcome({k: 50 + r for k in keys}))
+    text = run.compose(
+        scenarios,
+        results,
+        strom_spec("strom"),
+        [tansu, kafka_like],
+        FULL,
+        3,
+        dt.datetime(2026, 11, 27, 22, 0),
+        ("1.00 1.00 1.00", "1.00 1.00 1.00"),
+        "python -m bench --scenarios produce-1k,produce-1k-ssl",
+    )
+    assert "- Over SSL (produce-1k-ssl): the clients' listener is SSL" in text
+    ssl_rows = text.split("over SSL, 6 partitions")[1].splitlines()[:5]
+    assert [r.split(" | ")[3] for r in ssl_rows] == ["n/a"] * 5  # Tansu's column
+    assert [r.split(" | ")[6] for r in ssl_rows] == ["2.00x"] * 5  # Strom/Kafka
+    assert "Tansu 0.6.0 has no TLS listener" in ssl_rows[0]
+    assert "pass" not in " ".join(ssl_rows[:4]) and "FAIL" not in " ".join(ssl_rows)
+    title = chart.title_from_report(text)
+    live = chart.from_results(
+        run._table(scenarios, FULL), results.runs, "Strom", ["Tansu", "Kafka"], title
+    )
+    assert chart.from_markdown(text) == live
+    assert "1 KiB over SSL acks=1" in {chart.short_scenario(e.scenario) for e in live.entries}
+
+    no_ssl = run.compose(
+        scenarios[:1], results, strom_spec("strom"), [tansu, kafka_like], FULL, 3,
+        dt.datetime(2026, 11, 27, 22, 0), ("1", "1"), "python -m bench",
+    )  # fmt: skip
+    assert "Over SSL" not in no_ssl
