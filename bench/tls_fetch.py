@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from bench.admin import create_topic
 from bench.procstat import cpu_seconds
+from bench.tls import make_certificates
 
 HOST = "127.0.0.1"
 TOPIC = "tls-fetch"
@@ -38,43 +39,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind((HOST, 0))
         return s.getsockname()[1]
-
-
-def _certificates(directory: Path) -> tuple[Path, Path]:
-    """A throwaway CA and a broker key store (PEM) for 127.0.0.1."""
-    import datetime
-    import ipaddress
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench CA")])
-    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(minutes=5))
-          .not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    cert = (x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")]))
-            .issuer_name(ca_name).public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address(HOST))]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    ca_path, store = directory / "ca.pem", directory / "broker.pem"
-    ca_path.write_bytes(ca.public_bytes(pem))
-    store.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                        serialization.NoEncryption()) + cert.public_bytes(pem))
-    return ca_path, store
 
 
 def _consume_all(conf: dict, expected: int) -> float:
@@ -105,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     count = args.mb * 1_000_000 // args.size
     work = Path(tempfile.mkdtemp(prefix="strom-tls-bench-"))
-    ca, store = _certificates(work)
+    files = make_certificates(work)
+    ca, store = files.ca, files.keystore
     plain, tls = _free_port(), _free_port()
     with open(work / "broker.log", "wb") as log:
         broker = subprocess.Popen(
