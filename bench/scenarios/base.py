@@ -86,7 +86,7 @@ WARMUP_TOPIC = "bench-warmup"
 def warm(broker: BrokerProcess, records: int) -> str | None:
     """Produce ``records`` of 1 KiB to a topic of its own and read them back; None, or what
     went wrong (the run then fails with it)."""
-    create_topic(broker.bootstrap, WARMUP_TOPIC, PARTITIONS)
+    create_topic(broker.bootstrap, WARMUP_TOPIC, PARTITIONS, security=broker.security)
     timeout = io_timeout(records, 1024)
     job = {"job": "produce", "topic": WARMUP_TOPIC, "size": 1024, "count": records, "acks": 1}
     res, _ = measured(broker, job, timeout)
