@@ -15,6 +15,7 @@ import os
 import platform
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -306,6 +307,11 @@ def _loadavg() -> str:
         return "?"
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM as Ctrl-C: the running scenario's ``finally`` stops the brokers it started."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
@@ -313,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         for s in ALL:
             print(s.name)
         return 0
+    signal.signal(signal.SIGTERM, _interrupt)  # a stopped sitting stops its brokers too
     sizes = _override(config.QUICK if args.quick else config.FULL, args.set)
     rounds = args.rounds or sizes.rounds
     scenarios = _select(args.scenarios)
