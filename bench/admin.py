@@ -20,8 +20,11 @@ def create_topic(
     partitions: int,
     timeout: float = 60.0,
     security: Mapping[str, str] | None = None,
+    replication: int = 1,
+    config: dict[str, str] | None = None,
 ) -> float:
-    """Create ``name`` and wait until Metadata shows every partition with a leader.
+    """Create ``name`` (``replication`` replicas per partition, topic ``config``) and wait until
+    Metadata shows every partition with a leader.
 
     ``security`` holds the client settings of the broker's listener besides bootstrap.servers
     (:attr:`bench.brokers.BrokerProcess.security`: SSL's, or none). Returns the seconds from the
@@ -35,7 +38,8 @@ def create_topic(
     deadline = t0 + timeout
     def create(count: int) -> None:
         fut = admin.create_topics(
-            [NewTopic(name, count, 1)], request_timeout=timeout, operation_timeout=timeout
+            [NewTopic(name, count, replication, config=config or {})],
+            request_timeout=timeout, operation_timeout=timeout,
         )[name]
         fut.result(timeout=timeout)
 
