@@ -67,6 +67,7 @@ class Sizes:
     huge_partitions: int
     share_records: int  # 1 KiB records preloaded for the share-group scenario
     warmup_records: int  # 1 KiB records through each broker before a steady-state scenario
+    cluster_records: int  # 1 KiB records through the 3-broker clusters (acks=all, RF=3)
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
@@ -87,6 +88,7 @@ FULL = Sizes(
     huge_partitions=10_000,
     share_records=200_000,
     warmup_records=200_000,
+    cluster_records=150_000,
 )
 
 QUICK = Sizes(
@@ -104,4 +106,5 @@ QUICK = Sizes(
     huge_partitions=10_000,
     share_records=50_000,
     warmup_records=30_000,
+    cluster_records=30_000,
 )

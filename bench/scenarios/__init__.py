@@ -5,6 +5,7 @@ from __future__ import annotations
 from bench.scenarios import (
     ceiling,
     churn,
+    cluster,
     huge_broker,
     latency,
     many_partitions,
@@ -22,6 +23,7 @@ ALL: list[Scenario] = [
     *many_partitions.SCENARIOS,
     *churn.SCENARIOS,
     *share.SCENARIOS,
+    *cluster.SCENARIOS,
     *huge_broker.SCENARIOS,
 ]
 
