@@ -187,12 +187,16 @@ def test_sizes() -> None:
     assert config.QUICK.cluster_records == 30_000
 
 
-def test_rows_carry_no_targets_yet() -> None:
+def test_rows_carry_issue_21s_goals_against_kafka() -> None:
     rows = ClusterScenario().rows(config.FULL)
     keys = [m.key for m in rows.metrics]
     assert keys[:4] == ["produce_mbs", "produce_rpcpu", "consume_mbs", "consume_rpcpu"]
     assert {"p50_ms", "p99_ms", "p999_ms", "rss_mb", "zk_cpu_s"} <= set(keys)
-    assert all(m.target is None for m in rows.metrics)
+    goals = {m.key: [(t.kind, t.value, t.peer) for t in m.targets] for m in rows.metrics if m.target}
+    assert goals == {"produce_mbs": [("ratio_min", 1.0, "Kafka")],
+                     "consume_mbs": [("ratio_min", 1.0, "Kafka")],
+                     "p99_ms": [("ratio_max", 1.0, "Kafka")],
+                     "rss_mb": [("ratio_max", 0.25, "Kafka")]}
     assert "RF=3" in rows.title and "min.insync.replicas=2" in rows.title
     assert "150,000 records" in rows.title
 
