@@ -30,11 +30,11 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from bench import procstat
-from bench.brokers import BrokerError, BrokerProcess, BrokerSpec, free_port
+from bench.brokers import BrokerError, BrokerProcess, BrokerSpec, Command, free_port
 from bench.kafka_peer import (
     FORMAT_TIMEOUT,
     SHIPPED_DEFAULTS,
@@ -42,6 +42,7 @@ from bench.kafka_peer import (
     cluster_id,
     load_dist,
 )
+from bench.tls import TlsFiles
 
 HOST = "127.0.0.1"
 SIZE = 3
@@ -88,12 +89,12 @@ def strom_node_overrides(node_id: int, zk_port: int) -> list[str]:
 
 def strom_node_command(
     spec: BrokerSpec, node_id: int, zk_port: int
-) -> Callable[[int, Path], list[str]]:
+) -> Command:
     """Node ``node_id``'s argv: the run's Strom command line (its --strom-override and
     --strom-config included) followed by the cluster's overrides."""
 
-    def command(port: int, data_dir: Path) -> list[str]:
-        argv = spec.command(port, data_dir)
+    def command(port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
+        argv = spec.command(port, data_dir, tls)
         for item in strom_node_overrides(node_id, zk_port):
             argv += ["--override", item]
         return argv
@@ -376,7 +377,7 @@ class Cluster:
 
 
 def _node_spec(
-    spec: BrokerSpec, node_id: int, command: Callable[[int, Path], list[str]]
+    spec: BrokerSpec, node_id: int, command: Command
 ) -> BrokerSpec:
     return dataclasses.replace(spec, label=f"{spec.label}-{node_id}", command=command, prepare=None)
 
@@ -411,8 +412,8 @@ def start_kafka(spec: BrokerSpec, workdir: Path, timeout: float) -> Cluster:
         raise BrokerError(f"Kafka peer unavailable: {e}") from e
     env = {**os.environ, **spec.env}
 
-    def command(port: int, data_dir: Path) -> list[str]:
-        return broker_command(java, libs, data_dir / "server.properties")
+    def command(port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
+        return broker_command(java, libs, data_dir / "server.properties")  # PLAINTEXT only
 
     cluster = Cluster("kafka", [], None)
     try:
