@@ -29,17 +29,13 @@ with 1 MiB fetches): its records/s and the broker CPU per record. Tansu 0.6.0 ha
 
 from __future__ import annotations
 
-import os
-import subprocess
-import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from bench.admin import create_topic
 from bench.brokers import BrokerError, BrokerProcess, BrokerSpec
 from bench.clientproc import run_job
-from bench.kafka_peer import load_dist
-from bench.procstat import cpu_delta
+from bench.java_tools import consumer_seconds, java_command, parse_consumer_summary
+from bench.java_tools import run_tool as run_java_tool
 from bench.report import Metric, Outcome, ScenarioRows
 from bench.scenarios.base import MB, Context, Scenario, io_timeout
 from bench.targets import RSS_GOALS
@@ -47,7 +43,6 @@ from bench.targets import RSS_GOALS
 KIB = 1024
 TOOL_FETCH_BYTES = 1_048_576  # the perf tools' --fetch-size default (their fetch.max.bytes)
 CLIENT_FETCH_BYTES = 52_428_800  # the Java client's own fetch.max.bytes default
-TOOL_HEAP = ["-Xmx256M"]  # kafka-run-class.sh's heap for the tools (KAFKA_HEAP_OPTS unset)
 IDLE_MS = 30_000  # the tools' --timeout: the longest wait for a record before giving up
 NO_SHARE_GROUPS = "Tansu 0.6.0 has no share groups (KIP-932)"
 
@@ -98,33 +93,6 @@ class ToolResult:
     broker_cpu_s: float
     output: str
     join_s: float | None = None  # ConsumerPerformance's rebalance.time.ms (share: not split out)
-
-
-def parse_tool_output(text: str) -> dict[str, str]:
-    """The summary line of ConsumerPerformance or ShareConsumerPerformance, by header field.
-
-    Both print a header of comma-separated names and then one summary line with as many values
-    (ShareConsumerPerformance's per-consumer lines start with "Share consumer" and are skipped).
-    """
-    header: list[str] | None = None
-    found: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = [f.strip() for f in line.split(",")]
-        if header is None:
-            if fields and fields[0] == "start.time":
-                header = fields
-            continue
-        if line.startswith("Share consumer") or len(fields) != len(header):
-            continue
-        found = dict(zip(header, fields, strict=True))
-    return found
-
-
-def tool_seconds(fields: dict[str, str]) -> float:
-    """The tool's elapsed time: ShareConsumerPerformance's fetch.time.ms is all of it;
-    ConsumerPerformance splits it into rebalance.time.ms and fetch.time.ms."""
-    ms = float(fields["fetch.time.ms"]) + float(fields.get("rebalance.time.ms", 0))
-    return ms / 1000
 
 
 class ShareConsume(Scenario):
@@ -241,9 +209,6 @@ def set_share_earliest(bootstrap: str, group: str, timeout: float = 30.0) -> Non
 
 def tool_command(bootstrap: str, topic: str, group: str, run: Run, n: int) -> list[str]:
     """kafka-consumer-perf-test or kafka-share-consumer-perf-test, without the scripts."""
-    dist = load_dist()
-    libs = Path(dist.ensure_libs())
-    java = [dist.java_bin(), *TOOL_HEAP, *dist.KAFKA_GC, "-cp", f"{libs}/*"]
     common = [
         "--bootstrap-server",
         bootstrap,
@@ -260,15 +225,13 @@ def tool_command(bootstrap: str, topic: str, group: str, run: Run, n: int) -> li
     ]
     if not run.share:
         return [
-            *java,
-            "org.apache.kafka.tools.ConsumerPerformance",
+            *java_command("org.apache.kafka.tools.ConsumerPerformance"),
             *common,
             "--command-property",
             "group.protocol=consumer",
         ]
     return [
-        *java,
-        "org.apache.kafka.tools.ShareConsumerPerformance",
+        *java_command("org.apache.kafka.tools.ShareConsumerPerformance"),
         *common,
         "--threads",
         str(run.consumers),
@@ -276,50 +239,23 @@ def tool_command(bootstrap: str, topic: str, group: str, run: Run, n: int) -> li
 
 
 def run_tool(broker: BrokerProcess, topic: str, group: str, run: Run, n: int) -> ToolResult:
-    try:
-        cmd = tool_command(broker.bootstrap, topic, group, run, n)
-    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
-        raise BrokerError(f"Kafka's tools unavailable: {e}") from e
-    deadline = time.monotonic() + io_timeout(n, KIB) + IDLE_MS / 1000
-    cpu0 = broker.cpu_sample()
-    t0 = time.monotonic()
-    with subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-    ) as proc:
-        assert proc.stdout is not None
-        output = _read_until(proc, deadline)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    broker_cpu = cpu_delta(cpu0, broker.cpu_sample())
-    wall = time.monotonic() - t0
-    if proc.returncode != 0:
+    cmd = tool_command(broker.bootstrap, topic, group, run, n)
+    done = run_java_tool(broker, cmd, io_timeout(n, KIB) + IDLE_MS / 1000)
+    if done.returncode != 0:
         tool = "ShareConsumerPerformance" if run.share else "ConsumerPerformance"
-        raise BrokerError(f"{tool} exited {proc.returncode}: {output.strip()[-500:]}")
-    fields = parse_tool_output(output)
+        raise BrokerError(f"{tool} exited {done.returncode}: {done.tail()}")
+    fields = parse_consumer_summary(done.output)
     if not fields:
-        raise BrokerError(f"no summary line in the tool's output: {output.strip()[-500:]}")
+        raise BrokerError(f"no summary line in the tool's output: {done.tail()}")
     return ToolResult(
         int(fields["data.consumed.in.nMsg"]),
-        tool_seconds(fields),
-        usage.ru_utime + usage.ru_stime,
-        wall,
-        broker_cpu,
-        output,
+        consumer_seconds(fields),
+        done.client_cpu_s,
+        done.client_wall_s,
+        done.broker_cpu_s,
+        done.output,
         float(fields["rebalance.time.ms"]) / 1000 if "rebalance.time.ms" in fields else None,
     )
-
-
-def _read_until(proc: subprocess.Popen, deadline: float) -> str:
-    """The tool's whole output; it is killed if it outlives ``deadline``."""
-    import threading
-
-    timer = threading.Timer(max(1.0, deadline - time.monotonic()), proc.kill)
-    timer.start()
-    try:
-        assert proc.stdout is not None
-        return proc.stdout.read().decode(errors="replace")
-    finally:
-        timer.cancel()
 
 
 SCENARIOS = [ShareConsume()]

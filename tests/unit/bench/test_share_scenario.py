@@ -10,13 +10,9 @@ import pytest
 # bench/ lives at the repository root, outside the installed package.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-from bench.scenarios.share import (
-    CLIENT_FETCH_BYTES,
-    RUNS,
-    ShareConsume,
-    parse_tool_output,
-    tool_seconds,
-)
+from bench.java_tools import consumer_seconds as tool_seconds
+from bench.java_tools import parse_consumer_summary as parse_tool_output
+from bench.scenarios.share import CLIENT_FETCH_BYTES, RUNS, ShareConsume
 
 SHARE_OUTPUT = """\
 start.time, end.time, data.consumed.in.MB, MB.sec, nMsg.sec, data.consumed.in.nMsg, fetch.time.ms
