@@ -68,6 +68,7 @@ class Sizes:
     share_records: int  # 1 KiB records preloaded for the share-group scenario
     warmup_records: int  # 1 KiB records through each broker before a steady-state scenario
     cluster_records: int  # 1 KiB records through the 3-broker clusters (acks=all, RF=3)
+    java_perf_records: int  # 1 KiB records per kafka-producer-perf-test run (java-perf-1k)
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
@@ -89,6 +90,7 @@ FULL = Sizes(
     share_records=200_000,
     warmup_records=200_000,
     cluster_records=150_000,
+    java_perf_records=300_000,
 )
 
 QUICK = Sizes(
@@ -107,4 +109,5 @@ QUICK = Sizes(
     share_records=50_000,
     warmup_records=30_000,
     cluster_records=30_000,
+    java_perf_records=60_000,
 )

@@ -14,6 +14,7 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,34 +44,77 @@ class ToolRun:
     client_cpu_s: float  # the JVM's user+system CPU, start-up included
     client_wall_s: float  # the JVM's whole life, start-up included
     broker_cpu_s: float  # the broker's CPU over the same span
+    stopped_at: str | None = None  # the line that made the harness stop the tool, if one did
+    timed_out: bool = False  # killed at its deadline
 
     def tail(self, chars: int = 500) -> str:
         return self.output.strip()[-chars:]
 
+    def failure(self, tool: str) -> str:
+        """Why the run gave no result, in one line for the report's notes."""
+        if self.stopped_at is not None:
+            return f"{tool} stopped after {self.client_wall_s:.0f} s at: {self.stopped_at}"
+        if self.timed_out:
+            return f"{tool} killed after {self.client_wall_s:.0f} s: {self.tail(300)}"
+        return f"{tool} exited {self.returncode}: {self.tail()}"
 
-def run_tool(broker: BrokerProcess, cmd: list[str], timeout: float) -> ToolRun:
-    """Run ``cmd`` to its end (killed after ``timeout`` s), sampling the broker's CPU around it."""
+
+# The first line of a Java stack trace: "<exception class>: <message>".
+_EXCEPTION = re.compile(r"^[\w.$]+(Exception|Error)(: |$)")
+
+
+def is_exception(line: str) -> bool:
+    return _EXCEPTION.match(line.strip()) is not None
+
+
+def run_tool(
+    broker: BrokerProcess,
+    cmd: list[str],
+    timeout: float,
+    stop_at: Callable[[str], bool] | None = None,
+) -> ToolRun:
+    """Run ``cmd`` to its end, sampling the broker's CPU around it.
+
+    The tool is killed after ``timeout`` s, or at the first line of its output for which
+    ``stop_at`` is true (e.g. a failed send: ProducerPerformance prints a stack trace per record
+    and carries on, which for a broker that acknowledges nothing is one per record).
+    """
     cpu0 = broker.cpu_sample()
     t0 = time.monotonic()
+    timed_out = threading.Event()
+
+    def kill(proc: subprocess.Popen) -> None:
+        timed_out.set()
+        proc.kill()
+
+    stopped_at = None
+    lines: list[str] = []
     with subprocess.Popen(
         cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
     ) as proc:
-        timer = threading.Timer(max(1.0, timeout), proc.kill)
+        timer = threading.Timer(max(1.0, timeout), kill, (proc,))
         timer.start()
         try:
             assert proc.stdout is not None
-            output = proc.stdout.read().decode(errors="replace")
+            for raw in proc.stdout:
+                line = raw.decode(errors="replace")
+                lines.append(line)
+                if stop_at is not None and stopped_at is None and stop_at(line):
+                    stopped_at = line.strip()
+                    proc.kill()
         finally:
             timer.cancel()
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
     broker_cpu = cpu_delta(cpu0, broker.cpu_sample())
     return ToolRun(
-        output,
+        "".join(lines),
         proc.returncode,
         usage.ru_utime + usage.ru_stime,
         time.monotonic() - t0,
         broker_cpu,
+        stopped_at,
+        timed_out.is_set(),
     )
 
 

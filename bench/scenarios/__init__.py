@@ -7,6 +7,7 @@ from bench.scenarios import (
     churn,
     cluster,
     huge_broker,
+    java_perf,
     latency,
     many_partitions,
     share,
@@ -24,6 +25,7 @@ ALL: list[Scenario] = [
     *churn.SCENARIOS,
     *share.SCENARIOS,
     *cluster.SCENARIOS,
+    *java_perf.SCENARIOS,
     *huge_broker.SCENARIOS,
 ]
 

@@ -243,7 +243,7 @@ def run_tool(broker: BrokerProcess, topic: str, group: str, run: Run, n: int) ->
     done = run_java_tool(broker, cmd, io_timeout(n, KIB) + IDLE_MS / 1000)
     if done.returncode != 0:
         tool = "ShareConsumerPerformance" if run.share else "ConsumerPerformance"
-        raise BrokerError(f"{tool} exited {done.returncode}: {done.tail()}")
+        raise BrokerError(done.failure(tool))
     fields = parse_consumer_summary(done.output)
     if not fields:
         raise BrokerError(f"no summary line in the tool's output: {done.tail()}")
