@@ -212,8 +212,9 @@ class JavaPerf(Scenario):
         timeout: float,
     ) -> None:
         cmd = producer_command(broker.bootstrap, run, n)
-        # A failed send is final (the client has retried until delivery.timeout.ms, 2 min):
-        # stop at its stack trace rather than wait for one per record.
+        # A failed send is final (the client retried it for delivery.timeout.ms, 2 min, or
+        # waited max.block.ms, 60 s, for buffer space): stop at its stack trace rather than
+        # wait for one per record.
         tool = run_tool(broker, cmd, timeout, stop_at=is_exception)
         summary = parse_producer_summary(tool.output)
         if tool.stopped_at is not None or tool.returncode != 0 or summary is None:
