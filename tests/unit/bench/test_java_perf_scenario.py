@@ -120,8 +120,12 @@ def test_rows_cover_every_metric_the_body_sets() -> None:
             assert run.key(what) in keys
     for key in ("consume_mbs", "consume_rps", "consume_join_s", "consume_rpcpu", "rss_mb"):
         assert key in keys
-    # Issue 21's >= 1.0x Kafka targets wait for report.py; only RSS is judged for now.
-    assert [m.key for m in rows.metrics if m.target is not None] == ["rss_mb"]
+    # issue 21: MB/s and records per broker-CPU-s >= 1.0x Kafka's (none against Tansu); RSS
+    judged = {m.key: [t.peer for t in m.targets] for m in rows.metrics if m.target is not None}
+    assert judged["rss_mb"] == [None, "Kafka"]
+    rates = {k: v for k, v in judged.items() if k.endswith(("mbs", "rpcpu"))}
+    assert len(rates) == 2 * len(PRODUCE_RUNS) + 2 and all(v == ["Kafka"] for v in rates.values())
+    assert set(judged) == {*rates, "rss_mb"}
     assert "60,000 records" in rows.title
 
 
