@@ -61,6 +61,7 @@ class Target:
     # The peer a ratio target compares with, by its label ("Tansu", "Kafka"); None: the first
     # peer of the sitting. A target whose peer did not run is left out of the table.
     peer: str | None = None
+    ref_label: str = "client ceiling"  # what refs[ref] is, for the Target column
 
     def describe(self, peer: str, unit: str = "") -> str:
         v = f"{self.value:g}"
@@ -73,7 +74,7 @@ class Target:
         if self.kind == "min":
             return f">= {v} {unit}".rstrip()
         if self.kind == "ref_min":
-            return f">= {v}x client ceiling"
+            return f">= {v}x {self.ref_label}"
         raise ValueError(self.kind)
 
     def check(

@@ -165,3 +165,16 @@ def test_a_row_can_have_a_goal_per_peer_and_each_counts() -> None:
     rows = build_rows([sc], {"p": {k: v for k, v in runs["p"].items() if k != "K"}}, "S", ["T"], {})
     assert rows[0].target == ">= 2x T" and rows[1].target == "<= 300 MB"
     assert verdict_summary(rows) == "Targets met: 2 of 2."
+
+
+def test_the_100_byte_produce_row_is_judged_against_the_ceiling_with_delivery_reports() -> None:
+    from bench.config import FULL
+    from bench.scenarios import BY_NAME
+    from bench.scenarios.throughput import reported_ceiling_key
+
+    rows = BY_NAME["produce-100b"].rows(FULL)
+    (goal,) = next(m for m in rows.metrics if m.key == "produce_rps").targets
+    assert goal.kind == "ref_min" and goal.value == 0.9 and goal.ref == reported_ceiling_key(100)
+    assert goal.describe("") == ">= 0.9x client ceiling with delivery reports"
+    # 1.66 M records/s against a ceiling of 2.24 M, 1.81 M with reports served: a pass
+    assert goal.check(1_662_614, None, {reported_ceiling_key(100): 1_805_791})
