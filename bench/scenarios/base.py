@@ -90,13 +90,44 @@ def warm(broker: BrokerProcess, records: int) -> str | None:
     timeout = io_timeout(records, 1024)
     job = {"job": "produce", "topic": WARMUP_TOPIC, "size": 1024, "count": records, "acks": 1}
     res, _ = measured(broker, job, timeout)
-    if res["failed"]:
-        return f"warm-up: {res['failed']} records not delivered ({res['first_error']})"
-    res, _ = measured(broker, {"job": "consume", "topic": WARMUP_TOPIC, "expected": records},
-                      timeout)  # fmt: skip
+    problem = produce_problem(res)
+    if problem is None:
+        res, _ = measured(broker, {"job": "consume", "topic": WARMUP_TOPIC, "expected": records},
+                          timeout)  # fmt: skip
+        problem = consume_problem(res)
+    return None if problem is None else f"warm-up: {problem}"
+
+
+def produce_problem(res: dict[str, Any]) -> str | None:
+    """Why a produce job's result must not count, or None."""
+    return f"{res['failed']} records not delivered ({res['first_error']})" if res["failed"] else None
+
+
+def consume_problem(res: dict[str, Any]) -> str | None:
+    """Why a consume job's result must not count (wrong count, errors), or None."""
     if res["problem"] or res["errors"]:
-        return f"warm-up: {res['problem'] or res['first_error']}"
+        return res["problem"] or f"{res['errors']} errors ({res['first_error']})"
     return None
+
+
+def record_rates(out: Outcome, phase: str, res: dict[str, Any], cpu: float, records: int,
+                 size: int) -> None:
+    """A produce or consume phase's numbers: ``{phase}_s``, ``_mbs``, ``_rps``, ``_cpu_s``,
+    ``_client_pct`` and, when the broker used CPU, ``_rpcpu`` (records per broker-CPU-s)."""
+    seconds = res["seconds"]
+    out.metrics[f"{phase}_s"] = seconds
+    out.metrics[f"{phase}_mbs"] = records * size / seconds / MB
+    out.metrics[f"{phase}_rps"] = records / seconds
+    out.metrics[f"{phase}_cpu_s"] = cpu
+    out.metrics[f"{phase}_client_pct"] = 100 * res["client_cpu_s"] / seconds
+    if cpu > 0:
+        out.metrics[f"{phase}_rpcpu"] = records / cpu
+
+
+def log_rates(ctx: Context, out: Outcome) -> None:
+    m = out.metrics
+    ctx.log(f"produce {m['produce_mbs']:.1f} MB/s ({m['produce_cpu_s']:.2f} CPU-s), "
+            f"consume {m['consume_mbs']:.1f} MB/s ({m['consume_cpu_s']:.2f} CPU-s)")
 
 
 def measured(broker: BrokerProcess, job: dict[str, Any], timeout: float) -> tuple[dict, float]:

@@ -28,7 +28,16 @@ from bench.clientproc import ClientError, ClientJob
 from bench.config import PARTITIONS, Sizes
 from bench.procstat import CpuSample, cpu_delta
 from bench.report import Metric, Outcome, ScenarioRows
-from bench.scenarios.base import MB, Context, Scenario, io_timeout
+from bench.scenarios.base import (
+    MB,
+    Context,
+    Scenario,
+    consume_problem,
+    io_timeout,
+    log_rates,
+    produce_problem,
+    record_rates,
+)
 from bench.scenarios.latency import check_paced, latency_metrics, paced_run
 from bench.scenarios.throughput import ceiling_keys
 from bench.targets import KAFKA, RSS_VS_KAFKA, at_least, at_most
@@ -150,14 +159,14 @@ class ClusterScenario(Scenario):
         timeout = io_timeout(n, RECORD_SIZE)
         job = {"job": "produce", "topic": topic, "size": RECORD_SIZE, "count": n, "acks": "all"}
         res, _, zk = measured_on(cluster, job, timeout)
-        if res["failed"]:
-            out.failed = f"warm-up: {res['failed']} records not delivered ({res['first_error']})"
-            return zk
-        res, _, zk_consume = measured_on(cluster, {"job": "consume", "topic": topic,
-                                                   "expected": n}, timeout)  # fmt: skip
-        if res["problem"] or res["errors"]:
-            out.failed = f"warm-up: {res['problem'] or res['first_error']}"
-        return zk + zk_consume
+        problem = produce_problem(res)
+        if problem is None:
+            res, _, zk_consume = measured_on(cluster, {"job": "consume", "topic": topic,
+                                                       "expected": n}, timeout)  # fmt: skip
+            zk += zk_consume
+            problem = consume_problem(res)
+        out.failed = None if problem is None else f"warm-up: {problem}"
+        return zk
 
     def _throughput(self, cluster: clusters.Cluster, ctx: Context, out: Outcome) -> float:
         """Produce with acks=all, then consume; returns ZooKeeper's CPU seconds meanwhile."""
@@ -166,31 +175,18 @@ class ClusterScenario(Scenario):
         timeout = io_timeout(n, RECORD_SIZE)
         job = {"job": "produce", "topic": topic, "size": RECORD_SIZE, "count": n, "acks": "all"}
         res, cpu, zk = measured_on(cluster, job, timeout)
-        if res["failed"]:
-            out.failed = f"{res['failed']} records not delivered ({res['first_error']})"
+        out.failed = produce_problem(res)
+        if out.failed:
             return zk
-        out.metrics["produce_s"] = res["seconds"]
-        out.metrics["produce_mbs"] = n * RECORD_SIZE / res["seconds"] / MB
-        out.metrics["produce_cpu_s"] = cpu
-        out.metrics["produce_client_pct"] = 100 * res["client_cpu_s"] / res["seconds"]
-        if cpu > 0:
-            out.metrics["produce_rpcpu"] = n / cpu
+        record_rates(out, "produce", res, cpu, n, RECORD_SIZE)
         job = {"job": "consume", "topic": topic, "expected": n}
         res, cpu, zk_consume = measured_on(cluster, job, timeout)
         zk += zk_consume
-        if res["problem"] or res["errors"]:
-            out.failed = res["problem"] or f"{res['errors']} errors ({res['first_error']})"
+        out.failed = consume_problem(res)
+        if out.failed:
             return zk
-        out.metrics["consume_s"] = res["seconds"]
-        out.metrics["consume_mbs"] = n * RECORD_SIZE / res["seconds"] / MB
-        out.metrics["consume_cpu_s"] = cpu
-        out.metrics["consume_client_pct"] = 100 * res["client_cpu_s"] / res["seconds"]
-        if cpu > 0:
-            out.metrics["consume_rpcpu"] = n / cpu
-        ctx.log(
-            f"produce {out.metrics['produce_mbs']:.1f} MB/s ({out.metrics['produce_cpu_s']:.2f} "
-            f"CPU-s), consume {out.metrics['consume_mbs']:.1f} MB/s ({cpu:.2f} CPU-s)"
-        )
+        record_rates(out, "consume", res, cpu, n, RECORD_SIZE)
+        log_rates(ctx, out)
         return zk
 
     def _latency(self, cluster: clusters.Cluster, ctx: Context, out: Outcome) -> float:

@@ -8,12 +8,15 @@ from bench.clientproc import ClientJob
 from bench.config import PARTITIONS, Sizes
 from bench.report import Metric, Outcome, ScenarioRows, Target
 from bench.scenarios.base import (
-    MB,
     Context,
     Scenario,
+    consume_problem,
     io_timeout,
+    log_rates,
     measure,
     measured,
+    produce_problem,
+    record_rates,
     start_job,
 )
 from bench.targets import RATE_GOALS, RSS_GOALS
@@ -124,33 +127,18 @@ class Throughput(Scenario):
     ) -> None:
         n, size, topic = self.count(ctx.sizes), self.size, f"bench-{self.name}"
         res, cpu = measure(broker, producer, timeout)
-        if res["failed"]:
-            out.failed = f"{res['failed']} records not delivered ({res['first_error']})"
+        out.failed = produce_problem(res)
+        if out.failed:
             return
-        out.metrics["produce_s"] = res["seconds"]
-        out.metrics["produce_mbs"] = n * size / res["seconds"] / MB
-        out.metrics["produce_rps"] = n / res["seconds"]
+        record_rates(out, "produce", res, cpu, n, size)
         out.metrics["produce_loop_rps"] = n / res["loop_seconds"]
         out.metrics["produce_flush_s"] = res["seconds"] - res["loop_seconds"]
-        out.metrics["produce_cpu_s"] = cpu
-        out.metrics["produce_client_pct"] = 100 * res["client_cpu_s"] / res["seconds"]
-        if cpu > 0:
-            out.metrics["produce_rpcpu"] = n / cpu
         res, cpu = measured(broker, {"job": "consume", "topic": topic, "expected": n}, timeout)
-        if res["problem"] or res["errors"]:
-            out.failed = res["problem"] or f"{res['errors']} errors ({res['first_error']})"
+        out.failed = consume_problem(res)
+        if out.failed:
             return
-        out.metrics["consume_s"] = res["seconds"]
-        out.metrics["consume_mbs"] = n * size / res["seconds"] / MB
-        out.metrics["consume_rps"] = n / res["seconds"]
-        out.metrics["consume_cpu_s"] = cpu
-        out.metrics["consume_client_pct"] = 100 * res["client_cpu_s"] / res["seconds"]
-        if cpu > 0:
-            out.metrics["consume_rpcpu"] = n / cpu
-        ctx.log(
-            f"produce {out.metrics['produce_mbs']:.1f} MB/s ({out.metrics['produce_cpu_s']:.2f} "
-            f"CPU-s), consume {out.metrics['consume_mbs']:.1f} MB/s ({cpu:.2f} CPU-s)"
-        )
+        record_rates(out, "consume", res, cpu, n, size)
+        log_rates(ctx, out)
 
 
 SCENARIOS = [
