@@ -714,6 +714,13 @@ class ConsumerGroupDescribeRequest(Protocol):
     include_authorized_operations: bool
 
 
+# LIST_CONFIG_RESOURCES v0-1
+
+
+class ListConfigResourcesRequest(Protocol):
+    resource_types: list[int]
+
+
 # DESCRIBE_TOPIC_PARTITIONS v0-0
 
 
@@ -1433,6 +1440,9 @@ ABSENT: dict[tuple[int, int], tuple[Absent, ...]] = {
     ),
     (68, 0): (  # CONSUMER_GROUP_HEARTBEAT v0
         ((), 'subscribed_topic_regex', None),
+    ),
+    (74, 0): (  # LIST_CONFIG_RESOURCES v0
+        ((), 'resource_types', []),
     ),
     (78, 1): (  # SHARE_FETCH v1
         ((), 'share_acquire_mode', 0),

@@ -4,6 +4,7 @@ broker."""
 from __future__ import annotations
 
 import pytest
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import ConfigResource
 
 from .. import clients as kc
@@ -164,3 +165,28 @@ def test_group_configs(kafka_tools, strom_broker):
     assert every["consumer.session.timeout.ms"] == "50000"
     assert every["share.auto.offset.reset"] == "latest"
     assert every["consumer.heartbeat.interval.ms"] == "5000"
+
+
+def test_describe_without_a_name_lists_every_group_and_topic(kafka_tools, strom_broker):
+    """--describe without --entity-name: the tool asks ListConfigResources (API 74) for the
+    groups that have configs and adds the groups that exist (as against Kafka 4.4)."""
+    bs = strom_broker.bootstrap
+    configured, plain, topic = unique("cfg-all"), unique("cfg-plain"), unique("cfg-all-t")
+    kc.create_topic(bs, topic)
+
+    def configs(*args: str):
+        return kafka_tools.run("kafka-configs", "--bootstrap-server", bs, *args).stdout
+
+    configs("--alter", "--entity-type", "groups", "--entity-name", configured,
+            "--add-config", "consumer.session.timeout.ms=50000")
+    c = kc.consumer(bs, **{"group.id": plain})
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        c.close()
+    groups = configs("--describe", "--entity-type", "groups").splitlines()
+    heading = groups.index(f"Dynamic configs for group {configured} are:")
+    assert groups[heading + 1].startswith("  consumer.session.timeout.ms=50000 ")
+    assert f"Dynamic configs for group {plain} are:" in groups
+    assert f"Dynamic configs for topic {topic} are:" in configs("--describe", "--entity-type",
+                                                                 "topics").splitlines()

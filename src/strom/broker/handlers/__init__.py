@@ -6,6 +6,7 @@ software name), so this package never needs importing from the router."""
 from strom.broker.handlers import (
     acls,
     cluster,
+    config_resources,
     configs,
     consumer_groups,
     describe_topics,
@@ -28,6 +29,6 @@ from strom.broker.handlers import (
     transactions,
 )
 
-MODULES = [acls, cluster, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
+MODULES = [acls, cluster, config_resources, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
            metadata, offsets, produce, quotas, reassignments, sasl, scram, share_fetch,
            share_groups, share_offsets, share_state, streams_groups, topics, transactions]
