@@ -317,16 +317,12 @@ def consume(
         idle_s = timeout_ms / 1000 if timeout_ms else None
         last_record = time.monotonic()
         while max_messages is None or count < max_messages:
-            wait = 0.5 if idle_s is None else max(0.0, min(0.5, last_record + idle_s - time.monotonic()))
             want = BATCH if max_messages is None else min(BATCH, max_messages - count)
-            msgs = consumer.consume(num_messages=want, timeout=wait)
+            msgs = consumer.consume(num_messages=want, timeout=_poll_wait(idle_s, last_record))
             if not msgs:
                 stdout.flush()
-                if idle_s is not None and time.monotonic() - last_record >= idle_s:
+                if _idle_over(idle_s, last_record, tracker):
                     break
-                fatal = tracker.fatal()
-                if fatal is not None:
-                    raise CliError(kafka_error_text(fatal))
                 continue
             for msg in msgs:
                 error = msg.error()
@@ -404,14 +400,10 @@ def _consume_share(opts: ClientOptions, tracker: ErrorTracker, topic: str, group
         consumer.subscribe([topic])
         while (max_messages is None or count < max_messages) and not stop:
             stdout.flush()  # before the acknowledgements of what was written go out
-            wait = 0.5 if idle_s is None else max(0.0, min(0.5, last_record + idle_s - time.monotonic()))
-            msgs = consumer.poll(wait)
+            msgs = consumer.poll(_poll_wait(idle_s, last_record))
             if not msgs:
-                if idle_s is not None and time.monotonic() - last_record >= idle_s:
+                if _idle_over(idle_s, last_record, tracker):
                     break
-                fatal = tracker.fatal()
-                if fatal is not None:
-                    raise CliError(kafka_error_text(fatal))
                 continue
             for msg in msgs:
                 error = msg.error()
@@ -444,6 +436,24 @@ def _consume_share(opts: ClientOptions, tracker: ErrorTracker, topic: str, group
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     return count, bool(stop)
+
+
+def _poll_wait(idle_s: float | None, last_record: float) -> float:
+    """How long one poll may wait: half a second, less when --idle-timeout ends sooner."""
+    if idle_s is None:
+        return 0.5
+    return max(0.0, min(0.5, last_record + idle_s - time.monotonic()))
+
+
+def _idle_over(idle_s: float | None, last_record: float, tracker: ErrorTracker) -> bool:
+    """After a poll that brought nothing: True once --idle-timeout has passed since the last
+    record; the client's fatal error, if it had one, ends the command with its text."""
+    if idle_s is not None and time.monotonic() - last_record >= idle_s:
+        return True
+    fatal = tracker.fatal()
+    if fatal is not None:
+        raise CliError(kafka_error_text(fatal))
+    return False
 
 
 def _all_at_end(consumer: Any, group: str | None) -> bool:
