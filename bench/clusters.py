@@ -298,6 +298,13 @@ class Cluster:
     def bootstrap(self) -> str:
         return ",".join(n.bootstrap for n in self.nodes)
 
+    def start_all(self, timeout: float) -> None:
+        """Start every node together (each waits for its ZooKeeper or quorum, not for the
+        others) and return once all are registered."""
+        for n in self.nodes:
+            n.start()
+        self.wait_ready(timeout)
+
     def wait_ready(self, timeout: float) -> float:
         """Every node serves Metadata and Metadata lists all of them; seconds it took."""
         t0 = time.monotonic()
@@ -392,9 +399,7 @@ def start_strom(spec: BrokerSpec, workdir: Path, timeout: float) -> Cluster:
             BrokerProcess(_node_spec(spec, i, strom_node_command(spec, i, zk.port)), workdir)
             for i in range(1, SIZE + 1)
         ]
-        for n in cluster.nodes:  # together: each waits for ZooKeeper, not for the others
-            n.start()
-        cluster.wait_ready(timeout)
+        cluster.start_all(timeout)
     except BaseException:
         cluster.close(keep=True)
         raise
@@ -446,9 +451,7 @@ def start_kafka(spec: BrokerSpec, workdir: Path, timeout: float) -> Cluster:
                 if f.poll() is None:
                     f.kill()
                     f.wait(10)
-        for n in cluster.nodes:
-            n.start()
-        cluster.wait_ready(timeout)
+        cluster.start_all(timeout)
     except BaseException:
         cluster.close(keep=True)
         raise

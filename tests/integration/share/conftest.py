@@ -126,7 +126,15 @@ def share_broker(share_libs: Path, tmp_path_factory: pytest.TempPathFactory) -> 
                                    overrides=BROKER_SETTINGS) as deployment:  # fmt: skip
             yield ShareBroker(kind, deployment.bootstrap, lambda: deployment.log_tails(80))
         return
-    broker = BrokerProcess(tmp_path_factory.mktemp("share-broker"), name="share-broker")
+    with strom_share_broker(tmp_path_factory, "share-broker") as broker:
+        yield broker
+
+
+@contextlib.contextmanager
+def strom_share_broker(tmp_path_factory: pytest.TempPathFactory, name: str
+                       ) -> Iterator[ShareBroker]:
+    """One Strom broker with the share tests' settings, stopped (by PID) afterwards."""
+    broker = BrokerProcess(tmp_path_factory.mktemp(name), name=name)
     broker.start(BROKER_SETTINGS, timeout=START_TIMEOUT)
     try:
         yield ShareBroker("strom", broker.bootstrap, lambda: broker.log_text(0)[-8000:])

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 import pytest
 from confluent_kafka import AcknowledgeType, ShareConsumer
 
-from ..broker import BrokerProcess
-from .conftest import BROKER_SETTINGS, START_TIMEOUT, ShareAdmin, ShareBroker, broker_kind, unique
+from .conftest import ShareAdmin, ShareBroker, broker_kind, strom_share_broker, unique
 
 WAIT = 60.0  # generous bound for anything that should take a few seconds
 
@@ -40,12 +39,8 @@ def rd_broker(request, tmp_path_factory) -> Iterator[ShareBroker]:
     if broker_kind() == "kafka":
         yield request.getfixturevalue("share_broker")
         return
-    broker = BrokerProcess(tmp_path_factory.mktemp("share-rd"), name="share-rd")
-    broker.start(BROKER_SETTINGS, timeout=START_TIMEOUT)
-    try:
-        yield ShareBroker("strom", broker.bootstrap, lambda: broker.log_text(0)[-8000:])
-    finally:
-        broker.stop()
+    with strom_share_broker(tmp_path_factory, "share-rd") as broker:
+        yield broker
 
 
 @pytest.fixture(scope="module")
