@@ -25,6 +25,7 @@ from strom.common.immediate import run_now, run_or_start
 from strom.config.broker import BrokerConfig
 from strom.config.metrics import metrics_endpoint
 from strom.coordinator.group.coordinator import GroupCoordinator
+from strom.coordinator.runtime.commits import Commits
 from strom.coordinator.share.coordinator import ShareCoordinator
 from strom.coordinator.share.state import Persister
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
@@ -113,6 +114,7 @@ class Broker(Node):
     groups: GroupCoordinator
     transactions: TransactionCoordinator
     replicas: ReplicaManager | None  # a cluster's replication; None on a single node
+    commits: Commits  # where coordinator replies wait for their state's replication
     producer_ids: ProducerIds
     txn_gate: TxnPartitionGate  # a transaction's first write to a partition is checked here
     quotas: ClientQuotas  # client quotas: rates measured and throttle times decided here
@@ -134,13 +136,14 @@ class Broker(Node):
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,
-           replicas: ReplicaManager | None, producer_ids: ProducerIds,
+           replicas: ReplicaManager | None, commits: Commits, producer_ids: ProducerIds,
            share_coordinator: ShareCoordinator, share_persister: Persister,
            share_partitions: SharePartitionManager, share_sessions: ShareSessionCache
            ) -> Broker:
         parts = {f.name: getattr(node, f.name) for f in fields(Node)}
         counting = metrics_endpoint(node.config.get("metrics.listener")) is not None
         return cls(**parts, groups=groups, transactions=transactions, replicas=replicas,
+                   commits=commits,
                    producer_ids=producer_ids, txn_gate=TxnPartitionGate(node, transactions),
                    share_coordinator=share_coordinator, share_persister=share_persister,
                    share_partitions=share_partitions, share_sessions=share_sessions,

@@ -4,6 +4,12 @@ Partitions this broker leads get their control batch written right away; the oth
 by leader and sent one WriteTxnMarkers request per leader. A partition without a live leader, or
 a leader that cannot be reached, reports a retriable error and the transaction coordinator tries
 it again — a transaction completes only when every partition has its marker.
+
+A marker is written as Kafka writes it, with acks=all: refused before it is appended while the
+partition's ISR is below min.insync.replicas, and reported written only once the in-sync
+replicas have it (`replicated_marker`), on this broker and on the receiving end of
+WriteTxnMarkers alike. Otherwise a leader that failed right after could lose the marker while
+the coordinator logs the transaction complete, and never write it again.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from collections.abc import Callable
 
 from strom.broker.core import Node
 from strom.cluster.client import BrokerClient, BrokerClients, BrokerConnectionError
+from strom.cluster.replication.manager import ReplicaManager
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.transaction.markers import MarkerResults, TopicPartition, TxnMarker
 from strom.protocol.api_keys import ApiKey
@@ -30,9 +37,10 @@ OFFSETS_TOPIC = "__consumer_offsets"
 
 def write_marker(node: Node, groups: GroupCoordinator, topic: str, partition: int,
                  producer_id: int, producer_epoch: int, coordinator_epoch: int,
-                 commit: bool) -> int:
+                 commit: bool, replicas: ReplicaManager | None = None) -> int:
     """Append one COMMIT/ABORT control batch to a partition this broker leads (Kafka's
-    WriteTxnMarkers on the partition leader); returns a Kafka error code. The group
+    WriteTxnMarkers on the partition leader); returns a Kafka error code. With `replicas`
+    (a cluster) it is refused first while the ISR is below min.insync.replicas. The group
     coordinator hears of markers in `__consumer_offsets` (transactional offset commits)."""
     t = node.image.topics.get(topic)
     state = t.partitions.get(partition) if t is not None else None
@@ -41,6 +49,10 @@ def write_marker(node: Node, groups: GroupCoordinator, topic: str, partition: in
     plog = node.partitions.get(topic, partition)
     if plog is None or state.leader != node.broker_id:
         return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    if replicas is not None:
+        code = replicas.min_isr_error((topic, partition))
+        if code:
+            return code
     now = node.now_ms()
     batch = control_batch(commit=commit, producer_id=producer_id, producer_epoch=producer_epoch,
                           coordinator_epoch=coordinator_epoch, timestamp=now)
@@ -57,12 +69,30 @@ def write_marker(node: Node, groups: GroupCoordinator, topic: str, partition: in
     return ErrorCode.NONE
 
 
+async def replicated_marker(node: Node, groups: GroupCoordinator, replicas: ReplicaManager | None,
+                            topic: str, partition: int, producer_id: int, producer_epoch: int,
+                            coordinator_epoch: int, commit: bool) -> int:
+    """`write_marker` with acks=all: its error code once the partition's in-sync replicas have
+    the marker (at once on a single node)."""
+    code = write_marker(node, groups, topic, partition, producer_id, producer_epoch,
+                        coordinator_epoch, commit, replicas)
+    if code or replicas is None:
+        return code
+    plog = node.partitions.get(topic, partition)
+    if plog is None:
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER
+    return await replicas.wait_for_replication((topic, partition), plog.log_end_offset,
+                                               node.config.get("request.timeout.ms") / 1000)
+
+
 class ClusterMarkerWriter:
     """`MarkerWriter` for any partition: local writes for ours, WriteTxnMarkers for others."""
 
-    def __init__(self, node: Node, groups: GroupCoordinator) -> None:
+    def __init__(self, node: Node, groups: GroupCoordinator,
+                 replicas: ReplicaManager | None = None) -> None:
         self.node = node
         self._groups = groups
+        self._replicas = replicas
         self._clients = BrokerClients(f"strom-txn-markers-{node.broker_id}",
                                       node.config.get("replica.socket.timeout.ms") / 1000,
                                       node.inter_broker)
@@ -70,6 +100,7 @@ class ClusterMarkerWriter:
     def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
         results: MarkerResults = {}
         remote: dict[int, list[TopicPartition]] = {}
+        local: list[TopicPartition] = []
         image = self.node.image
         for tp in marker.partitions:
             topic = image.topics.get(tp[0])
@@ -77,25 +108,33 @@ class ClusterMarkerWriter:
             if state is None:
                 results[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif state.leader == self.node.broker_id:
-                results[tp] = write_marker(
-                    self.node, self._groups, tp[0], tp[1], marker.producer_id,
-                    marker.producer_epoch, marker.coordinator_epoch, marker.commit)
+                if self._replicas is None:  # a single node: written is done
+                    results[tp] = write_marker(
+                        self.node, self._groups, tp[0], tp[1], marker.producer_id,
+                        marker.producer_epoch, marker.coordinator_epoch, marker.commit)
+                else:
+                    local.append(tp)
             elif state.leader not in image.brokers:
                 results[tp] = ErrorCode.LEADER_NOT_AVAILABLE
             else:
                 remote.setdefault(state.leader, []).append(tp)
-        if not remote:
+        if not remote and not local:
             done(results)
             return
 
-        async def send_all() -> None:
-            replies = await asyncio.gather(*(self._send(leader, marker, tps)
-                                             for leader, tps in remote.items()))
+        async def write_all() -> None:
+            here = [replicated_marker(self.node, self._groups, self._replicas, tp[0], tp[1],
+                                      marker.producer_id, marker.producer_epoch,
+                                      marker.coordinator_epoch, marker.commit) for tp in local]
+            there = [self._send(leader, marker, tps) for leader, tps in remote.items()]
+            codes = await asyncio.gather(*here)
+            replies = await asyncio.gather(*there)
+            results.update(zip(local, codes, strict=True))
             for reply in replies:
                 results.update(reply)
             done(results)
 
-        asyncio.get_running_loop().create_task(send_all())
+        asyncio.get_running_loop().create_task(write_all())
 
     def _client(self, leader: int) -> BrokerClient | None:
         info = self.node.image.brokers.get(leader)

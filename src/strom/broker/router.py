@@ -9,7 +9,9 @@ awaitable of its reply. A generic reply's error codes that its version predates 
 here (`strom.protocol.error_versions`); raw handlers do that themselves.
 
 Every request passes `Router.dispatch`, which is also the one place where request hooks run
-(`RequestHook`): authorization, quotas and metrics plug in there, not in the handlers.
+(`RequestHook`): authorization, quotas and metrics plug in there, not in the handlers. The
+handlers of coordinator APIs are wrapped once, at registration, so that their replies wait
+until the coordinator state they rest on is replicated (`strom.broker.commit_gate`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from strom.broker.commit_gate import COMMITTED_APIS, answered_once_committed
 from strom.broker.context import CloseConnection, Parts, RequestContext, Throttle
 from strom.broker.requests import complete_request
 from strom.cluster.features import api_versions_features
@@ -128,6 +131,8 @@ class Router:
             except UnsupportedVersion:
                 return
             lo, hi = max(lo, clo), min(hi, chi)
+        if spec.api_key in COMMITTED_APIS and not spec.raw:
+            fn = answered_once_committed(fn)  # coordinator replies wait for replication
         self.routes[spec.api_key] = Route(ApiSpec(spec.api_key, lo, hi, spec.raw), fn)
 
     def api_versions(self) -> list[tuple[int, int, int]]:

@@ -17,9 +17,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import strom
+from strom.broker.commit_gate import ReplicaCommits
 from strom.broker.core import Broker, Node, ProducerIds
 from strom.broker.group_configs import MetadataGroupConfigs
 from strom.broker.internal_topics import InternalTopic
@@ -43,6 +43,7 @@ from strom.config.listeners import advertised_listeners, default_listener
 from strom.config.topic import validate_topic_configs
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.streams_topology import NewTopic
+from strom.coordinator.runtime.commits import Commits
 from strom.coordinator.share.config import ShareCoordinatorConfig
 from strom.coordinator.share.coordinator import ShareCoordinator
 from strom.coordinator.share.store import SHARE_STATE_TOPIC
@@ -175,14 +176,16 @@ def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
                 replicas: ReplicaManager | None = None) -> Broker:
     """The complete broker: its coordinators built on `node` (not started: `Broker.start`)."""
     producer_ids = ProducerIds(node.controller, node.broker_id)
-    groups = build_group_coordinator(node, loop)
-    transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop)
-    share_coordinator = build_share_coordinator(node, loop, replicas)
+    commits = Commits(ReplicaCommits(node, replicas) if replicas is not None else None)
+    groups = build_group_coordinator(node, loop, commits)
+    transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop, commits,
+                                                 replicas)
+    share_coordinator = build_share_coordinator(node, loop, commits)
     persister = RoutingPersister(node, share_coordinator)
     share_partitions, share_sessions = build_share_partitions(node, groups, persister, loop,
                                                               replicas)
     return Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
-                     producer_ids=producer_ids, share_coordinator=share_coordinator,
+                     commits=commits, producer_ids=producer_ids, share_coordinator=share_coordinator,
                      share_persister=persister, share_partitions=share_partitions,
                      share_sessions=share_sessions)
 
@@ -255,14 +258,16 @@ class StreamsTopicsCreator:
                     log.warning("cannot create internal topic %s: %s", t.name, exc)
 
 
-def build_group_coordinator(node: Node, loop: asyncio.AbstractEventLoop) -> GroupCoordinator:
+def build_group_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
+                            commits: Commits) -> GroupCoordinator:
     """The group coordinator, subscribed to leadership of `__consumer_offsets`, with the
     groups' configs from the metadata (`coordinator.group_configs`)."""
     group_configs = MetadataGroupConfigs(node.config, lambda: node.image)
     node.controller.subscribe(group_configs.on_changes)
     coordinator = GroupCoordinator(GroupConfig.from_config(node.config.get),
                                    OffsetsTopicAdapter(node), TopicsAdapter(node), loop,
-                                   node.now_ms, StreamsTopicsCreator(node), group_configs)
+                                   node.now_ms, StreamsTopicsCreator(node), group_configs,
+                                   commits)
 
     def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
         if topic == OFFSETS_TOPIC:
@@ -286,30 +291,25 @@ class TxnTopicAdapter(InternalTopic):
 
     def settings(self) -> tuple[int, int, dict[str, str]]:
         get = self.node.config.get
-
-        def opt(name: str, default: Any) -> Any:
-            try:
-                return get(name)
-            except KeyError:
-                return default
-
         configs = {"cleanup.policy": "compact", "compression.type": "uncompressed",
                    "unclean.leader.election.enable": "false",
-                   "segment.bytes": str(opt("transaction.state.log.segment.bytes",
-                                            DEFAULT_SEGMENT_BYTES)),
-                   "min.insync.replicas": str(opt("transaction.state.log.min.isr", 1))}
-        return (int(opt("transaction.state.log.num.partitions", 50)),
-                int(opt("transaction.state.log.replication.factor", 1)), configs)
+                   "segment.bytes": str(get("transaction.state.log.segment.bytes")),
+                   "min.insync.replicas": str(get("transaction.state.log.min.isr"))}
+        return (get("transaction.state.log.num.partitions"),
+                get("transaction.state.log.replication.factor"), configs)
 
 
 def build_transaction_coordinator(node: Node, groups: GroupCoordinator,
                                   next_producer_id: Callable[[], int],
-                                  loop: asyncio.AbstractEventLoop) -> TransactionCoordinator:
+                                  loop: asyncio.AbstractEventLoop, commits: Commits,
+                                  replicas: ReplicaManager | None) -> TransactionCoordinator:
     """The transaction coordinator, subscribed to leadership of `__transaction_state`; its
-    markers reach `groups` when they land in `__consumer_offsets`."""
+    markers reach `groups` when they land in `__consumer_offsets`, and count as written once
+    their partitions' in-sync replicas have them (acks=all)."""
     coordinator = TransactionCoordinator(
         TxnConfig.from_config(node.config.get), TxnTopicAdapter(node),
-        ClusterMarkerWriter(node, groups), next_producer_id, loop, node.now_ms)
+        ClusterMarkerWriter(node, groups, replicas), next_producer_id, loop, node.now_ms,
+        commits)
 
     def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
         if topic == TRANSACTION_STATE_TOPIC:
@@ -341,28 +341,13 @@ class TopicIdsAdapter:
         return len(t.partitions) if t is not None else None
 
 
-class ShareStateReplication:
-    """The share coordinator's `Replication`: a write waits for its partition's ISR."""
-
-    def __init__(self, replicas: ReplicaManager) -> None:
-        self.replicas = replicas
-
-    def check(self, partition: int) -> int:
-        return self.replicas.min_isr_error((SHARE_STATE_TOPIC, partition))
-
-    async def wait(self, partition: int, offset: int, timeout_s: float) -> int:
-        return await self.replicas.wait_for_replication((SHARE_STATE_TOPIC, partition), offset,
-                                                        timeout_s)
-
-
 def build_share_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
-                            replicas: ReplicaManager | None) -> ShareCoordinator:
+                            commits: Commits) -> ShareCoordinator:
     """The share coordinator, subscribed to leadership of `__share_group_state` and to topic
     deletions (the state of a deleted topic's share partitions is deleted too, as in Kafka)."""
     coordinator = ShareCoordinator(
         ShareCoordinatorConfig.from_config(node.config.get), ShareStateTopicAdapter(node),
-        TopicIdsAdapter(node), loop, node.now_ms,
-        ShareStateReplication(replicas) if replicas is not None else None)
+        TopicIdsAdapter(node), loop, node.now_ms, commits)
 
     def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
         if topic == SHARE_STATE_TOPIC:

@@ -337,6 +337,9 @@ BROKER_CONFIGS.add(
               "how often timed-out transactions are aborted", at_least(1), read_only=True),
     ConfigDef("transaction.remove.expired.transaction.cleanup.interval.ms", T.INT, 3600000,
               "how often expired transactional ids are removed", at_least(1), read_only=True),
+    ConfigDef("request.timeout.ms", T.INT, 30000,
+              "how long a transaction-state write and a transaction marker wait for their "
+              "partition's replicas (clusters)", at_least(0), read_only=True),
     ConfigDef("transaction.state.log.segment.bytes", T.INT, 104857600,
               "segment size of __transaction_state", at_least(1), read_only=True),
     ConfigDef("transactional.id.expiration.ms", T.INT, 604800000, "transactional id expiry",

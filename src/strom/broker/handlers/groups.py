@@ -293,35 +293,6 @@ def offset_commit(broker: Broker, ctx: RequestContext,
         except KafkaError as exc:
             for slot in slots.values():
                 slot["error_code"] = int(exc.code)
-        else:
-            if broker.replicas is not None:
-                return _answer_once_replicated(broker, request.group_id, slots, out_topics)
-    return {"throttle_time": 0, "topics": out_topics}
-
-
-# Kafka's mapping of a commit's replication failure to what a group member understands
-_COMMIT_REPLICATION_ERRORS = {
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-}
-
-
-async def _answer_once_replicated(broker: Broker, group_id: str, slots: dict[Any, dict[str, Any]],
-                                  out_topics: list[dict[str, Any]]) -> dict[str, Any]:
-    """In a cluster a commit is acknowledged once its `__consumer_offsets` partition's ISR has
-    it (Kafka appends offset commits with acks=all), so a coordinator failover keeps it."""
-    key = (OFFSETS_TOPIC, broker.groups.partition_for(group_id))
-    plog = broker.partitions.get(*key)
-    if plog is not None:
-        code = await broker.replicas.wait_for_replication(
-            key, plog.log_end_offset, broker.config.get("offsets.commit.timeout.ms") / 1000)
-        if code:
-            mapped = int(_COMMIT_REPLICATION_ERRORS.get(code, code))
-            for slot in slots.values():
-                if not slot["error_code"]:
-                    slot["error_code"] = mapped
     return {"throttle_time": 0, "topics": out_topics}
 
 

@@ -11,13 +11,14 @@ to the leaders of the others; the WriteTxnMarkers handler below is the receiving
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable
 from typing import Any
 
 from strom.broker.authz import Op, Res, allowed, cluster_allowed, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
-from strom.broker.markers import OFFSETS_TOPIC, write_marker
+from strom.broker.markers import OFFSETS_TOPIC, replicated_marker
 from strom.broker.request_types import (
     AddOffsetsToTxnRequest,
     AddPartitionsToTxnRequest,
@@ -298,21 +299,32 @@ def _commit_in_txn(broker: Broker, ctx: RequestContext, request: TxnOffsetCommit
 
 
 @handles(ApiKey.WRITE_TXN_MARKERS, 1, 2)
-def write_txn_markers(broker: Broker, ctx: RequestContext,
-                      request: WriteTxnMarkersRequest) -> dict[str, Any]:
-    markers = []
-    permitted = cluster_allowed(broker, ctx, Op.CLUSTER_ACTION)  # brokers only
-    for m in request.markers:
-        topics = []
-        for t in m.topics:
-            topics.append({"name": t.name, "partitions": [
+def write_txn_markers(broker: Broker, ctx: RequestContext, request: WriteTxnMarkersRequest
+                      ) -> dict[str, Any] | Awaitable[dict[str, Any]]:
+    """Each marker is written with acks=all (as Kafka's): its partition's code comes once the
+    in-sync replicas have it (at once on a single node)."""
+    if not cluster_allowed(broker, ctx, Op.CLUSTER_ACTION):  # brokers only
+        return {"markers": [{"producer_id": m.producer_id, "topics": [
+            {"name": t.name, "partitions": [
                 {"partition_index": p,
-                 "error_code": int(write_marker(broker, broker.groups, t.name, p, m.producer_id,
-                                                m.producer_epoch, m.coordinator_epoch,
-                                                m.transaction_result)
-                                   if permitted else ErrorCode.CLUSTER_AUTHORIZATION_FAILED)}
-                for p in t.partition_indexes]})
-        markers.append({"producer_id": m.producer_id, "topics": topics})
+                 "error_code": int(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)}
+                for p in t.partition_indexes]} for t in m.topics]} for m in request.markers]}
+    return _write_markers(broker, request)
+
+
+async def _write_markers(broker: Broker, request: WriteTxnMarkersRequest) -> dict[str, Any]:
+    markers = []
+    for m in request.markers:
+        wanted = [(t.name, p) for t in m.topics for p in t.partition_indexes]
+        codes = await asyncio.gather(*(replicated_marker(
+            broker, broker.groups, broker.replicas, topic, p, m.producer_id, m.producer_epoch,
+            m.coordinator_epoch, m.transaction_result) for topic, p in wanted))
+        by_topic: dict[str, list[dict[str, int]]] = {}
+        for (topic, p), code in zip(wanted, codes, strict=True):
+            by_topic.setdefault(topic, []).append({"partition_index": p,
+                                                   "error_code": int(code)})
+        markers.append({"producer_id": m.producer_id, "topics": [
+            {"name": name, "partitions": parts} for name, parts in by_topic.items()]})
     return {"markers": markers}
 
 

@@ -29,6 +29,7 @@ class GroupConfig:
     offsets_retention_ms: int = 7 * 24 * 3600 * 1000  # offsets.retention.minutes
     offsets_retention_check_interval: int = 600000  # offsets.retention.check.interval.ms
     offset_metadata_max_bytes: int = 4096  # offset.metadata.max.bytes
+    commit_timeout_ms: int = 5000  # offsets.commit.timeout.ms: a write waits for its replicas
     consumer_session_timeout: int = 45000  # group.consumer.session.timeout.ms
     consumer_heartbeat_interval: int = 5000  # group.consumer.heartbeat.interval.ms
     consumer_max_size: int = INT_MAX  # group.consumer.max.size
@@ -68,12 +69,10 @@ class GroupConfig:
 
     @classmethod
     def from_config(cls, get: Callable[[str], object]) -> GroupConfig:
-        def opt(name: str, default: T) -> T:
-            try:
-                value = get(name)
-            except KeyError:
-                return default
-            return default if value is None else value  # the config registry typed it
+        def opt(name: str, _default: T) -> T:
+            """The registry's value (typed, defaulted there); the second argument only names
+            the field's type for the checker."""
+            return get(name)  # type: ignore[return-value]
 
         return cls(
             offsets_partitions=opt("offsets.topic.num.partitions", 50),
@@ -84,6 +83,7 @@ class GroupConfig:
             offsets_retention_ms=opt("offsets.retention.minutes", 10080) * 60000,
             offsets_retention_check_interval=opt("offsets.retention.check.interval.ms", 600000),
             offset_metadata_max_bytes=opt("offset.metadata.max.bytes", 4096),
+            commit_timeout_ms=opt("offsets.commit.timeout.ms", 5000),
             consumer_session_timeout=opt("group.consumer.session.timeout.ms", 45000),
             consumer_heartbeat_interval=opt("group.consumer.heartbeat.interval.ms", 5000),
             consumer_max_size=opt("group.consumer.max.size", INT_MAX),

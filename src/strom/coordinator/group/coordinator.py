@@ -52,14 +52,15 @@ from strom.coordinator.group.shards import (
 from strom.coordinator.group.share_groups import ShareGroupManager
 from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import ClassicGroup, ClassicState, Respond
-from strom.coordinator.group.store import GroupStore, OffsetsTopic
+from strom.coordinator.group.store import STATE_TOPIC, GroupStore, OffsetsTopic
 from strom.coordinator.group.streams_groups import (
     InternalTopicCreator,
     StreamsGroupManager,
     StreamsHeartbeat,
 )
 from strom.coordinator.group.streams_state import StreamsGroup
-from strom.coordinator.group.timers import Scheduler
+from strom.coordinator.runtime.commits import Commits
+from strom.coordinator.runtime.timers import Scheduler
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
@@ -72,9 +73,11 @@ class GroupCoordinator:
     def __init__(self, config: GroupConfig, offsets_topic: OffsetsTopic, topics: TopicsView,
                  scheduler: Scheduler, now_ms: Callable[[], int],
                  internal_topics: InternalTopicCreator | None = None,
-                 group_configs: GroupConfigs | None = None) -> None:
+                 group_configs: GroupConfigs | None = None,
+                 commits: Commits | None = None) -> None:
         self.state = GroupShards(config, offsets_topic, topics, scheduler, now_ms, self,
-                                 group_configs)
+                                 group_configs, commits)
+        self.state.store.commits.register(STATE_TOPIC, config.commit_timeout_ms)
         # each group's configs in force (group configs over the broker's group.* configs)
         self.group_configs = self.state.group_configs
         self.classic = ClassicGroupManager(self.state)

@@ -33,8 +33,8 @@ from strom.coordinator.group.state import (
     ConsumerGroup,
     OffsetAndMetadata,
 )
-from strom.coordinator.group.store import TxnMarkerRecord
 from strom.coordinator.group.streams_state import StreamsGroup
+from strom.coordinator.runtime.store import TxnMarkerRecord
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)

@@ -27,16 +27,16 @@ from strom.coordinator.group.state import (
     ConsumerGroup,
     OffsetAndMetadata,
 )
-from strom.coordinator.group.store import GroupStore, OffsetsTopic, TxnMarkerRecord
+from strom.coordinator.group.store import STATE_TOPIC, GroupStore, OffsetsTopic
 from strom.coordinator.group.streams_state import StreamsGroup
-from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
-from strom.coordinator.sharding import ShardLoader
+from strom.coordinator.runtime.commits import Commits
+from strom.coordinator.runtime.loader import ShardLoader
+from strom.coordinator.runtime.store import TxnMarkerRecord
+from strom.coordinator.runtime.timers import Scheduler, Timers
 from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
-
-STATE_TOPIC = "__consumer_offsets"
 
 Group = ClassicGroup | ConsumerGroup | StreamsGroup | ShareGroup
 LogEntry = rec.CoordinatorRecord | TxnMarkerRecord
@@ -103,12 +103,13 @@ class GroupShards:
 
     def __init__(self, config: GroupConfig, offsets_topic: OffsetsTopic, topics: TopicsView,
                  scheduler: Scheduler, now_ms: Callable[[], int],
-                 listener: ShardListener, group_configs: GroupConfigs | None = None) -> None:
+                 listener: ShardListener, group_configs: GroupConfigs | None = None,
+                 commits: Commits | None = None) -> None:
         self.config = config
         self.group_configs: GroupConfigs = group_configs or BrokerGroupConfigs(config)
         self.offsets_topic = offsets_topic
         self.topics = topics
-        self.store = GroupStore(offsets_topic, now_ms)
+        self.store = GroupStore(offsets_topic, now_ms, commits)
         self.timers = Timers(scheduler)
         self.now_ms = now_ms
         self.shards: dict[int, Shard] = {}
@@ -185,6 +186,7 @@ class GroupShards:
         if shard.loading:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                              f"The coordinator is loading the state of group {group_id}.")
+        self.store.touch(shard.partition)  # the answer waits for what it read to be committed
         return shard
 
     def shard_of(self, group_id: str) -> Shard | None:

@@ -20,21 +20,17 @@ class ShareCoordinatorConfig:
 
     @classmethod
     def from_config(cls, get: Callable[[str], Any]) -> ShareCoordinatorConfig:
-        def opt(name: str, default: int) -> int:
-            try:
-                value = get(name)
-            except KeyError:
-                return default
-            return default if value is None else int(value)
+        def opt(name: str) -> int:
+            return int(get(name))  # the registry holds Kafka's default
 
         return cls(
-            state_partitions=opt("share.coordinator.state.topic.num.partitions", 50),
-            replication_factor=opt("share.coordinator.state.topic.replication.factor", 3),
-            min_isr=opt("share.coordinator.state.topic.min.isr", 2),
-            segment_bytes=opt("share.coordinator.state.topic.segment.bytes", 104857600),
-            updates_per_snapshot=opt("share.coordinator.snapshot.update.records.per.snapshot", 500),
-            write_timeout_ms=opt("share.coordinator.write.timeout.ms", 5000),
-            prune_interval_ms=opt("share.coordinator.state.topic.prune.interval.ms", 300000),
+            state_partitions=opt("share.coordinator.state.topic.num.partitions"),
+            replication_factor=opt("share.coordinator.state.topic.replication.factor"),
+            min_isr=opt("share.coordinator.state.topic.min.isr"),
+            segment_bytes=opt("share.coordinator.state.topic.segment.bytes"),
+            updates_per_snapshot=opt("share.coordinator.snapshot.update.records.per.snapshot"),
+            write_timeout_ms=opt("share.coordinator.write.timeout.ms"),
+            prune_interval_ms=opt("share.coordinator.state.topic.prune.interval.ms"),
         )
 
     def topic_configs(self) -> dict[str, str]:

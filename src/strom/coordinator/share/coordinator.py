@@ -32,9 +32,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Protocol
 
-from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
-from strom.coordinator.sharding import ShardLoader
+from strom.coordinator.runtime.commits import Commits
+from strom.coordinator.runtime.loader import ShardLoader
+from strom.coordinator.runtime.timers import Scheduler, Timers
 from strom.coordinator.share import records as rec
 from strom.coordinator.share.config import ShareCoordinatorConfig
 from strom.coordinator.share.merge import combine
@@ -91,26 +92,6 @@ class TopicPartitions(Protocol):
         """The topic's partition count, or None when no topic has this id."""
 
 
-class Replication(Protocol):
-    """How a write waits for the in-sync replicas of its `__share_group_state` partition."""
-
-    def check(self, partition: int) -> int:
-        """Before appending: NOT_ENOUGH_REPLICAS while the ISR is below min.insync.replicas
-        (what an acks=all append refuses), else 0."""
-
-    async def wait(self, partition: int, offset: int, timeout_s: float) -> int:
-        """Wait until `offset` is replicated; returns a Kafka error code (0: done)."""
-
-
-# The errors of waiting for replicas, as a coordinator reports them (Kafka's mapping of
-# append errors for coordinator writes).
-_REPLICATION_ERRORS = {
-    ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
-    ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.COORDINATOR_NOT_AVAILABLE,
-}
-
 ShareState = rec.ShareSnapshot  # the whole state of a share partition (Kafka's ShareGroupOffset)
 Entry = tuple[int, rec.ShareRecord]  # a replayed record and its offset
 
@@ -137,14 +118,14 @@ class ShareShard:
 class ShareCoordinator:
     def __init__(self, config: ShareCoordinatorConfig, topic: ShareStateTopic,
                  topics: TopicPartitions, scheduler: Scheduler, now_ms: Callable[[], int],
-                 replication: Replication | None = None) -> None:
+                 commits: Commits | None = None) -> None:
         self.config = config
         self.topic = topic
         self.topics = topics
-        self.store = ShareStore(topic, now_ms)
+        self.store = ShareStore(topic, now_ms, commits)
+        self.store.commits.register(SHARE_STATE_TOPIC, config.write_timeout_ms)
         self.scheduler = scheduler
         self.now_ms = now_ms
-        self.replication = replication
         self.timers = Timers(scheduler)
         self.shards: dict[int, ShareShard] = {}
         self._loader = ShardLoader(self.shards, self.store.replay, scheduler, SHARE_STATE_TOPIC,
@@ -301,22 +282,14 @@ class ShareCoordinator:
     # ========================================================================================
 
     async def _write(self, shard: ShareShard, record: tuple[bytes, bytes | None]) -> None:
-        """Append one record, apply it, and wait for the replicas (in a cluster)."""
-        if self.replication is not None:
-            code = self.replication.check(shard.partition)
-            if code:
-                code = _REPLICATION_ERRORS.get(ErrorCode(code), ErrorCode(code))
-                raise KafkaError(code, f"{SHARE_STATE_TOPIC}-{shard.partition} has fewer "
-                                       "in-sync replicas than min.insync.replicas")
+        """Append one record (refused first while the ISR is below min.insync.replicas), apply
+        it, and wait until it is committed."""
         offset = self.store.append(shard.partition, [record])
         self._replay(shard, offset, rec.decode(*record))
-        if self.replication is not None:
-            code = await self.replication.wait(shard.partition, offset + 1,
-                                               self.config.write_timeout_ms / 1000)
-            if code:
-                code = _REPLICATION_ERRORS.get(ErrorCode(code), ErrorCode(code))
-                raise KafkaError(code, f"the write to {SHARE_STATE_TOPIC}-{shard.partition} "
-                                       f"was not replicated")
+        code = await self.store.commits.wait(SHARE_STATE_TOPIC, shard.partition, offset + 1)
+        if code:
+            raise KafkaError(code, f"the write to {SHARE_STATE_TOPIC}-{shard.partition} was not "
+                                   "replicated")
 
     def _state_record(self, shard: ShareShard, key: SharePartitionKey, leader_epoch: int,
                       start_offset: int, batches: Iterable[StateBatch],

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from strom.common.regex import RegexError, compile_regex
-from strom.coordinator.group.timers import Scheduler, Timers
 from strom.coordinator.partitioning import partition_for
-from strom.coordinator.sharding import ShardedCoordinator
+from strom.coordinator.runtime.commits import Commits
+from strom.coordinator.runtime.loader import ShardedCoordinator
+from strom.coordinator.runtime.timers import Scheduler, Timers
 from strom.coordinator.transaction import records as rec
 from strom.coordinator.transaction.markers import (
     DONE_CODES,
@@ -61,24 +62,20 @@ class TxnConfig:
     id_expiration_ms: int = 604800000  # transactional.id.expiration.ms
     expire_interval_ms: int = 3600000  # transaction.remove.expired.transaction.cleanup.interval.ms
     marker_retry_backoff_ms: int = 100  # Strom: first retry of a failed marker write
+    write_timeout_ms: int = 30000  # request.timeout.ms: a state write waits for its replicas
 
     @classmethod
     def from_config(cls, get: Callable[[str], Any]) -> TxnConfig:
-        def opt(name: str, default: Any) -> Any:
-            try:
-                value = get(name)
-            except KeyError:
-                return default
-            return default if value is None else int(value)
+        def opt(name: str) -> int:
+            return int(get(name))  # the registry holds Kafka's default
 
         return cls(
-            state_partitions=opt("transaction.state.log.num.partitions", 50),
-            max_timeout_ms=opt("transaction.max.timeout.ms", 900000),
-            abort_interval_ms=opt("transaction.abort.timed.out.transaction.cleanup.interval.ms",
-                                  10000),
-            id_expiration_ms=opt("transactional.id.expiration.ms", 604800000),
-            expire_interval_ms=opt("transaction.remove.expired.transaction.cleanup.interval.ms",
-                                   3600000),
+            state_partitions=opt("transaction.state.log.num.partitions"),
+            max_timeout_ms=opt("transaction.max.timeout.ms"),
+            abort_interval_ms=opt("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+            id_expiration_ms=opt("transactional.id.expiration.ms"),
+            expire_interval_ms=opt("transaction.remove.expired.transaction.cleanup.interval.ms"),
+            write_timeout_ms=opt("request.timeout.ms"),
         )
 
 
@@ -100,12 +97,13 @@ def _pid_result(code: int, producer_id: int = -1, epoch: int = -1) -> dict[str, 
 class TransactionCoordinator(ShardedCoordinator):
     def __init__(self, config: TxnConfig, topic: InternalTopic, markers: MarkerWriter,
                  allocate_producer_id: Callable[[], int], scheduler: Scheduler,
-                 now_ms: Callable[[], int]) -> None:
+                 now_ms: Callable[[], int], commits: Commits | None = None) -> None:
         self.config = config
         self.topic = topic
         self.markers = markers
         self.allocate_producer_id = allocate_producer_id
-        self.store = TxnStore(topic, now_ms)
+        self.store = TxnStore(topic, now_ms, commits)
+        self.store.commits.register(TRANSACTION_STATE_TOPIC, config.write_timeout_ms)
         self.timers = Timers(scheduler)
         self.scheduler = scheduler
         self.now_ms = now_ms
@@ -180,7 +178,7 @@ class TransactionCoordinator(ShardedCoordinator):
                 unfinished += 1
                 md.pending = (TxnState.COMPLETE_COMMIT if md.state == TxnState.PREPARE_COMMIT
                               else TxnState.COMPLETE_ABORT)
-                self._send_markers(shard, md)
+                self._markers_once_committed(shard, md, self.store.log_end_offset(shard.partition))
         if shard.txns:
             log.info("loaded %d transactional ids from %s-%d (%d to complete)", len(shard.txns),
                      TRANSACTION_STATE_TOPIC, shard.partition, unfinished)
@@ -207,6 +205,7 @@ class TransactionCoordinator(ShardedCoordinator):
         if shard.loading:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                              f"The coordinator is loading the state of {transactional_id}.")
+        self.store.touch(shard.partition)  # the answer waits for what it read to be committed
         return shard
 
     def transaction(self, transactional_id: str) -> TxnMetadata | None:
@@ -220,12 +219,14 @@ class TransactionCoordinator(ShardedCoordinator):
         """True when this broker serves (or is loading) the transactional id."""
         return self.partition_for(transactional_id) in self.shards
 
-    def _write(self, shard: Shard, new: TxnMetadata) -> None:
-        """Append the new state of a transactional id, then make it current."""
+    def _write(self, shard: Shard, new: TxnMetadata) -> int:
+        """Append the new state of a transactional id, then make it current; the offset after
+        the record (committed once the high watermark reaches it)."""
         version = rec.TV2_VALUE_VERSION if new.bumps_epoch else rec.VALUE_VERSION
-        self.store.append(shard.partition, [(rec.encode_key(new.transactional_id),
-                                             rec.encode_value(new.to_value(), version))])
+        offset = self.store.append(shard.partition, [(rec.encode_key(new.transactional_id),
+                                                      rec.encode_value(new.to_value(), version))])
         shard.txns[new.transactional_id] = new
+        return offset + 1
 
     # ========================================================================================
     # InitProducerId
@@ -504,15 +505,38 @@ class TransactionCoordinator(ShardedCoordinator):
         new.state = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
         new.last_update_ms = self.now_ms()
         try:
-            self._write(shard, new)
+            end = self._write(shard, new)
         except KafkaError:
             if fencing:
                 self._failed_fence.add(tid)  # never bump twice for a fence that did not land
             raise
         self._failed_fence.discard(tid)
         new.pending = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-        self._send_markers(shard, new)
+        self._markers_once_committed(shard, new, end)
         return ErrorCode.NONE
+
+    def _markers_once_committed(self, shard: Shard, md: TxnMetadata, end: int,
+                                attempt: int = 0) -> None:
+        """Send the markers once PrepareCommit/PrepareAbort (the log below `end`) is committed.
+        Markers sent earlier could commit partitions of a transaction that a successor
+        coordinator, which never saw the Prepare record, then aborts: a torn transaction."""
+        tid = md.transactional_id
+
+        def then(code: ErrorCode) -> None:
+            if self.shards.get(shard.partition) is not shard or shard.txns.get(tid) is not md:
+                return  # leadership or the transaction moved on: whoever holds it finishes
+            if code == ErrorCode.NONE:
+                self._send_markers(shard, md)
+            elif code != ErrorCode.NOT_COORDINATOR:  # a new leader finishes it on load
+                delay = min(self.config.marker_retry_backoff_ms * (2 ** min(attempt, 10)),
+                            MAX_MARKER_BACKOFF_MS)
+                log.warning("transactional id %s: %s is not replicated yet (%s), waiting again "
+                            "in %d ms before writing markers", tid, md.state.display, code.name,
+                            delay)
+                self.timers.schedule(("prepare", tid), delay, lambda: self._markers_once_committed(
+                    shard, md, end, attempt + 1))
+
+        self.store.commits.after_commit(TRANSACTION_STATE_TOPIC, shard.partition, end, then)
 
     # ========================================================================================
     # Markers and completion

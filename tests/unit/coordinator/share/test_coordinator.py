@@ -174,17 +174,20 @@ class FewReplicas:
     def __init__(self) -> None:
         self.below = True
 
-    def check(self, partition: int) -> int:
+    def check(self, topic: str, partition: int) -> int:
         return E.NOT_ENOUGH_REPLICAS if self.below else E.NONE
 
-    async def wait(self, partition: int, offset: int, timeout_s: float) -> int:
+    def end_offset(self, topic: str, partition: int) -> int | None:
+        return None
+
+    async def wait(self, topic: str, partition: int, offset: int, timeout_s: float) -> int:
         return E.NONE
 
 
 def test_nothing_is_written_or_applied_below_min_insync_replicas(env: Env) -> None:
     c = env.coordinator
     run(c.initialize(KEY, 0, 0))
-    replicas = c.replication = FewReplicas()
+    replicas = c.store.commits.replication = FewReplicas()
     before, records = c.state(KEY), env.topic.records(env.partition(KEY))
     assert code_of(c.write(KEY, 0, 0, 5, [B(5, 9, ACKED, 1)])) == E.COORDINATOR_NOT_AVAILABLE
     assert code_of(c.initialize(KEY, 1, 7)) == E.COORDINATOR_NOT_AVAILABLE

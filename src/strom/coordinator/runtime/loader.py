@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
-from strom.coordinator.group.timers import Scheduler
+from strom.coordinator.runtime.timers import Scheduler
 
 log = logging.getLogger(__name__)
 

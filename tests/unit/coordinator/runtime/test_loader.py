@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from strom.coordinator.sharding import ShardLoader
+from strom.coordinator.runtime.loader import ShardLoader
 
 
 @dataclass
@@ -100,7 +100,7 @@ def test_an_unreadable_log_is_logged_and_the_partition_serves_what_was_read(
     shards: dict[int, FakeShard] = {}
     hooks = Hooks()
     loader = ShardLoader(shards, broken, loop, "__state", hooks)
-    with caplog.at_level(logging.ERROR, logger="strom.coordinator.sharding"):
+    with caplog.at_level(logging.ERROR, logger="strom.coordinator.runtime.loader"):
         loader.on_leadership(1, True, 0)
         loop.advance(0)
     assert not shards[1].loading and shards[1].replayed == ["a"]
