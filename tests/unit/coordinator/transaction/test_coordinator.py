@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -447,3 +448,88 @@ def test_record_layout_is_kafkas() -> None:
     assert rec.decode(key, None).value is None
     with pytest.raises(rec.UnknownKeyVersion):
         rec.decode(b"\x00\x05\x00\x01x", v1)
+
+
+# ------------------------------------------------------------------- replication (a cluster)
+
+
+def test_markers_wait_until_prepare_commit_is_replicated(env: Env) -> None:
+    """A marker written before PrepareCommit is committed could commit partitions of a
+    transaction that a successor coordinator, which never saw PrepareCommit, aborts."""
+    from strom.coordinator.runtime.commits import Commits
+
+    from ..runtime.fakes import HeldReplication
+
+    async def scenario() -> None:
+        replication = HeldReplication()
+        c = env.coordinator
+        c.store.commits = Commits(replication)
+        c.store.commits.register("__transaction_state", 30000)
+        pid, epoch = start_txn(env, "app", ("t", 0), ("t", 1))
+        partition = c.partition_for("app")
+        topic = "__transaction_state"
+        assert c.end_transaction("app", pid, epoch, commit=True) == E.NONE
+        prepared = env.topic.logs[partition].log_end_offset
+        await asyncio.sleep(0)
+        assert env.markers.written == []  # PrepareCommit is only on the leader so far
+        assert c.transaction("app").state == TxnState.PREPARE_COMMIT
+        replication.commit(topic, partition, prepared - 1)
+        await asyncio.sleep(0)
+        assert env.markers.written == []
+        replication.commit(topic, partition, prepared)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert [m.partitions for m in env.markers.written] == [(("t", 0), ("t", 1))]
+        assert c.transaction("app").state == TxnState.COMPLETE_COMMIT
+
+    asyncio.run(scenario())
+
+
+def test_a_lost_leadership_leaves_the_markers_to_the_next_coordinator(env: Env) -> None:
+    from strom.coordinator.runtime.commits import Commits
+
+    from ..runtime.fakes import HeldReplication
+
+    async def scenario() -> None:
+        replication = HeldReplication()
+        c = env.coordinator
+        c.store.commits = Commits(replication)
+        pid, epoch = start_txn(env, "app", ("t", 0))
+        assert c.end_transaction("app", pid, epoch, commit=True) == E.NONE
+        await asyncio.sleep(0)
+        replication.fail(E.NOT_LEADER_OR_FOLLOWER)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert env.markers.written == []
+        env.loop.advance(60_000)  # no retry either: the new leader completes it on load
+        assert env.markers.written == []
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_replica_set_delays_the_markers_it_does_not_drop_them(env: Env) -> None:
+    from strom.coordinator.runtime.commits import Commits
+
+    from ..runtime.fakes import HeldReplication
+
+    async def scenario() -> None:
+        replication = HeldReplication()
+        c = env.coordinator
+        c.store.commits = Commits(replication)
+        pid, epoch = start_txn(env, "app", ("t", 0))
+        partition = c.partition_for("app")
+        assert c.end_transaction("app", pid, epoch, commit=False) == E.NONE
+        await asyncio.sleep(0)
+        replication.fail(E.REQUEST_TIMED_OUT)
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert env.markers.written == []
+        replication.fail_with = E.NONE
+        replication.commit("__transaction_state", partition,
+                           env.topic.logs[partition].log_end_offset)
+        env.loop.advance(100)  # the retry waits again, and this time it is committed
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert [m.commit for m in env.markers.written] == [False]
+
+    asyncio.run(scenario())
