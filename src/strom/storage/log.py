@@ -170,6 +170,15 @@ def _make_dir(path: Path) -> bool:
         raise KafkaStorageError(f"cannot create {path}: {e}") from e
 
 
+def sync_directory(path: Path | str) -> None:
+    """fsync a directory, so the renames in it are durable (any thread)."""
+    dfd = os.open(path, os.O_RDONLY)
+    try:
+        fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
 class PartitionLog:
     """The log of one partition in directory ``dir`` (``<topic>-<partition>``).
 
@@ -1018,13 +1027,17 @@ class PartitionLog:
 
     # --- cleaning (log compaction) -------------------------------------------------------------
 
-    def replace_segments(self, base: int, old: list[LogSegment]) -> LogSegment:
+    def replace_segments(self, base: int, old: list[LogSegment], *,
+                         sync_dir: bool = True) -> LogSegment:
         """Swap the cleaned segment ``<base>.*.cleaned`` in for ``old`` (consecutive, closed).
 
         Kafka's protocol, so that a crash at any step leaves a consistent log: the cleaned files
         are renamed ``.swap`` (the log file last: a ``.log.swap`` means the new segment is
         complete), the old segments are renamed ``.deleted``, then the swap files take their
         final names. Recovery completes a swap it finds and deletes ``.cleaned`` leftovers.
+        The renames go with the switch of the segment list (a reader must never meet a name
+        that is not there yet); the directory's fsync may be left to the caller
+        (``sync_dir=False``: the cleaner does it in a worker thread, `sync_directory`).
         """
         self._check_open()
         segs = self._segments
@@ -1050,11 +1063,8 @@ class PartitionLog:
         try:
             for suf in suffixes:
                 os.replace(stem + suf + SWAP_SUFFIX, stem + suf)
-            dfd = os.open(self.dir, os.O_RDONLY)
-            try:
-                fsync(dfd)
-            finally:
-                os.close(dfd)
+            if sync_dir:
+                sync_directory(self.dir)
         except OSError as e:  # the swap files stay: the next load completes the swap
             raise KafkaStorageError(f"cannot rename swapped segment {stem}: {e}") from e
         cfg = self.config

@@ -138,3 +138,38 @@ def test_threads_change_error_matches_kafkas_rules():
     assert error(1, 0) == "Log cleaner threads should be at least 1"
     assert "reduced to less than half the current value 4" in error(4, 1)
     assert "increased to more than double the current value 1" in error(1, 3)
+
+
+def test_a_pass_does_no_fsync_on_the_event_loop(tmp_path, monkeypatch):
+    """The swap's directory fsync and the checkpoint's write go to worker threads (issue 28):
+    an fsync on the loop stalls every client for its duration."""
+    from strom.storage import checkpoints, log as log_module
+
+    clock = Clock()
+    plog = _dirty_log(tmp_path / "t-0", clock)
+    on_loop: list[str] = []
+    loop_thread: list[threading.Thread] = []
+
+    def watched(name, fn):
+        def call(*args, **kwargs):
+            if threading.current_thread() in loop_thread:
+                on_loop.append(name)
+            return fn(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(log_module, "fsync", watched("directory fsync", log_module.fsync))
+    monkeypatch.setattr(service_module, "write_offset_checkpoint",
+                        watched("checkpoint write", checkpoints.write_offset_checkpoint))
+
+    async def main():
+        loop_thread.append(threading.current_thread())
+        cleaner = _cleaner([plog], clock, CleanerConfig(threads=1, backoff_ms=10))
+        cleaner.start()
+        try:
+            await _until(lambda: cleaner.passes >= 1, "the log cleaned")
+        finally:
+            await cleaner.stop()
+
+    asyncio.run(main())
+    assert (tmp_path / service_module.CLEANER_CHECKPOINT).exists()
+    assert on_loop == []

@@ -603,8 +603,9 @@ def retain_empty_for(h: tuple, pid: int, last: int, active: dict, group_last: bo
     return bool(h[H_ATTRS] & _CONTROL) and h[H_EPOCH] == lr[1]
 
 
-def swap_in(plog: PartitionLog, cleaned: CleanedGroup) -> LogSegment:
-    """Replace the group's segments by the cleaned one (event loop), if they are unchanged."""
+def swap_in(plog: PartitionLog, cleaned: CleanedGroup, *, sync_dir: bool = True) -> LogSegment:
+    """Replace the group's segments by the cleaned one (event loop), if they are unchanged
+    (``sync_dir=False``: the caller fsyncs the log's directory afterwards, off the loop)."""
     if plog.closed:
         raise CleaningAborted("log closed")
     current = plog.segments
@@ -614,7 +615,7 @@ def swap_in(plog: PartitionLog, cleaned: CleanedGroup) -> LogSegment:
         if seg not in current or seg is plog.active_segment or seg.size != ref.size:
             raise CleaningAborted(f"segment {ref.base} of {plog} changed while cleaning")
         olds.append(seg)
-    return plog.replace_segments(cleaned.base, olds)
+    return plog.replace_segments(cleaned.base, olds, sync_dir=sync_dir)
 
 
 def discard_cleaned(cleaned: CleanedGroup) -> None:

@@ -2,7 +2,8 @@
 log nobody else is cleaning.
 
 Each worker is an asyncio task. Choosing, planning and swapping run on the event loop (cheap:
-sizes, headers, renames); reading the key map and rewriting segments run in a worker thread
+sizes, headers, renames); reading the key map, rewriting segments, the fsync that makes a
+swap's renames durable and the checkpoint's write run in a worker thread
 (``asyncio.to_thread``) so the loop keeps serving while the GIL allows (so several workers mostly
 overlap their disk I/O). Each worker's key map gets ``log.cleaner.dedupe.buffer.size`` divided by
 the number of workers, as Kafka's cleaner threads do. With nothing to clean a worker sleeps
@@ -40,7 +41,7 @@ from strom.storage.cleaner.cleaner import (
     swap_in,
 )
 from strom.storage.errors import StorageError
-from strom.storage.log import PartitionLog
+from strom.storage.log import PartitionLog, sync_directory
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class LogCleaner:
         self._dir_of = dir_of or (lambda plog: plog.dir.parent)
         self._clock = clock
         self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
+        self._checkpoint_lock = threading.Lock()
         self._horizons: dict[tuple, int] = {}  # log key -> next delete horizon
         self._uncleanable: set[tuple] = set()  # keys of logs that failed (until restart)
         self._cancel = threading.Event()
@@ -137,17 +139,25 @@ class LogCleaner:
     def checkpoint_of(self, plog: PartitionLog) -> int | None:
         return self._dir_checkpoints(self._dir_of(plog)).get((plog.topic, plog.partition))
 
-    def _set_checkpoint(self, plog: PartitionLog, offset: int) -> None:
+    def _set_checkpoint(self, plog: PartitionLog, offset: int) -> tuple[Path, dict]:
+        """Record the log's first dirty offset; the file and contents to write (the write and
+        its fsync are the caller's: in a worker thread when a loop runs)."""
         d = self._dir_of(plog)
         cp = self._dir_checkpoints(d)
         cp[(plog.topic, plog.partition)] = offset
         live = {(lg.topic, lg.partition) for lg in self._logs() if self._dir_of(lg) == d}
         for tp in [tp for tp in cp if tp not in live]:
             del cp[tp]
+        return d / CLEANER_CHECKPOINT, dict(cp)
+
+    def _write_checkpoint(self, path: Path, cp: dict) -> None:
+        """Write a checkpoint file (any thread; one writer at a time: workers share files. An
+        older copy landing last only makes the next start clean a little more again)."""
         try:
-            write_offset_checkpoint(d / CLEANER_CHECKPOINT, cp)
+            with self._checkpoint_lock:
+                write_offset_checkpoint(path, cp)
         except StorageError as e:
-            log.warning("cannot write %s: %s", d / CLEANER_CHECKPOINT, e)
+            log.warning("cannot write %s: %s", path, e)
 
     # --- choosing --------------------------------------------------------------------------
 
@@ -170,7 +180,7 @@ class LogCleaner:
             except StorageError as e:
                 log.warning("cannot size %s for cleaning: %s", plog, e)
                 continue
-            if ltc.reset_checkpoint:
+            if ltc.reset_checkpoint:  # in memory; the file follows with the next pass's
                 self._set_checkpoint(plog, ltc.first_dirty)
             if ltc.should_clean and (best is None or ltc.cleanable_ratio > best.cleanable_ratio):
                 best = ltc
@@ -183,9 +193,10 @@ class LogCleaner:
         return CleanJob(plan, memory=self.config.map_memory,
                         load_factor=self.config.io_buffer_load_factor, cancel=self._cancel)  # fmt: skip
 
-    def _finish(self, ltc: LogToClean, job: CleanJob, stats: CleanStats) -> None:
+    def _finish(self, ltc: LogToClean, job: CleanJob, stats: CleanStats) -> tuple[Path, dict]:
+        """The pass is done: its bookkeeping; the checkpoint to write."""
         plog = ltc.log
-        self._set_checkpoint(plog, job.end_offset)
+        checkpoint = self._set_checkpoint(plog, job.end_offset)
         if job.next_horizon is None:
             self._horizons.pop(self._key(plog), None)
         else:
@@ -195,6 +206,7 @@ class LogCleaner:
         log.info("cleaned %s: offsets %d..%d, %d segment group(s), %d -> %d bytes", stats.log,
                  stats.first_dirty, stats.end_offset, stats.groups, stats.bytes_in,
                  stats.bytes_out)  # fmt: skip
+        return checkpoint
 
     def _failed(self, ltc: LogToClean, exc: BaseException) -> None:
         if isinstance(exc, CleaningAborted) or ltc.log.closed:
@@ -227,7 +239,7 @@ class LogCleaner:
                 discard_cleaned(cleaned)
             self._failed(ltc, e)
             return True
-        self._finish(ltc, job, stats)
+        self._write_checkpoint(*self._finish(ltc, job, stats))
         return True
 
     @staticmethod
@@ -257,9 +269,10 @@ class LogCleaner:
             stats.end_offset = await asyncio.to_thread(job.prepare)
             for group in job.groups():
                 cleaned = await asyncio.to_thread(job.clean_group, group)
-                swap_in(ltc.log, cleaned)  # on the event loop, between appends
+                swap_in(ltc.log, cleaned, sync_dir=False)  # on the loop, between appends
                 self._account(stats, cleaned)
                 cleaned = None
+                await asyncio.to_thread(sync_directory, ltc.log.dir)  # the renames, durable
         except asyncio.CancelledError:
             if cleaned is not None:
                 discard_cleaned(cleaned)
@@ -269,7 +282,7 @@ class LogCleaner:
                 discard_cleaned(cleaned)
             self._failed(ltc, e)
             return True
-        self._finish(ltc, job, stats)
+        await asyncio.to_thread(self._write_checkpoint, *self._finish(ltc, job, stats))
         return True
 
     # --- the background task ----------------------------------------------------------------
