@@ -39,6 +39,8 @@ from strom.storage.manager import LogManager
 
 log = logging.getLogger(__name__)
 
+ZERO_TOPIC_ID = uuid.UUID(int=0)  # a log written before topic ids (adopted by its topic)
+
 # (topic, partition, is_leader, leader_epoch): called when this broker starts or stops leading
 LeadershipListener = Callable[[str, int, bool, int], None]
 
@@ -89,28 +91,65 @@ class PartitionManager:
 
     # -- reconciliation -------------------------------------------------------------------
 
-    def sync_all(self) -> None:
-        """Bring local logs in line with the whole image (start-up)."""
-        wanted = set()
+    def sync_all(self, *, unverified: str | None = None) -> None:
+        """Bring local logs in line with the whole image (start-up).
+
+        A log the image does not know (or knows under another topic id) is stray: its directory
+        is renamed ``-stray`` and kept, never deleted, since missing metadata is no proof the
+        data is unwanted. ``unverified`` says why the image may lack topics this broker holds
+        (loaded from a fallback snapshot, an unreadable ZooKeeper node): then nothing is judged
+        stray; such logs are only set aside (closed, not served, their directories untouched)
+        until a start with a complete image."""
+        wanted: dict[tuple[str, int], tuple[TopicState, PartitionState]] = {}
         for topic in self.image.topics.values():
-            config = self.log_config(topic)
             for p in topic.partitions.values():
                 if self.broker_id in p.replicas:
-                    wanted.add((topic.name, p.partition))
-                    self._pending.pop((topic.name, p.partition), None)
-                    self._ensure(topic, p, config)
+                    wanted[(topic.name, p.partition)] = (topic, p)
+        self._settle_strays(wanted, unverified)
+        configs: dict[str, LogConfig] = {}
+        for key, (topic, p) in wanted.items():
+            self._pending.pop(key, None)
+            config = configs.get(topic.name)
+            if config is None:
+                config = configs[topic.name] = self.log_config(topic)
+            self._ensure(topic, p, config)
+        for key in list(self._leading.keys() | self._local.keys()):
+            self._update_leadership(*key)
+        self._wake_settled()
+
+    def _settle_strays(self, wanted: dict[tuple[str, int], tuple[TopicState, PartitionState]],
+                       unverified: str | None) -> None:
+        """Rename the loaded logs the image does not want to Kafka's stray names (or, with an
+        unverified image, only set them aside; a wanted partition whose directory holds another
+        incarnation is then not created)."""
+        aside: list[str] = []
         for partition_log in list(self.logs.logs()):
             key = (partition_log.topic, partition_log.partition)
             if partition_log.topic == METADATA_TOPIC:
                 continue
-            topic = self.image.topics.get(partition_log.topic)
-            if key not in wanted or topic is None or topic.topic_id != partition_log.topic_id:
-                log.info("removing stray log %s-%d", *key)
-                self.logs.delete_partition(*key)
-                self._local.pop(key, None)
-        for key in list(self._leading.keys() | self._local.keys()):
-            self._update_leadership(*key)
-        self._wake_settled()
+            entry = wanted.get(key)
+            known_id = partition_log.topic_id
+            if entry is not None and (known_id == entry[0].topic_id or known_id.int == 0):
+                continue
+            self._local.pop(key, None)
+            if unverified is not None:
+                self.logs.set_aside(*key)
+                aside.append(f"{key[0]}-{key[1]}")
+                if entry is not None:
+                    del wanted[key]  # its name holds data of another topic id: not replaced
+                continue
+            why = ("the metadata does not know it" if entry is None else
+                   f"its topic id {known_id} is not the topic's id {entry[0].topic_id}")
+            try:  # even an empty one: metadata missing is never a reason to remove anything
+                self.logs.mark_stray(*key, why)
+            except StorageError as exc:
+                log.error("%s; it is not served", exc)
+        if unverified is not None:
+            log.warning("stray detection skipped: %s. %d local logs the metadata does not "
+                        "confirm are set aside, not served, their directories untouched%s",
+                        unverified, len(aside),
+                        f" ({', '.join(aside[:10])}{', ...' if len(aside) > 10 else ''})"
+                        if aside else "")  # fmt: skip
 
     def on_changes(self, changes: list[Change]) -> None:
         configs: dict[str, LogConfig] = {}  # a new topic brings one change per partition
@@ -118,13 +157,7 @@ class PartitionManager:
         for change in changes:
             topic = change.topic
             if change.kind == "topic_deleted" and topic is not None:
-                for p in change.partitions:
-                    self._pending.pop((topic.name, p), None)
-                    self._local.pop((topic.name, p), None)
-                    self._update_leadership(topic.name, p)
-                    if self.logs.get(topic.name, p) is not None:
-                        self.logs.delete_partition(topic.name, p)
-                    self.waiters.notify((topic.name, p))
+                self._delete_topic(topic, change.partitions)
             elif (change.kind == "partitions_created" and topic is not None
                   and len(change.partitions) > INLINE_CREATES):
                 self._defer_new(topic, change.partitions)
@@ -141,6 +174,30 @@ class PartitionManager:
                 self.refresh_dynamic_broker_configs()
                 configs.clear()
         self._create_new(first_new)
+
+    def _delete_topic(self, topic: TopicState, partitions: tuple[int, ...]) -> None:
+        """A deleted topic's logs stop serving and their directories are renamed ``-delete``
+        now (so a re-created topic of the same name finds them free), then removed by one
+        worker-thread job for the whole topic. A log of another topic id under the same name is
+        not this topic's data and stays."""
+        doomed: list[tuple[str, int]] = []
+        for p in partitions:
+            key = (topic.name, p)
+            self._pending.pop(key, None)
+            self._local.pop(key, None)
+            self._update_leadership(*key)
+            partition_log = self.logs.get(*key)
+            if partition_log is not None:
+                if partition_log.topic_id in (topic.topic_id, ZERO_TOPIC_ID):
+                    doomed.append(key)
+                else:
+                    log.warning("%s-%d: its log holds topic id %s, not the deleted topic's %s: "
+                                "kept", *key, partition_log.topic_id, topic.topic_id)
+            self.waiters.notify(key)
+        if doomed:
+            log.info("deleting the logs of %d partitions of deleted topic %s", len(doomed),
+                     topic.name)
+            self.logs.delete_partitions(doomed)
 
     def _defer_new(self, topic: TopicState, partitions: tuple[int, ...]) -> None:
         """Many new partitions at once (a large creation): `_defer` in one tight loop, since

@@ -17,6 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 import strom
 from strom.broker.commit_gate import ReplicaCommits
@@ -33,7 +34,7 @@ from strom.broker.share_persister import RoutingPersister
 from strom.cluster.client import BrokerClients
 from strom.cluster.controller import LocalController
 from strom.cluster.image import INTERNAL_TOPICS, BrokerInfo, MetadataImage
-from strom.cluster.metadata_log import MetadataLog
+from strom.cluster.metadata_log import MetadataDamagedError, MetadataLog
 from strom.cluster.records import Change
 from strom.cluster.replication.manager import ReplicaManager
 from strom.common.immediate import run_or_start
@@ -153,12 +154,15 @@ def build_local_node(config: BrokerConfig) -> Node:
     started = time.monotonic()
     logs.load()
     metadata_log = MetadataLog(logs)
-    image = metadata_log.load(cluster_id)
+    try:
+        image = metadata_log.load(cluster_id)
+    except MetadataDamagedError as e:  # nothing complete to start from: one line, no data touched
+        raise StartupError(str(e)) from e
     info = advertised_info(config)
     controller = LocalController(metadata_log, image, info)
     partitions = PartitionManager(broker_id, config, image, logs)
     partitions.refresh_dynamic_broker_configs()
-    partitions.sync_all()
+    partitions.sync_all(unverified=metadata_log.unverified)
     controller.subscribe(partitions.on_changes)
     log.info("loaded %d partition logs and %d topics in %.2fs", sum(1 for _ in logs.logs()),
              len(image.topics), time.monotonic() - started)
@@ -258,6 +262,21 @@ class StreamsTopicsCreator:
                     log.warning("cannot create internal topic %s: %s", t.name, exc)
 
 
+class LeadershipFollower(Protocol):
+    def on_leadership(self, partition: int, leader: bool, epoch: int) -> None: ...
+
+
+def follow_leadership(node: Node, state_topic: str, coordinator: LeadershipFollower) -> None:
+    """The one leadership subscription of every coordinator: its shards follow this broker's
+    leadership of its state topic's partitions (loaded when it arrives, dropped when it goes)."""
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if topic == state_topic:
+            coordinator.on_leadership(partition, leader, epoch)
+
+    node.partitions.add_leadership_listener(on_leadership)
+
+
 def build_group_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
                             commits: Commits) -> GroupCoordinator:
     """The group coordinator, subscribed to leadership of `__consumer_offsets`, with the
@@ -269,16 +288,12 @@ def build_group_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
                                    node.now_ms, StreamsTopicsCreator(node), group_configs,
                                    commits)
 
-    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
-        if topic == OFFSETS_TOPIC:
-            coordinator.on_leadership(partition, leader, epoch)
-
     def on_changes(changes: list[Change]) -> None:
         deleted = {c.topic.name for c in changes if c.kind == "topic_deleted" and c.topic}
         if deleted:
             coordinator.on_topics_deleted(deleted)
 
-    node.partitions.add_leadership_listener(on_leadership)
+    follow_leadership(node, OFFSETS_TOPIC, coordinator)
     node.controller.subscribe(on_changes)
     return coordinator
 
@@ -311,11 +326,7 @@ def build_transaction_coordinator(node: Node, groups: GroupCoordinator,
         ClusterMarkerWriter(node, groups, replicas), next_producer_id, loop, node.now_ms,
         commits)
 
-    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
-        if topic == TRANSACTION_STATE_TOPIC:
-            coordinator.on_leadership(partition, leader, epoch)
-
-    node.partitions.add_leadership_listener(on_leadership)
+    follow_leadership(node, TRANSACTION_STATE_TOPIC, coordinator)
     return coordinator
 
 
@@ -349,10 +360,6 @@ def build_share_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
         ShareCoordinatorConfig.from_config(node.config.get), ShareStateTopicAdapter(node),
         TopicIdsAdapter(node), loop, node.now_ms, commits)
 
-    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
-        if topic == SHARE_STATE_TOPIC:
-            coordinator.on_leadership(partition, leader, epoch)
-
     def on_changes(changes: list[Change]) -> None:
         deleted = {c.topic.topic_id for c in changes if c.kind == "topic_deleted" and c.topic}
         if deleted and coordinator.shards:
@@ -360,7 +367,7 @@ def build_share_coordinator(node: Node, loop: asyncio.AbstractEventLoop,
             _background.add(task)
             task.add_done_callback(_background.discard)
 
-    node.partitions.add_leadership_listener(on_leadership)
+    follow_leadership(node, SHARE_STATE_TOPIC, coordinator)
     node.controller.subscribe(on_changes)
     return coordinator
 

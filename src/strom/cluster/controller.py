@@ -249,19 +249,45 @@ class LocalController:
         self._broker = broker
         self._listeners: list[Listener] = []
         self._large = asyncio.Lock()
+        self._syncing: set[asyncio.Task[None]] = set()  # background fsyncs of sync callers
         image.brokers = {broker.broker_id: broker}
         image.controller_id = broker.broker_id
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
-    def _commit(self, records: list[Record]) -> None:
+    async def _commit(self, records: list[Record], *, durable_now: bool = False) -> None:
+        """Log `records` and apply them to the image at once (the change is there when the
+        call returns), then make them durable with an fsync in a worker thread, which the
+        caller waits for: an admin request is answered only once its change is on disk. A
+        synchronous caller (`run_now`: auto-creation inside a Metadata request) cannot wait;
+        its commit is fsynced in the background, unless `durable_now` (a block of producer ids,
+        once per thousand producers, must never be handed out twice) fsyncs it on the spot."""
+        now_ms = int(time.time() * 1000)
         try:
-            changes = self._log.append(self.image, records)
+            end = self._log.write(encode_batch(records, now_ms), now_ms)
         except StorageError as exc:  # e.g. a full disk: refused, the image is untouched
             raise KafkaError(exc.error_code, f"cannot write the metadata log: {exc}") from exc
+        changes = [c for c in (rec.apply(self.image, r) for r in records) if c is not None]
+        self._log.applied(self.image, len(records))
         for listener in self._listeners:
             listener(changes)
+        if must_complete_now() and durable_now:
+            self._log.sync_now(end)
+        elif must_complete_now():
+            self._sync_in_background(end)
+        else:
+            await self._log.sync(end)
+
+    def _sync_in_background(self, end: int) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop yet (start-up): nothing else waits, sync here
+            asyncio.run(self._log.sync(end))
+            return
+        task = loop.create_task(self._log.sync(end), name="metadata-sync")
+        self._syncing.add(task)
+        task.add_done_callback(self._syncing.discard)
 
     async def _off_loop(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args), in a worker thread when `size` makes it a large commit's work."""
@@ -274,7 +300,7 @@ class LocalController:
         """Commit records that create a topic or add partitions to `existing`: synchronously
         when few, else as a large commit (`recheck` raises if it is no longer valid)."""
         if len(records) <= LARGE_COMMIT or must_complete_now():
-            self._commit(records)
+            await self._commit(records)
             return
         async with self._large:
             shadow = MetadataImage(cluster_id=self.image.cluster_id)
@@ -344,7 +370,7 @@ class LocalController:
         return self.image.topics[name]
 
     async def delete_topic(self, topic: TopicState) -> None:
-        self._commit([rec.remove_topic_record(topic.topic_id)])
+        await self._commit([rec.remove_topic_record(topic.topic_id)])
         log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
 
     async def create_partitions(self, topic, total, assignments, *, validate_only=False):
@@ -376,24 +402,24 @@ class LocalController:
     async def alter_configs(self, resource: str, name: str,
                             changes: Mapping[str, str | None]) -> None:
         if changes:
-            self._commit([rec.config_record(resource, name, k, v) for k, v in changes.items()])
+            await self._commit([rec.config_record(resource, name, k, v) for k, v in changes.items()])
 
     async def alter_client_quotas(
         self, changes: Mapping[QuotaEntity, Mapping[str, float | None]]) -> None:
         records = [rec.client_quota_record(entity, key, value)
                    for entity, quotas in changes.items() for key, value in quotas.items()]
         if records:
-            self._commit(records)
+            await self._commit(records)
 
     async def alter_acls(self, create: Sequence[AclBinding], delete: Sequence[AclBinding]) -> None:
         records = [rec.remove_acl_record(a) for a in delete if a in self.image.acls]
         records += [rec.acl_record(a) for a in create if a not in self.image.acls]
         if records:
-            self._commit(records)
+            await self._commit(records)
 
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         first = self.image.next_producer_id
-        self._commit([rec.producer_ids_record(first + PRODUCER_ID_BLOCK)])
+        await self._commit([rec.producer_ids_record(first + PRODUCER_ID_BLOCK)], durable_now=True)
         return first, PRODUCER_ID_BLOCK
 
     async def elect_leaders(self, election_type: int,
@@ -434,7 +460,7 @@ class LocalController:
                     state, replicas=final, isr=[r for r in state.isr if r in final],
                     adding_replicas=[], removing_replicas=[])))
         if records:
-            self._commit(records)
+            await self._commit(records)
         return out
 
     async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
@@ -446,7 +472,7 @@ class LocalController:
                              f"{topic}-{partition} does not exist")
         check_isr_update(state, leader_epoch, partition_epoch, isr)
         new = dataclasses.replace(state, isr=list(isr), partition_epoch=partition_epoch + 1)
-        self._commit([rec.partition_record(t.topic_id, new)])
+        await self._commit([rec.partition_record(t.topic_id, new)])
         return t.partitions[partition]
 
 

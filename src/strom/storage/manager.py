@@ -3,7 +3,11 @@
 Per log dir it keeps Kafka's checkpoint files (recovery points, log start offsets, high
 watermarks) and a clean-shutdown marker; ``load`` uses the marker to decide whether logs must be
 recovered. Partition directories are ``<topic>-<partition>``; a deleted partition is first
-renamed to ``<topic>-<partition>.<uuidhex>-delete`` so a crash mid-delete never resurrects it.
+renamed to ``<topic>-<partition>.<uuidhex>-delete`` (cheap, on the event loop, so the name is
+free for a re-created topic at once) and then removed by a worker thread; a crash mid-delete
+never resurrects it, the next start removes what is left. A directory the metadata does not
+know is never deleted: it is renamed ``<topic>-<partition>.<uuidhex>-stray`` (Kafka's names)
+and every later start leaves it alone.
 """
 
 from __future__ import annotations
@@ -48,6 +52,26 @@ RETENTION_SLICE = 500  # logs a retention pass checks between yields to the even
 
 Offsets = dict[tuple[str, int], int]
 DELETE_DIR_SUFFIX = "-delete"
+STRAY_DIR_SUFFIX = "-stray"
+MAX_DIR_NAME = 255  # a longer topic name is cut so the renamed directory still fits (as Kafka)
+
+
+def suffixed_dir_name(topic: str, partition: int, suffix: str) -> str:
+    """Kafka's name for a partition directory set aside: ``<topic>-<partition>.<uuid hex
+    without dashes><suffix>``, the topic cut short when the whole would pass 255 bytes."""
+    tail = f"-{partition}.{uuid.uuid4().hex}{suffix}"
+    room = MAX_DIR_NAME - len(tail.encode())
+    head = topic.encode()[:room].decode(errors="ignore")
+    return head + tail
+
+
+def has_records(path: Path) -> bool:
+    """Whether a partition directory holds any non-empty segment file (scandir: cheap)."""
+    try:
+        with os.scandir(path) as it:
+            return any(e.name.endswith(".log") and e.stat().st_size > 0 for e in it)
+    except OSError:
+        return True  # cannot tell: treat it as data
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -95,6 +119,8 @@ class LogManager:
         self._fd_log = RateLimitedLog(log)
         self._reload_log = RateLimitedLog(log, 60.0)  # a reload failing at every check
         self.flush_times = Histogram()  # ms per log flushed in the background (metrics)
+        self.stray_dirs: list[Path] = []  # ``-stray`` directories found by ``load``
+        self._removals: set[asyncio.Future[None]] = set()  # directory removals under way
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -113,10 +139,15 @@ class LogManager:
             hws = read_offset_checkpoint(d / REPLICATION_OFFSET_CHECKPOINT)
             with os.scandir(d) as it:
                 entries = [e for e in it if e.is_dir()]
+            leftovers: list[Path] = []
+            strays: list[Path] = []
             for entry in entries:
                 name = entry.name
                 if name.endswith(DELETE_DIR_SUFFIX):
-                    shutil.rmtree(entry.path, ignore_errors=True)  # an interrupted delete
+                    leftovers.append(Path(entry.path))  # a deletion a crash interrupted
+                    continue
+                if name.endswith(STRAY_DIR_SUFFIX):
+                    strays.append(Path(entry.path))  # kept on purpose: never loaded, never removed
                     continue
                 tp = parse_partition_dir(name)
                 if tp is None:
@@ -125,16 +156,26 @@ class LogManager:
                     raise KafkaStorageError(
                         f"partition {tp[0]}-{tp[1]} is in both {self._dir_of[tp]} and {d}"
                     )
-                log = PartitionLog(
+                plog = PartitionLog(
                     Path(entry.path), tp[0], tp[1], None, self._config_for(tp[0]),
                     budget=self.budget, clock=self._clock, clean_shutdown=clean,
                     recovery_point=rps.get(tp, 0), log_start_offset=lsos.get(tp, 0),
                     high_watermark=hws.get(tp), hw_follows_leo=not self.replicated,
                     producer_id_expiration_ms=self.producer_id_expiration_ms,
                 )  # fmt: skip
-                self._register(tp, log, d)
+                self._register(tp, plog, d)
             if clean:
                 marker.unlink(missing_ok=True)
+            if strays:
+                self.stray_dirs += sorted(strays)
+                log.warning("log dir %s holds %d stray partition directories (%s): kept as they "
+                            "are, neither served nor ever removed automatically; see \"Stray "
+                            "partition directories\" in docs/operations.md", d, len(strays),
+                            _names(sorted(strays)))  # fmt: skip
+            if leftovers:
+                log.info("removing %d partition directories of deletions interrupted before the "
+                         "last shutdown: %s", len(leftovers), _names(sorted(leftovers)))
+                self._remove_later(sorted(leftovers))
         self.checkpoint()
 
     # --- partitions ----------------------------------------------------------------------------
@@ -213,7 +254,10 @@ class LogManager:
                     write_partition_metadata(log.dir / PARTITION_METADATA, topic_id)
                 log.update_config(config)
                 return log
-            self.delete_partition(topic, partition)
+            # another incarnation's data: kept aside, not deleted (a deletion of its topic
+            # would have removed it first)
+            self.mark_stray(topic, partition, f"topic id {log.topic_id} is not the topic's "
+                                              f"current id {topic_id}")  # fmt: skip
         ready = (prepared is not None and prepared.parent in self.log_dirs
                  and prepared.parent not in self._offline)
         if ready:
@@ -225,7 +269,7 @@ class LogManager:
             if path.exists():  # not loaded: keep it only if it is the same incarnation
                 stored = read_partition_metadata(path / PARTITION_METADATA)
                 if stored != topic_id:
-                    self._remove_dir(path)
+                    self._clear_path(path, topic, partition, stored)
         log = PartitionLog(path, topic, partition, topic_id, config, budget=self.budget,
                            clock=self._clock, clean_shutdown=False,
                            hw_follows_leo=not self.replicated,
@@ -234,20 +278,115 @@ class LogManager:
         self._register(tp, log, d)
         return log
 
-    def _remove_dir(self, path: Path) -> None:
-        doomed = path.with_name(f"{path.name}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}")
+    def _clear_path(self, path: Path, topic: str, partition: int,
+                    stored: uuid.UUID | None) -> None:
+        """Free the name of an unloaded directory of another incarnation: one holding records
+        is kept as stray (e.g. set aside while the metadata could not be trusted), an empty one
+        (made ahead by `prepare_dirs` for a creation that did not happen) is removed."""
+        if has_records(path):
+            self._rename_stray(path, topic, partition, f"it holds topic id {stored}")
+        else:
+            self._remove_later([self._rename_for_deletion(path, topic, partition)])
+
+    # --- deletion and stray directories --------------------------------------------------------
+
+    def _rename_for_deletion(self, path: Path, topic: str, partition: int) -> Path:
+        doomed = path.with_name(suffixed_dir_name(topic, partition, DELETE_DIR_SUFFIX))
         try:
             os.rename(path, doomed)
-            shutil.rmtree(doomed)
         except OSError as e:
             raise KafkaStorageError(f"cannot delete {path}: {e}") from e
+        return doomed
 
     def delete_partition(self, topic: str, partition: int) -> None:
-        log = self._unregister((topic, partition))
-        if log is None:
+        """`delete_partitions` of one partition."""
+        self.delete_partitions([(topic, partition)])
+
+    def delete_partitions(self, tps: Iterable[tuple[str, int]]) -> list[Path]:
+        """Take the partitions' logs out of service and rename their directories to
+        ``-delete`` now (cheap: a close and a rename each, so a re-created topic finds its names
+        free at once), then remove those directories with one worker-thread job (blocking when
+        no loop runs). Returns the renamed directories. A partition whose rename fails is
+        logged and skipped: the others still go."""
+        doomed: list[Path] = []
+        for topic, partition in tps:
+            plog = self._unregister((topic, partition))
+            if plog is None:
+                continue
+            plog.close(sync=False)  # its data is going: nothing to make durable
+            try:
+                doomed.append(self._rename_for_deletion(plog.dir, topic, partition))
+            except KafkaStorageError as e:
+                log.error("%s; the directory stays and is not served", e)
+        self._remove_later(doomed)
+        return doomed
+
+    def _remove_later(self, doomed: list[Path]) -> None:
+        if not doomed:
             return
-        log.close()
-        self._remove_dir(log.dir)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # tools, tests, start-up without a loop
+            self._remove_dirs(doomed)
+            return
+        # a plain executor future: a shutdown cancelling every task does not cut it short
+        job = loop.run_in_executor(None, self._remove_dirs, doomed)
+        self._removals.add(job)
+        job.add_done_callback(self._removals.discard)
+
+    @staticmethod
+    def _remove_dirs(doomed: list[Path]) -> None:
+        """Remove renamed ``-delete`` directories (a worker thread's job); one that fails stays
+        and is removed at the next start."""
+        removed = 0
+        for path in doomed:
+            try:
+                shutil.rmtree(path)
+                removed += 1
+            except FileNotFoundError:
+                removed += 1
+            except OSError as e:
+                log.error("cannot remove %s (%s); the next start removes it", path, e)
+        if removed:
+            log.info("removed %d deleted partition directories: %s", removed, _names(doomed))
+
+    async def removals_done(self) -> None:
+        """Wait until every directory removal begun so far has finished."""
+        while self._removals:
+            await asyncio.wait(list(self._removals))
+
+    def mark_stray(self, topic: str, partition: int, why: str) -> Path | None:
+        """Take a partition's log out of service and keep its directory under Kafka's stray
+        name, never to be loaded or removed automatically (the metadata does not know it, so
+        its data may still be wanted). Returns the new path (None: no such log)."""
+        plog = self._unregister((topic, partition))
+        if plog is None:
+            return None
+        plog.close()
+        return self._rename_stray(plog.dir, topic, partition, why)
+
+    def _rename_stray(self, path: Path, topic: str, partition: int, why: str) -> Path:
+        stray = path.with_name(suffixed_dir_name(topic, partition, STRAY_DIR_SUFFIX))
+        try:
+            os.rename(path, stray)
+        except OSError as e:
+            raise KafkaStorageError(f"cannot rename stray log {path}: {e}") from e
+        self.stray_dirs.append(stray)
+        log.warning("stray log %s-%d (%s): renamed %s to %s; it is kept, never removed "
+                    "automatically (see \"Stray partition directories\" in docs/operations.md)",
+                    topic, partition, why, path, stray.name)  # fmt: skip
+        return stray
+
+    def set_aside(self, topic: str, partition: int) -> bool:
+        """Stop managing a partition's log without touching its directory: it is closed and
+        no longer served, retained, cleaned or checkpointed (metadata that cannot be trusted
+        does not know it: its topic config, hence its retention, is unknown). The next start
+        loads it again. Returns whether there was such a log."""
+        plog = self._unregister((topic, partition))
+        if plog is None:
+            return False
+        plog.close()
+        return True
 
     # --- periodic work -------------------------------------------------------------------------
 
@@ -494,3 +633,8 @@ class LogManager:
         for listener in list(self._online_listeners):
             listener(d)
         return True
+
+
+def _names(paths: list[Path], limit: int = 10) -> str:
+    shown = ", ".join(p.name for p in paths[:limit])
+    return shown + (f", ... ({len(paths) - limit} more)" if len(paths) > limit else "")

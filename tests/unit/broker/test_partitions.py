@@ -139,6 +139,7 @@ def test_deleting_a_topic_while_its_logs_are_pending(node: Node) -> None:
         node.manager.get("t", 5)  # one made on demand
         node.delete_topic(topic_id)
         await node.manager.settled()
+        await node.logs.removals_done()  # the renamed directories go in a worker thread
         assert node.created("t") == set()
         assert node.manager.get("t", 5) is None and node.manager.get("t", 250) is None
         assert not [d for d in node.logs.log_dirs[0].iterdir() if d.name.startswith("t-")]

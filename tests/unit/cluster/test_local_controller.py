@@ -199,3 +199,49 @@ def test_run_now_commits_a_large_topic_on_the_spot(h: Harness) -> None:
     run(scenario)
     topic = run_now(h.controller.create_topic("other", BIG, 1, None, {}))  # and without a loop
     assert len(topic.partitions) == BIG
+
+
+def test_small_commits_are_fsynced_off_the_loop_and_answered_after(tmp_path, monkeypatch):
+    """A topic creation, a config change, an ACL: the record is in the image at once, the fsync
+    runs in a worker thread, and the caller's answer waits for it (issue 28)."""
+    import os
+
+    h = Harness(tmp_path)
+    loop_thread: list[threading.Thread] = []
+    fsyncs: list[str] = []
+    real = os.fsync
+
+    def watched(fd: int) -> None:
+        fsyncs.append("loop" if threading.current_thread() in loop_thread else "worker")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", watched)
+
+    async def main() -> None:
+        loop_thread.append(threading.current_thread())
+        await h.controller.create_topic("t", 3, 1, None, {})
+        assert "t" in h.image.topics
+        recovery_point = h.metadata_log._log.recovery_point
+        assert recovery_point == h.metadata_log._log.log_end_offset  # durable when answered
+        await h.controller.alter_configs("topic", "t", {"retention.ms": "1000"})
+        assert h.metadata_log._log.recovery_point == h.metadata_log._log.log_end_offset
+
+    asyncio.run(main())
+    assert "loop" not in fsyncs and "worker" in fsyncs
+    h.assert_log_matches_image()
+
+
+def test_a_synchronous_caller_is_not_held_and_its_commit_still_lands(tmp_path):
+    h = Harness(tmp_path)
+
+    async def main() -> None:
+        run_now(h.controller.create_topic("auto", 1, 1, None, {}))  # a Metadata auto-create
+        assert "auto" in h.image.topics
+        deadline = time.monotonic() + DEADLINE_S
+        log_ = h.metadata_log._log
+        while log_.recovery_point < log_.log_end_offset:
+            assert time.monotonic() < deadline, "the background fsync never landed"
+            await asyncio.sleep(0.01)
+
+    asyncio.run(main())
+    h.assert_log_matches_image()

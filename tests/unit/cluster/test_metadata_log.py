@@ -4,7 +4,6 @@ a split write + sync makes a batch durable."""
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 import time
 import uuid
@@ -14,6 +13,7 @@ from typing import Any
 from strom.cluster import records as rec
 from strom.cluster.image import MetadataImage, PartitionState
 from strom.cluster.metadata_log import SNAPSHOT_SUFFIX, MetadataLog, encode_batch
+from strom.cluster.metadata_snapshot import read_snapshot_data
 from strom.storage.manager import LogManager
 
 DEADLINE_S = 20.0
@@ -69,14 +69,14 @@ def test_a_background_snapshot_holds_the_image_of_its_moment(tmp_path: Path) -> 
 
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE_S))
     [path] = snapshots(ml)
-    data = json.loads(path.read_text())
+    data = read_snapshot_data(path)
     assert [t["configs"] for t in data["topics"]] == [{"retention.ms": "1"}]
     assert int(path.name[:20]) == 12  # the offset after the 12 records it covers
     replayed = MetadataLog(logs).load("c")  # snapshot, then the record after it
     assert replayed.to_snapshot() == image.to_snapshot()
 
 
-def test_only_the_newest_snapshot_is_kept(tmp_path: Path) -> None:
+def test_the_two_newest_snapshots_and_the_log_after_the_older_are_kept(tmp_path: Path) -> None:
     logs, ml = open_log(tmp_path, snapshot_every=5)
     image = ml.load("c")
 
@@ -86,8 +86,8 @@ def test_only_the_newest_snapshot_is_kept(tmp_path: Path) -> None:
             await until(lambda: not ml._snapshotting)
 
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE_S))
-    [path] = snapshots(ml)
-    assert int(path.name[:20]) == 24
+    assert [int(p.name[:20]) for p in snapshots(ml)] == [18, 24]
+    assert ml._log.log_start_offset == 18  # the older one can still be replayed from
     assert MetadataLog(logs).load("c").to_snapshot() == image.to_snapshot()
 
 
@@ -115,7 +115,7 @@ def test_a_late_background_snapshot_does_not_replace_a_newer_one(tmp_path: Path)
         await until(lambda: not ml._snapshotting)
 
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE_S))
-    assert [int(p.name[:20]) for p in snapshots(ml)] == [12]
+    assert [int(p.name[:20]) for p in snapshots(ml)] == [6, 12]
     assert MetadataLog(logs).load("c").to_snapshot() == image.to_snapshot()
 
 

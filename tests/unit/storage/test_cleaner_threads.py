@@ -143,7 +143,8 @@ def test_threads_change_error_matches_kafkas_rules():
 def test_a_pass_does_no_fsync_on_the_event_loop(tmp_path, monkeypatch):
     """The swap's directory fsync and the checkpoint's write go to worker threads (issue 28):
     an fsync on the loop stalls every client for its duration."""
-    from strom.storage import checkpoints, log as log_module
+    from strom.storage import checkpoints
+    from strom.storage import log as log_module
 
     clock = Clock()
     plog = _dirty_log(tmp_path / "t-0", clock)

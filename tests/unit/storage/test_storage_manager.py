@@ -1,6 +1,7 @@
 """LogManager: directories, incarnations, deletion, checkpoints and the clean-shutdown marker."""
 
 import os
+import re
 import uuid
 
 import pytest
@@ -35,18 +36,23 @@ def test_create_spreads_dirs_and_is_idempotent(h, tmp_path):
     m.shutdown()
 
 
-def test_new_topic_id_replaces_old_incarnation(h, tmp_path):
+def test_new_topic_id_replaces_old_incarnation_keeping_it_as_stray(h, tmp_path):
     m = LogManager([tmp_path])
     m.load()
-    old = m.create("t", 0, uuid.uuid4(), LogConfig())
+    old_id = uuid.uuid4()
+    old = m.create("t", 0, old_id, LogConfig())
     old.append(bytearray(h.make_batch(5)), leader_epoch=0, now_ms=0)
     new_id = uuid.uuid4()
     new = m.create("t", 0, new_id, LogConfig())
     assert new is not old and new.topic_id == new_id and new.log_end_offset == 0
     assert old.closed
-    assert sorted(os.listdir(tmp_path)) == ["log-start-offset-checkpoint",
-                                            "recovery-point-offset-checkpoint",
-                                            "replication-offset-checkpoint", "t-0"]  # fmt: skip
+    names = sorted(os.listdir(tmp_path))
+    assert names[:3] == ["log-start-offset-checkpoint", "recovery-point-offset-checkpoint",
+                         "replication-offset-checkpoint"] and names[3] == "t-0"  # fmt: skip
+    [stray] = names[4:]  # the old incarnation's data is kept, not deleted
+    assert re.fullmatch(r"t-0\.[0-9a-f]{32}-stray", stray), stray
+    assert (tmp_path / stray / "partition.metadata").read_text().endswith(
+        f"{topic_id_to_str(old_id)}\n")
     m.shutdown()
     # an old incarnation left on disk is also replaced when not loaded
     m2 = LogManager([tmp_path])
