@@ -869,6 +869,7 @@ class WriteShareGroupStateRequestTopicsPartitionsStateBatches(Protocol):
     last_offset: int
     delivery_state: int
     delivery_count: int
+    not_before_ms: int
 
 
 class WriteShareGroupStateRequestTopicsPartitions(Protocol):

@@ -138,8 +138,8 @@ class RoutingPersister:
                     return None
                 raise
             return PartitionState(p.state_epoch, p.start_offset, leader_epoch, [
-                StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                for b in p.state_batches])
+                StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count,
+                           b.not_before_ms) for b in p.state_batches])
 
         return await self._call(key, lambda: self.local.read(key, leader_epoch), remote)
 
@@ -152,7 +152,8 @@ class RoutingPersister:
                 "start_offset": start_offset, "delivery_complete_count": delivery_complete_count,
                 "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
                                    "delivery_state": b.delivery_state,
-                                   "delivery_count": b.delivery_count} for b in batches]})
+                                   "delivery_count": b.delivery_count,
+                                   "not_before_ms": b.not_before_ms} for b in batches]})
 
         await self._call(key, lambda: self.local.write(
             key, state_epoch, leader_epoch, start_offset, batches, delivery_complete_count),

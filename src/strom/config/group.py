@@ -128,7 +128,10 @@ GROUP_CONFIGS.add(
               _auto_offset_reset),
     ConfigDef("share.isolation.level", T.STRING, "read_uncommitted",
               "Controls how to read records written transactionally: read_committed delivers "
-              "only committed transactional records, read_uncommitted all of them.",
+              "only committed records, up to the last stable offset (an open transaction holds "
+              "delivery there; aborted records are archived, never delivered), read_uncommitted "
+              "everything up to the high watermark, aborted records included. Transaction "
+              "markers are never delivered.",
               one_of("read_committed", "read_uncommitted")),
     ConfigDef("share.renew.acknowledge.enable", T.BOOLEAN, True,
               "Whether the renew acknowledge type is enabled for the share group."),

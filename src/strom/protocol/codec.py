@@ -16,6 +16,10 @@ Value model (decoded, and accepted when encoding):
   missing fields get the schema default, unknown keys are ignored, tagged fields are written
   only when their encoding differs from the default's. ``timedelta``/``datetime`` and enums are
   converted on a slow path, so kio entities encode byte-for-byte like kio does.
+
+Hostile input: an array longer than the bytes left or than `primitives.MAX_ARRAY_ELEMENTS`, and
+a tagged-field section of more than `primitives.MAX_TAGGED_FIELDS` fields, are refused with
+`ProtocolError` before anything is allocated for them.
 """
 
 from __future__ import annotations
@@ -169,6 +173,8 @@ def _bad_length(n: int) -> ProtocolError:
 
 
 def _too_many(n: int, left: int) -> ProtocolError:
+    if n > p.MAX_ARRAY_ELEMENTS:
+        return ProtocolError(f"array of {n} elements exceeds the limit of {p.MAX_ARRAY_ELEMENTS}")
     return ProtocolError(f"array of {n} elements exceeds the {left} bytes left")
 
 
@@ -368,7 +374,7 @@ class _Compiler:
                 item = "_" + _READERS[(f.kind, flexible, False)]
             src.emit(
                 ind,
-                "elif _n > len(mv) - pos:",
+                f"elif _n > {p.MAX_ARRAY_ELEMENTS} or _n > len(mv) - pos:",
                 "    raise _too_many(_n, len(mv) - pos)",
                 "else:",
                 f"    {var} = []",

@@ -26,9 +26,11 @@ from codecs import utf_8_decode
 from dataclasses import dataclass, field
 
 from strom.protocol.primitives import (
+    MAX_ARRAY_ELEMENTS,
     ProtocolError,
     byte_view,
     check_version,
+    read_tag_count,
     skip_tagged_fields,
     write_compact_nullable_string,
     write_compact_string,
@@ -211,7 +213,7 @@ def _decode_legacy(buf: memoryview, version: int) -> FetchRequest:
         pos = 17
     (count,) = _I32(buf, pos)
     pos += 4
-    if count < 0 or count > end - pos:
+    if count < 0 or count > min(end - pos, MAX_ARRAY_ELEMENTS):
         raise ProtocolError(f"invalid topic count {count}")
     if version >= 9:
         unit, step = "iiqqi", 28
@@ -224,7 +226,7 @@ def _decode_legacy(buf: memoryview, version: int) -> FetchRequest:
         name, pos = _legacy_str(buf, pos, end)
         (pcount,) = _I32(buf, pos)
         pos += 4
-        if pcount < 0 or pcount * step > end - pos:
+        if pcount < 0 or pcount > MAX_ARRAY_ELEMENTS or pcount * step > end - pos:
             raise ProtocolError(f"invalid partition count {pcount}")
         vals = _batch_struct(unit, pcount).unpack_from(buf, pos)
         pos += step * pcount
@@ -241,13 +243,13 @@ def _decode_legacy(buf: memoryview, version: int) -> FetchRequest:
     if version >= 7:
         (count,) = _I32(buf, pos)
         pos += 4
-        if count < 0 or count > end - pos:
+        if count < 0 or count > min(end - pos, MAX_ARRAY_ELEMENTS):
             raise ProtocolError(f"invalid forgotten topic count {count}")
         for _ in range(count):
             name, pos = _legacy_str(buf, pos, end)
             (pcount,) = _I32(buf, pos)
             pos += 4
-            if pcount < 0 or pcount * 4 > end - pos:
+            if pcount < 0 or pcount > MAX_ARRAY_ELEMENTS or pcount * 4 > end - pos:
                 raise ProtocolError(f"invalid forgotten partition count {pcount}")
             forgotten.append((name, None, list(struct.unpack_from(f">{pcount}i", buf, pos))))
             pos += 4 * pcount
@@ -268,7 +270,7 @@ def _decode_legacy(buf: memoryview, version: int) -> FetchRequest:
 
 
 def _partition_tags(buf: memoryview, pos: int, end: int, part: FetchPartition, version: int) -> int:
-    count, pos = _read_uvarint(buf, pos)
+    count, pos = read_tag_count(buf, pos)
     for _ in range(count):
         tag, pos = _read_uvarint(buf, pos)
         size, pos = _read_uvarint(buf, pos)
@@ -308,7 +310,7 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
     else:
         count, pos = _read_uvarint(buf, pos)
     count -= 1
-    if count < 0 or count > end - pos:
+    if count < 0 or count > min(end - pos, MAX_ARRAY_ELEMENTS):
         raise ProtocolError(f"invalid topic count {count}")
     topics = []
     for _ in range(count):
@@ -334,7 +336,7 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
         else:
             pcount, pos = _read_uvarint(buf, pos)
         pcount -= 1
-        if pcount < 0 or pcount * 33 > end - pos:
+        if pcount < 0 or pcount > MAX_ARRAY_ELEMENTS or pcount * 33 > end - pos:
             raise ProtocolError(f"invalid partition count {pcount}")
         batch = _batch_structs.get(("iiqiqiB", pcount)) or _batch_struct("iiqiqiB", pcount)
         vals = batch.unpack_from(buf, pos) if batch.size <= end - pos else None
@@ -374,7 +376,7 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
     else:
         count, pos = _read_uvarint(buf, pos)
         count -= 1
-        if count < 0 or count > end - pos:
+        if count < 0 or count > min(end - pos, MAX_ARRAY_ELEMENTS):
             raise ProtocolError(f"invalid forgotten topic count {count}")
         for _ in range(count):
             if by_id:
@@ -388,7 +390,7 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
                 topic_id = None
             pcount, pos = _read_uvarint(buf, pos)
             pcount -= 1
-            if pcount < 0 or pcount * 4 > end - pos:
+            if pcount < 0 or pcount > MAX_ARRAY_ELEMENTS or pcount * 4 > end - pos:
                 raise ProtocolError(f"invalid forgotten partition count {pcount}")
             forgotten.append((name, topic_id, list(struct.unpack_from(f">{pcount}i", buf, pos))))
             pos += 4 * pcount
@@ -403,7 +405,7 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
     cluster_id = None
     replica_epoch = -1
     if buf[pos] != 0:
-        count, pos = _read_uvarint(buf, pos)
+        count, pos = read_tag_count(buf, pos)
         for _ in range(count):
             tag, pos = _read_uvarint(buf, pos)
             size, pos = _read_uvarint(buf, pos)

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from strom.protocol.primitives import (
+    MAX_ARRAY_ELEMENTS,
     ProtocolError,
     byte_view,
     check_version,
@@ -138,7 +139,7 @@ def _decode(buf: memoryview, version: int) -> MetadataRequest:
     if count < 0:
         topics = None
     else:
-        if count > end - pos:
+        if count > min(end - pos, MAX_ARRAY_ELEMENTS):
             raise ProtocolError(f"invalid topic count {count}")
         topics = []
         by_id = version >= _FIRST_TOPIC_ID

@@ -375,7 +375,21 @@ def write_compact_nullable_bytes(value: bytes | None) -> bytes:
 # Arrays: only the length prefix lives here; -1 from a reader means a null array.
 # As in Kafka, a length larger than the bytes that remain is rejected at once (every element
 # takes at least one byte), which bounds both allocation and loop count by the input size.
+# Strom also refuses any array of more than MAX_ARRAY_ELEMENTS elements before allocating it:
+# a Python list costs 8 bytes a slot and more per element, so "no more elements than bytes"
+# alone would let a 100 MB request (socket.request.max.bytes) allocate gigabytes. No Kafka
+# message comes near the cap.
 # ---------------------------------------------------------------------------------------------
+
+MAX_ARRAY_ELEMENTS = 1_000_000
+
+
+def check_array_count(n: int, left: int) -> None:
+    """Refuse an array of `n` elements with `left` bytes remaining, before allocating it."""
+    if n > MAX_ARRAY_ELEMENTS:
+        raise ProtocolError(f"array of {n} elements exceeds the limit of {MAX_ARRAY_ELEMENTS}")
+    if n > left:
+        raise ProtocolError(f"array of {n} elements exceeds the {left} bytes left")
 
 
 def read_array_length(buf, pos: int) -> tuple[int, int]:
@@ -389,8 +403,7 @@ def read_array_length(buf, pos: int) -> tuple[int, int]:
         if n == -1:
             return -1, pos
         raise ProtocolError(f"invalid array length {n}")
-    if n > len(buf) - pos:
-        raise ProtocolError(f"array of {n} elements exceeds the {len(buf) - pos} bytes left")
+    check_array_count(n, len(buf) - pos)
     return n, pos
 
 
@@ -405,8 +418,7 @@ def read_compact_array_length(buf, pos: int) -> tuple[int, int]:
     else:
         n, pos = _read_varbits(buf, pos, 28)
     n -= 1
-    if n > len(buf) - pos:
-        raise ProtocolError(f"array of {n} elements exceeds the {len(buf) - pos} bytes left")
+    check_array_count(n, len(buf) - pos)
     return n, pos
 
 
@@ -442,6 +454,7 @@ def read_fixed_array(buf, pos: int, n: int, code: str, size: int) -> tuple[list,
     """``n`` fixed-width items of struct `code` (e.g. ``"i"``); the length was read already."""
     if n <= 0:
         return [], pos
+    check_array_count(n, len(buf) - pos)
     if n > (len(buf) - pos) // size:
         raise truncated("array")
     s = fixed_array_structs(code)[n] if n <= SMALL_ARRAY else struct.Struct(f">{n}{code}")
@@ -503,11 +516,17 @@ write_uuid = uuid_bytes
 
 # ---------------------------------------------------------------------------------------------
 # Tagged fields (KIP-482): uvarint count, then (uvarint tag, uvarint size, bytes) each.
+# A section of more than MAX_TAGGED_FIELDS fields is refused before it is read: no message
+# defines more than a handful, and each one read costs a loop turn and a dict entry.
 # ---------------------------------------------------------------------------------------------
+
+MAX_TAGGED_FIELDS = 10_000
 
 
 def read_tag_count(buf, pos: int) -> tuple[int, int]:
     n, pos = read_uvarint(buf, pos)
+    if n > MAX_TAGGED_FIELDS:
+        raise ProtocolError(f"{n} tagged fields exceed the limit of {MAX_TAGGED_FIELDS}")
     if n > (len(buf) - pos) // 2:  # a tag and a size take at least one byte each
         raise ProtocolError(f"{n} tagged fields cannot fit in {len(buf) - pos} bytes")
     return n, pos

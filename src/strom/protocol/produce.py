@@ -24,6 +24,7 @@ from codecs import utf_8_decode
 from dataclasses import dataclass, field
 
 from strom.protocol.primitives import (
+    MAX_ARRAY_ELEMENTS,
     ProtocolError,
     byte_view,
     check_version,
@@ -140,7 +141,7 @@ def _decode_legacy(buf: memoryview) -> ProduceRequest:
     pos += 6
     (topic_count,) = _I32(buf, pos)
     pos += 4
-    if topic_count < 0 or topic_count > end - pos:
+    if topic_count < 0 or topic_count > min(end - pos, MAX_ARRAY_ELEMENTS):
         raise ProtocolError(f"invalid topic count {topic_count}")
     topics = []
     for _ in range(topic_count):
@@ -152,7 +153,7 @@ def _decode_legacy(buf: memoryview) -> ProduceRequest:
         pos += n
         (partition_count,) = _I32(buf, pos)
         pos += 4
-        if partition_count < 0 or partition_count > end - pos:
+        if partition_count < 0 or partition_count > min(end - pos, MAX_ARRAY_ELEMENTS):
             raise ProtocolError(f"invalid partition count {partition_count}")
         partitions = []
         for _ in range(partition_count):
@@ -194,7 +195,7 @@ def _decode_flexible(buf: memoryview, version: int) -> ProduceRequest:
     else:
         topic_count, pos = _read_uvarint(buf, pos)
     topic_count -= 1
-    if topic_count < 0 or topic_count > end - pos:
+    if topic_count < 0 or topic_count > min(end - pos, MAX_ARRAY_ELEMENTS):
         raise ProtocolError(f"invalid topic count {topic_count}")
     by_id = version >= _FIRST_TOPIC_ID
     topics = []
@@ -225,7 +226,7 @@ def _decode_flexible(buf: memoryview, version: int) -> ProduceRequest:
         else:
             partition_count, pos = _read_uvarint(buf, pos)
         partition_count -= 1
-        if partition_count < 0 or partition_count > end - pos:
+        if partition_count < 0 or partition_count > min(end - pos, MAX_ARRAY_ELEMENTS):
             raise ProtocolError(f"invalid partition count {partition_count}")
         partitions = []
         for _ in range(partition_count):

@@ -78,6 +78,7 @@ class FieldSchema:
     nullable: bool  # whether the value (or the array itself) may be null on the wire
     tag: int | None  # tag number for tagged fields
     default: object  # default in codec form: int/str/bytes/UUID/None/list/dict
+    strom: bool = False  # Strom's own tagged field, not in Kafka's schema (or kio's class)
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -137,6 +138,20 @@ def _strip_optional(tp: object) -> tuple[object, bool]:
 
 _SCHEMAS: dict[type, StructSchema] = {}
 
+# Strom's own tagged fields on Kafka messages, (name, wire kind, tag, default) by kio class. A
+# Kafka peer skips an unknown tag, and a Strom peer writes it only when it is not the default,
+# so the bytes are Kafka's whenever the field is unused. `not_before_ms`: the end of a share
+# record's redelivery delay (share.redelivery.delay.ms, a Strom extension), carried by the
+# share-state RPCs between the share-partition leader and the share coordinator as the
+# `__share_group_state` records carry it.
+STROM_NOT_BEFORE_TAG = 0x5374
+_NOT_BEFORE = (("not_before_ms", "int64", STROM_NOT_BEFORE_TAG, 0),)
+_STROM_TAGGED: dict[tuple[str, str], tuple[tuple[str, str, int, object], ...]] = {
+    ("kio.schema.read_share_group_state.v0.response", "StateBatch"): _NOT_BEFORE,
+    ("kio.schema.write_share_group_state.v0.request", "StateBatch"): _NOT_BEFORE,
+    ("kio.schema.write_share_group_state.v1.request", "StateBatch"): _NOT_BEFORE,
+}
+
 
 def struct_schema(entity: type) -> StructSchema:
     """The schema of a kio entity class (message, nested struct, header or data record)."""
@@ -185,6 +200,8 @@ def _build(entity: type) -> StructSchema:
                 default = -1  # Kafka's null timestamp
         field = FieldSchema(f.name, kind, kafka_type, sub, array, nullable, tag, default)
         (plain if tag is None else tagged).append(field)
+    for name, kind, tag, default in _STROM_TAGGED.get((entity.__module__, entity.__qualname__), ()):
+        tagged.append(FieldSchema(name, kind, kind, None, False, False, tag, default, True))
     if tagged and not flexible:
         raise TypeError(f"{entity.__name__}: tagged fields in a non-flexible version")
     tagged.sort(key=lambda fs: fs.tag)

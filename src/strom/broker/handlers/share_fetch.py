@@ -149,9 +149,22 @@ async def share_fetch(broker: Broker, ctx: RequestContext,
         _release(broker, group_id, member_id)
     else:
         await _fetch(broker, session, request, refused, answer)
-    return {"throttle_time": 0, "error_code": 0, "error_message": None,
-            "acquisition_lock_timeout": _settings_lock_ms(broker, group_id),
+    return {"throttle_time": _fetch_throttle(broker, ctx, answer), "error_code": 0,
+            "error_message": None, "acquisition_lock_timeout": _settings_lock_ms(broker, group_id),
             "responses": answer.topics(fetch=True), "node_endpoints": []}
+
+
+def _fetch_throttle(broker: Broker, ctx: RequestContext, answer: _Answer) -> int:
+    """consumer_byte_rate counts ShareFetch's records as Fetch's (as in Kafka): a client over
+    its quota is told the throttle time, and its connection reads nothing more for that long.
+    Kafka answers a throttled ShareFetch empty, leaving what it acquired locked until the lock
+    expires; Strom hands those records out with the throttle time instead."""
+    if not broker.image.client_quotas:
+        return 0
+    size = sum(len(entry["records"]) for entry in answer.parts.values())
+    throttle = broker.quotas.fetch.record(ctx.principal.name, ctx.client_id or "", size)
+    ctx.throttle.add(throttle)
+    return throttle
 
 
 async def _fetch(broker: Broker, session: ShareSession, request: ShareFetchRequest,

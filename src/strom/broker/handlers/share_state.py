@@ -86,7 +86,8 @@ async def read_share_group_state(broker: Broker, ctx: RequestContext,
         return {"state_epoch": state.state_epoch, "start_offset": state.start_offset,
                 "state_batches": [{"first_offset": b.first_offset, "last_offset": b.last_offset,
                                    "delivery_state": b.delivery_state,
-                                   "delivery_count": b.delivery_count} for b in state.batches]}
+                                   "delivery_count": b.delivery_count,
+                                   "not_before_ms": b.not_before_ms} for b in state.batches]}
 
     return await _each_partition(broker, ctx, request, read, _READ_DEFAULTS)
 
@@ -95,8 +96,8 @@ async def read_share_group_state(broker: Broker, ctx: RequestContext,
 async def write_share_group_state(broker: Broker, ctx: RequestContext,
                                   request: WriteShareGroupStateRequest) -> dict[str, Any]:
     async def write(key: SharePartitionKey, p: Any) -> dict[str, Any]:
-        batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)
-                   for b in p.state_batches]
+        batches = [StateBatch(b.first_offset, b.last_offset, b.delivery_state, b.delivery_count,
+                              b.not_before_ms) for b in p.state_batches]
         await broker.share_coordinator.write(key, p.state_epoch, p.leader_epoch,
                                              p.start_offset, batches,
                                              p.delivery_complete_count)  # v0: -1

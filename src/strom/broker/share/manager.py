@@ -9,9 +9,12 @@ is answered, so a restart, even a kill -9, redelivers what was acquired but not 
 and never what was acknowledged.
 
 Acquisition reads the log from the partition's fetch offset and hands the batches out as they
-are (opaque bytes; only batch headers are read). Lock expiries and redelivery delays run on
-one loop timer per partition, armed at its next deadline. Records that end rejected or over
-the delivery limit go to the group's dead-letter topic (KIP-1191) before they are archived.
+are (opaque bytes; only batch headers are read). Control batches are never acquired; a group
+with share.isolation.level=read_committed reads only up to the last stable offset and archives
+the batches of aborted transactions instead of acquiring them, as Kafka does. Lock expiries
+and redelivery delays run on one loop timer per partition, armed at its next deadline. Records
+that end rejected or over the delivery limit go to the group's dead-letter topic (KIP-1191)
+before they are archived.
 """
 
 from __future__ import annotations
@@ -29,13 +32,14 @@ from strom.cluster.image import MetadataImage
 from strom.common.waiters import WaiterRegistry
 from strom.coordinator.share.state import Persister, SharePartitionKey
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.record import CorruptRecordError, iter_batches
+from strom.record import BatchHeader, CorruptRecordError, iter_batches
 from strom.storage.errors import StorageError
 from strom.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
 UNINITIALIZED = -1
+_ROUNDS = 4  # reads per acquisition when a read only archived offsets
 FENCED = frozenset({ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH})
 
 
@@ -99,6 +103,35 @@ def _read_window(plog: PartitionLog, offset: int, max_bytes: int, limit: int,
     if data and len(data) + tail.slice.length > max_bytes:
         return data
     return data + tail.slice.read_bytes() if data else tail.slice.read_bytes()
+
+
+def _undeliverable(headers: list[BatchHeader], offset: int,
+                   committed_log: PartitionLog | None) -> list[tuple[int, int]]:
+    """The (first, last) offset ranges of the batches read from `offset` that no share consumer
+    gets: control batches (transaction markers), and, with `committed_log` (read_committed),
+    the batches of aborted transactions, found as a read_committed consumer finds them: a
+    transactional batch is aborted while its producer has an aborted transaction (the log's
+    index of them) begun at or before it and not yet ended by the producer's marker."""
+    out: list[tuple[int, int]] = []
+    pending: list[tuple[int, int]] = []  # (first offset, producer id), by first offset
+    if committed_log is not None and headers:
+        upper = headers[-1].last_offset + 1
+        pending = sorted((first, pid) for pid, first
+                         in committed_log.aborted_transactions(offset, upper))
+    aborting: set[int] = set()
+    k = 0
+    for h in headers:
+        while k < len(pending) and pending[k][0] <= h.last_offset:
+            aborting.add(pending[k][1])
+            k += 1
+        span = (max(h.base_offset, offset), h.last_offset)
+        if h.is_control:
+            aborting.discard(h.producer_id)  # its marker ends the producer's transaction
+        elif not (h.is_transactional and h.producer_id in aborting):
+            continue
+        if span[0] <= span[1]:
+            out.append(span)
+    return out
 
 
 class SharePartitionManager:
@@ -255,7 +288,18 @@ class SharePartitionManager:
 
     def acquire(self, held: Held, member_id: str, max_records: int, max_bytes: int,
                 record_limit: bool) -> Fetched:
-        """Acquire records for `member_id` from what the log has; no I/O besides the read."""
+        """Acquire records for `member_id` from what the log has; no I/O besides the read.
+        A read that only archived offsets (control batches, aborted transactions) moved the
+        share partition on: read again rather than answer nothing, a few times at most."""
+        for _ in range(_ROUNDS):
+            end_before = held.partition.end_offset
+            fetched = self._acquire_once(held, member_id, max_records, max_bytes, record_limit)
+            if fetched.acquired or fetched.error or held.partition.end_offset == end_before:
+                return fetched
+        return fetched
+
+    def _acquire_once(self, held: Held, member_id: str, max_records: int, max_bytes: int,
+                      record_limit: bool) -> Fetched:
         now = self.now_ms()
         sp = held.partition
         offset = sp.fetch_offset(now)
@@ -263,7 +307,10 @@ class SharePartitionManager:
             _, _, plog = self._leader_log(held.key.topic_id, held.key.partition)
         except KafkaError as exc:
             return Fetched(error=int(exc.code), error_message=exc.message)
-        limit = plog.high_watermark
+        # share.isolation.level=read_committed: nothing at or past the last stable offset (an
+        # open transaction holds delivery there), as Kafka's share fetch reads up to the LSO
+        read_committed = held.settings.read_committed
+        limit = plog.last_stable_offset if read_committed else plog.high_watermark
         if offset is None or offset >= limit:
             return Fetched()
         # Acquisition never goes past the in-flight window (share.partition.max.record.locks
@@ -283,21 +330,23 @@ class SharePartitionManager:
         if not data:
             return Fetched()
         spans: list[tuple[int, int, int, int]] = []  # (base, last, start pos, end pos)
-        gaps: list[int] = []
+        headers: list[BatchHeader] = []
         try:
             for pos, header in iter_batches(data):
-                if header.is_control:
-                    gaps.extend(range(max(header.base_offset, offset), header.last_offset + 1))
+                headers.append(header)
                 spans.append((header.base_offset, header.last_offset, pos, pos + header.size))
+            gaps = _undeliverable(headers, offset, plog if read_committed else None)
         except CorruptRecordError as exc:
             log.error("share group %s: cannot read %s-%d at offset %d: %s", held.key.group_id,
                       held.topic, held.key.partition, offset, exc)
             return Fetched(error=int(ErrorCode.CORRUPT_MESSAGE), error_message=str(exc))
+        except StorageError as exc:
+            return Fetched(error=int(exc.error_code), error_message=str(exc))
         if not spans:
             return Fetched()
         batches = [(base, last) for base, last, _, _ in spans]
         acquired = sp.acquire(member_id, batches, max_records, now, record_limit=record_limit,
-                              gaps=gaps, fetch_offset=offset)
+                              gap_ranges=gaps, fetch_offset=offset)
         self._arm(held)
         if not acquired:
             return Fetched()

@@ -27,6 +27,16 @@ Semantics follow Kafka 4.4's SharePartition, with these points the caller must k
 - Kafka hands gap offsets to the client inside the acquired ranges and lets it acknowledge them
   as GAP; here gaps are archived at acquisition and left out of the acquired ranges (the same
   end state, ARCHIVED, without relying on the client).
+- `share.partition.max.record.locks` (max_in_flight_records) is a hard cap on the offsets in
+  flight (start to end offset): new records are acquired up to it and no further, a log batch
+  that straddles it is acquired only up to the cap (its rest is read again once records
+  settle), so no fetch hands out more. Kafka treats the cap as soft in batch-optimized mode (it
+  keeps the whole log batch); `max_records` stays soft here as in Kafka.
+- Offsets the caller lists as gaps (control batches; under read_committed the batches of aborted
+  transactions) are archived when reached, never acquired.
+- The redelivery delay (Strom's own) is persisted with the state: an AVAILABLE run held back
+  carries its end as `StateBatch.not_before_ms` (wall-clock ms, as `now_ms`), so a restart
+  keeps holding it back.
 - Kafka isolates records near the delivery limit: a record on its last delivery attempt is
   delivered alone, and records whose count reached max(2, ceil(limit / 2)) are delivered in
   batches halved for each further attempt. The batch size halved is the size of the log batch
@@ -138,6 +148,8 @@ class SharePartition:
             run = _Run(first, batch.last_offset, state, batch.delivery_count)
             if state == RecordState.ACQUIRED:
                 run.state = RecordState.AVAILABLE
+            elif state == RecordState.AVAILABLE and batch.not_before_ms > 0:
+                run.deadline = batch.not_before_ms  # still in its redelivery delay
             elif state == RecordState.ARCHIVING:
                 if config.dead_letter:
                     run.reason = (DELIVERY_LIMIT_REACHED
@@ -181,7 +193,7 @@ class SharePartition:
         """The whole in-flight state as it is in memory, ACQUIRED included (describe)."""
         out: list[StateBatch] = []
         for r in self._runs:
-            _append_batch(out, r.first, r.last, int(r.state), r.count)
+            _append_batch(out, r.first, r.last, int(r.state), r.count, _not_before(r))
         return out
 
     def fetch_offset(self, now_ms: int) -> int | None:
@@ -205,12 +217,14 @@ class SharePartition:
 
     def acquire(self, member_id: str, log_batches: Sequence[tuple[int, int]], max_records: int,
                 now_ms: int, *, record_limit: bool = False, gaps: Iterable[int] = (),
+                gap_ranges: Iterable[tuple[int, int]] = (),
                 fetch_offset: int | None = None) -> list[AcquiredRange]:
         """Acquire for `member_id` what the leader read: `log_batches` are the (base, last)
         offsets of the record batches read from `fetch_offset` (default: the first base);
-        offsets in no batch and those in `gaps` are archived. Batch-optimized mode keeps whole
-        log batches and may exceed `max_records`; `record_limit` (ShareAcquireMode 1)
-        acquires at most `max_records`."""
+        offsets in no batch, those in `gaps` and those in the (first, last) `gap_ranges` are
+        archived. Batch-optimized mode keeps whole log batches and may exceed `max_records`;
+        `record_limit` (ShareAcquireMode 1) acquires at most `max_records`. Neither goes past
+        `max_in_flight_records` offsets in flight."""
         self.expire_locks(now_ms)
         batches = sorted(log_batches)
         if not batches or max_records <= 0:
@@ -220,18 +234,21 @@ class SharePartition:
         hi = batches[-1][1]
         if hi < lo:
             return []
+        if not self._runs and lo > self._end:
+            self._set_start(lo)
+            self._end = lo
         room = cfg.max_in_flight_records - self.in_flight_count
         if room > 0:
             budget = min(max_records, room)
+            hi = min(hi, self._start + cfg.max_in_flight_records - 1)  # the hard cap
         elif lo < self._end:  # full, but re-acquiring released records in the middle
             budget = min(max_records, self._end - lo)
             hi = min(hi, self._end - 1)
         else:
             return []
-        if not self._runs and lo > self._end:
-            self._set_start(lo)
-            self._end = lo
-        gap_set = sorted(set(gaps))
+        if hi < lo:
+            return []
+        gap_set = _merge_intervals([(g, g) for g in gaps] + list(gap_ranges))
         plan: list[tuple[str, int, int, int]] = []  # (kind, first, last, count)
         if lo > self._end:  # the log holds nothing between the end offset and the read
             plan.append(("gap", self._end, lo - 1, 0))
@@ -288,9 +305,10 @@ class SharePartition:
         return self._apply_acquire(member_id, plan, now_ms)
 
     def _pieces(self, first: int, last: int, now_ms: int,
-                gap_set: Sequence[int]) -> list[tuple[str, int, int, int]]:
+                gap_set: Sequence[tuple[int, int]]) -> list[tuple[str, int, int, int]]:
         """Split [first, last] into (kind, first, last, count): "avail" (acquirable in-flight),
-        "new" (past the end offset), "gap" (in `gap_set`) or "blocked" (anything else)."""
+        "new" (past the end offset), "gap" (in one of the sorted, disjoint (first, last)
+        ranges of `gap_set`) or "blocked" (anything else)."""
         out: list[tuple[str, int, int, int]] = []
         if first > last:
             return out
@@ -311,13 +329,13 @@ class SharePartition:
             if kind == "blocked":
                 split.append((kind, a, b, count))
                 continue
-            j = bisect.bisect_left(gap_set, a)
-            while j < len(gap_set) and gap_set[j] <= b:
-                g = gap_set[j]
-                if g > a:
-                    split.append((kind, a, g - 1, count))
-                split.append(("gap", g, g, count))
-                a = g + 1
+            j = bisect.bisect_left(gap_set, a, key=lambda g: g[1])  # first gap ending at or after a
+            while a <= b and j < len(gap_set) and gap_set[j][0] <= b:
+                g_first, g_last = gap_set[j]
+                if g_first > a:
+                    split.append((kind, a, g_first - 1, count))
+                split.append(("gap", max(a, g_first), min(b, g_last), count))
+                a = min(b, g_last) + 1
                 j += 1
             if a <= b:
                 split.append((kind, a, b, count))
@@ -524,7 +542,8 @@ class SharePartition:
                 state, count = int(r.state), r.count
                 if r.state == RecordState.ACQUIRED:  # what Kafka wrote before acquiring it
                     state, count = int(RecordState.AVAILABLE), r.count - 1
-                _append_batch(out, max(r.first, first), min(r.last, last), state, count)
+                _append_batch(out, max(r.first, first), min(r.last, last), state, count,
+                              _not_before(r))
         return start, out
 
     def restore_changes(self, start: int, batches: list[StateBatch]) -> None:
@@ -596,12 +615,18 @@ class SharePartition:
 _ACK_TYPES = frozenset(int(t) for t in AckType)
 
 
-def _append_batch(out: list[StateBatch], first: int, last: int, state: int, count: int) -> None:
+def _not_before(r: _Run) -> int:
+    """What a run persists as `StateBatch.not_before_ms`: its redelivery delay's end, if any."""
+    return r.deadline if r.state == RecordState.AVAILABLE else 0
+
+
+def _append_batch(out: list[StateBatch], first: int, last: int, state: int, count: int,
+                  not_before: int = 0) -> None:
     if (out and out[-1].last_offset + 1 == first and out[-1].delivery_state == state
-            and out[-1].delivery_count == count):
+            and out[-1].delivery_count == count and out[-1].not_before_ms == not_before):
         out[-1] = replace(out[-1], last_offset=last)
     else:
-        out.append(StateBatch(first, last, state, count))
+        out.append(StateBatch(first, last, state, count, not_before))
 
 
 def _merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:

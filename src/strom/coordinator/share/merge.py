@@ -9,6 +9,9 @@ ShareUpdate) are combined into one sorted list of non-overlapping batches:
   count, then the highest delivery state (a record delivered again, or acknowledged/archived,
   never goes back to an older state);
 - neighbouring runs with the same state and count are joined.
+
+Strom's `not_before_ms` (the end of a redelivery delay) rides along: among batches of the same
+count and state the latest end wins, and runs join only when it is equal too.
 """
 
 from __future__ import annotations
@@ -24,7 +27,8 @@ def _pruned(batches: Iterable[StateBatch], start_offset: int) -> list[StateBatch
         if start_offset != -1 and b.last_offset < start_offset:
             continue
         if start_offset != -1 and b.first_offset < start_offset:
-            b = StateBatch(start_offset, b.last_offset, b.delivery_state, b.delivery_count)
+            b = StateBatch(start_offset, b.last_offset, b.delivery_state, b.delivery_count,
+                           b.not_before_ms)
         out.append(b)
     return out
 
@@ -35,18 +39,18 @@ def combine(so_far: Iterable[StateBatch], new: Iterable[StateBatch],
     batches = _pruned(so_far, start_offset) + _pruned(new, start_offset)
     if len(batches) <= 1:
         return batches
-    # A sweep over the batch boundaries: at each boundary the winning (count, state) among the
-    # batches covering the offsets from there on decides them.
-    events: list[tuple[int, int, tuple[int, int]]] = []
+    # A sweep over the batch boundaries: at each boundary the winning (count, state, not
+    # before) among the batches covering the offsets from there on decides them.
+    events: list[tuple[int, int, tuple[int, int, int]]] = []
     for b in batches:
-        priority = (b.delivery_count, b.delivery_state)
+        priority = (b.delivery_count, b.delivery_state, b.not_before_ms)
         events.append((b.first_offset, 1, priority))
         events.append((b.last_offset + 1, -1, priority))
     events.sort(key=lambda e: e[0])
-    active: dict[tuple[int, int], int] = {}
+    active: dict[tuple[int, int, int], int] = {}
     out: list[StateBatch] = []
     open_from = -1
-    winner: tuple[int, int] | None = None
+    winner: tuple[int, int, int] | None = None
     i = 0
     while i < len(events):
         offset = events[i][0]
@@ -65,12 +69,13 @@ def combine(so_far: Iterable[StateBatch], new: Iterable[StateBatch],
     return out
 
 
-def _append(out: list[StateBatch], first: int, last: int, winner: tuple[int, int]) -> None:
-    count, state = winner
+def _append(out: list[StateBatch], first: int, last: int,
+            winner: tuple[int, int, int]) -> None:
+    count, state, not_before = winner
     if out:
         tail = out[-1]
         if (tail.last_offset + 1 == first and tail.delivery_state == state
-                and tail.delivery_count == count):
-            out[-1] = StateBatch(tail.first_offset, last, state, count)
+                and tail.delivery_count == count and tail.not_before_ms == not_before):
+            out[-1] = StateBatch(tail.first_offset, last, state, count, not_before)
             return
-    out.append(StateBatch(first, last, state, count))
+    out.append(StateBatch(first, last, state, count, not_before))

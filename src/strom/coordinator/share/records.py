@@ -20,6 +20,7 @@ from strom.coordinator.group.records import F, Schema, decode_struct, encode_str
 from strom.coordinator.share.state import SharePartitionKey, StateBatch
 from strom.protocol import primitives as p
 from strom.protocol.errors import ProtocolError
+from strom.protocol.schema import STROM_NOT_BEFORE_TAG
 
 SHARE_SNAPSHOT = 0
 SHARE_UPDATE = 1
@@ -27,9 +28,14 @@ VALUE_VERSION = 0
 
 _KEY = Schema("ShareSnapshotKey", (F("group_id", "string"), F("topic_id", "uuid"),
                                    F("partition", "int32")))
+# Strom's own tagged field of StateBatch: the redelivery delay's end (`StateBatch.not_before_ms`).
+# Written only when set, so the bytes are Kafka's otherwise; a Kafka broker reading the topic
+# skips the unknown tag. The tag (the share-state RPCs' too) is far above any Kafka assigns.
+NOT_BEFORE_TAG = STROM_NOT_BEFORE_TAG
 _STATE_BATCH = Schema("StateBatch", (
     F("first_offset", "int64"), F("last_offset", "int64"), F("delivery_state", "int8"),
-    F("delivery_count", "int16")), flexible_since=0)
+    F("delivery_count", "int16"), F("not_before_ms", "int64", default=0, tag=NOT_BEFORE_TAG)),
+    flexible_since=0)
 SNAPSHOT_VALUE = Schema("ShareSnapshotValue", (
     F("snapshot_epoch", "int32"),
     F("state_epoch", "int32"),
@@ -95,8 +101,8 @@ def encode_key(record_type: int, key: SharePartitionKey) -> bytes:
 
 def _batches(batches: tuple[StateBatch, ...] | list[StateBatch]) -> list[dict]:
     return [{"first_offset": b.first_offset, "last_offset": b.last_offset,
-             "delivery_state": b.delivery_state, "delivery_count": b.delivery_count}
-            for b in batches]
+             "delivery_state": b.delivery_state, "delivery_count": b.delivery_count,
+             "not_before_ms": b.not_before_ms} for b in batches]
 
 
 def encode_snapshot(v: ShareSnapshot) -> bytes:
@@ -130,7 +136,7 @@ def tombstone(key: SharePartitionKey) -> tuple[bytes, None]:
 
 def _state_batches(rows: list[dict] | None) -> tuple[StateBatch, ...]:
     return tuple(StateBatch(r["first_offset"], r["last_offset"], r["delivery_state"],
-                            r["delivery_count"]) for r in rows or ())
+                            r["delivery_count"], r["not_before_ms"]) for r in rows or ())
 
 
 def decode(key: bytes, value: bytes | None) -> ShareRecord:

@@ -27,12 +27,18 @@ class RecordState(IntEnum):
 
 @dataclass(frozen=True)
 class StateBatch:
-    """Offsets first..last (inclusive) in one state with one delivery count."""
+    """Offsets first..last (inclusive) in one state with one delivery count.
+
+    `not_before_ms` is Strom's own: for AVAILABLE records held back by the redelivery delay
+    (`share.redelivery.delay.ms`), the wall-clock time before which they are not delivered
+    again, so that a restart does not redeliver them early; 0 (Kafka's records never carry it)
+    is no delay."""
 
     first_offset: int
     last_offset: int
     delivery_state: int
     delivery_count: int
+    not_before_ms: int = 0
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ def states(p: SharePartition) -> list[tuple[int, int, int, int]]:
 
 
 def test_acquire_new_batch_is_one_run_with_count_one_and_a_lock():
-    p = sp()
+    p = sp(max_in_flight_records=10000)
     assert p.fetch_offset(0) == 0
     got = p.acquire("m1", [(0, 9999)], 500, now_ms=100)
     assert got == [AcquiredRange(0, 9999, 1)]  # batch-optimized keeps the whole batch
@@ -46,7 +46,25 @@ def test_acquire_new_batch_is_one_run_with_count_one_and_a_lock():
     assert (p.start_offset, p.end_offset, p.acquired_count, p.in_flight_count) == (
         0, 10000, 10000, 10000)
     assert p.next_deadline() == 100 + LOCK
-    assert p.fetch_offset(0) is None  # 10000 in flight, above the 2000 limit
+    assert p.fetch_offset(0) is None  # 10000 in flight: the limit
+
+
+def test_a_batch_straddling_the_in_flight_cap_is_acquired_only_up_to_it():
+    p = sp()  # share.partition.max.record.locks 2000
+    assert p.acquire("m1", [(0, 9999)], 500, now_ms=0) == [AcquiredRange(0, 1999, 1)]
+    assert (p.end_offset, p.in_flight_count) == (2000, 2000)
+    assert p.fetch_offset(0) is None
+    # record_limit mode caches the rest of a batch, but not past the cap either
+    q = sp(max_in_flight_records=100)
+    assert q.acquire("m1", [(0, 199)], 60, 0, record_limit=True) == [AcquiredRange(0, 59, 1)]
+    assert states(q) == [(0, 59, AQ, 1), (60, 99, AV, 0)]
+    assert q.acquire("m2", [(0, 199)], 60, 0, record_limit=True, fetch_offset=60) == [
+        AcquiredRange(60, 99, 1)]
+    assert q.fetch_offset(0) is None
+    # settled records make room: the rest of the batch comes from the log again
+    assert q.acknowledge("m1", [(0, 59, [A])], 1) == ErrorCode.NONE
+    assert q.fetch_offset(1) == 100
+    assert q.acquire("m1", [(0, 199)], 500, 1, fetch_offset=100) == [AcquiredRange(100, 159, 1)]
 
 
 def test_batch_optimized_stops_between_log_batches():
@@ -108,14 +126,14 @@ def test_compacted_away_available_records_are_archived():
 def test_max_in_flight_limits_new_records_but_not_redelivery():
     p = sp(max_in_flight_records=10)
     assert p.acquire("m1", [(0, 3), (4, 7), (8, 11), (12, 15)], 100, 0) == [
-        AcquiredRange(0, 11, 1)]  # room 10: the batch holding the 10th record is kept whole
+        AcquiredRange(0, 9, 1)]  # room 10: the batch holding the 10th record is cut there
     assert p.fetch_offset(0) is None
     assert p.acquire("m1", [(12, 15)], 100, 0) == []
     p.acknowledge("m1", [(4, 5, [R])], 1)
     assert p.fetch_offset(1) == 4
     got = p.acquire("m2", [(4, 7), (8, 11), (12, 15)], 100, 2)
     assert got == [AcquiredRange(4, 5, 2)]
-    assert p.end_offset == 12
+    assert p.end_offset == 10
 
 
 def test_acquire_nothing_for_empty_read_or_zero_records():
@@ -305,6 +323,44 @@ def test_redelivery_delay_with_backoff():
     assert SharePartitionConfig().redelivery_delay(3) == 0
 
 
+def test_redelivery_delay_is_persisted_and_restored():
+    p = acquired(3, redelivery_delay_ms=1000)
+    p.acknowledge("m1", [(0, 0, [R]), (1, 1, [A])], 10)
+    _, batches = p.take_changes()
+    assert batches == [StateBatch(0, 0, int(AV), 1, 1010), StateBatch(1, 1, int(ACK), 1)]
+    # a restart reads it back: held until 1010, then delivered as usual
+    q = sp(0, batches, redelivery_delay_ms=1000)
+    assert q.next_deadline() == 1010
+    assert q.fetch_offset(1009) == 2 and q.acquire("m2", [(0, 2)], 10, 1009) == [
+        AcquiredRange(2, 2, 1)]
+    assert q.fetch_offset(1010) == 0
+    assert q.acquire("m2", [(0, 2)], 10, 1010) == [AcquiredRange(0, 0, 2)]
+    # Kafka's records carry no delay: the record is available at once
+    r = sp(0, [StateBatch(0, 0, int(AV), 1)], redelivery_delay_ms=1000)
+    assert r.next_deadline() is None and r.fetch_offset(0) == 0
+    # records whose lock expired are held back too, and written with their delay's end
+    q.expire_locks(1010 + LOCK)
+    assert q.take_changes()[1] == [StateBatch(0, 0, int(AV), 2, 1010 + LOCK + 1000),
+                                   StateBatch(2, 2, int(AV), 1, 1010 + LOCK + 1000)]
+
+
+def test_gap_ranges_are_archived_inside_and_across_batches():
+    p = sp()
+    got = p.acquire("m1", [(0, 9), (10, 10), (11, 19)], 100, 0,
+                    gap_ranges=[(3, 5), (10, 10), (15, 25)], gaps=[8])
+    assert got == [AcquiredRange(0, 2, 1), AcquiredRange(6, 7, 1), AcquiredRange(9, 9, 1),
+                   AcquiredRange(11, 14, 1)]
+    assert states(p) == [(0, 2, AQ, 1), (3, 5, ARC, 1), (6, 7, AQ, 1), (8, 8, ARC, 1),
+                         (9, 9, AQ, 1), (10, 10, ARC, 1), (11, 14, AQ, 1), (15, 19, ARC, 1)]
+    # archived gaps are persisted with the next write
+    assert (3, 5, int(ARC), 1) in [(b.first_offset, b.last_offset, b.delivery_state,
+                                    b.delivery_count) for b in p.take_changes()[1]]
+    # a read that is all gap moves the partition on without acquiring anything
+    q = sp()
+    assert q.acquire("m1", [(0, 4)], 100, 0, gap_ranges=[(0, 4)]) == []
+    assert (q.start_offset, q.end_offset) == (5, 5)
+
+
 # ------------------------------------------------------------------ dead letters
 
 
@@ -435,6 +491,7 @@ def test_randomized_against_a_per_offset_model():
                 total = sum(g.last_offset - g.first_offset + 1 for g in got)
                 if rl:
                     assert total <= n
+                assert p.in_flight_count <= cfg.max_in_flight_records
                 covered = {o for b in batches for o in range(b[0], b[1] + 1)} - set(gaps)
                 for g in got:
                     for o in range(g.first_offset, g.last_offset + 1):

@@ -48,3 +48,15 @@ def test_unsorted_input_gives_sorted_output() -> None:
 def test_gaps_stay_gaps() -> None:
     assert combine([B(0, 1, ACKED, 1)], [B(5, 6, ACKED, 1)], 0) == [
         B(0, 1, ACKED, 1), B(5, 6, ACKED, 1)]
+
+
+def test_redelivery_delay_end_rides_along_and_the_latest_wins() -> None:
+    # a release with a delay (Strom's not_before_ms) replaces the stored state of its offsets
+    assert combine([B(0, 9, ACKED, 1)], [B(3, 4, AVAILABLE, 2, 5000)], 0) == [
+        B(0, 2, ACKED, 1), B(3, 4, AVAILABLE, 2, 5000), B(5, 9, ACKED, 1)]
+    # same count and state: the later end of the delay wins; runs differing in it stay apart
+    assert combine([B(0, 4, AVAILABLE, 2, 5000)], [B(2, 6, AVAILABLE, 2, 7000)], 0) == [
+        B(0, 1, AVAILABLE, 2, 5000), B(2, 6, AVAILABLE, 2, 7000)]
+    # a redelivery (higher count) wins, delay or not
+    assert combine([B(0, 4, AVAILABLE, 2, 5000)], [B(0, 4, AVAILABLE, 3)], 0) == [
+        B(0, 4, AVAILABLE, 3)]

@@ -76,3 +76,19 @@ def test_coordinator_key_and_partition_as_kafka() -> None:
     # Kafka: SharePartitionKey.asCoordinatorKey() and Utils.abs(hashCode) % 50
     assert KEY.coordinator_key() == "g1:ASNFZ4mrze8P7cuph2VDIQ:7"
     assert partition_for(KEY.coordinator_key(), 50) == 28
+
+
+def test_strom_redelivery_delay_rides_in_a_tagged_field_kafka_skips() -> None:
+    """`not_before_ms` (Strom's redelivery delay) round-trips as a tagged field of StateBatch;
+    unset it is not written (the bytes above are Kafka's), and the value's untagged layout is
+    unchanged, so a Kafka broker reading the record skips the unknown tag."""
+    held = rec.ShareUpdate(3, 5, -1, -1, (StateBatch(111, 120, 0, 2, 1_700_000_060_000),
+                                          StateBatch(121, 125, 4, 1)))
+    key, value = rec.update_record(KEY, held)
+    assert rec.decode(key, value) == rec.ShareRecord(rec.SHARE_UPDATE, KEY, held)
+    plain = rec.encode_update(rec.ShareUpdate(3, 5, -1, -1, (StateBatch(111, 120, 0, 2),
+                                                             StateBatch(121, 125, 4, 1))))
+    # only the first batch's tag section differs: one tag instead of none
+    tag = (bytes.fromhex("01") + rec.p.write_uvarint(rec.NOT_BEFORE_TAG) + b"\x08"
+           + (1_700_000_060_000).to_bytes(8, "big"))
+    assert value == plain.replace(bytes.fromhex("0002" "00"), bytes.fromhex("0002") + tag, 1)
