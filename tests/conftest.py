@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
+
+# Property tests check what they compute, never how fast: no per-example deadline (Hypothesis's
+# 200 ms default fails an example that a loaded CI machine merely runs slowly).
+settings.register_profile("strom", deadline=None)
+settings.load_profile("strom")
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
@@ -33,6 +39,7 @@ SERIAL_HEAVY = (
     "tests/integration/frameworks/",
     "tests/integration/java/",
     "tests/integration/cluster/test_failover.py",
+    "tests/integration/cluster/test_jepsen.py",
     "tests/integration/quotas/test_throttling.py",
 )
 HEAVY_UNIT = "serial-heavy"
