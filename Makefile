@@ -8,6 +8,7 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: run test unit integration lint format bench system-deps clean
 .PHONY: fuzz fuzz-seeds
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
+.PHONY: jepsen jepsen-kafka
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -99,6 +100,18 @@ compat-kafka: compat-kafka-libs
 compat-kafka-cluster: compat-kafka-libs
 	$(PYTHON) compat/run_broker.py kafka-cluster --kafka-libs $(COMPAT_KAFKA_LIBS) -- \
 	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_CLUSTER) $(COMPAT_ARGS)
+
+# Jepsen-style checks (tests/jepsen, docs/clusters.md): `make test` runs a short fixed-seed run on
+# Strom (tests/integration/cluster/test_jepsen.py); `make jepsen` runs it for JEPSEN_SECONDS of
+# random faults, `make jepsen-kafka` the same workload and checker against 3 Apache Kafka 4.4 KRaft
+# nodes. JEPSEN_SEED repeats a run (else a random seed, printed).
+JEPSEN_SECONDS ?= 600
+jepsen: $(STAMP) system-deps
+	JEPSEN_SECONDS=$(JEPSEN_SECONDS) nice -n 10 $(BIN)/pytest -q -s -p no:cacheprovider \
+	  tests/integration/cluster/test_jepsen.py
+
+jepsen-kafka: $(STAMP)
+	JEPSEN_SECONDS=$(JEPSEN_SECONDS) nice -n 10 $(BIN)/python -m tests.jepsen
 
 format: $(STAMP)
 	$(BIN)/ruff check --fix src tests bench

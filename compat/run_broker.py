@@ -75,12 +75,12 @@ def free_port() -> int:
     return int(ports.free_port(HOST))
 
 
-def api_versions_ok(port: int) -> bool:
+def api_versions_ok(port: int, host: str = HOST) -> bool:
     """True when the broker answers ApiVersions v0 with error code 0: the readiness probe."""
     client_id = b"run_broker"
     body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
     try:
-        with socket.create_connection((HOST, port), timeout=2.0) as s:
+        with socket.create_connection((host, port), timeout=2.0) as s:
             s.sendall(struct.pack(">i", len(body)) + body)
             head = _read_exact(s, 4)
             payload = _read_exact(s, struct.unpack(">i", head)[0])
@@ -90,10 +90,10 @@ def api_versions_ok(port: int) -> bool:
     return correlation == 1 and error == 0
 
 
-def zookeeper_ok(port: int) -> bool:
+def zookeeper_ok(port: int, host: str = HOST) -> bool:
     """ZooKeeper's `ruok` four-letter word answered `imok`."""
     try:
-        with socket.create_connection((HOST, port), timeout=1.0) as s:
+        with socket.create_connection((host, port), timeout=1.0) as s:
             s.sendall(b"ruok")
             return s.recv(4) == b"imok"
     except OSError:
@@ -127,10 +127,12 @@ def tail(log: Path, lines: int = 60) -> str:
 class Process:
     """One server process (a broker or ZooKeeper) logging to `<work>/<name>.log`."""
 
-    def __init__(self, name: str, cmd: list[str], port: int, work: Path, probe=api_versions_ok):
+    def __init__(self, name: str, cmd: list[str], port: int, work: Path, probe=api_versions_ok,
+                 host: str = HOST):
         self.name = name
         self.cmd = cmd
         self.port = port
+        self.host = host
         self.work = work
         self.probe = probe
         self.log = work / f"{name}.log"
@@ -146,7 +148,7 @@ class Process:
     def wait_ready(self, deadline: float) -> None:
         """Poll the probe until it answers; fail at once if the process dies."""
         assert self.proc is not None
-        while not self.probe(self.port):
+        while not self.probe(self.port, self.host):
             if self.proc.poll() is not None:
                 raise StartError(f"run_broker: {self.name} exited with {self.proc.returncode}\n"
                                  f"{tail(self.log)}")
@@ -178,12 +180,15 @@ class Deployment:
     """A throwaway single broker or 3-broker cluster in a temp dir; a context manager.
 
     `kind` is one of KINDS. `strom` is the `strom` console script, `kafka_libs` the directory of
-    Kafka's broker jars. Inside the `with`, `bootstrap` lists every broker.
+    Kafka's broker jars. Inside the `with`, `bootstrap` lists every broker. Kafka node i may
+    listen on `hosts[i]` and run through the command `prefixes[i]` (tests/jepsen: each node in
+    a network namespace of its own, `ip netns exec NS`); else all are on 127.0.0.1.
     """
 
     def __init__(self, kind: str, *, strom: str | Path | None = None,
                  kafka_libs: Path | None = None, overrides: dict[str, str] | None = None,
-                 keep: bool = False) -> None:
+                 keep: bool = False, hosts: list[str] | None = None,
+                 prefixes: list[list[str]] | None = None) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind must be one of {KINDS}")
         if kind.startswith("kafka") and kafka_libs is None:
@@ -193,6 +198,8 @@ class Deployment:
         self.kafka_libs = Path(kafka_libs).expanduser() if kafka_libs else None
         self.overrides = {**COMMON, **(CLUSTER_COMMON if self.cluster else {}), **(overrides or {})}
         self.keep = keep
+        self.hosts = hosts
+        self.prefixes = prefixes
         self.failed = False
         self.work = Path(tempfile.mkdtemp(prefix=f"compat-{kind}-"))
         self.servers: list[Process] = []  # ZooKeeper first, then the brokers
@@ -204,7 +211,7 @@ class Deployment:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"{HOST}:{b.port}" for b in self.brokers)
+        return ",".join(f"{b.host}:{b.port}" for b in self.brokers)
 
     def __enter__(self) -> Deployment:
         try:
@@ -296,6 +303,7 @@ class Deployment:
         controllers = [free_port() for _ in range(n)]
         cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
         heap = KAFKA_CLUSTER_HEAP if n > 1 else KAFKA_HEAP
+        hosts = self.hosts or [HOST] * n
         rf = str(min(n, 3))
         procs: list[Process] = []
         formats: list[subprocess.Popen[str]] = []
@@ -304,11 +312,12 @@ class Deployment:
             name = f"kafka-{node}" if n > 1 else "broker"
             work = self.work / name
             work.mkdir()
+            host = hosts[i]
             props = {
                 "process.roles": "broker,controller",
                 "node.id": str(node),
-                "listeners": f"PLAINTEXT://{HOST}:{ports[i]},CONTROLLER://{HOST}:{controllers[i]}",
-                "advertised.listeners": f"PLAINTEXT://{HOST}:{ports[i]}",
+                "listeners": f"PLAINTEXT://{host}:{ports[i]},CONTROLLER://{host}:{controllers[i]}",
+                "advertised.listeners": f"PLAINTEXT://{host}:{ports[i]}",
                 "controller.listener.names": "CONTROLLER",
                 "inter.broker.listener.name": "PLAINTEXT",
                 "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
@@ -326,7 +335,7 @@ class Deployment:
                 fmt_mode = ["--standalone"]
             else:  # a static quorum: every node knows the voters, format needs no flag for them
                 props["controller.quorum.voters"] = ",".join(
-                    f"{j + 1}@{HOST}:{controllers[j]}" for j in range(n))
+                    f"{j + 1}@{hosts[j]}:{controllers[j]}" for j in range(n))
                 fmt_mode = []
             config = work / "server.properties"
             config.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
@@ -334,8 +343,9 @@ class Deployment:
                    f"--cluster-id={cluster_id}", "-c", str(config)]  # fmt: skip (an id may start with -)
             formats.append(subprocess.Popen(fmt, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, text=True))  # fmt: skip
-            cmd = [java, *heap, *KAFKA_GC, "-cp", classpath, "kafka.Kafka", str(config)]
-            procs.append(Process(name, cmd, ports[i], work))
+            cmd = [*(self.prefixes[i] if self.prefixes else []),
+                   java, *heap, *KAFKA_GC, "-cp", classpath, "kafka.Kafka", str(config)]
+            procs.append(Process(name, cmd, ports[i], work, host=host))
         for f in formats:  # the nodes' formats run side by side (a JVM start each)
             try:
                 out, _ = f.communicate(timeout=120)

@@ -1,0 +1,128 @@
+"""Jepsen-style run on a 3-broker Strom cluster (issue 28): real clients, kill -9 of the
+transaction coordinator, the group coordinator and partition leaders, a network partition; the
+checker of tests/jepsen judges what the clients saw and the replicas' log files.
+
+Every broker lives in its own network namespace (test_network_partition.py's layout: ZooKeeper
+and the clients on the hub), so a broker can be cut off while it runs.
+
+`make test` runs a short fixed-seed run: 3 kills of each role, 1 partition, at least 500
+committed transactions. `make jepsen` runs a long randomized one: JEPSEN_SECONDS of random
+faults (a quarter of the kills restarted at once, before the cluster noticed), seed
+JEPSEN_SEED (else a random one, printed).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from ...jepsen.nemesis import KILLS, PARTITION, Timing
+from ...jepsen.run import BROKER_SETTINGS, Settings, run
+from ..conftest import DEFAULT_OVERRIDES
+from .conftest import CLUSTER_OVERRIDES, ZooKeeper
+from .netns import HUB_ADDRESS, NetnsLab
+from .test_network_partition import PORT, NamespacedBroker, lab  # noqa: F401  (fixture)
+
+LONG = "JEPSEN_SECONDS" in os.environ
+SHORT_SEED = 28
+SHORT_SECONDS = 100.0  # a cap: the run stops once the plan is done and 500 committed
+MIN_COMMITTED = 500
+# A killed broker's ZooKeeper session ends (and its roles move) within 2 s.
+JEPSEN_OVERRIDES = {"zookeeper.session.timeout.ms": "2000"}
+
+pytestmark = pytest.mark.timeout(
+    float(os.environ["JEPSEN_SECONDS"]) + 300 if LONG else 240)
+
+
+class StromInNamespaces:
+    """The run's Target: ZooKeeper on the hub, broker i in namespace i."""
+
+    name = "Strom (3 brokers, ZooKeeper, network namespaces)"
+    can_partition = True
+
+    def __init__(self, netns: NetnsLab, base: Path) -> None:
+        self.lab = netns
+        self.node_ids = [1, 2, 3]
+        self.zk = ZooKeeper(base / "zk", host=HUB_ADDRESS, port=2181,
+                            prefix=netns.prefix(netns.hub))
+        self.brokers: dict[int, NamespacedBroker] = {}
+        for i, ns in netns.names.items():
+            b = NamespacedBroker(base / f"b{i}", name=f"jepsen-b{i}", host=netns.address(i),
+                                 prefix=netns.prefix(ns))
+            b.overrides = {k: str(v) for k, v in {
+                **DEFAULT_OVERRIDES, **CLUSTER_OVERRIDES, **BROKER_SETTINGS, **JEPSEN_OVERRIDES,
+                "broker.id": i,
+                "zookeeper.connect": f"{self.zk.connect}/strom",
+                "listeners": f"PLAINTEXT://{netns.address(i)}:{PORT}"}.items()}
+            self.brokers[i] = b
+
+    def start(self) -> None:
+        self.zk.start()
+        for b in self.brokers.values():  # together: each waits for ZooKeeper, not the others
+            b.start(wait=False)
+        for b in self.brokers.values():
+            b.wait_ready()
+
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def address(self, node_id: int) -> str:
+        return self.brokers[node_id].bootstrap
+
+    def running(self, node_id: int) -> bool:
+        return self.brokers[node_id].running
+
+    def kill(self, node_id: int) -> None:
+        self.brokers[node_id].kill()
+
+    def restart(self, node_id: int) -> None:
+        self.brokers[node_id].start()
+
+    def isolate(self, node_id: int) -> None:
+        self.lab.isolate(node_id)
+
+    def heal(self, node_id: int) -> None:
+        self.lab.heal(node_id)
+
+    def stop_all(self) -> None:
+        for b in self.brokers.values():
+            b.stop()
+
+    def replica_dir(self, node_id: int, topic: str, partition: int) -> Path:
+        return self.brokers[node_id].data_dir / f"{topic}-{partition}"
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.kill()
+        self.zk.stop()
+
+
+def test_jepsen(lab, tmp_path):  # noqa: F811  (the lab fixture)
+    if LONG:
+        seed = int(os.environ.get("JEPSEN_SEED") or random.SystemRandom().randrange(10**6))
+        settings = Settings(seed, float(os.environ["JEPSEN_SECONDS"]), kills_each=None,
+                            timing=Timing(quick=0.25))
+    else:
+        seed = int(os.environ.get("JEPSEN_SEED") or SHORT_SEED)
+        settings = Settings(seed, SHORT_SECONDS, min_committed=MIN_COMMITTED)
+    print(f"jepsen seed {seed} (JEPSEN_SEED={seed} repeats this run)", flush=True)
+    target = StromInNamespaces(lab, tmp_path)
+    with lab.entered():
+        try:
+            started = time.monotonic()
+            target.start()
+            print(f"cluster serving after {time.monotonic() - started:.1f} s", flush=True)
+            report = run(target, settings, history_path=tmp_path / "history.json")
+        finally:
+            target.close()
+    print(report.summary(), flush=True)
+    assert not report.crashed, report.crashed
+    if not LONG:
+        assert all(report.faults[k] >= 3 for k in KILLS) and report.faults[PARTITION] >= 1, \
+            report.summary()
+        assert report.committed_transactions() >= MIN_COMMITTED, report.summary()
+    assert report.result.valid, report.summary()
