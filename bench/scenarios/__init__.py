@@ -6,6 +6,7 @@ from bench.scenarios import (
     ceiling,
     churn,
     cluster,
+    failover,
     huge_broker,
     java_perf,
     latency,
@@ -25,6 +26,7 @@ ALL: list[Scenario] = [
     *churn.SCENARIOS,
     *share.SCENARIOS,
     *cluster.SCENARIOS,
+    *failover.SCENARIOS,
     *java_perf.SCENARIOS,
     *huge_broker.SCENARIOS,
 ]

@@ -94,7 +94,8 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
     logs.load()
     image = MetadataImage(cluster_id=cluster_id)
     info = advertised_info(config)
-    mirror = ZkMirror(zk, image, inter_broker=inter_broker_listener_name(config))
+    mirror = ZkMirror(zk, image, inter_broker=inter_broker_listener_name(config),
+                      own_broker=broker_id)
     partitions = PartitionManager(broker_id, config, image, logs)
     controller = ZkController(
         zk, mirror, image, info, unclean_for=unclean_from(partitions.resolve),
@@ -102,9 +103,10 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
                               if config.get("auto.leader.rebalance.enable") else None),
         imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"),
         listener_protocols={lst.name: lst.protocol for lst in advertised_listeners(config)})
-    await mirror.start()
+    await mirror.start()  # one whole read of the tree (raises if ZooKeeper fails meanwhile)
     partitions.refresh_dynamic_broker_configs()
-    partitions.sync_all()
+    # an unreadable topic znode leaves that topic out of the image: then judge nothing stray
+    partitions.sync_all(unverified=mirror.incomplete())
     mirror.subscribe(partitions.on_changes)
     node = Node(config, broker_id, cluster_id, info, image, controller, partitions, logs,
                 inter_broker_security(config), build_authorizer(config, image))

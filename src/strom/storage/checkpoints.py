@@ -31,7 +31,9 @@ ZERO_UUID = uuid.UUID(int=0)
 log = logging.getLogger(__name__)
 
 
-def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
+def write_atomic(path: Path, text: str, *, fsync: bool = True, fsync_dir: bool = False) -> None:
+    """``fsync_dir`` also makes the rename durable (an fsync of the directory), as Kafka does
+    for its checkpoints; callers that run on the event loop leave it off."""
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -40,6 +42,12 @@ def write_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
                 f.flush()
                 files.fsync(f.fileno())
         os.replace(tmp, path)
+        if fsync_dir:
+            fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                files.fsync(fd)
+            finally:
+                os.close(fd)
     except OSError as e:
         raise KafkaStorageError(f"cannot write {path}: {e}") from e
 
@@ -110,11 +118,12 @@ def read_leader_epoch_checkpoint(path: Path) -> list[tuple[int, int]] | None:
 
 
 def write_leader_epoch_checkpoint(
-    path: Path, entries: Iterable[tuple[int, int]], *, fsync: bool = True
+    path: Path, entries: Iterable[tuple[int, int]], *, fsync: bool = True,
+    fsync_dir: bool = False,
 ) -> None:
     entries = list(entries)
     body = "".join(f"{e} {o}\n" for e, o in entries)
-    write_atomic(path, f"0\n{len(entries)}\n{body}", fsync=fsync)
+    write_atomic(path, f"0\n{len(entries)}\n{body}", fsync=fsync, fsync_dir=fsync_dir)
 
 
 def topic_id_to_str(topic_id: uuid.UUID) -> str:

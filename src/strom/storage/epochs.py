@@ -6,11 +6,17 @@ from the leader's. Semantics follow Kafka's LeaderEpochFileCache.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import threading
+import weakref
 from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from strom.storage.checkpoints import read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
+from strom.storage.errors import KafkaStorageError
+
+log = logging.getLogger(__name__)
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
@@ -55,7 +61,11 @@ class LeaderEpochCache:
 
     def assign(self, epoch: int, start_offset: int) -> None:
         if self._assign(epoch, start_offset):
-            self.write()
+            self._persist()
+
+    def _persist(self) -> None:
+        """A change that must reach the file (a new leader's epoch, a truncation)."""
+        self.write()
 
     def write(self, *, fsync: bool = True) -> None:
         if self.path is not None:
@@ -85,7 +95,7 @@ class LeaderEpochCache:
         if n < len(self._offsets):
             del self._epochs[n:]
             del self._offsets[n:]
-            self.write()
+            self._persist()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """Drop entries wholly below ``start_offset``; the one covering it starts there now."""
@@ -116,38 +126,54 @@ class LeaderEpochCache:
         if self._epochs:
             self._epochs.clear()
             self._offsets.clear()
-            self.write()
+            self._persist()
 
 
 class DeferredEpochCache(LeaderEpochCache):
-    """The log's leader-epoch cache: epochs that appends bring are persisted lazily.
+    """The log's leader-epoch cache: the file is written off the event loop.
 
-    Kafka fsyncs leader-epoch-checkpoint whenever an appended batch starts a new epoch, which
-    on a topic's first writes is one fsync per partition. Here ``note`` only marks the cache
-    dirty, and ``sync`` writes (and fsyncs) it before the recovery point passes those entries
-    (flush) and on close. A crash in between loses nothing: recovery re-reads every segment from
-    the recovery point on and assigns again the epochs it finds in the batch headers. Recovery
-    itself notes the epochs it finds the same way (it leaves the recovery point where it was), so
-    a broker restarted after kill -9 does not fsync one checkpoint per partition. Every other
-    change (a new leader's epoch, truncation) is still written at once by the base class.
+    The entries in memory change at once; the file follows:
 
-    Flushes may write the file from a worker thread (``take_dirty`` on the event loop, then
-    ``write_version`` in the thread): every write carries a version and holds a lock, so a slow
-    background write never lands over a newer one the loop made meanwhile.
+    - Epochs that appends bring (``note``), a rebuild (``replace``) and a moved log start are
+      written at the next flush, before the recovery point passes them, or on close. Kafka
+      fsyncs leader-epoch-checkpoint whenever an appended batch starts a new epoch; here a
+      crash in between loses nothing: recovery re-reads every segment from the recovery point
+      on and notes again the epochs it finds in the batch headers.
+    - A new leader's epoch (``assign``) and a truncation (``truncate_from_end``, ``clear``) are
+      written soon by the loop's `EpochCheckpointWriter`, in a worker thread, batched with the
+      other partitions that changed in the same loop turn (a broker taking over 1,000
+      partitions writes them in one job instead of 1,000 fsyncs on the loop). Without a
+      running loop they are written at once.
+
+    Why a crash before such a write lands is safe:
+
+    - a new leader's epoch: the file lacks it, but every batch written in that epoch is above
+      the recovery point until a flush has made it durable, and a flush writes every change
+      not yet in the file (``take_dirty``) before the recovery point moves; so recovery re-reads
+      those batches and notes the epoch again (at the offset of its first batch: where the
+      leader had assigned it). An epoch in which nothing was written is not needed.
+    - a truncation: the file still holds the cut epochs. The follower fetches nothing more for
+      the partition until ``persisted()`` says the file has the truncation (see the replica
+      fetcher), so a crash before that leaves a log that ends at the truncation point, and
+      loading drops every epoch at or past the log end.
+
+    Every content has a version (bumped by each change); a write holds a lock and skips any
+    version not newer than the file's, so writes of one partition never land out of order and
+    the file always ends with the newest content handed to a writer.
     """
 
-    __slots__ = ("_dirty", "_lock", "_version", "_written")
+    __slots__ = ("_lock", "_version", "_written", "writer")
 
     def __init__(self, path: Path, entries: list[tuple[int, int]] | None = None) -> None:
-        self._dirty = False
         self._lock = threading.Lock()
-        self._version = 0  # bumped for every content handed to a writer
-        self._written = 0  # the newest version in the file
+        self._version = 0  # the entries' version, bumped by every change
+        self._written = 0  # the version the file has
+        self.writer: EpochCheckpointWriter | None = None  # None: the running loop's
         super().__init__(path, entries)
 
     def note(self, epoch: int, start_offset: int) -> None:
         if self._assign(epoch, start_offset):
-            self._dirty = True
+            self._version += 1
 
     def replace(self, entries: list[tuple[int, int]]) -> None:
         """As the base class, but written at the next flush or close (a crash rebuilds again)."""
@@ -155,41 +181,151 @@ class DeferredEpochCache(LeaderEpochCache):
         self._offsets.clear()
         for e, o in entries:
             self._assign(e, o)
-        self._dirty = True
+        self._version += 1
 
     def _start_moved(self) -> None:
         """Written at the next flush or close, not on the event loop at every retention pass
         (Kafka's truncateFromStartAsync): entries below the log start that a crash leaves in
         the file are dropped again when the log loads."""
-        self._dirty = True
+        self._version += 1
+
+    def _persist(self) -> None:
+        self._version += 1
+        writer = self.writer or EpochCheckpointWriter.for_running_loop()
+        if writer is None or writer.schedule(self) is None:
+            self.write()  # no loop (tools, tests, start-up without one): now
+
+    @property
+    def current(self) -> bool:
+        """Whether the file has the entries as they are in memory."""
+        return self._written >= self._version
+
+    def persisted(self) -> asyncio.Future[None] | None:
+        """A future done once the file has the entries as they are now (None: it has them, or
+        no loop runs and they were written now). Its result is None even when the write
+        failed (logged): check ``current`` to know."""
+        if self.current:
+            return None
+        writer = self.writer or EpochCheckpointWriter.for_running_loop()
+        if writer is None:
+            self.write()
+            return None
+        return writer.schedule(self)
 
     def write(self, *, fsync: bool = True) -> None:
-        self._version += 1
         self.write_version(self._version, self.entries(), fsync=fsync)
-        self._dirty = False
 
     def sync(self, *, fsync: bool = True) -> None:
-        if self._dirty:
+        if not self.current:
             self.write(fsync=fsync)
 
     def take_dirty(self) -> tuple[int, list[tuple[int, int]]] | None:
-        """The entries a flush must write (with their version), or None when the file is
-        current; the cache counts as clean from here on (``mark_dirty`` if the write fails)."""
-        if not self._dirty:
+        """What a flush must write before it moves the recovery point: the entries and their
+        version when the file lacks them (also when a background write of them is under way:
+        it may not have landed yet), else None."""
+        if self.current:
             return None
-        self._dirty = False
-        self._version += 1
         return self._version, self.entries()
 
     def mark_dirty(self) -> None:
-        self._dirty = True
+        """A write taken with ``take_dirty`` failed: nothing to do, the file still lags."""
 
     def write_version(
-        self, version: int, entries: list[tuple[int, int]], *, fsync: bool = True
+        self, version: int, entries: list[tuple[int, int]], *, fsync: bool = True,
+        fsync_dir: bool = False,
     ) -> None:
-        """Write ``entries`` unless a newer version is already in the file (any thread)."""
+        """Write ``entries`` unless a newer version is already in the file (any thread;
+        ``fsync_dir`` from worker threads only: it makes the rename durable too)."""
         with self._lock:
             if version <= self._written or self.path is None:
                 return
-            write_leader_epoch_checkpoint(self.path, entries, fsync=fsync)
+            write_leader_epoch_checkpoint(self.path, entries, fsync=fsync, fsync_dir=fsync_dir)
             self._written = version
+
+
+class EpochCheckpointWriter:
+    """Writes the leader-epoch checkpoints of one event loop in worker threads.
+
+    Caches scheduled in one loop turn go to the threads together, at the end of the turn; one
+    batch runs at a time (split over a few threads: fsyncs of one filesystem overlap well),
+    and what is scheduled meanwhile forms the next batch. Each write takes its cache's content
+    on the loop when its batch starts, so it carries every change made before."""
+
+    THREADS = 4  # executor jobs per batch
+    _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EpochCheckpointWriter] = (
+        weakref.WeakKeyDictionary())
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._queued: dict[int, DeferredEpochCache] = {}
+        self._queued_done: asyncio.Future[None] | None = None
+        self._running = False
+        self.batches = 0  # batches written so far (tests, metrics)
+
+    @classmethod
+    def for_running_loop(cls) -> EpochCheckpointWriter | None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        writer = cls._by_loop.get(loop)
+        if writer is None:
+            writer = cls._by_loop[loop] = cls(loop)
+        return writer
+
+    def schedule(self, cache: DeferredEpochCache) -> asyncio.Future[None] | None:
+        """Write ``cache`` soon; the future is done once that write has run (None: the loop
+        is closed, the caller writes itself)."""
+        if self._loop.is_closed():
+            return None
+        self._queued[id(cache)] = cache
+        if self._queued_done is None:
+            self._queued_done = self._loop.create_future()
+            if not self._running:
+                self._loop.call_soon(self._start)
+        return self._queued_done
+
+    def _start(self) -> None:
+        if self._running or not self._queued:
+            return
+        caches, done = list(self._queued.values()), self._queued_done
+        self._queued, self._queued_done = {}, None
+        jobs = [(c, c._version, c.entries()) for c in caches if not c.current]
+        if not jobs:
+            if done is not None and not done.done():
+                done.set_result(None)
+            return
+        self._running = True
+        self.batches += 1
+        size = -(-len(jobs) // self.THREADS)
+        parts = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        running = [self._loop.run_in_executor(None, _write_all, part) for part in parts]
+        gathered = asyncio.gather(*running)
+
+        def finished(f: asyncio.Future[list[int]]) -> None:
+            self._running = False
+            failures = 0 if f.cancelled() else sum(f.result()) if f.exception() is None else -1
+            if failures:
+                log.error("%s leader-epoch checkpoint write(s) failed: those files lag until the "
+                          "next flush or close writes them", "some" if failures < 0 else failures)
+            if done is not None and not done.done():
+                done.set_result(None)
+            if self._queued:
+                self._start()
+
+        gathered.add_done_callback(finished)
+
+
+def _write_all(jobs: list[tuple[DeferredEpochCache, int, list[tuple[int, int]]]]) -> int:
+    """Write each cache's version (in a worker thread); returns how many writes failed (each
+    logged: its file lags, and the next flush or close writes it)."""
+    failed = 0
+    for cache, version, entries in jobs:
+        try:
+            cache.write_version(version, entries, fsync_dir=True)
+        except KafkaStorageError as e:
+            if cache.path is not None and not cache.path.parent.exists():
+                continue  # its log was deleted meanwhile: nothing left to write
+            failed += 1
+            log.error("%s", e)
+    return failed

@@ -140,7 +140,7 @@ class FlushJob:
         except OSError as e:
             raise KafkaStorageError(f"fsync failed: {e}") from e
         if self.epochs is not None:
-            self.epoch_cache.write_version(*self.epochs)
+            self.epoch_cache.write_version(*self.epochs, fsync_dir=True)
 
 
 def _unlink_all(paths: list[Path]) -> None:
@@ -822,9 +822,15 @@ class PartitionLog:
         return freed
 
     def truncate_to(self, offset: int) -> None:
-        """Cut the log so that ``offset`` is the new log end (replication: follower truncation)."""
+        """Cut the log so that ``offset`` is the new log end (replication: follower truncation).
+
+        An ``offset`` at or past the log end cuts no record but still drops the leader epochs
+        that start at the log end: a broker that became leader and was replaced before it
+        wrote anything holds such an epoch, which its new leader never saw. Kept, the follower
+        would ask with it for ever and never catch up (issue 28)."""
         self._check_open()
         if offset >= self.log_end_offset:
+            self.epochs.truncate_from_end(self.log_end_offset)
             return
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 FETCH_VERSION = 13  # topic ids, diverging epochs, replica_id as a plain field
 LIST_OFFSETS_VERSION = 7
 LATEST, EARLIEST = -1, -2
+HANDLED_PER_SLICE = 200  # partitions of one response appended before the loop runs others
 
 LogLookup = Callable[[str, int], PartitionLog | None]
 
@@ -76,6 +77,9 @@ class ReplicaFetcher:
         self._task: asyncio.Task[None] | None = None
         self._stopping = False  # ends the loop even if a cancellation gets lost
         self._failures = 0  # consecutive failed fetches (logged once, then at DEBUG)
+        # partitions truncated whose leader-epoch checkpoint is still being written: fetched
+        # again only once it is (see DeferredEpochCache on why a crash is then safe)
+        self._persisting: set[tuple[str, int]] = set()
 
     @property
     def address(self) -> tuple[str, int]:
@@ -89,10 +93,21 @@ class ReplicaFetcher:
 
     def remove(self, topic: str, partition: int) -> None:
         self.partitions.pop((topic, partition), None)
+        self._persisting.discard((topic, partition))
 
     def start(self) -> None:
-        if self._task is None:
+        if self._task is None or (self._task.done() and not self._stopping):
             self._task = asyncio.get_running_loop().create_task(self._run())
+            self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        """The loop catches every error of a fetch; should it still end while wanted, its
+        partitions would never be fetched again: log it and start it anew."""
+        if self._stopping or task.cancelled():
+            return
+        log.error("replica fetcher for leader %d ended unexpectedly (%r): restarting it",
+                  self.leader_id, task.exception())
+        asyncio.get_running_loop().call_later(self.settings.backoff_ms / 1000, self.start)
 
     async def stop(self) -> None:
         """Stop fetching; safe to call again (e.g. when a first call was itself cancelled)."""
@@ -106,10 +121,13 @@ class ReplicaFetcher:
         loop = asyncio.get_running_loop()
         while not self._stopping:
             now = loop.time()
-            ready = [p for p in self.partitions.values() if p.delayed_until <= now]
+            held = self._persisting
+            ready = [p for p in self.partitions.values()
+                     if p.delayed_until <= now and (p.topic, p.partition) not in held]
             if not ready:
                 self._wake.clear()
-                delays = [p.delayed_until - now for p in self.partitions.values()]
+                delays = [p.delayed_until - now for p in self.partitions.values()
+                          if (p.topic, p.partition) not in held]
                 timeout = min(delays) if delays else None
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), timeout)
@@ -175,6 +193,7 @@ class ReplicaFetcher:
         if response.error_code:
             raise BrokerConnectionError(f"fetch error {ErrorCode(response.error_code).name}")
         by_id = {p.topic_id: p.topic for p in ready}
+        handled = 0
         for t in response.responses:
             topic = by_id.get(t.topic_id)
             if topic is None:
@@ -184,6 +203,9 @@ class ReplicaFetcher:
                 if followed is None or followed.topic_id != t.topic_id:
                     continue  # removed or re-created while the fetch was in flight
                 await self._handle(followed, r)
+                handled += 1
+                if handled % HANDLED_PER_SLICE == 0:
+                    await asyncio.sleep(0)  # a response for 1,000 partitions: let others run
 
     async def _handle(self, p: FollowedPartition, r: Any) -> None:
         plog = self._get_log(p.topic, p.partition)
@@ -239,10 +261,11 @@ class ReplicaFetcher:
             log.info("truncating %s-%d from %d to %d (diverged from leader %d at epoch %d)",
                      p.topic, p.partition, plog.log_end_offset, target, self.leader_id,
                      leader_epoch)
-            plog.truncate_to(target)
-        elif epoch != leader_epoch:
-            # nothing to cut but our epoch cache still disagrees: forget epochs past the target
-            plog.epochs.truncate_from_end(target)
+        # Also with nothing to cut: our epochs past the target (one we led without writing in
+        # it, unknown to this leader) go, or the next fetch would diverge the same way again.
+        plog.truncate_to(target)
+        plog.epochs.truncate_from_end(target)
+        self._hold_until_persisted(p, plog)
 
     async def _reset_out_of_range(self, p: FollowedPartition, plog: PartitionLog) -> None:
         """Our log end is outside the leader's log: behind its start (retention) or past its
@@ -252,14 +275,44 @@ class ReplicaFetcher:
             log.warning("truncating %s-%d from %d to the leader's end %d", p.topic, p.partition,
                         plog.log_end_offset, leader_end)
             plog.truncate_to(leader_end)
+            self._hold_until_persisted(p, plog)
             return
         leader_start = await self._list_offset(p, EARLIEST)
         if leader_start is not None and leader_start > plog.log_end_offset:
             log.info("%s-%d is behind the leader's log start %d: restarting the log there",
                      p.topic, p.partition, leader_start)
             plog.truncate_fully_and_start_at(leader_start)
+            self._hold_until_persisted(p, plog)
             return
         self._delay([p], asyncio.get_running_loop().time())
+
+    def _hold_until_persisted(self, p: FollowedPartition, plog: PartitionLog) -> None:
+        """After a truncation, fetch the partition again only once its leader-epoch checkpoint
+        has the truncation (written in a worker thread): then a crash can only leave a log
+        that ends where the file's epochs do, never newer records under stale epochs."""
+        waiting = plog.epochs.persisted()
+        if waiting is None:
+            return
+        key = (p.topic, p.partition)
+        self._persisting.add(key)
+
+        def landed(_f: asyncio.Future[None]) -> None:
+            if key not in self._persisting:
+                return  # no longer followed here
+            if plog.epochs.current or plog.closed:
+                self._persisting.discard(key)
+                self._wake.set()
+            else:  # the write failed (logged): try again after the backoff
+                asyncio.get_running_loop().call_later(
+                    self.settings.backoff_ms / 1000, self._retry_persist, p, plog)
+
+        waiting.add_done_callback(landed)
+
+    def _retry_persist(self, p: FollowedPartition, plog: PartitionLog) -> None:
+        if (p.topic, p.partition) in self._persisting:
+            self._persisting.discard((p.topic, p.partition))
+            self._hold_until_persisted(p, plog)
+            self._wake.set()
 
     async def _list_offset(self, p: FollowedPartition, timestamp: int) -> int | None:
         request = {

@@ -12,9 +12,10 @@ converges on whatever the controller decided, whichever way the image was update
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from strom.cluster.image import METADATA_TOPIC, MetadataImage, PartitionState
@@ -35,6 +36,10 @@ from strom.storage.log import PartitionLog
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+
+# A metadata change moving more partitions than this logs one summary line for them instead of
+# a line each (1,000 lines are ~15 ms of the event loop); each stays at DEBUG.
+LOG_EACH_UP_TO = 32
 
 
 def _now_ms() -> int:
@@ -74,6 +79,8 @@ class ReplicaManager:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._retired: set[ReplicaFetcher] = set()  # stopping in the background
         self._started = False
+        self._role_level = logging.INFO  # DEBUG while a large change is applied (summarised)
+        self._roles_taken = {"leading": 0, "following": 0}
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -95,17 +102,39 @@ class ReplicaManager:
 
     def sync_all(self) -> None:
         wanted: set[Key] = set()
-        for topic in list(self.image.topics.values()):
-            for p in topic.partitions:
-                wanted.add((topic.name, p))
-                self._reconcile(topic.name, p)
+        with self._summarised(sum(len(t.partitions) for t in self.image.topics.values())):
+            for topic in list(self.image.topics.values()):
+                for p in topic.partitions:
+                    wanted.add((topic.name, p))
+                    self._reconcile(topic.name, p)
         for key in list(self.leaders.keys() | self._followed.keys()):
             if key not in wanted:
                 self._stop_all_roles(key)
 
+    @contextlib.contextmanager
+    def _summarised(self, partitions: int) -> Iterator[None]:
+        """Role changes of a large batch are logged as one line (each at DEBUG)."""
+        if partitions <= LOG_EACH_UP_TO or self._role_level != logging.INFO:
+            yield
+            return
+        self._role_level = logging.DEBUG
+        self._roles_taken = {"leading": 0, "following": 0}
+        try:
+            yield
+        finally:
+            self._role_level = logging.INFO
+            taken = self._roles_taken
+            if taken["leading"] or taken["following"]:
+                log.info("now leading %d and following %d more partitions (one metadata "
+                         "change; each at DEBUG)", taken["leading"], taken["following"])
+
     def on_changes(self, changes: list[Change]) -> None:
         if not self._started:
             return
+        with self._summarised(sum(len(c.partitions) for c in changes)):
+            self._apply_changes(changes)
+
+    def _apply_changes(self, changes: list[Change]) -> None:
         for change in changes:
             topic = change.topic
             if change.kind == "topic_deleted" and topic is not None:
@@ -156,8 +185,9 @@ class ReplicaManager:
                                   plog.log_end_offset, now)
             self.leaders[key] = current
             plog.on_append = lambda: self._after_append(key)
-            log.info("leading %s-%d at epoch %d from offset %d (ISR %s)", key[0], key[1],
-                     state.leader_epoch, plog.log_end_offset, state.isr)
+            self._roles_taken["leading"] += 1
+            log.log(self._role_level, "leading %s-%d at epoch %d from offset %d (ISR %s)",
+                    key[0], key[1], state.leader_epoch, plog.log_end_offset, state.isr)
         else:
             current.set_replicas(state.replicas, now)
         self._maybe_advance_hw(key, plog, state)
@@ -190,8 +220,9 @@ class ReplicaManager:
         if existing is None or existing.leader_epoch != state.leader_epoch \
                 or existing.topic_id != topic.topic_id:
             fetcher.add(followed)
-            log.info("following %s-%d on broker %d at epoch %d", key[0], key[1], state.leader,
-                     state.leader_epoch)
+            self._roles_taken["following"] += 1
+            log.log(self._role_level, "following %s-%d on broker %d at epoch %d", key[0], key[1],
+                    state.leader, state.leader_epoch)
         self._followed[key] = state.leader
 
     def _stop_following(self, key: Key) -> None:

@@ -46,6 +46,7 @@ from strom.cluster.zk.decisions import (
     imbalanced,
     reassignment_done,
     reassignment_state,
+    reelected_after_restart,
 )
 from strom.cluster.zk.mirror import ZkMirror
 from strom.common.tasks import cancel_all
@@ -87,6 +88,8 @@ class ZkController:
         self._stopping = False
         # the session our /brokers/ids node belongs to; None until the broker registers
         self._registered_session: int | None = None
+        # inherited leaderships (see ZkMirror.own_view) already asked to move: key -> version
+        self._moved_inherited: dict[tuple[str, int], int] = {}
         mirror.subscribe(self._on_changes)
         zk.add_watch_listener(self._on_watch)
         zk.add_state_listener(self._on_state)
@@ -350,6 +353,7 @@ class ZkController:
             try:
                 await self.zk.create(path, data, ephemeral=True)
                 self._registered_session = session
+                await self._note_registration(path)
                 return
             except NodeExistsError:
                 stat = await self.zk.exists(path)
@@ -360,7 +364,56 @@ class ZkController:
                         await self.zk.delete(path, stat.version)
                 elif stat is not None:
                     self._registered_session = stat.ephemeralOwner
+                    self.mirror.note_registration(stat.czxid)
+                    self._wake.set()
                     return
+
+    async def _note_registration(self, path: str) -> None:
+        """Tell the mirror when this process registered: partition states written before
+        then that name this broker as leader were its previous process's."""
+        stat = await self.zk.exists(path)
+        if stat is not None and stat.ephemeralOwner == self.zk.session_id:
+            self.mirror.note_registration(stat.czxid)
+            self._wake.set()
+
+    async def _move_inherited(self) -> None:
+        """Elect again every partition whose leadership this process inherited from its
+        previous one (a compare-and-set on the state the mirror saw), so that no leadership
+        survives a restart the controller did not notice: the image shows them leaderless
+        meanwhile. Any broker does this for its own partitions, as it changes ISRs."""
+        mirror = self.mirror
+        if mirror.registration_zxid is None or not mirror.inherited:
+            return
+        live = set(self.image.brokers)
+        writes = []
+        for key, version in list(mirror.inherited.items()):
+            t = self.image.topics.get(key[0])
+            state = t.partitions.get(key[1]) if t is not None else None
+            if state is None:
+                mirror.inherited.pop(key, None)
+                continue
+            if state.partition_epoch != version or state.leader != NO_LEADER \
+                    or self._moved_inherited.get(key) == version:
+                continue  # not applied yet, or asked already: the mirror reads the outcome
+            self._moved_inherited[key] = version
+            writes.append(self._write_inherited(key, state, live))
+        if writes:
+            log.info("electing again %d partition(s) that broker %d led before it restarted "
+                     "(not served meanwhile)", len(writes), self.broker.broker_id)
+            await asyncio.gather(*writes)
+
+    async def _write_inherited(self, key: tuple[str, int], state: PartitionState,
+                               live: set[int]) -> None:
+        write = reelected_after_restart(state, self.broker.broker_id, live)
+        data = zn.encode_state(zn.LeaderAndIsr(write.leader, write.leader_epoch, write.isr,
+                                               max(self.image.controller_epoch, 0)))
+        try:
+            await self.zk.set(zn.state_path(*key), data, state.partition_epoch)
+        except (BadVersionError, NoNodeError):
+            return  # changed meanwhile: whatever is there now was written after we registered
+        log.debug("%s-%d: leader %d, epoch %d, ISR %s (its leadership was this broker's "
+                  "before a restart)", key[0], key[1], write.leader, write.leader_epoch,
+                  list(write.isr))
 
     def start(self) -> None:
         self._tasks = [asyncio.get_running_loop().create_task(self._run(), name="zk-controller")]
@@ -396,6 +449,7 @@ class ZkController:
         while not self._stopping:
             try:
                 await self._reregister_if_expired()
+                await self._move_inherited()
                 if not self.active:
                     await self._try_to_become_controller()
                 if self.active:

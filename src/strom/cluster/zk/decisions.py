@@ -103,6 +103,20 @@ def decide(topics: Iterable[TopicState], live: Collection[int],
     return out
 
 
+def reelected_after_restart(state: PartitionState, restarted: int,
+                            live: Collection[int]) -> StateWrite:
+    """The next state of a partition led by a broker that restarted before the controller saw
+    it go (its leadership belonged to its previous process): as for a failed leader, another
+    live ISR member in assignment order leads and the restarted broker leaves the ISR (its log
+    may have lost what it acknowledged; it rejoins once caught up); with none, the restarted
+    broker leads again. The leader epoch goes up either way, fencing the old process's."""
+    others = [r for r in state.replicas if r in state.isr and r in live and r != restarted]
+    if others:
+        return StateWrite(others[0], state.leader_epoch + 1,
+                          tuple(r for r in state.isr if r != restarted))
+    return StateWrite(restarted, state.leader_epoch + 1, tuple(state.isr) or (restarted,))
+
+
 PREFERRED, UNCLEAN = 0, 1  # ElectLeaders election types
 
 

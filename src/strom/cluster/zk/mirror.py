@@ -13,6 +13,10 @@ safety net, it re-reads everything.
 
 Stale reads are harmless: a partition state is applied only when its znode version (the
 partition epoch) is not older than the one in the image.
+
+Unreadable is not gone: a topic whose znode cannot be decoded (or a missing /brokers/topics)
+keeps what the image has, since removing it from the image deletes its logs. `incomplete()`
+says when the image may lack topics ZooKeeper holds, so no local directory is judged stray.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ BROKER_CONFIGS: Key = ("broker_configs",)
 USER_CONFIGS: Key = ("user_configs",)
 GROUP_CONFIGS: Key = ("group_configs",)  # /config/groups (Strom's own, see znodes)
 ACLS: Key = ("acls",)
+STATES_PER_SLICE = 100  # partition-state changes applied in one go (see _apply_in_slices)
 
 
 def key_for(path: str) -> Key | None:
@@ -87,6 +92,14 @@ class TopicSnapshot:
     topic_id: Any
     partitions: dict[int, PartitionState]
     configs: dict[str, str]
+
+
+class Unreadable:
+    """A topic znode that is there but cannot be decoded: the image keeps what it has."""
+
+
+UNREADABLE = Unreadable()
+TopicRead = TopicSnapshot | Unreadable | None  # None: gone
 
 
 def state_from(partition: int, replicas: list[int],
@@ -144,7 +157,8 @@ def quota_records(current: Quotas, desired: Quotas) -> list[dict[str, Any]]:
 
 class ZkMirror:
     def __init__(self, zk: ZkClient, image: MetadataImage, *,
-                 resync_interval_s: float = 30.0, inter_broker: str = "PLAINTEXT") -> None:
+                 resync_interval_s: float = 30.0, inter_broker: str = "PLAINTEXT",
+                 own_broker: int | None = None) -> None:
         self.zk = zk
         self.image = image
         self.inter_broker = inter_broker  # the listener whose address brokers reach each other on
@@ -156,7 +170,18 @@ class ZkMirror:
         self._waiters: list[tuple[Callable[[MetadataImage], bool], asyncio.Future[bool]]] = []
         # topics whose znode has no topic id yet (written by old tools): the controller adds one
         self.unidentified: dict[str, int] = {}
+        self.unreadable: set[str] = set()  # topics whose znode cannot be decoded
+        self.topics_unreadable = False  # /brokers/topics itself was missing at the last read
         self.full_reads = 0
+        # Leaderships this process inherited from an earlier one of the same broker (killed
+        # before ZooKeeper or the controller noticed): partition -> the state's version. The
+        # image shows them without a leader (so nothing here serves as their leader) until a
+        # state written after this process registered names the leader; the controller object
+        # of this broker moves them (`ZkController`). See `own_view`.
+        self.own_broker = own_broker
+        self.registration_zxid: int | None = None  # czxid of our /brokers/ids node
+        self.inherited: dict[tuple[str, int], int] = {}
+        self._own_state_zxids: dict[tuple[str, int], int] = {}  # mzxid of states naming us
         zk.add_watch_listener(self._on_watch)
         zk.add_state_listener(self._on_state)
 
@@ -164,6 +189,47 @@ class ZkMirror:
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
+
+    def incomplete(self) -> str | None:
+        """Why the image may lack topics ZooKeeper holds (None: it has every one)."""
+        why = []
+        if self.topics_unreadable:
+            why.append(f"{zn.TOPICS} could not be read")
+        if self.unreadable:
+            why.append(f"the topic znodes of {', '.join(sorted(self.unreadable))} cannot be read")
+        if self.unidentified:
+            why.append(f"{', '.join(sorted(self.unidentified))} have no topic id yet")
+        return "; ".join(why) or None
+
+    def note_registration(self, czxid: int) -> None:
+        """This process registered (its /brokers/ids node has creation zxid ``czxid``): states
+        written after that may make it a leader."""
+        if self.registration_zxid is None:
+            self.registration_zxid = czxid
+
+    def own_view(self, name: str, state: PartitionState) -> PartitionState:
+        """A partition state as read, as this broker takes it: a state naming this broker as
+        leader that was written before this process registered was granted to an earlier
+        process of the broker, whose log may have lost what it acknowledged, and whose
+        followers may have moved on. Kafka's controller would see the bounce and elect anew;
+        here it is applied without a leader (partition unavailable, not served by a stale
+        leader) and noted in ``inherited``, for the controller object to elect again."""
+        key = (name, state.partition)
+        me = self.own_broker
+        held = self.inherited.get(key)
+        if held is not None and state.partition_epoch < held:  # a stale read changes nothing
+            return dataclasses.replace(state, leader=NO_LEADER) if state.leader == me else state
+        granted = self.registration_zxid is not None and \
+            self._own_state_zxids.get(key, -1) > self.registration_zxid
+        if me is None or state.leader != me or granted:
+            self.inherited.pop(key, None)
+            return state
+        if held is None:
+            log.debug("%s-%d: leader epoch %d was granted to an earlier process of broker %d: "
+                      "not leading it until it is elected again", name, state.partition,
+                      state.leader_epoch, me)
+        self.inherited[key] = state.partition_epoch
+        return dataclasses.replace(state, leader=NO_LEADER)
 
     async def start(self) -> None:
         """Read the whole tree into the image (raises if ZooKeeper fails), then follow it."""
@@ -228,6 +294,15 @@ class ZkMirror:
         self._check_waiters()
         return changes
 
+    async def _apply_in_slices(self, records: list[dict[str, Any]]) -> None:
+        """Partition states, each independent of the others, applied STATES_PER_SLICE at a time
+        with the loop free in between: a failover or an election moving 1,000 partitions makes
+        every subscriber reconcile each of them, tens of ms in one go (issue 28)."""
+        for i in range(0, len(records), STATES_PER_SLICE):
+            if i:
+                await asyncio.sleep(0)
+            self.apply(records[i:i + STATES_PER_SLICE])
+
     def _check_waiters(self) -> None:
         for predicate, fut in list(self._waiters):
             if fut.done():
@@ -278,13 +353,15 @@ class ZkMirror:
         self.apply(records)
         topics: set[str] = {k[1] for k in batch if k[0] == "topic"}
         if TOPICS in batch:
-            names = await self.zk.children(zn.TOPICS, watch=True) or []
-            gone = [t for t in self.image.topics.values() if t.name not in names]
-            self.apply([rec.remove_topic_record(t.topic_id) for t in gone])
-            for name in list(self.unidentified):
-                if name not in names:
-                    del self.unidentified[name]
-            topics |= {n for n in names if n not in self.image.topics}
+            names = await self._topic_names()
+            if names is not None:
+                gone = [t for t in self.image.topics.values() if t.name not in names]
+                self.apply([rec.remove_topic_record(t.topic_id) for t in gone])
+                for name in list(self.unidentified):
+                    if name not in names:
+                        del self.unidentified[name]
+                self.unreadable &= set(names)
+                topics |= {n for n in names if n not in self.image.topics}
         if topics:
             snapshots = await asyncio.gather(*(self._read_topic(n) for n in sorted(topics)))
             records = []
@@ -297,7 +374,7 @@ class ZkMirror:
             records = []
             for (_, name, p), read in zip(states, reads, strict=True):
                 records += self._state_records(name, p, read)
-            self.apply(records)
+            await self._apply_in_slices(records)
         configs = sorted(k[1] for k in batch if k[0] == "topic_config" and k[1] not in topics)
         if configs:
             reads = await asyncio.gather(*(self._read_config(zn.topic_config_path(n))
@@ -309,10 +386,22 @@ class ZkMirror:
                     records += config_records("topic", name, topic.configs, desired)
             self.apply(records)
 
+    async def _topic_names(self) -> list[str] | None:
+        """The topics in ZooKeeper; None (and a WARN) when /brokers/topics is missing, which
+        says nothing about the topics (a wrong chroot, a damaged tree), so nothing is removed."""
+        names = await self.zk.children(zn.TOPICS, watch=True)
+        self.topics_unreadable = names is None
+        if names is None:
+            log.warning("%s is missing in ZooKeeper: no topic is removed from the metadata "
+                        "because of it", zn.TOPICS)
+            await self.zk.exists(zn.TOPICS, watch=True)  # its creation is an event too
+        return names
+
     async def _full_read(self) -> None:
         brokers = await self._read_brokers()
         controller = await self._read_controller()
-        names = await self.zk.children(zn.TOPICS, watch=True) or []
+        listed = await self._topic_names()
+        names = listed or []
         snapshots = await asyncio.gather(*(self._read_topic(n) for n in names))
         broker_configs = await self._read_broker_configs()
         entity_configs = await self._read_entity_configs()
@@ -324,11 +413,13 @@ class ZkMirror:
         records += entity_config_records("group", self.image.group_configs, group_configs)
         records += self._acl_records(await self._read_acls())
         present = set(names)
-        records += [rec.remove_topic_record(t.topic_id) for t in self.image.topics.values()
-                    if t.name not in present]
+        if listed is not None:  # (a missing /brokers/topics removes nothing)
+            records += [rec.remove_topic_record(t.topic_id) for t in self.image.topics.values()
+                        if t.name not in present]
+            self.unidentified = {n: v for n, v in self.unidentified.items() if n in present}
+            self.unreadable &= present
         for name, snap in zip(names, snapshots, strict=True):
             records += self._topic_records(name, snap)
-        self.unidentified = {n: v for n, v in self.unidentified.items() if n in present}
         block = zn.decode_producer_id_block(block_read[0]) if block_read else None
         if block is not None and block.end + 1 > self.image.next_producer_id:
             records.append(rec.producer_ids_record(block.end + 1))
@@ -446,33 +537,44 @@ class ZkMirror:
         if got is None:
             return None
         try:
-            return zn.decode_state(got[0]), got[1].version
+            state = zn.decode_state(got[0])
+            if state.leader == self.own_broker:
+                self._own_state_zxids[(topic, partition)] = got[1].mzxid
+            else:
+                self._own_state_zxids.pop((topic, partition), None)
+            return state, got[1].version
         except (ValueError, KeyError, TypeError) as exc:
             log.warning("ignoring unreadable state of %s-%d: %s", topic, partition, exc)
             return None
 
-    async def _read_topic(self, name: str) -> TopicSnapshot | None:
-        """None when the topic is gone (or has no id yet)."""
+    async def _read_topic(self, name: str) -> TopicRead:
+        """None when the topic is gone; UNREADABLE when its znode cannot be decoded or has no
+        topic id (the image keeps the topic as it is)."""
         got = await self.zk.get(zn.topic_path(name), watch=True)
         if got is None:
             self.unidentified.pop(name, None)
+            self.unreadable.discard(name)
             return None
         try:
             assignment = zn.decode_topic(got[0])
         except (ValueError, KeyError, TypeError) as exc:
-            log.warning("ignoring unreadable topic znode %s: %s", name, exc)
-            return None
-        if assignment.topic_id is None:
+            log.warning("unreadable topic znode %s (%s): the topic is kept as the metadata has "
+                        "it until the znode can be read", name, exc)
+            self.unreadable.add(name)
+            return UNREADABLE
+        self.unreadable.discard(name)
+        if assignment.topic_id is None:  # (rewritten by an old tool?) not a deletion either
             self.unidentified[name] = got[1].version
-            return None
+            return UNREADABLE
         self.unidentified.pop(name, None)
         parts = sorted(assignment.partitions)
         reads = await asyncio.gather(*(self._read_state(name, p) for p in parts))
         configs = await self._read_config(zn.topic_config_path(name))
         return TopicSnapshot(
             name, assignment.topic_id,
-            {p: state_from(p, assignment.partitions[p], r, assignment.adding_replicas.get(p),
-                           assignment.removing_replicas.get(p))
+            {p: self.own_view(name, state_from(p, assignment.partitions[p], r,
+                                               assignment.adding_replicas.get(p),
+                                               assignment.removing_replicas.get(p)))
              for p, r in zip(parts, reads, strict=True)},
             configs)
 
@@ -499,7 +601,9 @@ class ZkMirror:
         out = entity_config_records("user", self.image.user_configs, users)
         return out + quota_records(self.image.client_quotas, desired)
 
-    def _topic_records(self, name: str, snap: TopicSnapshot | None) -> list[dict[str, Any]]:
+    def _topic_records(self, name: str, snap: TopicRead) -> list[dict[str, Any]]:
+        if isinstance(snap, Unreadable):
+            return []  # not gone: removing it from the image would delete its logs
         existing = self.image.topics.get(name)
         out: list[dict[str, Any]] = []
         if existing is not None and (snap is None or existing.topic_id != snap.topic_id):
@@ -534,8 +638,9 @@ class ZkMirror:
             return []
         if read is None:
             return []  # deleted with its topic; the topic's own event removes it
-        desired = state_from(partition, current.replicas, read, current.adding_replicas,
-                             current.removing_replicas)
+        desired = self.own_view(name, state_from(partition, current.replicas, read,
+                                                 current.adding_replicas,
+                                                 current.removing_replicas))
         if not partition_update_needed(current, desired):
             return []
         return [rec.partition_record(topic.topic_id, desired)]
