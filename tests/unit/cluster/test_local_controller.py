@@ -206,6 +206,9 @@ def test_small_commits_are_fsynced_off_the_loop_and_answered_after(tmp_path, mon
     runs in a worker thread, and the caller's answer waits for it (issue 28)."""
     import os
 
+    from strom.storage import files
+
+    monkeypatch.setattr(files, "FSYNC_ENABLED", True)  # the storage tests' session turns it off
     h = Harness(tmp_path)
     loop_thread: list[threading.Thread] = []
     fsyncs: list[str] = []
