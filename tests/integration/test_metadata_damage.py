@@ -16,7 +16,6 @@ import re
 import shutil
 import struct
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import pytest
 
 from . import clients as kc
 from .broker import BrokerProcess
+from .cluster.faults import wait_for
 from .test_client_quotas import ALTER, alter_v0_body, parse_alter_v0
 from .wire import Conn
 
@@ -55,16 +55,6 @@ def _many_metadata_records(bs: str, tag: str) -> None:
 
 def _snapshots(broker: BrokerProcess) -> list[Path]:
     return sorted((broker.data_dir / "__cluster_metadata-0").glob("*.checkpoint"))
-
-
-def _wait_for(pred, what: str, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)  # poll interval, not synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _failed_start(broker: BrokerProcess) -> str:
@@ -111,13 +101,13 @@ def test_damaged_metadata_never_deletes_data(make_broker, unique_topic):
     _write(bs, doomed, n=20)
     admin = kc.admin(bs)
     admin.delete_topics([doomed], operation_timeout=30)[doomed].result(30)
-    _wait_for(lambda: doomed not in kc.topic_names(bs), "the deletion")
+    wait_for(lambda: doomed not in kc.topic_names(bs), 15, "the deletion")
     kc.create_topic(bs, doomed)
     kc.produce(bs, doomed, [kc.Msg(b"k", b"fresh")], partition=0)
     assert _read(bs, doomed, 1) == [b"fresh"] and kc.latest(bs, doomed) == 1
     topics[doomed] = [b"fresh"]
-    _wait_for(lambda: not list(data.glob("*-delete")), "the old directories' removal")
-    _wait_for(lambda: len(_snapshots(broker)) == 2, "two metadata snapshots")
+    wait_for(lambda: not list(data.glob("*-delete")), 15, "the old directories' removal")
+    wait_for(lambda: len(_snapshots(broker)) == 2, 15, "two metadata snapshots")
     assert broker.stop() == 0
 
     ghost = data / "ghost-0"  # a partition directory the metadata does not know
@@ -141,7 +131,7 @@ def test_damaged_metadata_never_deletes_data(make_broker, unique_topic):
         assert "stray detection skipped" in log, log
         assert (ghost / SEGMENT).read_bytes() == ghost_segment
         assert "ghost" not in kc.topic_names(bs)
-        _wait_for(lambda: not leftover.exists(), "the leftover -delete directory's removal")
+        wait_for(lambda: not leftover.exists(), 15, "the leftover -delete directory's removal")
         assert broker.stop() == 0
 
     metadata = data / "__cluster_metadata-0"

@@ -5,7 +5,6 @@ the same directory."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -14,20 +13,11 @@ from kazoo.client import KazooClient
 
 from .. import clients as kc
 from .conftest import Cluster
+from .faults import wait_for
 
 pytestmark = pytest.mark.timeout(240)
 
 SEGMENT = "00000000000000000000.log"
-
-
-def _wait_for(pred, what: str, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.1)  # poll interval, not synchronisation
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _copies(cluster: Cluster, topic: str) -> list[Path]:
@@ -48,7 +38,7 @@ def test_an_unreadable_topic_znode_deletes_and_renames_nothing(make_cluster, uni
     kc.wait_for_topic(bs, topic, 1)
     first = [kc.Msg(b"k", f"v{i}".encode()) for i in range(20)]
     kc.produce(bs, topic, first, partition=0, acks="all")
-    _wait_for(lambda: _replicated(cluster, topic), "three copies of the records")
+    wait_for(lambda: _replicated(cluster, topic), 30, "three copies of the records")
     size = _copies(cluster, topic)[0].stat().st_size
 
     third = cluster.broker(3)
@@ -61,8 +51,8 @@ def test_an_unreadable_topic_znode_deletes_and_renames_nothing(make_cluster, uni
         marks = [b.log_size() for b in cluster.brokers]
         zk.set(path, b"\x00{garbled")
         for b, mark in zip(cluster.brokers[:2], marks[:2], strict=True):  # the running brokers
-            _wait_for(lambda b=b, mark=mark: "unreadable topic znode" in b.log_text(since=mark),
-                      f"{b.name} reading the garbled znode")
+            wait_for(lambda b=b, mark=mark: "unreadable topic znode" in b.log_text(since=mark),
+                     30, f"{b.name} reading the garbled znode")
         third.start()  # its image lacks the topic
         log = third.log_text(since=marks[2])
         assert "stray detection skipped" in log and topic in log, log
@@ -80,4 +70,4 @@ def test_an_unreadable_topic_znode_deletes_and_renames_nothing(make_cluster, uni
     got = kc.consume(cluster.bootstrap, topic, len(first) + len(more), offset=0)
     assert [m.value for m in got] == [m.value for m in first + more]
     # the third broker took its own directory back and follows again
-    _wait_for(lambda: _replicated(cluster, topic, size), "the third copy to catch up")
+    wait_for(lambda: _replicated(cluster, topic, size), 30, "the third copy to catch up")

@@ -453,18 +453,22 @@ def test_record_layout_is_kafkas() -> None:
 # ------------------------------------------------------------------- replication (a cluster)
 
 
-def test_markers_wait_until_prepare_commit_is_replicated(env: Env) -> None:
-    """A marker written before PrepareCommit is committed could commit partitions of a
-    transaction that a successor coordinator, which never saw PrepareCommit, aborts."""
+def _replicated(env: Env) -> tuple[Any, TransactionCoordinator]:
+    """The coordinator of `env` as a cluster's: its state partitions' replication held."""
     from strom.coordinator.runtime.commits import Commits
 
     from ..runtime.fakes import HeldReplication
 
+    replication = HeldReplication()
+    env.coordinator.store.commits = Commits(replication)
+    return replication, env.coordinator
+
+
+def test_markers_wait_until_prepare_commit_is_replicated(env: Env) -> None:
+    """A marker written before PrepareCommit is committed could commit partitions of a
+    transaction that a successor coordinator, which never saw PrepareCommit, aborts."""
     async def scenario() -> None:
-        replication = HeldReplication()
-        c = env.coordinator
-        c.store.commits = Commits(replication)
-        c.store.commits.register("__transaction_state", 30000)
+        replication, c = _replicated(env)
         pid, epoch = start_txn(env, "app", ("t", 0), ("t", 1))
         partition = c.partition_for("app")
         topic = "__transaction_state"
@@ -486,14 +490,8 @@ def test_markers_wait_until_prepare_commit_is_replicated(env: Env) -> None:
 
 
 def test_a_lost_leadership_leaves_the_markers_to_the_next_coordinator(env: Env) -> None:
-    from strom.coordinator.runtime.commits import Commits
-
-    from ..runtime.fakes import HeldReplication
-
     async def scenario() -> None:
-        replication = HeldReplication()
-        c = env.coordinator
-        c.store.commits = Commits(replication)
+        replication, c = _replicated(env)
         pid, epoch = start_txn(env, "app", ("t", 0))
         assert c.end_transaction("app", pid, epoch, commit=True) == E.NONE
         await asyncio.sleep(0)
@@ -508,14 +506,8 @@ def test_a_lost_leadership_leaves_the_markers_to_the_next_coordinator(env: Env) 
 
 
 def test_a_slow_replica_set_delays_the_markers_it_does_not_drop_them(env: Env) -> None:
-    from strom.coordinator.runtime.commits import Commits
-
-    from ..runtime.fakes import HeldReplication
-
     async def scenario() -> None:
-        replication = HeldReplication()
-        c = env.coordinator
-        c.store.commits = Commits(replication)
+        replication, c = _replicated(env)
         pid, epoch = start_txn(env, "app", ("t", 0))
         partition = c.partition_for("app")
         assert c.end_transaction("app", pid, epoch, commit=False) == E.NONE
