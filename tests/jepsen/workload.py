@@ -60,21 +60,33 @@ COMMIT_DEADLINE = 30.0  # retrying a commit that failed with a retriable error
 INIT_DEADLINE = 60.0
 
 
+# librdkafka 2.16 can block send_offsets_to_transaction past its timeout when the group
+# coordinator it cached left the cluster's metadata (confluentinc/librdkafka#5511, #5456): it
+# waits for a state change of one of its broker connections, and no request is ever sent. Idle
+# connections closed by the client are such changes (tests/integration/cluster/
+# test_jepsen_clients.py); longer than socket.timeout.ms, so no awaited request is cut.
+IDLE_CLOSE_MS = 10_000
+
+
 def producer_config(bootstrap: str, transactional_id: str) -> dict:
     config = {**CLIENT, "bootstrap.servers": bootstrap, "transactional.id": transactional_id,
               "transaction.timeout.ms": TXN_TIMEOUT_MS,
               "message.timeout.ms": TXN_TIMEOUT_MS - 1000, "request.timeout.ms": 5000,
-              "linger.ms": 1}
+              "linger.ms": 1, "connections.max.idle.ms": IDLE_CLOSE_MS}
     return {**config, **client_debug(transactional_id)}
 
 
 def client_debug(name: str) -> dict:
     """JEPSEN_CLIENT_DEBUG=eos,protocol (librdkafka's debug contexts): the transactional
     clients log those to JEPSEN_CLIENT_LOG (default jepsen-clients.log), to see what a stuck
-    client waits for."""
+    client waits for. confluent-kafka hands such lines to a Python logger only from poll() and
+    the like, late, and never the last ones of a client blocked in a call:
+    JEPSEN_CLIENT_LOG=stderr has librdkafka write them itself, at once, with its own clock."""
     contexts = os.environ.get("JEPSEN_CLIENT_DEBUG")
     if not contexts:
         return {}
+    if os.environ.get("JEPSEN_CLIENT_LOG") == "stderr":
+        return {"debug": contexts, "log_level": 7}
     logger = logging.getLogger(f"jepsen.{name}")
     if not logger.handlers:
         handler = logging.FileHandler(os.environ.get("JEPSEN_CLIENT_LOG", "jepsen-clients.log"))

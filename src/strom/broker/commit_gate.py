@@ -9,7 +9,14 @@ coordinator's error for the failed wait (NOT_COORDINATOR after a leader change,
 COORDINATOR_NOT_AVAILABLE when the replicas are too few or too slow), which clients retry.
 
 `ReplicaCommits` is the runtime's `Replication` over a cluster's replica manager; a single node
-has none and its coordinators answer at once.
+has none and its coordinators answer at once. While this broker's view of the cluster is not
+current (`metadata_current`: its ZooKeeper session is down or not re-read yet), it may lead a
+state partition only in its own stale image: every check and wait fails with
+LEADER_NOT_AVAILABLE (COORDINATOR_NOT_AVAILABLE to the client, who finds the coordinator again)
+instead of answering from state another broker may have moved past. Retriable, not
+NOT_COORDINATOR: when the leadership did not move after all, the coordinator's own waits (the
+markers after PrepareCommit, CompleteCommit) must try again rather than leave it to a
+successor that never comes.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from strom.coordinator.runtime.commits import tracking
 from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
 
 if TYPE_CHECKING:
     from strom.broker.core import Broker, Node
@@ -81,14 +89,22 @@ async def _once_committed(fn: Callable[..., Any], broker: Broker, ctx: Any, requ
     return reply
 
 
+def _always() -> bool:
+    return True
+
+
 class ReplicaCommits:
     """The coordinator runtime's `Replication` over a cluster's replica manager."""
 
-    def __init__(self, node: Node, replicas: ReplicaManager) -> None:
+    def __init__(self, node: Node, replicas: ReplicaManager,
+                 metadata_current: Callable[[], bool] = _always) -> None:
         self.node = node
         self.replicas = replicas
+        self.metadata_current = metadata_current
 
     def check(self, topic: str, partition: int) -> int:
+        if not self.metadata_current():
+            return ErrorCode.LEADER_NOT_AVAILABLE
         return self.replicas.min_isr_error((topic, partition))
 
     def end_offset(self, topic: str, partition: int) -> int | None:
@@ -96,4 +112,9 @@ class ReplicaCommits:
         return plog.log_end_offset if plog is not None else None
 
     async def wait(self, topic: str, partition: int, offset: int, timeout_s: float) -> int:
-        return await self.replicas.wait_for_replication((topic, partition), offset, timeout_s)
+        if not self.metadata_current():
+            return ErrorCode.LEADER_NOT_AVAILABLE
+        code = await self.replicas.wait_for_replication((topic, partition), offset, timeout_s)
+        if code == ErrorCode.NONE and not self.metadata_current():  # lost it meanwhile
+            return ErrorCode.LEADER_NOT_AVAILABLE
+        return code

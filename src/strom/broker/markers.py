@@ -96,6 +96,7 @@ class ClusterMarkerWriter:
         self._clients = BrokerClients(f"strom-txn-markers-{node.broker_id}",
                                       node.config.get("replica.socket.timeout.ms") / 1000,
                                       node.inter_broker)
+        self._writes: set[asyncio.Task[None]] = set()  # the loop holds tasks only weakly
 
     def write(self, marker: TxnMarker, done: Callable[[MarkerResults], None]) -> None:
         results: MarkerResults = {}
@@ -127,14 +128,29 @@ class ClusterMarkerWriter:
                                       marker.producer_id, marker.producer_epoch,
                                       marker.coordinator_epoch, marker.commit) for tp in local]
             there = [self._send(leader, marker, tps) for leader, tps in remote.items()]
-            codes = await asyncio.gather(*here)
-            replies = await asyncio.gather(*there)
-            results.update(zip(local, codes, strict=True))
-            for reply in replies:
-                results.update(reply)
+            # every outcome is reported, a failure too: `done` left uncalled would leave the
+            # transaction in Prepare* for good (what failed is retried by the coordinator)
+            outcomes = await asyncio.gather(*here, *there, return_exceptions=True)
+            for tp, code in zip(local, outcomes[:len(local)], strict=True):
+                results[tp] = self._code(code, marker)
+            for tps, reply in zip(remote.values(), outcomes[len(local):], strict=True):
+                if isinstance(reply, BaseException):
+                    results.update(dict.fromkeys(tps, self._code(reply, marker)))
+                else:
+                    results.update(reply)
             done(results)
 
-        asyncio.get_running_loop().create_task(write_all())
+        task = asyncio.get_running_loop().create_task(write_all())
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    @staticmethod
+    def _code(outcome: int | BaseException, marker: TxnMarker) -> int:
+        if not isinstance(outcome, BaseException):
+            return outcome
+        log.error("writing the markers of producer %d failed", marker.producer_id,
+                  exc_info=outcome)
+        return ErrorCode.UNKNOWN_SERVER_ERROR
 
     def _client(self, leader: int) -> BrokerClient | None:
         info = self.node.image.brokers.get(leader)

@@ -177,10 +177,14 @@ def build_local_node(config: BrokerConfig) -> Node:
 
 
 def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
-                replicas: ReplicaManager | None = None) -> Broker:
-    """The complete broker: its coordinators built on `node` (not started: `Broker.start`)."""
+                replicas: ReplicaManager | None = None,
+                metadata_current: Callable[[], bool] = lambda: True) -> Broker:
+    """The complete broker: its coordinators built on `node` (not started: `Broker.start`).
+    In a cluster, `metadata_current` says whether the image may be trusted to answer for a
+    leadership now (`strom.cluster.zk.session`)."""
     producer_ids = ProducerIds(node.controller, node.broker_id)
-    commits = Commits(ReplicaCommits(node, replicas) if replicas is not None else None)
+    commits = Commits(ReplicaCommits(node, replicas, metadata_current)
+                      if replicas is not None else None)
     groups = build_group_coordinator(node, loop, commits)
     transactions = build_transaction_coordinator(node, groups, producer_ids.next, loop, commits,
                                                  replicas)

@@ -33,6 +33,7 @@ from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import ZkClient
 from strom.cluster.zk.controller import ZkController, unclean_from
 from strom.cluster.zk.mirror import ZkMirror
+from strom.cluster.zk.session import SessionFence
 from strom.config.broker import BrokerConfig
 from strom.config.listeners import advertised_listeners, inter_broker_listener_name
 from strom.security.client import inter_broker_security
@@ -112,5 +113,6 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
                 inter_broker_security(config), build_authorizer(config, image))
     replicas = build_replica_manager(node)
     mirror.subscribe(replicas.on_changes)
-    broker = wire_broker(node, asyncio.get_running_loop(), replicas)
+    fence = SessionFence(zk, mirror)  # no coordinator answers from a stale image
+    broker = wire_broker(node, asyncio.get_running_loop(), replicas, fence.current)
     return broker, ClusterParts(zk, mirror, controller)
