@@ -8,38 +8,19 @@ import asyncio
 import uuid
 from types import SimpleNamespace
 
+from tests.unit.cluster.zk.test_mirror import TreeZk
+
 from strom.cluster.image import MetadataImage
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.mirror import ZkMirror
 
 
-class RawTreeZk:
-    """An in-memory ZooKeeper tree of raw znode bytes (what the mirror reads at a full read)."""
+class RawTreeZk(TreeZk):
+    """`TreeZk` holding raw znode bytes (what the mirror reads at a full read), any of them
+    undecodable."""
 
-    def __init__(self, data: dict[str, bytes]) -> None:
+    def __init__(self, data: dict[str, bytes]) -> None:  # raw bytes, not configs to encode
         self.data = data
-
-    def add_watch_listener(self, listener) -> None:
-        pass
-
-    def add_state_listener(self, listener) -> None:
-        pass
-
-    def _paths(self) -> set[str]:
-        out = set()
-        for path in self.data:
-            parts = path.strip("/").split("/")
-            out |= {"/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1)}
-        return out
-
-    async def children(self, path: str, *, watch: bool = False):
-        if path not in self._paths():
-            return None
-        return sorted({p[len(path) + 1:].split("/")[0] for p in self._paths()
-                       if p.startswith(path + "/")})
-
-    async def exists(self, path: str, *, watch: bool = False):
-        return True if path in self._paths() else None
 
     async def get(self, path: str, *, watch: bool = False):
         return (self.data[path], SimpleNamespace(version=0)) if path in self.data else None
