@@ -71,6 +71,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--strom-bin", help="Strom executable (default: .venv/bin/strom)")
     ap.add_argument("--strom-config", help="passed to Strom as --config FILE")
     ap.add_argument(
+        "--peer-strom-bin",
+        help="Strom executable of the Strom peer (with --peer strom), e.g. an older checkout's, "
+        "for a before/after sitting of a change (default: the subject's)",
+    )
+    ap.add_argument(
         "--strom-override",
         action="append",
         default=[],
@@ -140,8 +145,11 @@ def _brokers(args: argparse.Namespace) -> tuple[BrokerSpec, list[BrokerSpec]]:
     if names == ["strom"]:  # Strom against itself with other settings: an A/B of one change
         label = "Strom " + " ".join(args.peer_override) if args.peer_override else "Strom again"
         exe = _strom_exe(args.strom_bin)
+        if args.peer_strom_bin:
+            label = "Strom " + " ".join([Path(args.peer_strom_bin).parent.name, *args.peer_override])
         subject = strom_spec(exe, args.strom_config, args.strom_override)
-        return subject, [strom_spec(exe, args.strom_config, args.peer_override, label=label)]
+        peer_exe = args.peer_strom_bin or exe
+        return subject, [strom_spec(peer_exe, args.strom_config, args.peer_override, label=label)]
     peers: list[BrokerSpec] = []
     tansu: tuple[Path, str] | None = None
     if "tansu" in names or args.subject == "tansu":

@@ -26,6 +26,7 @@ from strom.broker.replicas import run_replication
 from strom.broker.router import Router
 from strom.broker.server import BrokerServer
 from strom.broker.wiring import StartupError, build_local_node, wire_broker
+from strom.common import stall_watch
 from strom.common.tasks import cancel_all, cancel_and_wait
 from strom.config.broker import BrokerConfig
 from strom.config.checks import check_startup
@@ -240,6 +241,7 @@ def _start_metrics(broker: Broker, config: BrokerConfig,
 
 
 async def serve(config: BrokerConfig) -> None:
+    stall_watch.start_from_env(asyncio.get_running_loop())
     precompile(_HOT_APIS, latest_only=True)
     securities = listener_securities(config, lambda: broker.image.user_configs)
     cluster: ClusterParts | None = None

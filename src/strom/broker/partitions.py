@@ -61,6 +61,7 @@ class PartitionManager:
         self._local: dict[tuple[str, int], PartitionLog] = {}
         self._leading: dict[tuple[str, int], int] = {}  # partitions we lead -> leader epoch
         self._leadership_listeners: list[LeadershipListener] = []
+        self._created_listeners: list[Callable[[str, int], None]] = []
         # partitions whose log is still to be created -> (topic, sequence number), oldest first
         self._pending: dict[tuple[str, int], tuple[TopicState, int]] = {}
         self._sequence = 0
@@ -331,6 +332,8 @@ class PartitionManager:
         except (OSError, StorageError) as exc:
             log.error("cannot create the log of %s-%d: %s", *key, exc)
             return None
+        for listener in list(self._created_listeners):
+            listener(*key)
         self._update_leadership(*key)
         return self._local.get(key)
 
@@ -437,6 +440,16 @@ class PartitionManager:
                 listener(topic_name, partition, False, was)
 
     # -- lookups --------------------------------------------------------------------------
+
+    def add_created_listener(self, listener: Callable[[str, int], None]) -> None:
+        """Tell `listener` whenever a deferred log has been created (before leadership
+        listeners hear of it): replication takes its role then, not by forcing creation."""
+        self._created_listeners.append(listener)
+
+    def ready(self, topic: str, partition: int) -> PartitionLog | None:
+        """The local log of a partition if it exists already (one still pending is not created:
+        see `add_created_listener`)."""
+        return self._local.get((topic, partition))
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
         """The local log of a partition; one still pending is created now."""

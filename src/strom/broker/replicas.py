@@ -35,7 +35,7 @@ def build_replica_manager(node: Node) -> ReplicaManager:
 
     window = {"samples": config.get("replication.quota.window.num"),
               "window_s": config.get("replication.quota.window.size.seconds")}
-    return ReplicaManager(
+    replicas = ReplicaManager(
         node.broker_id, node.image, node.controller, node.partitions.get,
         node.partitions.waiters, settings, lag_max_ms=config.get("replica.lag.time.max.ms"),
         min_isr_for=min_isr_for,
@@ -45,7 +45,10 @@ def build_replica_manager(node: Node) -> ReplicaManager:
             lambda: config.get("leader.replication.throttled.rate"), **window),
         follower_throttle=ReplicationThrottle(
             FOLLOWER, node.broker_id, node.image,
-            lambda: config.get("follower.replication.throttled.rate"), **window))
+            lambda: config.get("follower.replication.throttled.rate"), **window),
+        ready_log=node.partitions.ready)
+    node.partitions.add_created_listener(replicas.on_log_created)
+    return replicas
 
 
 async def run_replication(replicas: ReplicaManager, node: Node) -> None:

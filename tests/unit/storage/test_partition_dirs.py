@@ -1,5 +1,6 @@
-"""LogManager's set-aside directories, named as Kafka names them: ``-delete`` (renamed at once,
-removed by a worker thread; a crash's leftovers go at the next start) and ``-stray`` (kept,
+"""LogManager's set-aside directories, named as Kafka names them: ``-delete`` (renamed and
+removed by a worker thread, at once when a re-created partition needs the name; a crash's
+leftovers go at the next start) and ``-stray`` (kept,
 never loaded, never removed)."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _with_data(m: LogManager, h, topic: str, partition: int) -> Path:
     return plog.dir
 
 
-def test_deletion_renames_at_once_and_removes_in_one_worker_job(h, tmp_path, monkeypatch) -> None:
+def test_deletion_renames_and_removes_in_one_worker_job(h, tmp_path, monkeypatch) -> None:
     m = LogManager([tmp_path])
     m.load()
     for p in range(4):
@@ -51,6 +52,11 @@ def test_deletion_renames_at_once_and_removes_in_one_worker_job(h, tmp_path, mon
 
     async def scenario() -> None:
         renamed = m.delete_partitions([("t", p) for p in range(4)])
+        assert m.get("t", 0) is None  # out of service at once
+        deadline = asyncio.get_running_loop().time() + DEADLINE_S
+        while not jobs:  # the renames come first in the job
+            assert asyncio.get_running_loop().time() < deadline, "the job never started"
+            await asyncio.sleep(0.01)
         # the names are free now, while the removal is still held in its thread
         assert not any((tmp_path / f"t-{p}").exists() for p in range(4))
         assert sorted(int(DELETE_NAME.fullmatch(d.name).group(1)) for d in renamed) == [0, 1, 2, 3]
@@ -64,6 +70,36 @@ def test_deletion_renames_at_once_and_removes_in_one_worker_job(h, tmp_path, mon
     asyncio.run(scenario())
     [(thread, doomed)] = jobs  # one job for the whole change
     assert thread != threading.main_thread().name and len(doomed) == 4
+
+
+def test_a_recreated_partition_takes_its_name_before_the_worker_renames_it(
+        h, tmp_path, monkeypatch) -> None:
+    m = LogManager([tmp_path])
+    m.load()
+    old = _with_data(m, h, "t", 0)
+    started, release = threading.Event(), threading.Event()
+    run = LogManager._rename_and_remove
+
+    def late(self: LogManager, moves: list[tuple[Path, Path]]) -> None:
+        started.set()
+        assert release.wait(DEADLINE_S)
+        run(self, moves)
+
+    monkeypatch.setattr(LogManager, "_rename_and_remove", late)
+
+    async def scenario() -> None:
+        [doomed] = m.delete_partitions([("t", 0)])
+        assert (old / "00000000000000000000.log").exists()  # not renamed yet
+        again = m.create("t", 0, uuid.uuid4(), LogConfig())  # takes the name now
+        assert again.dir == old and again.log_end_offset == 0
+        assert doomed.exists() and not m.stray_dirs  # the old data went to -delete, not stray
+        release.set()
+        await asyncio.wait_for(m.removals_done(), DEADLINE_S)
+        assert not doomed.exists() and again.dir.exists()
+
+    asyncio.run(scenario())
+    assert started.is_set()
+    m.shutdown()
 
 
 def test_leftover_delete_dirs_are_removed_at_the_next_start(h, tmp_path, caplog) -> None:

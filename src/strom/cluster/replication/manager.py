@@ -55,11 +55,16 @@ class ReplicaManager:
                  get_log: LogLookup, waiters: WaiterRegistry, settings: FetcherSettings, *,
                  lag_max_ms: int, min_isr_for: Callable[[str], int],
                  leader_throttle: ReplicationThrottle | None = None,
-                 follower_throttle: ReplicationThrottle | None = None) -> None:
+                 follower_throttle: ReplicationThrottle | None = None,
+                 ready_log: LogLookup | None = None) -> None:
         self.broker_id = broker_id
         self.image = image
         self.controller = controller
         self._get_log = get_log
+        # roles are taken only for logs that exist: one still being created (in slices, a
+        # large topic's) calls on_log_created when it is there, so a metadata change never
+        # creates 1,000 logs in one go on the loop (issue 28)
+        self._ready_log = ready_log or get_log
         self.waiters = waiters
         self.settings = settings
         self.lag_max_ms = lag_max_ms
@@ -150,12 +155,17 @@ class ReplicaManager:
         t = self.image.topics.get(key[0])
         return t.partitions.get(key[1]) if t is not None else None
 
+    def on_log_created(self, topic: str, partition: int) -> None:
+        """A deferred log now exists: take the role the image gives it."""
+        if self._started:
+            self._reconcile(topic, partition)
+
     def _reconcile(self, topic: str, partition: int) -> None:
         key = (topic, partition)
         if topic == METADATA_TOPIC:
             return
         state = self._state(key)
-        plog = self._get_log(topic, partition)
+        plog = self._ready_log(topic, partition)
         if state is None or plog is None or self.broker_id not in state.replicas:
             self._stop_all_roles(key)
             return

@@ -33,6 +33,9 @@ _EVENT_NAMES = {EventType.CREATED: "CREATED", EventType.DELETED: "DELETED",
                 EventType.CHANGED: "CHANGED", EventType.CHILD: "CHILD"}
 
 
+IN_FLIGHT = 32  # ZooKeeper calls outstanding per client (see ZkClient._call)
+
+
 class ZkTimeout(Exception):
     """A ZooKeeper call got no answer in time (the connection is probably down)."""
 
@@ -61,6 +64,7 @@ class ZkClient:
         self._state_listeners: list[StateListener] = []
         self._kazoo.add_listener(self._on_state)
         self._closed = False
+        self._in_flight = asyncio.Semaphore(IN_FLIGHT)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -167,9 +171,16 @@ class ZkClient:
         result.rawlink(done)
         return fut
 
-    async def _call(self, result: Any) -> Any:
+    async def _call(self, start: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Start a kazoo ``*_async`` call and await its result, with at most IN_FLIGHT calls
+        outstanding: each start costs the loop a socket write and a turn of the GIL with
+        kazoo's thread, and a burst of 1,000 (a failover's state reads and ISR writes) started
+        at once held the loop for half a second (issue 28); gated, each loop turn starts only
+        as many as have just finished."""
         try:
-            return await asyncio.wait_for(self._bridge(result), self.request_timeout_s)
+            async with asyncio.timeout(self.request_timeout_s):
+                async with self._in_flight:
+                    return await self._bridge(start(*args, **kwargs))
         except TimeoutError:
             raise ZkTimeout("ZooKeeper did not answer in time") from None
 
@@ -186,8 +197,8 @@ class ZkClient:
     async def get(self, path: str, *, watch: bool = False) -> tuple[bytes, ZnodeStat] | None:
         """(data, stat), or None when the znode does not exist (then no watch is left)."""
         try:
-            data, stat = await self._call(self._kazoo.get_async(
-                self._p(path), watch=self._on_watch if watch else None))
+            data, stat = await self._call(
+                self._kazoo.get_async, self._p(path), watch=self._on_watch if watch else None)
         except NoNodeError:
             return None
         return data or b"", stat
@@ -203,18 +214,18 @@ class ZkClient:
                 return None
 
     async def exists(self, path: str, *, watch: bool = False) -> ZnodeStat | None:
-        return await self._call(self._kazoo.exists_async(
-            self._p(path), watch=self._on_watch if watch else None))
+        return await self._call(
+            self._kazoo.exists_async, self._p(path), watch=self._on_watch if watch else None)
 
     async def children(self, path: str, *, watch: bool = False) -> list[str] | None:
         try:
-            return list(await self._call(self._kazoo.get_children_async(
-                self._p(path), watch=self._on_watch if watch else None)))
+            return list(await self._call(self._kazoo.get_children_async, self._p(path),
+                                         watch=self._on_watch if watch else None))
         except NoNodeError:
             return None
 
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False) -> None:
-        await self._call(self._kazoo.create_async(self._p(path), data, ephemeral=ephemeral))
+        await self._call(self._kazoo.create_async, self._p(path), data, ephemeral=ephemeral)
 
     async def ensure_path(self, path: str) -> None:
         """Create path and its parents (empty, persistent) unless they exist."""
@@ -225,10 +236,10 @@ class ZkClient:
                 await self.create(current)
 
     async def set(self, path: str, data: bytes, version: int = -1) -> ZnodeStat:
-        return await self._call(self._kazoo.set_async(self._p(path), data, version))
+        return await self._call(self._kazoo.set_async, self._p(path), data, version)
 
     async def delete(self, path: str, version: int = -1) -> None:
-        await self._call(self._kazoo.delete_async(self._p(path), version))
+        await self._call(self._kazoo.delete_async, self._p(path), version)
 
     def transaction(self) -> Transaction:
         return Transaction(self)
@@ -281,7 +292,7 @@ class Transaction:
 
     async def commit(self) -> list[Any]:
         """The results of each operation; raises TransactionFailed when it was rolled back."""
-        results = await self._client._call(self._txn.commit_async())
+        results = await self._client._call(self._txn.commit_async)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             from kazoo.exceptions import RolledBackError, RuntimeInconsistency

@@ -1,0 +1,53 @@
+"""The event-loop stall watchdog names what held the loop (a developer's tool, off by default)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from strom.common import stall_watch
+
+DEADLINE_S = 10.0
+
+
+def _hold_the_loop(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:  # busy, as a long piece of work on the loop is
+        pass
+
+
+def test_off_unless_asked(monkeypatch, caplog) -> None:
+    monkeypatch.delenv(stall_watch.ENV, raising=False)
+    caplog.set_level(logging.WARNING, logger="strom.stall")
+
+    async def scenario() -> None:
+        stall_watch.start_from_env(asyncio.get_running_loop())
+
+    asyncio.run(scenario())
+    assert not caplog.records
+
+
+def test_a_stall_is_logged_with_its_frames(monkeypatch, caplog) -> None:
+    monkeypatch.setenv(stall_watch.ENV, "20")
+    caplog.set_level(logging.WARNING, logger="strom.stall")
+
+    async def scenario() -> None:
+        stall_watch.start_from_env(asyncio.get_running_loop())
+        await asyncio.sleep(0.01)
+        _hold_the_loop(0.15)
+        deadline = time.monotonic() + DEADLINE_S
+        while not any("stalled" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "no stall was logged"
+            await asyncio.sleep(0.005)
+
+    asyncio.run(scenario())
+    deadline = time.monotonic() + DEADLINE_S
+    while any(t.name == "stall-watch" for t in threading.enumerate()):  # ends with its loop
+        assert time.monotonic() < deadline, "the watchdog outlived its loop"
+        time.sleep(0.005)
+    [line] = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
+    assert "_hold_the_loop" in line
+    ms = int(line.split("stalled ")[1].split(" ms")[0])
+    assert 100 <= ms < 1000
