@@ -30,9 +30,10 @@ from strom.common import stall_watch
 from strom.common.tasks import cancel_all, cancel_and_wait
 from strom.config.broker import BrokerConfig
 from strom.config.checks import check_startup
-from strom.config.defs import ConfigError
+from strom.config.defs import ConfigError, ConfigSource
 from strom.config.listeners import default_listener, listeners
 from strom.config.metrics import metrics_endpoint
+from strom.config.ports import bind_own_port
 from strom.metrics.exposition import MetricsServer
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import precompile
@@ -232,12 +233,10 @@ def _start_metrics(broker: Broker, config: BrokerConfig,
     if endpoint is None:
         return None
     host, port = endpoint
-    try:
-        return start_metrics(broker, servers, host, port)
-    except OSError as e:
-        raise StartupError(f"cannot serve metrics on {host}:{port} (metrics.listener): "
-                           f"{(e.strerror or str(e)).lower()}; give it another port, or an "
-                           "empty value to turn metrics off") from e
+    explicit = config.source_of("metrics.listener")[1] is not ConfigSource.DEFAULT_CONFIG
+    return bind_own_port(lambda: start_metrics(broker, servers, host, port), service="metrics",
+                         config="metrics.listener", host=host, port=port, explicit=explicit,
+                         hint=", or an empty value to turn metrics off")
 
 
 async def serve(config: BrokerConfig) -> None:

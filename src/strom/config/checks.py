@@ -1,16 +1,18 @@
 """Start-up checks of a loaded broker config: no config the operator set is ignored in silence.
 
 A config Strom knows but does not act on (`ConfigDef.implemented=False`) and a name Strom does
-not know get a WARN naming them (listener-prefixed TLS and SASL settings of a configured
-listener are known): Kafka users copy whole server.properties files, and refusing
+not know get a WARN naming them: Kafka users copy whole server.properties files, and refusing
 every such knob would be unfriendly. Settings whose silent ignoring would leave a broker the
-operator believes secured, throttled or tiered running without it are refused instead.
+operator believes secured, throttled or tiered running without it are refused instead. A
+listener-prefixed TLS or SASL setting of a configured listener
+(``listener.name.<listener>.[<mechanism>.]<config>``) is judged as its config is.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 from strom.config.broker import BROKER_CONFIGS, BrokerConfig
 from strom.config.defs import ConfigError
@@ -44,12 +46,27 @@ REFUSED_UNLESS: dict[str, str] = {
     "remote.log.storage.system.enable": "false",
 }
 
+# Configs Strom defines but does not implement whose being ignored would authenticate clients
+# otherwise than the operator asked (other principals, logins or callbacks): refused when set,
+# unprefixed or for a listener, to anything but empty or Kafka's default.
+REFUSED_UNIMPLEMENTED: dict[str, str] = {
+    "principal.builder.class": "Strom builds principals as Kafka's DefaultKafkaPrincipalBuilder",
+    "sasl.login.class": "Strom has no pluggable SASL login",
+    "sasl.login.callback.handler.class": "Strom has no pluggable SASL login callback handlers",
+}
+_KAFKA_DEFAULTS = {
+    "principal.builder.class":
+        "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+}
+_LISTENER_PREFIX = "listener.name."
+
 
 def check_startup(config: BrokerConfig) -> None:
     """Refuse dangerous settings (one ConfigError naming all of them), then WARN by name about
     every explicitly set config that has no effect."""
-    problems = [*_refused_settings(config), *_listener_problems(config),
-                *_group_bound_problems(config)]
+    names = _listener_names(config)
+    problems = [*_refused_settings(config), *_refused_unimplemented(config, names),
+                *_listener_problems(config), *_group_bound_problems(config)]
     if problems:
         raise ConfigError("refusing to start: " + "; ".join(problems))
     for name in config.static:
@@ -60,10 +77,13 @@ def check_startup(config: BrokerConfig) -> None:
         elif not BROKER_CONFIGS[name].implemented:
             log.warning("config %s is accepted but not implemented by Strom; it has no effect",
                         name)
-    names = _listener_names(config)
     for name in config.unknown:
-        if not _is_listener_setting(name, names):
+        base = listener_base(name, names)
+        if base is None:
             log.warning("config %s is not used by Strom", name)
+        elif not BROKER_CONFIGS[base].implemented:
+            log.warning("config %s is accepted but not implemented by Strom; it has no effect",
+                        name)
 
 
 def _listener_names(config: BrokerConfig) -> set[str]:
@@ -73,18 +93,28 @@ def _listener_names(config: BrokerConfig) -> set[str]:
         return set()
 
 
-def _is_listener_setting(name: str, listener_names: set[str]) -> bool:
-    """listener.name.<listener>.<config> or listener.name.<listener>.<mechanism>.<config> of a
-    configured listener and a config Strom knows (strom.security.listeners reads them)."""
-    if not name.startswith("listener.name."):
-        return False
-    listener, _, rest = name[len("listener.name."):].partition(".")
+def _per_listener(name: str) -> bool:
+    """A config Kafka reads per listener: its TLS and SASL ones (strom.security.listeners)."""
+    return name in BROKER_CONFIGS and (
+        name.startswith(("ssl.", "sasl."))
+        or name in ("connections.max.reauth.ms", "principal.builder.class"))
+
+
+def listener_base(name: str, listener_names: set[str]) -> str | None:
+    """The config that listener.name.<listener>.<config> or
+    listener.name.<listener>.<mechanism>.<config> sets for a configured listener, if Kafka
+    reads that config per listener; None for any other name."""
+    if not name.startswith(_LISTENER_PREFIX):
+        return None
+    listener, _, rest = name[len(_LISTENER_PREFIX):].partition(".")
     if listener.lower() not in listener_names:
-        return False
-    if rest in BROKER_CONFIGS:
-        return True
+        return None
+    if _per_listener(rest):
+        return rest
     mechanism, _, config_name = rest.partition(".")
-    return mechanism.upper() in (*SASL_MECHANISMS, "GSSAPI") and config_name in BROKER_CONFIGS
+    if mechanism.upper() in (*SASL_MECHANISMS, "GSSAPI") and _per_listener(config_name):
+        return config_name
+    return None
 
 
 def _refused_settings(config: BrokerConfig) -> Iterator[str]:
@@ -93,6 +123,20 @@ def _refused_settings(config: BrokerConfig) -> Iterator[str]:
             yield f"{name} is set, but {REFUSED_NAMES[name]}; remove it"
         elif name in REFUSED_UNLESS and value.strip().lower() != REFUSED_UNLESS[name].lower():
             yield f"{name}={value} is not implemented by Strom (only {REFUSED_UNLESS[name]})"
+
+
+def _refused_unimplemented(config: BrokerConfig, listener_names: set[str]) -> Iterator[str]:
+    """REFUSED_UNIMPLEMENTED configs set, unprefixed or for a listener (and mechanism)."""
+    settings: list[tuple[str, str | None, Any]] = [
+        (name, name, value) for name, value in config.static.items()]
+    settings += [(name, listener_base(name, listener_names), value)
+                 for name, value in config.unknown.items()]
+    for name, base, value in settings:
+        if base not in REFUSED_UNIMPLEMENTED:
+            continue
+        value = str(value or "").strip()
+        if value and value != _KAFKA_DEFAULTS.get(base):
+            yield f"{name}: not implemented by Strom ({REFUSED_UNIMPLEMENTED[base]}); remove it"
 
 
 def _listener_problems(config: BrokerConfig) -> Iterator[str]:

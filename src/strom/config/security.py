@@ -2,14 +2,31 @@
 
 Each may also be set for one listener as ``listener.name.<listener>.<config>`` (and the SASL
 ones for one mechanism of it as ``listener.name.<listener>.<mechanism>.<config>``), which wins
-over the unprefixed value, as in Kafka; `strom.security.settings` resolves them.
+over the unprefixed value, as in Kafka; `strom.security.listeners` resolves them.
 """
 
 from __future__ import annotations
 
-from strom.config.defs import INT_MAX, ConfigDef, ConfigType, at_least, between, one_of
+from strom.config.defs import (
+    INT_MAX,
+    ConfigDef,
+    ConfigError,
+    ConfigType,
+    at_least,
+    between,
+    one_of,
+)
+from strom.security.cipher_names import openssl_cipher_list
 
 T = ConfigType
+
+
+def _cipher_suites(name: str, value: list[str]) -> None:
+    try:
+        openssl_cipher_list(value)
+    except ValueError as e:
+        raise ConfigError(f"Invalid value {','.join(value)} for configuration {name}: {e}") from None
+
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 OAUTHBEARER_VALIDATOR = "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler"
@@ -73,8 +90,9 @@ SECURITY_CONFIGS = (
               "host name verification of the brokers' certificates when brokers connect to "
               "each other ('' turns it off)", read_only=True),
     ConfigDef("ssl.cipher.suites", T.LIST, [],
-              "TLS 1.2 cipher suites (Strom uses OpenSSL's secure defaults)",
-              read_only=True, implemented=False),
+              "TLS 1.2 cipher suites offered, by their IANA names (empty: OpenSSL's defaults; "
+              "TLS 1.3 connections always get OpenSSL's TLS 1.3 suites)", _cipher_suites,
+              read_only=True),
     ConfigDef("ssl.keymanager.algorithm", T.STRING, "SunX509", "a JVM setting",
               read_only=True, implemented=False),
     ConfigDef("ssl.trustmanager.algorithm", T.STRING, "PKIX", "a JVM setting",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.config.defs import ConfigError
+from strom.security.cipher_names import openssl_cipher_list
 
 Setting = Callable[[str], Any]  # the value of a config for the listener being built
 
@@ -152,10 +153,25 @@ def _versions(ctx: ssl.SSLContext, get: Setting) -> None:
     ctx.minimum_version, ctx.maximum_version = enabled[0], enabled[-1]
 
 
+def _cipher_suites(ctx: ssl.SSLContext, get: Setting) -> None:
+    """ssl.cipher.suites (IANA names) restricts the TLS 1.2 suites; empty keeps OpenSSL's."""
+    suites = get("ssl.cipher.suites") or []
+    if not suites:
+        return
+    try:
+        ctx.set_ciphers(openssl_cipher_list(suites))
+    except ValueError as e:
+        raise TlsConfigError(f"ssl.cipher.suites: {e}") from None
+    except ssl.SSLError as e:  # OpenSSL takes none of them (its security level)
+        raise TlsConfigError(f"ssl.cipher.suites: OpenSSL accepts none of "
+                             f"{','.join(suites)}: {e}") from None
+
+
 def server_context(get: Setting) -> ssl.SSLContext:
     """The SSLContext of a TLS listener."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _versions(ctx, get)
+    _cipher_suites(ctx, get)
     _load_keystore(ctx, get)
     auth = (get("ssl.client.auth") or "none").lower()
     has_trust = _load_truststore(ctx, get)
@@ -170,6 +186,7 @@ def client_context(get: Setting) -> ssl.SSLContext:
     """The SSLContext a broker uses to reach another broker's TLS listener."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     _versions(ctx, get)
+    _cipher_suites(ctx, get)
     if not _load_truststore(ctx, get):
         ctx.load_default_certs()
     if get("ssl.keystore.location") or get("ssl.keystore.key"):

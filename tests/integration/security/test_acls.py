@@ -1,7 +1,7 @@
 """ACLs with real clients: CreateAcls/DescribeAcls/DeleteAcls, Metadata showing only the
 topics a principal may describe, prefixed ACLs, DENY over ALLOW, a group read without a group
-ACL, a transactional producer without its transactional-id ACL, `strom acls`, and ACLs kept
-across a restart."""
+ACL, a transactional producer without its transactional-id ACL, OffsetDelete without READ on
+the topic, `strom acls`, and ACLs kept across a restart."""
 
 from __future__ import annotations
 
@@ -13,7 +13,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -24,6 +31,9 @@ from confluent_kafka.admin import (
     ResourcePatternType,
     ResourceType,
 )
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.errors import NoError, TopicAuthorizationFailedError
 
 from ..broker import HOST, free_port
 from ..wire import Conn
@@ -182,6 +192,39 @@ def test_a_transactional_producer_needs_its_transactional_id_acl(acl_broker) -> 
     producer.commit_transaction(T)
 
 
+def _committed(broker, group: str, topic: str) -> int:
+    admin = AdminClient(conf(broker, "admin"))
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+    [result] = admin.list_consumer_group_offsets([request]).values()
+    [tp] = result.result(T).topic_partitions
+    return tp.offset
+
+
+def test_offset_delete_needs_read_on_the_topic(acl_broker) -> None:
+    """DELETE on the group alone must not let a principal drop offsets of topics it may not
+    read: Kafka answers those partitions TOPIC_AUTHORIZATION_FAILED and keeps the offset."""
+    topic, group = _uid("od-topic"), _uid("od-group")
+    _topics(acl_broker, topic)
+    admin = AdminClient(conf(acl_broker, "admin"))
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0, 7)])
+    for future in admin.alter_consumer_group_offsets([request]).values():
+        future.result(T)
+    _add(acl_broker, _acl(ResourceType.GROUP, group, "User:bob", AclOperation.DELETE))
+    bob = KafkaAdminClient(bootstrap_servers=acl_broker.sasl, security_protocol="SASL_PLAINTEXT",
+                           sasl_mechanism="PLAIN", sasl_plain_username="bob",
+                           sasl_plain_password=USERS["bob"], request_timeout_ms=int(T * 1000))
+    try:
+        partition = KafkaTopicPartition(topic, 0)
+        refused = bob.delete_group_offsets(group, [partition])
+        assert refused == {partition: TopicAuthorizationFailedError}
+        assert _committed(acl_broker, group, topic) == 7
+        _add(acl_broker, _acl(ResourceType.TOPIC, topic, "User:bob", AclOperation.READ))
+        assert bob.delete_group_offsets(group, [partition]) == {partition: NoError}
+        assert _committed(acl_broker, group, topic) < 0  # no committed offset left
+    finally:
+        bob.close()
+
+
 def test_strom_acls_command(acl_broker, tmp_path: Path) -> None:
     props = tmp_path / "admin.properties"
     props.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=PLAIN\n"
@@ -227,3 +270,24 @@ def test_no_authorizer_means_security_disabled(strom_broker) -> None:
         reply = wire.recv_frame()
     (error,) = struct.unpack(">h", reply[8:10])  # after correlation id and throttle time
     assert error == KafkaError.SECURITY_DISABLED
+
+
+def test_strom_acls_list_without_an_authorizer(strom_broker) -> None:
+    """One line and exit 1 instead of an empty table: the list would read as "no ACLs" on a
+    broker that enforces none (librdkafka returns DescribeAcls' SECURITY_DISABLED as [])."""
+    strom = Path(sys.executable).with_name("strom")
+    done = subprocess.run([str(strom), "acls", "list", "-b", strom_broker.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert done.stdout == ""
+    assert done.stderr.strip() == ("Error: no authorizer on this broker: ACLs are not enforced "
+                                   "(authorizer.class.name is empty)")
+
+
+def test_strom_acls_list_with_an_authorizer_and_no_matching_acl(acl_broker) -> None:
+    strom = Path(sys.executable).with_name("strom")
+    done = subprocess.run([str(strom), "acls", "list", "--topic", _uid("none"),
+                           "-b", acl_broker.bootstrap], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["RESOURCE", "NAME", "PATTERN", "PRINCIPAL", "HOST",
+                                   "OPERATION", "PERMISSION"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from strom.config.broker import BROKER_CONFIGS, BrokerConfig
-from strom.config.checks import check_startup
+from strom.config.checks import REFUSED_UNIMPLEMENTED, check_startup, listener_base
 from strom.config.defs import ConfigError
 from strom.config.group import GROUP_CONFIGS
 from strom.config.topic import BROKER_SYNONYMS, TOPIC_CONFIGS, validate_topic_configs
@@ -183,3 +183,52 @@ def test_configs_docs_list_every_config_without_effect() -> None:
     expected |= {d.name for d in TOPIC_CONFIGS.unimplemented()}
     expected |= {d.name for d in GROUP_CONFIGS.unimplemented()}
     assert listed == expected
+
+
+LISTENERS = {"listeners": "PLAINTEXT://:9092,EXTERNAL://:9093",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,EXTERNAL:SASL_SSL"}
+
+
+@pytest.mark.parametrize("name", [
+    "principal.builder.class",
+    "listener.name.external.principal.builder.class",
+    "sasl.login.class",
+    "listener.name.external.sasl.login.callback.handler.class",
+    "listener.name.external.oauthbearer.sasl.login.callback.handler.class",
+])
+def test_ignored_settings_that_would_weaken_security_are_refused(name: str) -> None:
+    """Another principal builder or login than the operator configured must not go unnoticed,
+    unprefixed or for one listener (and mechanism)."""
+    with pytest.raises(ConfigError) as info:
+        check({**LISTENERS, name: "com.example.Custom"})
+    assert str(info.value).startswith(f"refusing to start: {name}: not implemented by Strom (")
+
+
+def test_kafkas_default_principal_builder_and_empty_values_start() -> None:
+    check({**LISTENERS, "listener.name.external.principal.builder.class":
+           "org.apache.kafka.common.security.authenticator.DefaultKafkaPrincipalBuilder",
+           "sasl.login.class": ""})
+
+
+def test_listener_prefixed_settings_have_their_configs_status(caplog) -> None:
+    with caplog.at_level(logging.WARNING, logger=CHECKS):
+        check({**LISTENERS, "ssl.keymanager.algorithm": "SunX509",
+               "listener.name.external.ssl.keymanager.algorithm": "SunX509",
+               "listener.name.external.plain.sasl.kerberos.service.name": "kafka",
+               "listener.name.external.ssl.cipher.suites": "TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256",
+               "listener.name.external.ssl.engine.factory.class": "com.example.Engine",
+               "listener.name.external.max.connections": "10"})
+    no_effect = "is accepted but not implemented by Strom; it has no effect"
+    assert warnings(caplog) == [
+        f"config ssl.keymanager.algorithm {no_effect}",
+        f"config listener.name.external.ssl.keymanager.algorithm {no_effect}",
+        f"config listener.name.external.plain.sasl.kerberos.service.name {no_effect}",
+        "config listener.name.external.ssl.engine.factory.class is not used by Strom",
+        "config listener.name.external.max.connections is not used by Strom",
+    ]
+
+
+def test_refused_unimplemented_configs_are_unimplemented_listener_configs() -> None:
+    for name in REFUSED_UNIMPLEMENTED:
+        assert not BROKER_CONFIGS[name].implemented
+        assert listener_base(f"listener.name.x.{name}", {"x"}) == name

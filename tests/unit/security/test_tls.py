@@ -304,6 +304,36 @@ def test_a_tls12_only_server_talks_tls12(pki: Pki) -> None:
     assert client.version() == "TLSv1.2"
 
 
+# -- cipher suites ------------------------------------------------------------------------------
+
+
+def tls12_client(pki: Pki, ciphers: str) -> ssl.SSLContext:
+    ctx = trusting_client(pki)
+    ctx.maximum_version = ssl.TLSVersion.TLSv1_2
+    ctx.set_ciphers(ciphers)
+    return ctx
+
+
+def test_cipher_suites_restrict_tls12(pki: Pki) -> None:
+    """The test certificates are ECDSA ones: of the two ECDHE-ECDSA GCM suites the client
+    offers, the server takes the one listed; offered only the other, the handshake fails."""
+    ctx = server_context(pem_keystore(
+        pki, ssl_cipher_suites=["TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"]))
+    _, client = tls_handshake(ctx, tls12_client(
+        pki, "ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-ECDSA-AES128-GCM-SHA256"))
+    assert client.cipher()[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
+    with pytest.raises(ssl.SSLError):
+        tls_handshake(ctx, tls12_client(pki, "ECDHE-ECDSA-AES256-GCM-SHA384"))
+    _, tls13 = tls_handshake(ctx, trusting_client(pki))  # TLS 1.3 keeps OpenSSL's suites
+    assert tls13.version() == "TLSv1.3"
+
+
+def test_a_tls13_cipher_suite_is_refused_by_name(pki: Pki) -> None:
+    with pytest.raises(TlsConfigError, match=r"^ssl\.cipher\.suites: TLS_AES_256_GCM_SHA384 is "
+                                             r"a TLS 1\.3 suite"):
+        server_context(pem_keystore(pki, ssl_cipher_suites=["TLS_AES_256_GCM_SHA384"]))
+
+
 # -- the broker's client side ------------------------------------------------------------------
 
 

@@ -376,6 +376,9 @@ def offset_fetch(broker: Broker, ctx: RequestContext,
 @requires(Op.DELETE, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def offset_delete(broker: Broker, ctx: RequestContext,
                   request: OffsetDeleteRequest) -> dict[str, Any]:
+    """DELETE on the group decides the request; as in Kafka, each topic also needs READ (its
+    partitions answer TOPIC_AUTHORIZATION_FAILED before any existence check, which would
+    reveal the topic)."""
     out_topics = []
     wanted = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
@@ -383,9 +386,13 @@ def offset_delete(broker: Broker, ctx: RequestContext,
         parts = []
         out_topics.append({"name": t.name, "partitions": parts})
         keep = []
+        readable = allowed(broker, ctx, Op.READ, Res.TOPIC, t.name)
         for p in t.partitions:
             slot = {"partition_index": p.partition_index, "error_code": 0}
             parts.append(slot)
+            if not readable:
+                slot["error_code"] = int(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                continue
             if not _partition_known(broker, t.name, p.partition_index):
                 slot["error_code"] = int(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
                 continue
