@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
+import selectors
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import ConsumerGroupState, ConsumerGroupTopicPartitions, TopicPartition
 from confluent_kafka.admin import ConfigResource, ConfigSource
 
 from . import clients as kc
@@ -315,6 +319,51 @@ def test_consume_group_commits_offsets(strom_broker, unique_topic):
     # The group resumes after what it committed; --from-beginning only applies without commits.
     rest = consume_json(bs, topic, 2, "--group", group, idle_ms=45000)
     assert [r["value"] for r in rest] == ["m4", "m5"]
+
+
+def read_lines(proc: subprocess.Popen, n: int, timeout: float = T) -> list[bytes]:
+    """The first `n` lines a running command prints, waiting at most `timeout` seconds."""
+    data = b""
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while data.count(b"\n") < n:
+            left = deadline - time.monotonic()
+            if left <= 0 or proc.poll() is not None:
+                raise AssertionError(f"{n} lines not printed in time: {data!r}")
+            if sel.select(left):
+                data += os.read(proc.stdout.fileno(), 65536)
+    return data.splitlines()[:n]
+
+
+@pytest.mark.parametrize(("sig", "exit_code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_consume_group_commits_and_leaves_on_a_signal(strom_broker, unique_topic, sig, exit_code):
+    """SIGTERM and Ctrl-C stop a group consumer cleanly: the offsets of what it printed are
+    committed and the member leaves at once, instead of after its 45 s session timeout."""
+    bs = strom_broker.bootstrap
+    topic, group = unique_topic("cli"), unique_topic("group")
+    kc.create_topic(bs, topic, 1)
+    strom(bs, "produce", topic, input=b"".join(b"m%d\n" % i for i in range(5)))
+    argv = [str(STROM_BIN), "consume", topic, "--group", group, "--from-beginning",
+            "--format", "json", "--bootstrap-server", bs]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            stdin=subprocess.DEVNULL)
+    try:
+        printed = [json.loads(line)["value"] for line in read_lines(proc, 5)]
+        assert printed == [f"m{i}" for i in range(5)]
+        proc.send_signal(sig)
+        _, stderr = proc.communicate(timeout=T)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == exit_code, stderr
+    assert stderr.decode().strip().endswith("Processed a total of 5 messages"), stderr
+    admin = kc.admin(bs)
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+    committed = admin.list_consumer_group_offsets([request])[group].result(T)
+    assert [tp.offset for tp in committed.topic_partitions] == [5]
+    described = admin.describe_consumer_groups([group])[group].result(T)  # at once: no polling
+    assert described.members == [] and described.state == ConsumerGroupState.EMPTY
 
 
 # --------------------------------------------------------------------------- dump-log

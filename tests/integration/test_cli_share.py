@@ -77,7 +77,7 @@ def test_sigterm_commits_and_leaves(share_topic) -> None:
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr
+    assert proc.returncode == 0, stderr  # SIGTERM: a requested stop (Ctrl-C exits 130)
     assert stderr.decode().strip().endswith("Processed a total of 2 messages")
     # the member left, and what it printed was accepted: nothing comes back
     state = strom(bs, "groups", "describe", group, "--state").stdout.decode()

@@ -1,7 +1,12 @@
 """`strom acls ...`: add, list and remove ACLs (kafka-acls.sh), through CreateAcls,
 DescribeAcls and DeleteAcls. Option names follow kafka-acls: ``--allow-principal``,
 ``--deny-principal``, ``--operation``, ``--topic``, ``--group``, ``--cluster``,
-``--transactional-id``, ``--resource-pattern-type``, ``--allow-host``/``--deny-host``."""
+``--transactional-id``, ``--resource-pattern-type``, ``--allow-host``/``--deny-host``.
+
+A broker without an authorizer answers the ACL APIs with SECURITY_DISABLED; `list` says so in
+one line (exit 1) rather than showing an empty table, although librdkafka hands back an empty
+list for that error of DescribeAcls: an empty answer is checked against the brokers'
+`authorizer.class.name`."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from strom.cli.common import (
     UsageError,
     admin_kwargs,
     handle_errors,
+    kafka_error_code,
     kafka_error_text,
     make_admin,
     out,
@@ -28,6 +34,8 @@ from strom.cli.common import (
 )
 
 app = typer.Typer(help="Add, list and remove ACLs.", no_args_is_help=True)
+
+SECURITY_DISABLED = 54
 
 OPERATIONS = ("All", "Read", "Write", "Create", "Delete", "Alter", "Describe", "ClusterAction",
               "DescribeConfigs", "AlterConfigs", "IdempotentWrite")
@@ -138,6 +146,7 @@ def list_acls(topic: TopicOpt = None, group: GroupOpt = None, transactional_id: 
     for column in ("RESOURCE", "NAME", "PATTERN", "PRINCIPAL", "HOST", "OPERATION",
                    "PERMISSION"):
         table.add_column(column)
+    listed = 0
     for f in _filter(topic, group, transactional_id, cluster, resource_pattern_type, principal,
                      None):
         try:
@@ -145,11 +154,43 @@ def list_acls(topic: TopicOpt = None, group: GroupOpt = None, transactional_id: 
         except CliError:
             raise
         except Exception as e:
+            if kafka_error_code(e) == SECURITY_DISABLED:
+                raise CliError(_no_authorizer_text(1)) from None
             raise CliError(kafka_error_text(e)) from None
+        listed += len(found)
         for b in sorted(found, key=_describe):
             table.add_row(_name(b.restype), b.name, _name(b.resource_pattern_type), b.principal,
                           b.host, _name(b.operation), _name(b.permission_type))
+    if not listed:
+        brokers = _brokers_without_authorizer(admin, opts)
+        if brokers:
+            raise CliError(_no_authorizer_text(brokers))
     print_table(table)
+
+
+def _no_authorizer_text(brokers: int) -> str:
+    where = "this broker" if brokers == 1 else f"the {brokers} brokers"
+    return (f"no authorizer on {where}: ACLs are not enforced (authorizer.class.name is "
+            "empty)")
+
+
+def _brokers_without_authorizer(admin: Any, opts: ClientOptions) -> int:
+    """How many brokers there are when none has an authorizer (their `authorizer.class.name`
+    is empty), else 0; 0 too when the configs cannot be read (no DescribeConfigs permission)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource
+
+    try:
+        brokers = admin.list_topics(timeout=opts.timeout).brokers
+        resources = [ConfigResource(ConfigResource.Type.BROKER, str(b)) for b in brokers]
+        futures = admin.describe_configs(resources, **admin_kwargs(opts)) if resources else {}
+        for future in futures.values():
+            entry = result_of(future, opts).get("authorizer.class.name")
+            if entry is None or entry.value:
+                return 0
+    except KafkaException:
+        return 0
+    return len(futures)
 
 
 @app.command("remove")

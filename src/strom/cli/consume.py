@@ -2,10 +2,12 @@
 kafka-console-share-consumer.sh).
 
 Without `--group` the partitions are assigned directly and nothing is ever committed; with a
-group the consumer subscribes and commits like Kafka's console consumer does. With a share
-group (KIP-932) it is a member of that group (confluent-kafka's ShareConsumer): each record is
-acknowledged (ACCEPT, or RELEASE / REJECT) once it is printed, and the acknowledgements are
-committed before it leaves on exit, Ctrl-C or SIGTERM.
+group the consumer subscribes and commits like Kafka's console consumer does: the offsets of
+the records it has printed (stored once written, committed in the background and, on exit,
+Ctrl-C or SIGTERM, synchronously before it leaves the group). With a share group (KIP-932) it
+is a member of that group (confluent-kafka's ShareConsumer): each record is acknowledged
+(ACCEPT, or RELEASE / REJECT) once it is printed, and the acknowledgements are committed before
+it leaves on exit, Ctrl-C or SIGTERM. Ctrl-C exits 130, SIGTERM 0.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -34,6 +37,7 @@ from strom.cli.common import (
     _unescape,
     err,
     handle_errors,
+    kafka_error_code,
     kafka_error_text,
     parse_bool,
     parse_kv_list,
@@ -277,9 +281,11 @@ def consume(
         settings.update({"group.id": f"strom-cli-{uuid.uuid4().hex}", "enable.auto.commit": False,
                          "enable.auto.offset.store": False})
     else:
-        settings["group.id"] = group
+        # offsets are stored by hand once a record is written: never one not printed
+        settings.update({"group.id": group, "enable.auto.offset.store": False})
     tracker = ErrorTracker()
     conf = tracker.install(opts.config(**settings))
+    commits = group is not None and str(conf.get("enable.auto.commit", True)).lower() != "false"
     try:
         consumer = Consumer(conf)
     except KafkaException as e:
@@ -290,6 +296,7 @@ def consume(
     flush_each = stdout.isatty()
     count = 0
     interrupted = False
+    stop: list[int] = []
     try:
         md = wait_for_cluster(consumer, tracker, opts, topic=topic)
         tmd = md.topics.get(topic)
@@ -298,11 +305,10 @@ def consume(
         if share_group is not None:
             consumer.close()
             ack = "release" if release else "reject" if reject else "accept"
-            count, interrupted = _consume_share(opts, tracker, topic, share_group, ack,
-                                                max_messages, timeout_ms, output_format,
-                                                text_fmt)
+            count, stop = _consume_share(opts, tracker, topic, share_group, ack, max_messages,
+                                         timeout_ms, output_format, text_fmt)
             err.print(f"Processed a total of {count} messages", markup=False)
-            if interrupted:
+            if signal.SIGINT in stop:
                 raise typer.Exit(EXIT_INTERRUPTED)
             return
         if group is None:
@@ -316,50 +322,104 @@ def consume(
             pending_eof = None  # known once partitions are assigned; see below
         idle_s = timeout_ms / 1000 if timeout_ms else None
         last_record = time.monotonic()
-        while max_messages is None or count < max_messages:
-            want = BATCH if max_messages is None else min(BATCH, max_messages - count)
-            msgs = consumer.consume(num_messages=want, timeout=_poll_wait(idle_s, last_record))
-            if not msgs:
-                stdout.flush()
-                if _idle_over(idle_s, last_record, tracker):
-                    break
-                continue
-            for msg in msgs:
-                error = msg.error()
-                if error is not None:
-                    if error.code() == KafkaError._PARTITION_EOF:
-                        if pending_eof is None:
-                            pending_eof = {p.partition for p in consumer.assignment()}
-                        pending_eof.discard(msg.partition())
-                        continue
-                    if error.code() in _FATAL_CONSUME_CODES or error.fatal():
-                        raise CliError(kafka_error_text(error))
-                    err.print(f"Warning: {kafka_error_text(error)}", markup=False)
-                    continue
-                stdout.write(formatter(msg))
-                if flush_each:
+        with _stop_on_signals(stop):
+            while (max_messages is None or count < max_messages) and not stop:
+                want = BATCH if max_messages is None else min(BATCH, max_messages - count)
+                msgs = consumer.consume(num_messages=want, timeout=_poll_wait(idle_s, last_record))
+                if not msgs:
                     stdout.flush()
-                count += 1
-                last_record = time.monotonic()
-                if pending_eof is not None:
-                    pending_eof.add(msg.partition())  # more may follow: not at end any more
-            if exit_at_end and pending_eof is not None and not pending_eof and _all_at_end(consumer, group):
-                break
-        stdout.flush()
+                    if _idle_over(idle_s, last_record, tracker):
+                        break
+                    continue
+                printed: list[Any] = []
+                for msg in msgs:
+                    if stop:
+                        break  # not printed, so not committed: the group delivers it again
+                    error = msg.error()
+                    if error is not None:
+                        if error.code() == KafkaError._PARTITION_EOF:
+                            if pending_eof is None:
+                                pending_eof = {p.partition for p in consumer.assignment()}
+                            pending_eof.discard(msg.partition())
+                            continue
+                        if error.code() in _FATAL_CONSUME_CODES or error.fatal():
+                            raise CliError(kafka_error_text(error))
+                        err.print(f"Warning: {kafka_error_text(error)}", markup=False)
+                        continue
+                    stdout.write(formatter(msg))
+                    printed.append(msg)
+                    if flush_each:
+                        stdout.flush()
+                    count += 1
+                    last_record = time.monotonic()
+                    if pending_eof is not None:
+                        pending_eof.add(msg.partition())  # more may follow: not at end any more
+                if commits and printed:
+                    stdout.flush()  # what is committed has been written
+                    consumer.store_offsets(offsets=_next_offsets(printed))
+                if exit_at_end and pending_eof is not None and not pending_eof and _all_at_end(consumer, group):
+                    break
+            stdout.flush()
     except KeyboardInterrupt:
         interrupted = True
     finally:
+        with _stop_on_signals(stop):  # a second signal must not cut the commit or the leave
+            _leave(consumer, commits and not interrupted)
+    err.print(f"Processed a total of {count} messages", markup=False)
+    if interrupted or signal.SIGINT in stop:
+        raise typer.Exit(EXIT_INTERRUPTED)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: list[int]) -> Iterator[None]:
+    """Meanwhile Ctrl-C and SIGTERM only append the signal to `stop`: an exception raised
+    inside the client's poll() can surface later, in a commit or close(), and skip the clean
+    leave."""
+
+    def on_signal(signum: int, frame: Any) -> None:
+        stop.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _next_offsets(printed: list[Any]) -> list[Any]:
+    """What to commit for records printed: per partition, the offset after the last one."""
+    from confluent_kafka import TopicPartition
+
+    last: dict[tuple[str, int], int] = {}
+    for msg in printed:
+        last[(msg.topic(), msg.partition())] = msg.offset()
+    return [TopicPartition(t, p, o + 1) for (t, p), o in last.items()]
+
+
+def _leave(consumer: Any, commit: bool) -> None:
+    """Commit the stored offsets synchronously (a group consumer), then close, which leaves
+    the group at once instead of after its session timeout."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        if commit:
+            try:
+                consumer.commit(asynchronous=False)
+            except KafkaException as exc:
+                if kafka_error_code(exc) != KafkaError._NO_OFFSET:  # nothing printed: nothing to commit
+                    err.print(f"Warning: cannot commit the offsets: {kafka_error_text(exc)}",
+                              markup=False)
+    finally:
         with contextlib.suppress(KafkaException, RuntimeError):
             consumer.close()
-    err.print(f"Processed a total of {count} messages", markup=False)
-    if interrupted:
-        raise typer.Exit(EXIT_INTERRUPTED)
 
 
 def _consume_share(opts: ClientOptions, tracker: ErrorTracker, topic: str, group: str, ack: str,
                    max_messages: int | None, timeout_ms: int | None, output_format: str,
-                   text_fmt: TextFormat) -> tuple[int, bool]:
-    """Consume as a member of share group `group`; returns (records printed, interrupted).
+                   text_fmt: TextFormat) -> tuple[int, list[int]]:
+    """Consume as a member of share group `group`; returns (records printed, the signals that
+    stopped it).
 
     Explicit acknowledgement: a record is acknowledged (`ack`) only once it is written, and
     stdout is flushed before the acknowledgements go out (with the next poll, or commit_sync
@@ -435,7 +495,7 @@ def _consume_share(opts: ClientOptions, tracker: ErrorTracker, topic: str, group
                 consumer.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-    return count, bool(stop)
+    return count, stop
 
 
 def _poll_wait(idle_s: float | None, last_record: float) -> float:

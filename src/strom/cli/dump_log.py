@@ -4,10 +4,17 @@ Reads the files directly, without a broker: `.log` segments batch by batch (head
 CRC check, optionally every record), `.index` (offset -> position), `.timeindex`
 (timestamp -> offset) and `.txnindex` (aborted transactions). Damage is reported, not fatal:
 a torn tail, a bad CRC or a corrupt batch becomes a `problem:` line and exit code 1.
+
+Index files are read whole (they are small) rather than mapped, so a running broker that
+trims or rewrites one meanwhile cannot crash the dump (SIGBUS), and Kafka's preallocated
+indexes (zero-filled past their last entry while the segment is active, or after an unclean
+stop) end at their first zero entry. The records of `__consumer_offsets`,
+`__transaction_state` and `__share_group_state` are decoded by `dump_decoders`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import mmap
 import struct
@@ -35,6 +42,7 @@ class DumpOptions:
     print_data: bool = False  # include keys and values
     max_bytes: int | None = None  # stop reading a .log after this many bytes
     json: bool = False
+    decoder: str | None = None  # an internal topic's record decoder (see dump_decoders)
 
 
 @dataclass
@@ -141,6 +149,10 @@ def _records(batch: memoryview, h: rec.BatchHeader, opts: DumpOptions) -> list[d
                 item["coordinatorEpoch"] = epoch
             except (rec.CorruptRecordError, struct.error):
                 item["endTxnMarker"] = "CORRUPT"
+        elif opts.decoder is not None:
+            from strom.cli.dump_decoders import decode_record  # lazy: the codecs load slowly
+
+            item.update(decode_record(opts.decoder, r.key, r.value, r.offset))
         elif opts.print_data:
             item["key"] = _text(r.key)
             item["payload"] = _text(r.value)
@@ -173,12 +185,19 @@ def render_batch(info: dict[str, Any]) -> list[str]:
                       f"sequence: {r['sequence']}", f"headerKeys: [{','.join(r['headerKeys'])}]"]
             if "endTxnMarker" in r:
                 rparts.append(f"endTxnMarker: {r['endTxnMarker']} coordinatorEpoch: {r['coordinatorEpoch']}")
+            if r.get("headers"):
+                rparts.append("headers: " + ",".join(f"{k}:{v}" for k, v in r["headers"].items()))
+            if "key" in r:
+                rparts.append(f"key: {_shown(r['key'])}")
             if "payload" in r:
-                if r["headers"]:
-                    rparts.append("headers: " + ",".join(f"{k}:{v}" for k, v in r["headers"].items()))
-                rparts.append(f"key: {r['key']} payload: {r['payload']}")
+                rparts.append(f"payload: {_shown(r['payload'])}")
             lines.append("| " + " ".join(rparts))
     return lines
+
+
+def _shown(data: Any) -> str:
+    """A key or payload in a text line: decoded records as compact JSON, as Kafka prints them."""
+    return json.dumps(data, separators=(",", ":")) if isinstance(data, dict) else str(data)
 
 
 def _is_zero(buf: memoryview) -> bool:
@@ -239,6 +258,13 @@ def scan_log(buf: memoryview, opts: DumpOptions, emit: Callable[[dict[str, Any]]
         pos += size
 
 
+def _preallocated_from(buf: memoryview, i: int, size: int, entry: tuple[int, ...]) -> bool:
+    """True when entry `i` (all zeros) starts the zero-filled space Kafka preallocates: always
+    after the first entry; for the first only when the whole file is zeros (no batch at
+    position 0 is ever indexed, but a lone zero entry is printed rather than hidden)."""
+    return not any(entry) and (i > 0 or _is_zero(buf[i * size :]))
+
+
 def scan_offset_index(buf: memoryview, base: int, emit: Callable[[dict[str, Any]], None],
                       result: DumpResult, log: memoryview | None = None) -> None:
     """Entries of an offset index; checked against the segment when it is at hand."""
@@ -248,7 +274,7 @@ def scan_offset_index(buf: memoryview, base: int, emit: Callable[[dict[str, Any]
     prev = -1
     for i in range(n):
         rel, position = _OFFSET_ENTRY.unpack_from(buf, i * _OFFSET_ENTRY.size)
-        if i > 0 and rel == 0 and position == 0:
+        if _preallocated_from(buf, i, _OFFSET_ENTRY.size, (rel, position)):
             break  # preallocated (sparse) space: no more entries
         offset = base + rel
         result.entries += 1
@@ -281,7 +307,7 @@ def scan_time_index(buf: memoryview, base: int, emit: Callable[[dict[str, Any]],
     prev_ts, prev_off = -1, -1
     for i in range(n):
         ts, rel = _TIME_ENTRY.unpack_from(buf, i * _TIME_ENTRY.size)
-        if i > 0 and ts == 0 and rel == 0:
+        if _preallocated_from(buf, i, _TIME_ENTRY.size, (ts, rel)):
             break
         offset = base + rel
         result.entries += 1
@@ -325,7 +351,7 @@ def dump_file(path: Path, opts: DumpOptions, write: Callable[[str], None]) -> Du
         base = base_offset_of(path)
         if not opts.json:
             write(f"Dumping {path}")
-        _dump_segment_file(path, suffix, base, opts, emit, result)
+        _dump_segment_file(path, suffix, base, _file_options(path, opts), emit, result)
     for problem in result.problems:
         if opts.json:
             write(json.dumps({"file": str(path), "problem": problem}, separators=(",", ":")))
@@ -334,9 +360,27 @@ def dump_file(path: Path, opts: DumpOptions, write: Callable[[str], None]) -> Du
     return result
 
 
+def _file_options(path: Path, opts: DumpOptions) -> DumpOptions:
+    """With --print-data, the records of an internal topic's partition directory are decoded
+    (the decoder options choose one for files elsewhere)."""
+    if not opts.print_data or opts.decoder is not None:
+        return opts
+    from strom.cli.dump_decoders import decoder_for_dir
+
+    decoder = decoder_for_dir(path.parent.name)
+    return opts if decoder is None else dataclasses.replace(opts, decoder=decoder)
+
+
+@contextmanager
+def _whole(path: Path) -> Iterator[memoryview]:
+    """A small file's bytes as they are now: an index a broker trims or rewrites while it is
+    read stays readable (a mapping of it would fault past the new end)."""
+    yield memoryview(path.read_bytes())
+
+
 def _dump_segment_file(path: Path, suffix: str, base: int, opts: DumpOptions,
                        emit: Callable[[dict[str, Any]], None], result: DumpResult) -> None:
-    with _mapped(path) as buf:
+    with (_mapped if suffix == ".log" else _whole)(path) as buf:
         if suffix == ".log":
             if not opts.json:
                 emit({"note": f"Log starting offset: {base}"})
@@ -385,12 +429,33 @@ def dump_log(
     output_format: Annotated[
         str, typer.Option("--format", help="text (Kafka's dump style) or json (one object per line).")
     ] = "text",
+    offsets_decoder: Annotated[
+        bool, typer.Option("--offsets-decoder", help="Decode records as __consumer_offsets "
+                           "records (implies --print-data).")
+    ] = False,
+    transaction_log_decoder: Annotated[
+        bool, typer.Option("--transaction-log-decoder", help="Decode records as "
+                           "__transaction_state records (implies --print-data).")
+    ] = False,
+    share_group_state_decoder: Annotated[
+        bool, typer.Option("--share-group-state-decoder", help="Decode records as "
+                           "__share_group_state records (implies --print-data).")
+    ] = False,
 ) -> None:
     """Print the batches, records and index entries of log segment files (no broker needed)."""
     if output_format not in ("text", "json"):
         raise UsageError(f"invalid --format {output_format!r}: choose text or json")
+    decoders = [name for name, chosen in (("offsets", offsets_decoder),
+                                          ("transaction-log", transaction_log_decoder),
+                                          ("share-group-state", share_group_state_decoder))
+                if chosen]
+    if len(decoders) > 1:
+        raise UsageError("choose one of --offsets-decoder, --transaction-log-decoder and "
+                         "--share-group-state-decoder")
+    decoder = decoders[0] if decoders else None
+    print_data = print_data or decoder is not None
     opts = DumpOptions(deep=print_records or print_data, print_data=print_data, max_bytes=max_bytes,
-                       json=output_format == "json")
+                       json=output_format == "json", decoder=decoder)
     files = expand_paths(paths)
     stdout = sys.stdout
 

@@ -1,4 +1,5 @@
-"""`strom dump-log` on segment files built with `strom.record.build_batch`."""
+"""`strom dump-log` on segment files built with `strom.record.build_batch`, and on partition
+directories written by the storage layer (active and preallocated indexes, internal topics)."""
 
 from __future__ import annotations
 
@@ -262,3 +263,196 @@ def test_user_errors_are_one_line(tmp_path):
     res = run(bad_name)
     assert res.exit_code == 2 and "Error: abc.log: not a segment file name" in res.output
     assert "Traceback" not in res.output
+
+
+# ---------------------------------------------------------------- directories the storage layer wrote
+
+KAFKA_INDEX_BYTES = 10 * 1024 * 1024  # segment.index.bytes: what Kafka preallocates
+
+
+def storage_log(directory: Path, topic: str, **config):
+    """A partition log written by Strom's storage layer, left open (as a running broker has it)."""
+    import uuid
+
+    from strom.storage.config import LogConfig
+    from strom.storage.log import PartitionLog
+
+    return PartitionLog(directory, topic, 0, uuid.uuid4(), LogConfig(**config))
+
+
+def append(log, records: list[tuple[bytes | None, bytes | None]], ts: int = TS) -> None:
+    start = log.log_end_offset
+    batch = build_batch([Record(start + i, ts + i, k, v) for i, (k, v) in enumerate(records)],
+                        base_offset=start)
+    log.append(bytearray(batch), leader_epoch=0, now_ms=0)
+
+
+def index_entries(res) -> list[dict]:
+    return [o for o in json_lines(res.output) if o["file"].endswith((".index", ".timeindex"))]
+
+
+def test_active_and_preallocated_indexes_of_a_running_log(tmp_path):
+    """Kafka preallocates an active segment's .index and .timeindex (zeros past the last entry)
+    and leaves them so after an unclean stop; a just-rolled segment's are all zeros. Their
+    entries end at the first zero entry, and an all-zero index has none: no phantom
+    `offset: <base> position: 0` entry, checked against an empty log as a problem."""
+    part = tmp_path / "orders-0"
+    log = storage_log(part, "orders", segment_bytes=3000, index_interval_bytes=100)
+    for i in range(12):
+        append(log, [(b"k", b"v" * 150)] * 2, ts=TS + 10 * i)
+    last = log.segments[-1]
+    assert len(log.segments) > 1 and len(last.offset_index) > 0
+    rolled = log.roll()  # a new, empty active segment
+    log.flush(sync=False)  # the open log's index tails reach the files, as on a broker
+    assert rolled.log_path.stat().st_size == 0
+    res = run(part, "--format", "json")
+    assert res.exit_code == 0, res.output
+    exact = index_entries(res)
+    assert exact and not [o for o in json_lines(res.output) if "problem" in o]
+
+    # the files as Kafka leaves them: the last two segments' indexes preallocated
+    for seg in (last, rolled):
+        for path, size in ((seg.index_path, KAFKA_INDEX_BYTES),
+                           (seg.timeindex_path, KAFKA_INDEX_BYTES // 12 * 12)):
+            with path.open("ab") as f:
+                f.truncate(size)
+    res = run(part, "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert not [o for o in json_lines(res.output) if "problem" in o]
+    assert index_entries(res) == exact
+    for path in (rolled.index_path, rolled.timeindex_path):
+        text = run(path)
+        assert text.exit_code == 0 and text.output.splitlines() == [f"Dumping {path}"]
+    log.close()
+
+
+def test_a_lone_zero_first_entry_is_still_an_entry(tmp_path):
+    """Only an all-zero file is taken for preallocated space from its first entry on."""
+    tidx = tmp_path / seg_name(BASE, ".timeindex")
+    tidx.write_bytes(struct.pack(">qi", 0, 0) + struct.pack(">qi", TS, 3))
+    res = run(tidx)
+    assert res.exit_code == 0, res.output
+    assert res.output.splitlines()[1:] == ["timestamp: 0 offset: 100", f"timestamp: {TS} offset: 103"]
+
+
+def share_key(group: str, topic_id, partition: int):
+    from strom.coordinator.share.state import SharePartitionKey
+
+    return SharePartitionKey(group, topic_id, partition)
+
+
+def test_share_group_state_records_are_decoded(tmp_path):
+    """A `__share_group_state` partition written by the storage layer: a snapshot, an update,
+    a tombstone and a record type of a newer Kafka, printed as kafka-dump-log's
+    --share-group-state-decoder prints them."""
+    import uuid
+
+    from strom.coordinator.share import records as sr
+    from strom.coordinator.share.state import StateBatch
+
+    topic_id = uuid.UUID(int=0x0123456789ABCDEF0123456789ABCDEF)
+    kafka_topic_id = "ASNFZ4mrze8BI0VniavN7w"  # Kafka's base64 text of that id
+    key = share_key("billing", topic_id, 3)
+    snapshot = sr.snapshot_record(key, sr.ShareSnapshot(
+        snapshot_epoch=2, state_epoch=1, leader_epoch=5, start_offset=40,
+        delivery_complete_count=1, create_timestamp=TS, write_timestamp=TS + 1,
+        batches=(StateBatch(40, 44, 2, 1), StateBatch(45, 45, 0, 3, not_before_ms=TS + 9))))
+    update = sr.update_record(key, sr.ShareUpdate(
+        snapshot_epoch=2, leader_epoch=5, start_offset=-1, batches=(StateBatch(46, 47, 4, 5),)))
+    part = tmp_path / "__share_group_state-7"
+    log = storage_log(part, "__share_group_state")
+    append(log, [snapshot, update, sr.tombstone(key), (struct.pack(">h", 9) + b"x", b"\0\0")])
+    log.flush(sync=False)
+
+    res = run(part, "--print-data", "--format", "json")  # decoded: the directory is the topic's
+    assert res.exit_code == 0, res.output
+    records = [r for o in json_lines(res.output) if "records" in o for r in o["records"]]
+    key_json = {"type": "0", "data": {"groupId": "billing", "topicId": kafka_topic_id,
+                                      "partition": 3}}
+    assert [r["key"] for r in records[:3]] == [
+        key_json, {**key_json, "type": "1"}, key_json]
+    assert records[0]["payload"] == {"version": "0", "data": {
+        "snapshotEpoch": 2, "stateEpoch": 1, "leaderEpoch": 5, "startOffset": 40,
+        "deliveryCompleteCount": 1, "createTimestamp": TS, "writeTimestamp": TS + 1,
+        "stateBatches": [
+            {"firstOffset": 40, "lastOffset": 44, "deliveryState": 2, "deliveryCount": 1},
+            {"firstOffset": 45, "lastOffset": 45, "deliveryState": 0, "deliveryCount": 3,
+             "notBeforeMs": TS + 9}]}}  # Strom's own tagged field, shown only when set
+    assert records[1]["payload"] == {"version": "0", "data": {
+        "snapshotEpoch": 2, "leaderEpoch": 5, "startOffset": -1, "deliveryCompleteCount": -1,
+        "stateBatches": [{"firstOffset": 46, "lastOffset": 47, "deliveryState": 4,
+                          "deliveryCount": 5}]}}
+    assert records[2]["payload"] == "<DELETE>"
+    assert records[3]["key"] == "Unknown record type 9 at offset 3, skipping."
+    assert "payload" not in records[3]
+
+    # a copy elsewhere needs the option, as with kafka-dump-log; text lines carry compact JSON
+    copy = tmp_path / "copy" / seg_name(0, ".log")
+    copy.parent.mkdir()
+    copy.write_bytes((part / seg_name(0, ".log")).read_bytes())
+    raw = run(copy, "--print-data")
+    assert raw.exit_code == 0 and '"groupId"' not in raw.output
+    res = run(copy, "--share-group-state-decoder")
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if line.startswith("| ")]
+    assert lines[0].endswith(f' key: {{"type":"0","data":{{"groupId":"billing","topicId":'
+                             f'"{kafka_topic_id}","partition":3}}}} payload: {{"version":"0",'
+                             '"data":{"snapshotEpoch":2,"stateEpoch":1,"leaderEpoch":5,'
+                             '"startOffset":40,"deliveryCompleteCount":1,'
+                             f'"createTimestamp":{TS},"writeTimestamp":{TS + 1},'
+                             '"stateBatches":[{"firstOffset":40,"lastOffset":44,'
+                             '"deliveryState":2,"deliveryCount":1},{"firstOffset":45,'
+                             '"lastOffset":45,"deliveryState":0,"deliveryCount":3,'
+                             f'"notBeforeMs":{TS + 9}}}]}}}}'), lines[0]
+    assert lines[2].endswith("payload: <DELETE>")
+    assert lines[3].endswith("key: Unknown record type 9 at offset 3, skipping.")
+    log.close()
+
+
+def test_offsets_and_transaction_log_records_are_decoded(tmp_path):
+    from strom.coordinator.group import records as gr
+    from strom.coordinator.transaction import records as tr
+
+    offsets = tmp_path / "__consumer_offsets-0"
+    log = storage_log(offsets, "__consumer_offsets")
+    append(log, [gr.offset_commit("billing", "orders", 2, 17, 4, "m", TS),
+                 gr.offset_tombstone("billing", "orders", 2)])
+    log.flush(sync=False)
+    res = run(offsets, "--print-data", "--format", "json")
+    assert res.exit_code == 0, res.output
+    commit, tombstone = [r for o in json_lines(res.output) if "records" in o for r in o["records"]]
+    assert commit["key"] == {"type": "1", "data": {"group": "billing", "topic": "orders",
+                                                   "partition": 2}}
+    assert commit["payload"] == {"version": "3", "data": {
+        "offset": 17, "leaderEpoch": 4, "metadata": "m", "commitTimestamp": TS}}
+    assert tombstone["payload"] == "<DELETE>"
+    log.close()
+
+    txns = tmp_path / "elsewhere" / "copy-0"
+    log = storage_log(txns, "copy")
+    value = tr.encode_value({"producer_id": 8, "producer_epoch": 1, "transaction_timeout_ms": 60000,
+                             "transaction_status": 1, "transaction_partitions":
+                                 tr.partitions_field({("orders", 0), ("orders", 2)}),
+                             "transaction_last_update_timestamp_ms": TS,
+                             "transaction_start_timestamp_ms": TS - 5})
+    append(log, [(tr.encode_key("tx-1"), value), (b"\x00", b"")])
+    log.flush(sync=False)
+    res = run(txns, "--transaction-log-decoder", "--format", "json")
+    assert res.exit_code == 0, res.output
+    entry, broken = [r for o in json_lines(res.output) if "records" in o for r in o["records"]]
+    assert entry["key"] == {"type": "0", "data": {"transactionalId": "tx-1"}}
+    assert entry["payload"] == {"version": "0", "data": {
+        "producerId": 8, "producerEpoch": 1, "transactionTimeoutMs": 60000,
+        "transactionStatus": 1,
+        "transactionPartitions": [{"topic": "orders", "partitionIds": [0, 2]}],
+        "transactionLastUpdateTimestampMs": TS, "transactionStartTimestampMs": TS - 5}}
+    # (version 0 is not flexible: no tagged fields, as in Kafka's TransactionLogValue)
+    assert broken["key"].startswith("Error at offset 1, skipping.") and "payload" not in broken
+    log.close()
+
+
+def test_decoder_options_are_exclusive(tmp_path):
+    path = tmp_path / seg_name(0, ".log")
+    path.write_bytes(b"")
+    res = run(path, "--offsets-decoder", "--share-group-state-decoder")
+    assert res.exit_code == 2 and "choose one of --offsets-decoder" in res.output
