@@ -17,9 +17,24 @@ Fenced blocks, by their info string:
   required. docs/kafka-tools.md's catalogue of Kafka tool command shapes (``$B``, ``[--opt]``) is
   such a block too; ``test_the_kafka_tools_catalogue_is_what_the_tools_tests_run`` checks each
   line against the calls of tests/integration/kafka_tools, which run them.
+- ```` ```text output ````: what the ```` ```bash runnable ```` block before it prints, stdout
+  and stderr together, checked against what it printed in this run (the script runs with
+  stderr on stdout and prints a marker line before each block, which tells the blocks' outputs
+  apart; stdout and stderr come in the order the commands write and flush them). Prose may
+  stand between the two blocks, another fenced block may not (an output block anywhere else
+  fails ``test_every_shell_block_is_run_or_excluded``), so a runnable block has at most one
+  output block: to show outputs apart, split the commands into blocks. Both sides are
+  normalised by the named patterns of ``NORMALISE`` (UUIDs, Kafka's 22-character topic ids,
+  ISO-8601 times, epoch milliseconds, ports of loopback addresses, durations in ``ms``, paths
+  under the temp directory) and lose trailing whitespace and trailing blank lines. In the
+  expected block a line ``...`` stands for any number of lines (none too), and ``…`` (U+2026)
+  inside a line for any text within that line. A mismatch fails the page's test with a
+  unified diff of the two normalised texts, naming both blocks by page and line, and the
+  output as printed (to paste into the page: the real output wins, unless it is a bug).
 - Any other ``bash``/``sh``/``shell``/``console``/``zsh`` block, or a block without a language,
-  fails ``test_every_shell_block_is_run_or_excluded``. Output, synopses and diagrams are
-  ```` ```text ```` (or ``mermaid``, ``python``, ``properties``, ...), which are not run.
+  fails ``test_every_shell_block_is_run_or_excluded``. Synopses, diagrams and output of commands
+  that are not run are ```` ```text ```` (or ``mermaid``, ``python``, ``properties``, ...), which
+  are neither run nor checked.
 
 A page that needs more than a broker says so in an HTML comment, ``<!-- runnable-setup: NAME,
 ... -->``, from ``SETUPS`` below: ``checkout`` (the run directory holds links to the top-level
@@ -38,13 +53,16 @@ with the one-line function the page defines where it uses it, or ``if COMMAND; t
 from __future__ import annotations
 
 import ast
+import difflib
 import importlib.util
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +76,10 @@ from ..kafka_tools.tools import MAIN_CLASSES
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELLS = {"bash", "sh", "shell", "console", "zsh"}
+RUNNABLE = "bash runnable"
+OUTPUT = "text output"
+ANY_LINES = "..."  # a line of an output block that stands for any number of lines
+ANY_TEXT = "\u2026"  # "…" in a line of an output block: any text within the line
 _FENCE = re.compile(r"^([ \t]*)(`{3,})[ \t]*(.*)$")
 _SETUP = re.compile(r"<!--\s*runnable-setup:\s*(.*?)\s*-->")
 _PAGE_PORT = re.compile(r"\b(?:localhost|127\.0\.0\.1):(\d{4,5})\b")
@@ -100,16 +122,22 @@ def blocks(page: str, text: str) -> list[Block]:
 
 
 def problems(blocks_: list[Block]) -> list[str]:
-    """Blocks that are shell commands neither run nor excluded with a reason."""
+    """Blocks that are shell commands neither run nor excluded with a reason, and output blocks
+    that do not follow a runnable block."""
     out = []
-    for b in blocks_:
+    for before, b in zip([None, *blocks_], blocks_, strict=False):
         where = f"{b.page}:{b.line}"
-        if not b.info:
+        if b.language == "text" and b.info not in ("text", OUTPUT):
+            out.append(f"{where}: ```{b.info}: a text block is `text` or `{OUTPUT}`")
+        elif b.info == OUTPUT and (before is None or before.info != RUNNABLE):
+            out.append(f"{where}: a `{OUTPUT}` block must come right after the `{RUNNABLE}` "
+                       "block whose output it is (prose may stand between them, no other block)")
+        elif not b.info:
             out.append(f"{where}: a block without a language; mark commands `bash runnable` (or "
                        "`bash not-runnable: <reason>`), output and synopses `text`")
         elif b.language in SHELLS:
             rest = b.info[len(b.language):].strip()
-            if b.language == "bash" and rest == "runnable":
+            if b.info == RUNNABLE:
                 continue
             if re.fullmatch(r"not-runnable:\s*\S.*", rest):
                 continue
@@ -126,18 +154,123 @@ def _setups(text: str) -> list[str]:
     return [s.strip() for m in _SETUP.findall(text) for s in m.split(",") if s.strip()]
 
 
-def _scripts() -> list[tuple[str, str, list[str]]]:
-    """(page, its runnable blocks joined, its setups) for each page that has runnable blocks."""
+@dataclass(frozen=True)
+class Step:
+    """A runnable block and the output block after it, if the page shows its output."""
+
+    run: Block
+    output: Block | None
+
+
+@dataclass(frozen=True)
+class Page:
+    name: str
+    steps: tuple[Step, ...]
+    setups: tuple[str, ...]
+
+    @property
+    def script(self) -> str:
+        return "\n".join(s.run.body for s in self.steps)
+
+
+def steps(blocks_: list[Block]) -> list[Step]:
+    """The runnable blocks of a page, each with the `text output` block right after it."""
     found = []
-    for doc in DOCS:
-        text = doc.read_text()
-        runnable = [b.body for b in blocks(_page_name(doc), text) if b.info == "bash runnable"]
-        if runnable:
-            found.append((_page_name(doc), "\n".join(runnable), _setups(text)))
+    for b, after in zip(blocks_, [*blocks_[1:], None], strict=False):
+        if b.info == RUNNABLE:
+            found.append(Step(b, after if after is not None and after.info == OUTPUT else None))
     return found
 
 
-SCRIPTS = _scripts()
+def _pages() -> list[Page]:
+    """Each page that has runnable blocks."""
+    found = []
+    for doc in DOCS:
+        text = doc.read_text()
+        page_steps = steps(blocks(_page_name(doc), text))
+        if page_steps:
+            found.append(Page(_page_name(doc), tuple(page_steps), tuple(_setups(text))))
+    return found
+
+
+PAGES = _pages()
+
+
+# --------------------------------------------------------------------------- output blocks
+
+# Applied in this order to both the expected and the actual output: what differs from run to run.
+NORMALISE: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("uuid", re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b"),
+     "<uuid>"),
+    ("topic id", re.compile(r"(?<![\w-])[A-Za-z0-9_-]{22}(?![\w-])"), "<topic-id>"),
+    ("ISO time", re.compile(r"\b\d{4}-\d\d-\d\dT\d\d:\d\d(?::\d\d(?:\.\d+)?)?"
+                            r"(?:Z|[+-]\d\d:?\d\d)?"), "<time>"),
+    ("epoch ms", re.compile(r"(?<!\d)1\d{12}(?!\d)"), "<epoch-ms>"),
+    ("loopback port", re.compile(r"\b(?:localhost|127\.0\.0\.1):\d{1,5}\b"), "localhost:<port>"),
+    ("ms duration", re.compile(r"(?<![\w.])\d+(?:\.\d+)?ms\b"), "<n>ms"),
+    ("temp path", re.compile(rf"{re.escape(tempfile.gettempdir())}/[^\s'\":]*"), "<tmp>"),
+)
+
+
+def normalise(text: str) -> list[str]:
+    """``text``'s lines with ``NORMALISE`` applied, trailing whitespace and blank lines gone."""
+    for _, pattern, replacement in NORMALISE:
+        text = pattern.sub(replacement, text)
+    lines = [line.rstrip() for line in text.splitlines()]
+    while lines and not lines[-1]:
+        lines.pop()
+    return lines
+
+
+def _line_matches(expected: str, actual: str) -> bool:
+    if ANY_TEXT not in expected:
+        return expected == actual
+    pattern = ".*".join(re.escape(part) for part in expected.split(ANY_TEXT))
+    return re.fullmatch(pattern, actual) is not None
+
+
+def output_matches(expected: list[str], actual: list[str]) -> bool:
+    """Whether normalised ``actual`` lines match the ``expected`` ones, wildcards included."""
+    # reachable[j]: expected[:i] can match actual[:j]; one row per expected line
+    reachable = [True] + [False] * len(actual)
+    for want in expected:
+        if want == ANY_LINES:
+            for j in range(1, len(reachable)):
+                reachable[j] = reachable[j] or reachable[j - 1]
+        else:
+            reachable = [False] + [reachable[j] and _line_matches(want, actual[j])
+                                   for j in range(len(actual))]
+    return reachable[-1]
+
+
+def marked_script(page: Page, marker: str) -> str:
+    """The page's script, printing a line ``MARKER N`` before block ``N`` runs."""
+    parts = []
+    for i, step in enumerate(page.steps):
+        parts += [f"printf '\\n%s\\n' '{marker} {i}'", step.run.body]
+    return "\n".join(parts)
+
+
+def split_output(out: str, marker: str) -> dict[int, str]:
+    """Block number -> what it printed, from the output of ``marked_script``."""
+    pieces = re.split(rf"\n?{re.escape(marker)} (\d+)\n", out)
+    return {int(n): text for n, text in zip(pieces[1::2], pieces[2::2], strict=True)}
+
+
+def output_mismatch(step: Step, printed: str) -> str | None:
+    """A unified diff when the block's output block does not match what it printed, and what
+    it printed as it printed it (to paste into the page, ports put back)."""
+    assert step.output is not None
+    expected, actual = normalise(step.output.body), normalise(printed)
+    if output_matches(expected, actual):
+        return None
+    wildcards = [line for line in expected if ANY_TEXT in line]
+    shown = [next((w for w in wildcards if _line_matches(w, line)), line) for line in actual]
+    diff = difflib.unified_diff(  # lines a wildcard line matches are shown as that line
+        expected, shown, lineterm="",
+        fromfile=f"{step.output.page}:{step.output.line} (expected, normalised)",
+        tofile=f"what the block at {step.run.page}:{step.run.line} printed (normalised)")
+    return "\n".join(diff)[:6000] + f"\nas printed:\n{printed[:3000]}"
 
 
 # --------------------------------------------------------------------------- what pages need
@@ -203,7 +336,7 @@ def test_every_shell_block_is_run_or_excluded() -> None:
 
 def test_the_pages_with_commands_run_them() -> None:
     """A guard on the parsing itself: these pages have runnable blocks."""
-    assert {page for page, _, _ in SCRIPTS} >= {
+    assert {page.name for page in PAGES} >= {
         "README.md", "docs/benchmarks.md", "docs/cli.md", "docs/clusters.md",
         "docs/consumer-groups.md", "docs/kafka-tools.md", "docs/security.md", "docs/spark.md",
         "docs/transactions.md"}
@@ -220,6 +353,78 @@ def test_the_checker_finds_unmarked_commands() -> None:
             "- a list\n\n  ```sh\n  strom topics list\n  ```\n")
     found = problems(blocks("page.md", page))
     assert [p.split(":")[1] for p in found] == ["1", "4", "7", "10", "24"], found
+
+
+def test_an_output_block_belongs_to_the_runnable_block_right_before_it() -> None:
+    page = ("```text output\nstray\n```\n"
+            "```bash runnable\necho a\n```\n"
+            "Prose between them.\n"
+            "```text output\na\n```\n"
+            "```text output\na second one\n```\n"
+            "```text\nstrom topics list [--exclude-internal]\n```\n"
+            "```text output\nafter a synopsis\n```\n"
+            "```bash runnable\necho b\n```\n"
+            "```text outptu\nb\n```\n")
+    found = blocks("page.md", page)
+    assert [p.split(":")[1] for p in problems(found)] == ["1", "11", "17", "23"], problems(found)
+    assert [(s.run.line, s.output and s.output.line) for s in steps(found)] == [(4, 8), (20, None)]
+
+
+def test_output_is_normalised() -> None:
+    tmp = tempfile.gettempdir()
+    text = ("Topic: t\tTopicId: cUhTR_rlRT66pUjFgxxMeA PartitionCount: 3   \n"
+            "orders-app  app-1-5c94faac-ea56-4b49-8f4e-857fb075ada7  /127.0.0.1\n"
+            "0  orders-etl-0  60000  2026-11-27T12:29:57.859+00:00  2865  orders-1\n"
+            "position: 0 CreateTime: 1700000000005 size: 134 __consumer_offsets\n"
+            "broker at localhost:45123: Connect to ipv4#127.0.0.1:9999 failed (after 0ms in state)\n"
+            f"retention.ms=86400000 segment.ms 10 {tmp}/pytest-of-me/run0/data: gone\n\n\n")
+    assert normalise(text) == [
+        "Topic: t\tTopicId: <topic-id> PartitionCount: 3",
+        "orders-app  app-1-<uuid>  /127.0.0.1",
+        "0  orders-etl-0  60000  <time>  2865  orders-1",
+        "position: 0 CreateTime: <epoch-ms> size: 134 __consumer_offsets",
+        "broker at localhost:<port>: Connect to ipv4#localhost:<port> failed (after <n>ms in state)",
+        "retention.ms=86400000 segment.ms 10 <tmp>: gone"]
+
+
+@pytest.mark.parametrize(("expected", "actual", "matches"), [
+    ([], [], True),
+    (["a", "b"], ["a", "b"], True),
+    (["a"], ["a", "b"], False),
+    (["a", "b"], ["a"], False),
+    (["a", "...", "d"], ["a", "b", "c", "d"], True),
+    (["a", "...", "d"], ["a", "d"], True),
+    (["a", "...", "d"], ["a", "b", "c"], False),
+    (["...", "c"], ["c", "b", "c"], True),
+    (["..."], [], True),
+    (["...", "x"], [], False),
+    (["took … s"], ["took 2.5 s"], True),
+    (["took … s"], ["took 2.5 ms"], False),
+    (["… orders-1"], ["0  Ongoing  2865  orders-1"], True),
+    (["a.b"], ["axb"], False),  # the rest of a line is text, not a pattern
+])
+def test_output_wildcards(expected: list[str], actual: list[str], matches: bool) -> None:
+    assert output_matches(expected, actual) is matches
+
+
+def test_each_block_output_is_told_apart() -> None:
+    """Output without a final newline, stderr, and a block that prints nothing."""
+    run = [Block("p.md", n, RUNNABLE, body) for n, body in
+           ((1, "printf 'no newline'\n"), (5, "echo one; echo two >&2\n"), (9, "true\n"))]
+    page = Page("p.md", tuple(Step(b, None) for b in run), ())
+    marker = "@@docs-block-test@@"
+    out = subprocess.run(["bash", "-euo", "pipefail", "-c", marked_script(page, marker)],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         check=True).stdout
+    assert split_output(out, marker) == {0: "no newline", 1: "one\ntwo\n", 2: ""}
+
+
+def test_a_mismatch_shows_a_diff_naming_both_blocks() -> None:
+    step = Step(Block("p.md", 3, RUNNABLE, "echo a\n"), Block("p.md", 7, OUTPUT, "took … s\nb\n"))
+    diff = output_mismatch(step, "took 2 s\na\n")
+    assert diff is not None and "p.md:7" in diff and "p.md:3" in diff, diff
+    assert "\n took … s\n-b\n+a\n" in diff, diff  # the line the wildcard matches is no change
+    assert output_mismatch(step, "took 3 s\nb  \n\n") is None
 
 
 def test_ports_are_replaced() -> None:
@@ -241,9 +446,9 @@ def test_brokers_the_pages_start_have_their_own_metrics_port() -> None:
     on the default, 127.0.0.1:9404, it would fail to start whenever another broker on the
     machine has that port (another test session; seen once as docs/security.md's 30 s wait
     for its broker running out)."""
-    missing = [page for page, script, _ in SCRIPTS
-               if re.search(r"^\s*strom broker\b", script, flags=re.M)
-               and "metrics.listener=http://127.0.0.1:" not in script]
+    missing = [page.name for page in PAGES
+               if re.search(r"^\s*strom broker\b", page.script, flags=re.M)
+               and "metrics.listener=http://127.0.0.1:" not in page.script]
     assert not missing, f"pages that start a broker on the default metrics port: {missing}"
 
 
@@ -345,33 +550,40 @@ def _params() -> list:
     """One per page; a page that would fetch Kafka's jars first gets Maven's time too (as the
     first Kafka tools test does: this package runs before that one)."""
     params = []
-    for page, script, setups in SCRIPTS:
+    for page in PAGES:
         marks = ([pytest.mark.timeout(jars.FETCH_TIMEOUT + 180)]
-                 if "kafka-tools" in setups and not jars.is_cached() else [])
-        params.append(pytest.param(page, script, setups, id=page, marks=marks))
+                 if "kafka-tools" in page.setups and not jars.is_cached() else [])
+        params.append(pytest.param(page, id=page.name, marks=marks))
     return params
 
 
-@pytest.mark.parametrize(("page", "script", "setups"), _params())
-def test_runnable_blocks(page: str, script: str, setups: list[str], make_broker,
-                         tmp_path) -> None:
+@pytest.mark.parametrize("page", _params())
+def test_runnable_blocks(page: Page, make_broker, tmp_path) -> None:
     broker = make_broker()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "STROM_BOOTSTRAP_SERVER": broker.bootstrap}
-    for name in setups:
+    for name in page.setups:
         env.update(SETUPS[name](tmp_path))
-    script = localize(script, broker.bootstrap,
+    marker = f"@@docs-block-{secrets.token_hex(8)}@@"
+    script = localize(marked_script(page, marker), broker.bootstrap,
                       broker.metrics_url.removeprefix("http://").removesuffix("/metrics"))
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True,
+                            stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)  # its own process group, stopped below
     try:
-        out, err = proc.communicate(timeout=SCRIPT_TIMEOUT)
+        out, _ = proc.communicate(timeout=SCRIPT_TIMEOUT)
     finally:
         _stop_group(proc.pid)
-    assert proc.returncode == 0, (f"{page} failed ({proc.returncode})\n"
-                                  f"stdout:\n{out[-3000:]}\nstderr:\n{err[-3000:]}")
+    printed = split_output(out, marker)
+    failed = [] if proc.returncode == 0 else [max(printed, default=0)]
+    found = [f"{page.name}: exit code {proc.returncode} in the block at {page.name}:"
+             f"{page.steps[n].run.line}, which printed:\n{printed.get(n, out)[-3000:]}"
+             for n in failed]
+    found += [d for i, step in enumerate(page.steps)  # the blocks that ran to their end
+              if step.output is not None and i in printed and i not in failed
+              and (d := output_mismatch(step, printed[i])) is not None]
+    assert not found, "\n\n".join(found)
 
 
 def _stop_group(pgid: int) -> None:
