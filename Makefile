@@ -18,14 +18,23 @@ $(STAMP): pyproject.toml
 
 # Debian packages the tests drive (kcat; ZooKeeper for the cluster tests; iproute2 for the
 # network-namespace partition test; Chromium for the web console's browser test, driven by
-# Playwright, which never downloads a browser of its own). Installed only when missing; the cluster tests start their
-# own private ZooKeeper server.
+# Playwright, which never downloads a browser of its own; a JDK 17+ and Maven for Kafka's own
+# tools, the Java clients, Streams/Connect/MirrorMaker 2 and Spark's connector). Installed only
+# when missing; the cluster tests start their own private ZooKeeper server. Without apt-get,
+# one line says what to install.
 system-deps:
 	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	  test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
 	  command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	  test -x /usr/bin/chromium || missing="$$missing chromium"; \
+	  java_major=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	  [ "$${java_major:-0}" -ge 17 ] 2>/dev/null || missing="$$missing default-jdk-headless"; \
+	  command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	  if [ -n "$$missing" ]; then \
+	    if ! command -v apt-get >/dev/null 2>&1; then \
+	      echo "make: no apt-get on this machine: install$$missing (Debian's names: a JDK 17+, Maven, kcat, ZooKeeper's jar at /usr/share/java/zookeeper.jar, iproute2, Chromium at /usr/bin/chromium), then run make again" >&2; \
+	      exit 1; \
+	    fi; \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
@@ -37,6 +46,7 @@ run: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench tools
+	$(BIN)/mypy
 
 # The suite runs on PYTEST_WORKERS pytest-xdist workers, each test file whole on one worker;
 # tests/conftest.py keeps the heaviest files (Spark, Streams/Connect, the Java suite, ...) one

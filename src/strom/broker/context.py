@@ -56,6 +56,33 @@ class RequestContext:
         return self.session.listener
 
 
+class RequestTimes:
+    """When one request ended each of Kafka's request phases (RequestChannel's timestamps),
+    for the router's request hooks: ``time.monotonic()`` seconds, 0.0 until reached.
+
+    The connection stamps ``arrived`` (the frame was read), ``dispatched`` (its handling
+    began), ``reply_ready`` (after an awaited reply) and ``sent`` (the reply was handed to the
+    transport, or there was none to send); the router sets ``ctx`` and stamps ``local_done``
+    (the handler returned: its own work is done, an awaited reply may still be coming). The
+    phases: queue = dispatched - arrived, local = local_done - dispatched, remote (waiting:
+    replication, a long poll) = reply_ready - local_done, send = sent - reply_ready.
+
+    One per connection, reused for its next request (requests on a connection are handled one
+    at a time): a hook keeps what it needs, not this object."""
+
+    __slots__ = ("arrived", "ctx", "dispatched", "local_done", "reply_ready", "sent")
+
+    def __init__(self) -> None:
+        self.ctx: RequestContext | None = None  # None until the router dispatched the request
+        self.arrived = self.dispatched = self.local_done = self.reply_ready = self.sent = 0.0
+
+    @property
+    def waiting(self) -> bool:
+        """The handler returned an awaitable reply that has not come yet (Kafka: the request
+        is in a purgatory, e.g. a produce waiting for replication, a fetch for min.bytes)."""
+        return bool(self.local_done) and not self.reply_ready
+
+
 @dataclass(slots=True)
 class Parts:
     """A reply made of byte chunks and file slices (anything with file/position/length)."""

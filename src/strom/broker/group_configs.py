@@ -64,7 +64,8 @@ class MetadataGroupConfigs:
             changed = {None}
         else:
             for group in changed:
-                self._cache.pop(group, None)
+                if group is not None:  # (None was handled above)
+                    self._cache.pop(group, None)
         for group in changed:
             for listener in list(self._listeners):
                 try:

@@ -39,7 +39,7 @@ class InternalTopic:
             done, topic = run_or_start(controller.immediate, lambda: controller.create_topic(
                 self.name, partitions, internal_rf(self.node, rf), None, configs),
                 f"creating {self.name}")
-            if not done:
+            if not done or topic is None:  # (done: the topic came back)
                 raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE,
                                  f"{self.name} is being created")
         except KafkaError as exc:

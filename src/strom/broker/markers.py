@@ -130,10 +130,12 @@ class ClusterMarkerWriter:
             there = [self._send(leader, marker, tps) for leader, tps in remote.items()]
             # every outcome is reported, a failure too: `done` left uncalled would leave the
             # transaction in Prepare* for good (what failed is retried by the coordinator)
-            outcomes = await asyncio.gather(*here, *there, return_exceptions=True)
-            for tp, code in zip(local, outcomes[:len(local)], strict=True):
+            here_done, there_done = await asyncio.gather(
+                asyncio.gather(*here, return_exceptions=True),
+                asyncio.gather(*there, return_exceptions=True))
+            for tp, code in zip(local, here_done, strict=True):
                 results[tp] = self._code(code, marker)
-            for tps, reply in zip(remote.values(), outcomes[len(local):], strict=True):
+            for tps, reply in zip(remote.values(), there_done, strict=True):
                 if isinstance(reply, BaseException):
                     results.update(dict.fromkeys(tps, self._code(reply, marker)))
                 else:
@@ -160,7 +162,7 @@ class ClusterMarkerWriter:
 
     async def _send(self, leader: int, marker: TxnMarker,
                     tps: list[TopicPartition]) -> MarkerResults:
-        failed = dict.fromkeys(tps, ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        failed: MarkerResults = dict.fromkeys(tps, ErrorCode.NOT_LEADER_OR_FOLLOWER)
         client = self._client(leader)
         if client is None:
             return failed

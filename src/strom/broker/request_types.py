@@ -449,6 +449,23 @@ class AlterConfigsRequest(Protocol):
     validate_only: bool
 
 
+# ALTER_REPLICA_LOG_DIRS v1-2
+
+
+class AlterReplicaLogDirsRequestDirsTopics(Protocol):
+    name: str
+    partitions: list[int]
+
+
+class AlterReplicaLogDirsRequestDirs(Protocol):
+    path: str
+    topics: list[AlterReplicaLogDirsRequestDirsTopics]
+
+
+class AlterReplicaLogDirsRequest(Protocol):
+    dirs: list[AlterReplicaLogDirsRequestDirs]
+
+
 # DESCRIBE_LOG_DIRS v1-5
 
 

@@ -99,7 +99,7 @@ class TxnPartitionGate:
     async def _remote(self, broker_id: int, transactional_id: str, producer_id: int,
                       producer_epoch: int, partitions: list[TopicPartition],
                       add: bool) -> Codes:
-        failed = dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
+        failed: Codes = dict.fromkeys(partitions, ErrorCode.NOT_COORDINATOR)
         client = self._client(broker_id)
         if client is None:
             return failed

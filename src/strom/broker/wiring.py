@@ -16,6 +16,7 @@ import socket
 import time
 import uuid
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -257,8 +258,9 @@ class StreamsTopicsCreator:
                 self.node.config.get("default.replication.factor")
             try:
                 validate_topic_configs(t.configs)
-                run_or_start(controller.immediate, lambda t=t, rf=rf: controller.create_topic(
-                    t.name, t.partitions, rf, None, t.configs), f"creating topic {t.name}")
+                run_or_start(controller.immediate, partial(
+                    controller.create_topic, t.name, t.partitions, rf, None, t.configs),
+                    f"creating topic {t.name}")
             except ConfigError as exc:
                 log.warning("cannot create internal topic %s: %s", t.name, exc)
             except KafkaError as exc:

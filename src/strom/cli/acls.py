@@ -10,6 +10,7 @@ list for that error of DescribeAcls: an empty answer is checked against the brok
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 import typer
@@ -126,9 +127,11 @@ def _filter(topic, group, txn, cluster, pattern_text, principal, operation) -> l
     )
 
     pattern = _enum(ResourcePatternType, pattern_text, "pattern type")
-    resources = _resources(topic, group, txn, cluster, False) or [(ResourceType.ANY, None)]
+    resources: Sequence[tuple[Any, str | None]] = _resources(topic, group, txn, cluster, False)
+    if not resources:
+        resources = [(ResourceType.ANY, None)]
     op = _enum(AclOperation, operation, "operation") if operation else AclOperation.ANY
-    return [AclBindingFilter(rtype, name, pattern, principal, None, op, AclPermissionType.ANY)
+    return [AclBindingFilter(rtype, name, pattern, principal, None, op, AclPermissionType.ANY)  # type: ignore[arg-type]  # confluent types a filter's fields as AclBinding's str; None matches any
             for rtype, name in resources]
 
 

@@ -237,10 +237,11 @@ def describe(
     table = Table(box=None, show_edge=False, pad_edge=False, header_style="bold")
     for col in ("Name", "Value", "Source", "Sensitive", "Read-only"):
         table.add_column(col)
-    for e in shown:
-        value = "[hidden]" if e.is_sensitive else ("null" if e.value is None else e.value)
-        table.add_row(e.name, value, _source_name(e.source), str(e.is_sensitive).lower(),
-                      str(e.is_read_only).lower())
+    for entry in shown:
+        value = ("[hidden]" if entry.is_sensitive
+                 else "null" if entry.value is None else entry.value)
+        table.add_row(entry.name, value, _source_name(entry.source),
+                      str(entry.is_sensitive).lower(), str(entry.is_read_only).lower())
     print_table(table)
 
 

@@ -483,10 +483,10 @@ def _consume_share(opts: ClientOptions, tracker: ErrorTracker, topic: str, group
     finally:
         try:
             results = consumer.commit_sync(opts.timeout)
-            for tp, error in (results or {}).items():
-                if error is not None:
+            for tp, failure in (results or {}).items():
+                if failure is not None:
                     err.print(f"Warning: acknowledgements of {tp.topic}-{tp.partition} failed: "
-                              f"{kafka_error_text(error)}", markup=False)
+                              f"{kafka_error_text(failure)}", markup=False)
         except (KafkaException, RuntimeError) as exc:
             err.print(f"Warning: cannot commit the acknowledgements: {kafka_error_text(exc)}",
                       markup=False)

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from strom.cli import configs, consume, dump_log, groups, pipeline, produce, topics
 from strom.cli.common import UsageError, error_line, handle_errors, parse_kv_list
 
+if TYPE_CHECKING:  # the click that typer vendors: its error hook is called with its errors
+    from typer._click import ClickException
 
-def _one_line_usage_error(exc: Exception) -> None:
-    """Usage errors as one `Error: ...` line with a help hint, instead of typer's boxed panel."""
-    if type(exc).__name__ == "NoArgsIsHelpError":
-        return _rich_format_error(exc)
-    message = " ".join(exc.format_message().split())
-    ctx = getattr(exc, "ctx", None)
+
+def _one_line_usage_error(self: ClickException) -> None:
+    """Usage errors as one `Error: ...` line with a help hint, instead of typer's boxed panel.
+    (It replaces typer's `rich_format_error(self)`, hence the parameter's name.)"""
+    if type(self).__name__ == "NoArgsIsHelpError":
+        return _rich_format_error(self)
+    message = " ".join(self.format_message().split())
+    ctx = getattr(self, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     error_line(f"{message}{hint}")
     return None

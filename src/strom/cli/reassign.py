@@ -439,7 +439,7 @@ def _set_throttles(cluster: Cluster, rate: int, current: dict[Move, list[int]],
         _alter(cluster, broker, _BROKER_RESOURCE, str(broker),
                [(name, _SET, str(rate)) for name in _RATES])
     for topic, (leader, follower) in throttled_replicas(current, moves).items():
-        changes = [(_REPLICAS[0], _SET, leader)]
+        changes: list[tuple[str, int, str | None]] = [(_REPLICAS[0], _SET, leader)]
         changes.append((_REPLICAS[1], _SET, follower) if follower else (_REPLICAS[1], _DELETE, None))
         _alter(cluster, None, _TOPIC_RESOURCE, topic, changes)
 

@@ -14,6 +14,7 @@ import time
 from typing import Annotated, Any
 
 import typer
+from rich.console import JustifyMethod
 from rich.table import Table
 
 from strom.cli.common import (
@@ -110,9 +111,11 @@ def list_(
     finally:
         cluster.close()
     table = Table(show_edge=False, pad_edge=False, box=None, header_style="bold")
-    for col, justify in (("TRANSACTIONAL-ID", "left"), ("COORDINATOR", "right"),
-                         ("PRODUCER-ID", "right"), ("STATE", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
+        ("TRANSACTIONAL-ID", "left"), ("COORDINATOR", "right"), ("PRODUCER-ID", "right"),
+        ("STATE", "left"))
+    for col, justify in columns:
+        table.add_column(col, justify=justify)
     for tid, broker_id, pid, st in sorted(rows):
         table.add_row(tid, str(broker_id), str(pid), st)
     print_table(table)

@@ -39,13 +39,13 @@ class BrokerClient:
     async def _connect(self) -> None:
         security = self.security
         try:
-            self._reader, self._writer = await asyncio.wait_for(
+            reader, writer = await asyncio.wait_for(
                 asyncio.open_connection(self.host, self.port, ssl=security.ssl_context,
                                         server_hostname=security.server_hostname(self.host)),
                 self.timeout_s)
+            self._reader, self._writer = reader, writer
             if security.sasl is not None:
-                await authenticate(security.sasl, self._reader, self._writer, self.client_id,
-                                   self.timeout_s)
+                await authenticate(security.sasl, reader, writer, self.client_id, self.timeout_s)
         except ClientAuthenticationError as exc:
             self.close()
             raise BrokerConnectionError(f"cannot authenticate to {self.host}:{self.port}: "

@@ -348,15 +348,31 @@ class LocalController:
 
     # -- topics ---------------------------------------------------------------------------
 
-    async def create_topic(self, name, num_partitions, replication_factor, assignments, configs,
-                           *, validate_only=False):
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignments: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = False,
+    ) -> TopicState:
         size = len(assignments) if assignments else num_partitions
         with _collections_held_if(size > LARGE_COMMIT):
             return await self._create_topic(name, num_partitions, replication_factor,
                                             assignments, configs, size, validate_only)
 
-    async def _create_topic(self, name, num_partitions, replication_factor, assignments,
-                            configs, size, validate_only):
+    async def _create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignments: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+        size: int,
+        validate_only: bool,
+    ) -> TopicState:
         check_new_topic(self.image, name, [])
         live = sorted(self.image.brokers)
         plan = await self._off_loop(size, plan_topic, num_partitions, replication_factor,
@@ -373,11 +389,17 @@ class LocalController:
         await self._commit([rec.remove_topic_record(topic.topic_id)])
         log.info("deleted topic %s (%s)", topic.name, topic.topic_id)
 
-    async def create_partitions(self, topic, total, assignments, *, validate_only=False):
+    async def create_partitions(
+        self, topic: TopicState, total: int, assignments: list[list[int]] | None, *,
+        validate_only: bool = False,
+    ) -> None:
         with _collections_held_if(total - len(topic.partitions) > LARGE_COMMIT):
             await self._create_partitions(topic, total, assignments, validate_only)
 
-    async def _create_partitions(self, topic, total, assignments, validate_only):
+    async def _create_partitions(
+        self, topic: TopicState, total: int, assignments: list[list[int]] | None,
+        validate_only: bool,
+    ) -> None:
         current = {p: s.replicas for p, s in topic.partitions.items()}
         plan = await self._off_loop(total - len(current), plan_partitions, current, total,
                                     assignments, sorted(self.image.brokers))

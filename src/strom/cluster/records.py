@@ -98,10 +98,10 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
     kind = record.get("type")
     image.version += 1
     if kind == "topic":
-        topic = TopicState(record["name"], uuid.UUID(record["topic_id"]))
-        image.topics[topic.name] = topic
-        image.topics_by_id[topic.topic_id] = topic
-        return Change("topic_created", topic)
+        created = TopicState(record["name"], uuid.UUID(record["topic_id"]))
+        image.topics[created.name] = created
+        image.topics_by_id[created.topic_id] = created
+        return Change("topic_created", created)
     if kind == "partition":
         topic = image.topics_by_id.get(uuid.UUID(record["topic_id"]))
         if topic is None:

@@ -283,6 +283,6 @@ def create_app(source: Source, history: History, *, title: str = "Strom console"
     handlers = {NotFound: not_found, SourceError: unavailable, BadRequest: bad_request,
                 HTTPException: http_error, Exception: internal_error}
     app = Starlette(debug=False, routes=routes, middleware=[Middleware(GetOnly)],
-                    exception_handlers=handlers)  # type: ignore[arg-type]
+                    exception_handlers=handlers)
     app.router.redirect_slashes = False  # a path is served as it is, or not at all
     return app

@@ -354,12 +354,13 @@ class KafkaSource:
                             if error.code() == KafkaError._PARTITION_EOF:
                                 del pending[p]
                             continue
-                        if msg.offset() >= ranges[p][1]:
+                        offset = msg.offset()
+                        if offset is None or offset >= ranges[p][1]:
                             del pending[p]
                             continue
                         found.append(record_view(msg))
                         pending[p] += 1
-                        if pending[p] >= per_partition or msg.offset() + 1 >= ranges[p][1]:
+                        if pending[p] >= per_partition or offset + 1 >= ranges[p][1]:
                             del pending[p]
             finally:
                 consumer.unassign()

@@ -22,7 +22,9 @@ class KafkaMessage(Protocol):
     def timestamp(self) -> tuple[int, int]: ...
     def key(self) -> bytes | str | None: ...
     def value(self) -> bytes | str | None: ...
-    def headers(self) -> list[tuple[str, bytes | None]] | None: ...
+    def headers(
+        self,
+    ) -> list[tuple[str, str | bytes | None]] | dict[str, str | bytes | None] | None: ...
 
 
 @dataclass(frozen=True)
@@ -58,8 +60,16 @@ def record_view(msg: KafkaMessage) -> RecordView:
         key=text_of(msg.key()),
         value=text_of(value),
         value_size=len(value) if value is not None else 0,
-        headers=tuple((name, text_of(v)) for name, v in msg.headers() or ()),
+        headers=tuple((name, text_of(v)) for name, v in _header_items(msg)),
     )
+
+
+def _header_items(msg: KafkaMessage) -> Iterable[tuple[str, str | bytes | None]]:
+    """A consumed message's headers are a list; a dict (as a producer may give) works too."""
+    headers = msg.headers()
+    if isinstance(headers, dict):
+        return headers.items()
+    return headers or ()
 
 
 def newest(records: Iterable[RecordView], limit: int) -> list[RecordView]:

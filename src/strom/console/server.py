@@ -25,7 +25,7 @@ class HeadDeadlineH11(H11Protocol):
 
     _head_timer: asyncio.TimerHandle | None = None
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # a stream transport, as in uvicorn's own
         super().connection_made(transport)
         self._arm()
 

@@ -180,7 +180,7 @@ def run(spark: Any, cfg: LakeLoadConfig) -> LoadResult:
 
     load_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     staging = output / STAGING_DIR / load_id
-    assign = {}
+    assign: dict[str, list[int]] = {}
     for topic, partition in sorted(end):
         assign.setdefault(topic, []).append(partition)
     reader = (spark.read.format(FORMAT)

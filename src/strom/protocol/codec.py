@@ -28,8 +28,11 @@ import datetime
 import enum
 import struct
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from kio.static.protocol import Entity
 
 from . import primitives as p
 from .errors import ProtocolError, UnsupportedVersion
@@ -65,26 +68,30 @@ class Struct:
     assignment, which is about a third cheaper than keyword construction.
     """
 
-    def __init__(self, **fields) -> None:
+    def __init__(self, **fields: object) -> None:
         self.__dict__.update(fields)
+
+    if TYPE_CHECKING:
+        # Fields are whatever the message version has: attribute access is dynamic.
+        def __getattr__(self, name: str) -> Any: ...
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Struct):
             return self.__dict__ == other.__dict__
         return NotImplemented
 
-    __hash__ = None  # mutable, like SimpleNamespace
+    __hash__ = None  # type: ignore[assignment]  # mutable, like SimpleNamespace: unhashable
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())
         return f"Struct({inner})"
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         """Deep copy as plain dicts and lists (for logging and tests)."""
         return {k: _to_plain(v) for k, v in self.__dict__.items()}
 
 
-def _to_plain(v):
+def _to_plain(v: object) -> object:
     if isinstance(v, Struct):
         return v.to_dict()
     if isinstance(v, list):
@@ -101,7 +108,7 @@ _MS = datetime.timedelta(milliseconds=1)
 _PACK_ERRORS = (struct.error, TypeError)
 
 
-def _getter(value) -> Callable[[str, object], object]:
+def _getter(value: object) -> Callable[[str, object], object]:
     """A ``get(name, default)`` for a Mapping or an attribute-bearing object."""
     if isinstance(value, Mapping):
         return value.get
@@ -110,7 +117,7 @@ def _getter(value) -> Callable[[str, object], object]:
     return partial(getattr, value)
 
 
-def _norm_int(x):
+def _norm_int(x: object) -> object:
     """Slow path for ints given as timedelta / datetime / enum (e.g. from kio entities)."""
     if isinstance(x, datetime.timedelta):
         return x // _MS
@@ -121,15 +128,18 @@ def _norm_int(x):
     return x
 
 
-def _norm_nullable_ms(x):
+def _norm_nullable_ms(x: object) -> object:
     return -1 if x is None else _norm_int(x)
 
 
-def _norm_same(x):
+def _norm_same(x: object) -> object:
     return x
 
 
-def _normalize(norms, values) -> tuple:
+_Norm: TypeAlias = Callable[[object], object]
+
+
+def _normalize(norms: Iterable[_Norm], values: Iterable[object]) -> tuple[object, ...]:
     return tuple(f(x) for f, x in zip(norms, values, strict=True))
 
 
@@ -149,11 +159,13 @@ def fresh_default(value: object) -> object:
     return value
 
 
-def _read_tags(mv: memoryview, pos: int, readers: dict) -> tuple[dict, int]:
+def _read_tags(
+    mv: memoryview, pos: int, readers: dict[int, p.Reader]
+) -> tuple[dict[int, object], int]:
     """Tagged-field section: {tag: value} for known tags; unknown tags are skipped."""
     n, pos = p.read_tag_count(mv, pos)
     end_of_buf = len(mv)
-    values = {}
+    values: dict[int, object] = {}
     for _ in range(n):
         tag, pos = p.read_uvarint(mv, pos)
         size, pos = p.read_uvarint(mv, pos)
@@ -178,7 +190,9 @@ def _too_many(n: int, left: int) -> ProtocolError:
     return ProtocolError(f"array of {n} elements exceeds the {left} bytes left")
 
 
-def _records_into(ap, x, compact: bool, nullable: bool, name: str) -> None:
+def _records_into(
+    ap: Callable[[p.Buf], None], x: object, compact: bool, nullable: bool, name: str
+) -> None:
     if x is None:
         if not nullable:
             raise _null_error(name)
@@ -268,11 +282,11 @@ class _Source:
     """Source text plus the namespace its constants live in."""
 
     def __init__(self) -> None:
-        self.ns: dict = dict(_BASE_NS)
+        self.ns: dict[str, Any] = dict(_BASE_NS)
         self.lines: list[str] = []
         self._n = 0
 
-    def const(self, value, hint: str = "c") -> str:
+    def const(self, value: object, hint: str = "c") -> str:
         self._n += 1
         name = f"_{hint}{self._n}"
         self.ns[name] = value
@@ -281,12 +295,12 @@ class _Source:
     def emit(self, indent: int, *lines: str) -> None:
         self.lines.extend("    " * indent + line for line in lines)
 
-    def run(self) -> dict:
+    def run(self) -> dict[str, Any]:
         exec(compile("\n".join(self.lines), "<strom.protocol.codec>", "exec"), self.ns)
         return self.ns
 
 
-def _norm_for(f: FieldSchema):
+def _norm_for(f: FieldSchema) -> _Norm:
     if f.kind in ("bool", "float64", "uuid"):
         return _norm_same
     if f.kafka_type == "datetime_i64" and f.nullable:
@@ -302,14 +316,26 @@ def _struct_fmt(group: list[FieldSchema]) -> struct.Struct:
     return struct.Struct(">" + "".join(FIXED_KINDS[f.kind][0] for f in group))
 
 
+def _struct_of(f: FieldSchema) -> StructSchema:
+    if f.struct is None:
+        raise TypeError(f"struct field {f.name!r} without a schema")
+    return f.struct
+
+
+Decoder: TypeAlias = Callable[[memoryview, int], tuple[Struct, int]]
+"""Generated ``decode(mv, pos) -> (struct, new_pos)``."""
+Encoder: TypeAlias = Callable[[object, list[p.Buf]], None]
+"""Generated ``encode(value, out)``: appends the pieces to `out`."""
+
+
 class _Compiler:
     """Compiles struct schemas to (decode, encode) functions, memoised per schema."""
 
     def __init__(self) -> None:
-        self._done: dict[int, tuple[Callable, Callable]] = {}
+        self._done: dict[int, tuple[Decoder, Encoder]] = {}
         self._keep: list[StructSchema] = []  # keeps the ids used as keys alive
 
-    def get(self, schema: StructSchema) -> tuple[Callable, Callable]:
+    def get(self, schema: StructSchema) -> tuple[Decoder, Encoder]:
         pair = self._done.get(id(schema))
         if pair is None:
             pair = self._decoder(schema), self._encoder(schema)
@@ -345,7 +371,9 @@ class _Compiler:
                 "    raise _bad_length(_n)",
             )
 
-    def _dec_value(self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int):
+    def _dec_value(
+        self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int
+    ) -> None:
         """Lines reading one field value (array or not) from mv@pos into `var`."""
         if f.array:
             self._dec_length(src, ind, "compact" if flexible else "i32")
@@ -367,7 +395,7 @@ class _Compiler:
                 )
                 return
             if f.kind == "struct":
-                item = src.const(self.get(f.struct)[0], "dec")
+                item = src.const(self.get(_struct_of(f))[0], "dec")
             elif f.kind == "uuid":
                 item = "_read_uuid"
             else:
@@ -390,7 +418,7 @@ class _Compiler:
             if f.kind == "uuid":
                 src.emit(ind, f"{var} = _uuid({var})")
         elif f.kind == "struct":
-            dec = src.const(self.get(f.struct)[0], "dec")
+            dec = src.const(self.get(_struct_of(f))[0], "dec")
             if f.nullable:  # KIP-893: an int8 marker, negative for null
                 src.emit(
                     ind,
@@ -422,7 +450,7 @@ class _Compiler:
             reader = "_" + _READERS[(f.kind, flexible, f.nullable)]
             src.emit(ind, f"{var}, pos = {reader}(mv, pos)")
 
-    def _decoder(self, schema: StructSchema) -> Callable:
+    def _decoder(self, schema: StructSchema) -> Decoder:
         src = _Source()
         flexible = schema.flexible
         tag_readers = {}
@@ -476,11 +504,14 @@ class _Compiler:
         ns = src.run()
         if readers is not None:
             ns[readers].update({tag: ns[fn] for tag, fn in tag_readers.items()})
-        return ns["decode"]
+        decode: Decoder = ns["decode"]
+        return decode
 
     # -- encoding ------------------------------------------------------------------------------
 
-    def _enc_value(self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int):
+    def _enc_value(
+        self, src: _Source, f: FieldSchema, var: str, flexible: bool, ind: int
+    ) -> None:
         """Lines appending the encoding of value `var` (array or not) via ``ap``."""
         if f.array:
             src.emit(ind, f"if {var} is None:")
@@ -508,7 +539,7 @@ class _Compiler:
             alen = "_write_compact_array_length" if flexible else "_write_array_length"
             src.emit(ind, f"ap({alen}(len({var})))")
             if f.kind == "struct":
-                enc = src.const(self.get(f.struct)[1], "enc")
+                enc = src.const(self.get(_struct_of(f))[1], "enc")
                 src.emit(ind, f"for _e in {var}:", f"    {enc}(_e, out)")
             else:
                 item = (
@@ -529,7 +560,7 @@ class _Compiler:
                 f"    ap({s}.pack(*_normalize({norm}, ({var},))))",
             )
         elif f.kind == "struct":
-            enc = src.const(self.get(f.struct)[1], "enc")
+            enc = src.const(self.get(_struct_of(f))[1], "enc")
             if f.nullable:
                 src.emit(
                     ind,
@@ -557,7 +588,7 @@ class _Compiler:
         else:
             src.emit(ind, f"ap(_{_WRITERS[(f.kind, flexible, f.nullable)]}({var}))")
 
-    def _encoder(self, schema: StructSchema) -> Callable:
+    def _encoder(self, schema: StructSchema) -> Encoder:
         src = _Source()
         flexible = schema.flexible
         for j, f in enumerate(schema.tagged):
@@ -633,7 +664,8 @@ class _Compiler:
             # Kafka writes a tagged field only when it differs from its default; comparing
             # encodings treats every type (structs, arrays, null vs empty) the same way.
             ns[tag_defaults[j]] = ns[f"_tag_writer{j}"](f.default)
-        return ns["encode"]
+        encode: Encoder = ns["encode"]
+        return encode
 
 
 _COMPILER = _Compiler()
@@ -679,7 +711,7 @@ class Codec:
     def __repr__(self) -> str:
         return f"<Codec {self.schema.name} v{self.version}>"
 
-    def decode(self, buf, pos: int = 0) -> tuple[Struct, int]:
+    def decode(self, buf: p.Buf, pos: int = 0) -> tuple[Struct, int]:
         """Decode one message starting at `pos`; returns (value, position after it)."""
         mv = buf if type(buf) is memoryview else memoryview(buf)
         if mv.format != "B" or mv.ndim != 1:
@@ -691,12 +723,12 @@ class Codec:
         except _DECODE_ERRORS as e:
             raise ProtocolError(f"malformed {self.schema.name} v{self.version}: {e!r}") from e
 
-    def encode(self, value) -> bytes:
-        out: list = []
+    def encode(self, value: object) -> bytes:
+        out: list[p.Buf] = []
         self.encode_into(value, out)
         return b"".join(out)
 
-    def encode_into(self, value, out: list) -> None:
+    def encode_into(self, value: object, out: list[p.Buf]) -> None:
         """Append the encoding to `out` (pieces for ``b"".join`` / ``writelines``)."""
         mark = len(out)
         try:
@@ -737,7 +769,7 @@ def response_codec(api_key: int, version: int) -> Codec:
     return codec if codec is not None else _codec(api_key, version, "response")
 
 
-def entity_codec(entity: type) -> Codec:
+def entity_codec(entity: type[Entity]) -> Codec:
     """Codec for any kio entity class, e.g. ConsumerProtocolAssignment data records."""
     schema = struct_schema(entity)
     version = int(getattr(entity, "__version__", 0))

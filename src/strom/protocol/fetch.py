@@ -23,11 +23,12 @@ import itertools
 import struct
 import uuid
 from codecs import utf_8_decode
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from strom.protocol.errors import ProtocolError
 from strom.protocol.primitives import (
     MAX_ARRAY_ELEMENTS,
-    ProtocolError,
     byte_view,
     check_version,
     read_tag_count,
@@ -230,6 +231,7 @@ def _decode_legacy(buf: memoryview, version: int) -> FetchRequest:
             raise ProtocolError(f"invalid partition count {pcount}")
         vals = _batch_struct(unit, pcount).unpack_from(buf, pos)
         pos += step * pcount
+        columns: tuple[Iterable[int], ...]
         if version >= 9:
             columns = (vals[0::5], vals[1::5], vals[2::5], _MINUS_ONE, vals[3::5], vals[4::5])
         elif version >= 5:
@@ -238,7 +240,7 @@ def _decode_legacy(buf: memoryview, version: int) -> FetchRequest:
             columns = (vals[0::3], _MINUS_ONE, vals[1::3], _MINUS_ONE, _MINUS_ONE, vals[2::3])
         partitions = list(map(FetchPartition, *columns))
         topics.append(FetchTopic(name, None, partitions))
-    forgotten = []
+    forgotten: list[tuple[str | None, uuid.UUID | None, list[int]]] = []
     rack_id = ""
     if version >= 7:
         (count,) = _I32(buf, pos)
@@ -399,9 +401,10 @@ def _decode_flexible(buf: memoryview, version: int) -> FetchRequest:
         rack_id = ""
         pos += 1
     else:
-        rack_id, pos = _compact_str(buf, pos, end)
-        if rack_id is None:
+        rack, pos = _compact_str(buf, pos, end)
+        if rack is None:
             raise ProtocolError("null rack_id")
+        rack_id = rack
     cluster_id = None
     replica_epoch = -1
     if buf[pos] != 0:
@@ -457,8 +460,9 @@ _P_SNAPSHOT = struct.Struct(">BBqiB").pack  # tag 2, size 13, end_offset, epoch,
 _BYTES_LIKE = (bytes, bytearray, memoryview)
 
 
-def _is_set(pair: tuple[int, int] | None) -> bool:
-    return pair is not None and (pair[0] != -1 or pair[1] != -1)
+def _if_set(pair: tuple[int, int] | None) -> tuple[int, int] | None:
+    """The pair, or None when it is absent or (-1, -1) (the tagged field's default)."""
+    return pair if pair is not None and (pair[0] != -1 or pair[1] != -1) else None
 
 
 def encode_fetch_response(
@@ -497,6 +501,7 @@ def _encode(
     by_id = version >= _FIRST_TOPIC_ID
     parts: list[object] = []
     total = 0
+    cur: list[bytes | bytearray | memoryview]
     if flexible:
         cur = [_P_TOP_V12(throttle_time_ms, error_code, session_id), _uvarint(len(topics) + 1)]
     elif version >= 7:
@@ -609,21 +614,22 @@ def _encode(
                 append = cur.append
             # -- partition tagged fields
             if flexible:
-                diverging = p.diverging_epoch
-                leader = p.current_leader
-                snapshot = p.snapshot_id
-                has_div = _is_set(diverging)
-                has_leader = _is_set(leader)
-                has_snap = _is_set(snapshot)
-                if not (has_div or has_leader or has_snap):
+                diverging = _if_set(p.diverging_epoch)
+                leader = _if_set(p.current_leader)
+                snapshot = _if_set(p.snapshot_id)
+                if diverging is None and leader is None and snapshot is None:
                     append(b"\x00")
                 else:
-                    append(_UVARINT_SMALL[has_div + has_leader + has_snap])
-                    if has_div:
+                    append(
+                        _UVARINT_SMALL[
+                            (diverging is not None) + (leader is not None) + (snapshot is not None)
+                        ]
+                    )
+                    if diverging is not None:
                         append(_P_DIVERGING(0, 13, diverging[0], diverging[1], 0))
-                    if has_leader:
+                    if leader is not None:
                         append(_P_LEADER(1, 9, leader[0], leader[1], 0))
-                    if has_snap:
+                    if snapshot is not None:
                         append(_P_SNAPSHOT(2, 13, snapshot[0], snapshot[1], 0))
         if flexible:
             append(b"\x00")  # topic tagged fields

@@ -15,6 +15,7 @@ from typing import NamedTuple
 from .errors import ProtocolError
 from .primitives import (
     INT32,
+    Buf,
     read_nullable_string,
     skip_tagged_fields,
     truncated,
@@ -39,7 +40,7 @@ class RequestHeader(NamedTuple):
     header_version: int
 
 
-def peek_header(buf) -> tuple[int, int, int]:
+def peek_header(buf: Buf) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) from the first 8 bytes of a request."""
     try:
         return _unpack_prefix(buf, 0)
@@ -76,7 +77,7 @@ def response_header_version(api_key: int, api_version: int) -> int:
 
 
 def decode_request_header(
-    buf, pos: int = 0, header_version: int | None = None
+    buf: Buf, pos: int = 0, header_version: int | None = None
 ) -> tuple[RequestHeader, int]:
     """Decode a request header; its version is derived from the API unless given."""
     try:
@@ -122,7 +123,7 @@ def encode_response_header(correlation_id: int, header_version: int) -> bytes:
         raise ProtocolError(f"cannot encode response header: {e}") from e
 
 
-def decode_response_header(buf, pos: int, header_version: int) -> tuple[int, int]:
+def decode_response_header(buf: Buf, pos: int, header_version: int) -> tuple[int, int]:
     """(correlation_id, new_pos); tagged fields (v1) are skipped."""
     try:
         (correlation_id,) = INT32.unpack_from(buf, pos)

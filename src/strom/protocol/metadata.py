@@ -27,9 +27,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from strom.protocol.errors import ProtocolError
 from strom.protocol.primitives import (
     MAX_ARRAY_ELEMENTS,
-    ProtocolError,
     byte_view,
     check_version,
     skip_tagged_fields,
@@ -376,7 +376,7 @@ def encode_metadata_response_from_parts(
     """
     check_version(version, MIN_VERSION, MAX_VERSION, "Metadata response")
     flexible = version >= _FIRST_FLEXIBLE
-    out = []
+    out: list[bytes] = []
     append = out.append
     try:
         if version >= 3:

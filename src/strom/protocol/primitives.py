@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeAlias
 
 from .errors import ProtocolError
+
+Buf: TypeAlias = bytes | bytearray | memoryview
+"""What the readers accept: a flat bytes-like object they can index, slice and measure."""
+
+Reader: TypeAlias = Callable[[Buf, int], tuple[Any, int]]
+"""``read_*(buf, pos) -> (value, new_pos)``."""
 
 # ---------------------------------------------------------------------------------------------
 # Fixed-width integers. The Struct objects are public so hot paths can unpack several fields
@@ -63,11 +70,11 @@ def truncated(what: str = "data") -> ProtocolError:
     return ProtocolError(f"truncated {what}")
 
 
-def _reader(s: struct.Struct, what: str):
+def _reader(s: struct.Struct, what: str) -> Reader:
     unpack_from = s.unpack_from
     size = s.size
 
-    def read(buf, pos: int) -> tuple:
+    def read(buf: Buf, pos: int) -> tuple[Any, int]:
         try:
             return unpack_from(buf, pos)[0], pos + size
         except struct.error:
@@ -78,14 +85,14 @@ def _reader(s: struct.Struct, what: str):
     return read
 
 
-read_int8 = _reader(INT8, "int8")
-read_int16 = _reader(INT16, "int16")
-read_int32 = _reader(INT32, "int32")
-read_int64 = _reader(INT64, "int64")
-read_uint16 = _reader(UINT16, "uint16")
-read_uint32 = _reader(UINT32, "uint32")
-read_float64 = _reader(FLOAT64, "float64")
-read_bool = _reader(BOOL, "bool")
+read_int8: Callable[[Buf, int], tuple[int, int]] = _reader(INT8, "int8")
+read_int16: Callable[[Buf, int], tuple[int, int]] = _reader(INT16, "int16")
+read_int32: Callable[[Buf, int], tuple[int, int]] = _reader(INT32, "int32")
+read_int64: Callable[[Buf, int], tuple[int, int]] = _reader(INT64, "int64")
+read_uint16: Callable[[Buf, int], tuple[int, int]] = _reader(UINT16, "uint16")
+read_uint32: Callable[[Buf, int], tuple[int, int]] = _reader(UINT32, "uint32")
+read_float64: Callable[[Buf, int], tuple[float, int]] = _reader(FLOAT64, "float64")
+read_bool: Callable[[Buf, int], tuple[bool, int]] = _reader(BOOL, "bool")
 
 write_int8 = pack_int8
 write_int16 = pack_int16
@@ -105,7 +112,7 @@ write_bool = pack_bool
 SMALL_UVARINTS = tuple(bytes((i,)) for i in range(128))
 
 
-def _read_varbits(buf, pos: int, max_shift: int) -> tuple[int, int]:
+def _read_varbits(buf: Buf, pos: int, max_shift: int) -> tuple[int, int]:
     try:
         b = buf[pos]
         if b < 0x80:
@@ -126,7 +133,7 @@ def _read_varbits(buf, pos: int, max_shift: int) -> tuple[int, int]:
         raise truncated("varint") from None
 
 
-def read_uvarint(buf, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: Buf, pos: int) -> tuple[int, int]:
     """Unsigned varint of at most 5 bytes (Kafka rejects longer ones)."""
     try:
         b = buf[pos]
@@ -137,7 +144,7 @@ def read_uvarint(buf, pos: int) -> tuple[int, int]:
     return _read_varbits(buf, pos, 28)
 
 
-def read_uvarlong(buf, pos: int) -> tuple[int, int]:
+def read_uvarlong(buf: Buf, pos: int) -> tuple[int, int]:
     """Unsigned varlong of at most 10 bytes."""
     return _read_varbits(buf, pos, 63)
 
@@ -165,7 +172,14 @@ write_uvarlong = write_uvarint
 # ---------------------------------------------------------------------------------------------
 
 
-def _legacy_len(buf, pos: int, unpack, size: int, nullable: bool, what: str):
+def _legacy_len(
+    buf: Buf,
+    pos: int,
+    unpack: Callable[[Buf, int], tuple[Any, ...]],
+    size: int,
+    nullable: bool,
+    what: str,
+) -> tuple[int, int]:
     try:
         n = unpack(buf, pos)[0]
     except struct.error:
@@ -180,7 +194,7 @@ def _legacy_len(buf, pos: int, unpack, size: int, nullable: bool, what: str):
     return n, pos
 
 
-def _compact_len(buf, pos: int, nullable: bool, what: str):
+def _compact_len(buf: Buf, pos: int, nullable: bool, what: str) -> tuple[int, int]:
     try:
         n = buf[pos]
     except IndexError:
@@ -199,13 +213,13 @@ def _compact_len(buf, pos: int, nullable: bool, what: str):
     return n, pos
 
 
-def read_string(buf, pos: int) -> tuple[str, int]:
+def read_string(buf: Buf, pos: int) -> tuple[str, int]:
     n, pos = _legacy_len(buf, pos, _unpack_int16, 2, False, "string")
     end = pos + n
     return str(buf[pos:end], "utf-8", "replace"), end
 
 
-def read_nullable_string(buf, pos: int) -> tuple[str | None, int]:
+def read_nullable_string(buf: Buf, pos: int) -> tuple[str | None, int]:
     n, pos = _legacy_len(buf, pos, _unpack_int16, 2, True, "string")
     if n < 0:
         return None, pos
@@ -213,13 +227,13 @@ def read_nullable_string(buf, pos: int) -> tuple[str | None, int]:
     return str(buf[pos:end], "utf-8", "replace"), end
 
 
-def read_compact_string(buf, pos: int) -> tuple[str, int]:
+def read_compact_string(buf: Buf, pos: int) -> tuple[str, int]:
     n, pos = _compact_len(buf, pos, False, "string")
     end = pos + n
     return str(buf[pos:end], "utf-8", "replace"), end
 
 
-def read_compact_nullable_string(buf, pos: int) -> tuple[str | None, int]:
+def read_compact_nullable_string(buf: Buf, pos: int) -> tuple[str | None, int]:
     n, pos = _compact_len(buf, pos, True, "string")
     if n < 0:
         return None, pos
@@ -227,8 +241,8 @@ def read_compact_nullable_string(buf, pos: int) -> tuple[str | None, int]:
     return str(buf[pos:end], "utf-8", "replace"), end
 
 
-def encode_utf8(value, what: str = "string") -> bytes:
-    if value.__class__ is str:
+def encode_utf8(value: object, what: str = "string") -> bytes:
+    if type(value) is str:
         return value.encode()
     if isinstance(value, str):
         return str.encode(value)
@@ -265,19 +279,19 @@ def write_compact_nullable_string(value: str | None) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
-def _view(buf, pos: int, end: int) -> memoryview:
+def _view(buf: Buf, pos: int, end: int) -> memoryview:
     if isinstance(buf, memoryview):
         return buf[pos:end]
     return memoryview(buf)[pos:end]
 
 
-def read_bytes(buf, pos: int) -> tuple[bytes, int]:
+def read_bytes(buf: Buf, pos: int) -> tuple[bytes, int]:
     n, pos = _legacy_len(buf, pos, _unpack_int32, 4, False, "bytes")
     end = pos + n
     return bytes(buf[pos:end]), end
 
 
-def read_nullable_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+def read_nullable_bytes(buf: Buf, pos: int) -> tuple[bytes | None, int]:
     n, pos = _legacy_len(buf, pos, _unpack_int32, 4, True, "bytes")
     if n < 0:
         return None, pos
@@ -285,13 +299,13 @@ def read_nullable_bytes(buf, pos: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos:end]), end
 
 
-def read_compact_bytes(buf, pos: int) -> tuple[bytes, int]:
+def read_compact_bytes(buf: Buf, pos: int) -> tuple[bytes, int]:
     n, pos = _compact_len(buf, pos, False, "bytes")
     end = pos + n
     return bytes(buf[pos:end]), end
 
 
-def read_compact_nullable_bytes(buf, pos: int) -> tuple[bytes | None, int]:
+def read_compact_nullable_bytes(buf: Buf, pos: int) -> tuple[bytes | None, int]:
     n, pos = _compact_len(buf, pos, True, "bytes")
     if n < 0:
         return None, pos
@@ -299,13 +313,13 @@ def read_compact_nullable_bytes(buf, pos: int) -> tuple[bytes | None, int]:
     return bytes(buf[pos:end]), end
 
 
-def read_bytes_view(buf, pos: int) -> tuple[memoryview, int]:
+def read_bytes_view(buf: Buf, pos: int) -> tuple[memoryview, int]:
     n, pos = _legacy_len(buf, pos, _unpack_int32, 4, False, "bytes")
     end = pos + n
     return _view(buf, pos, end), end
 
 
-def read_nullable_bytes_view(buf, pos: int) -> tuple[memoryview | None, int]:
+def read_nullable_bytes_view(buf: Buf, pos: int) -> tuple[memoryview | None, int]:
     n, pos = _legacy_len(buf, pos, _unpack_int32, 4, True, "bytes")
     if n < 0:
         return None, pos
@@ -313,13 +327,13 @@ def read_nullable_bytes_view(buf, pos: int) -> tuple[memoryview | None, int]:
     return _view(buf, pos, end), end
 
 
-def read_compact_bytes_view(buf, pos: int) -> tuple[memoryview, int]:
+def read_compact_bytes_view(buf: Buf, pos: int) -> tuple[memoryview, int]:
     n, pos = _compact_len(buf, pos, False, "bytes")
     end = pos + n
     return _view(buf, pos, end), end
 
 
-def read_compact_nullable_bytes_view(buf, pos: int) -> tuple[memoryview | None, int]:
+def read_compact_nullable_bytes_view(buf: Buf, pos: int) -> tuple[memoryview | None, int]:
     n, pos = _compact_len(buf, pos, True, "bytes")
     if n < 0:
         return None, pos
@@ -327,7 +341,7 @@ def read_compact_nullable_bytes_view(buf, pos: int) -> tuple[memoryview | None, 
     return _view(buf, pos, end), end
 
 
-def nbytes(value) -> int:
+def nbytes(value: Buf) -> int:
     """Length in bytes of a bytes-like object (a memoryview's len() counts items)."""
     return value.nbytes if isinstance(value, memoryview) else len(value)
 
@@ -345,7 +359,7 @@ def write_compact_bytes_length(n: int | None) -> bytes:
     return SMALL_UVARINTS[n] if n < 0x80 else write_uvarint(n)
 
 
-def _bytes_value(value, what: str):
+def _bytes_value(value: object, what: str) -> Buf:
     if isinstance(value, bytes | bytearray | memoryview):
         return value
     if value is None:
@@ -353,21 +367,21 @@ def _bytes_value(value, what: str):
     raise ProtocolError(f"expected a bytes-like value for {what}, got {type(value).__name__}")
 
 
-def write_bytes(value: bytes) -> bytes:
-    value = _bytes_value(value, "bytes")
-    return pack_int32(nbytes(value)) + value
+def write_bytes(value: Buf) -> bytes:
+    b = _bytes_value(value, "bytes")
+    return pack_int32(nbytes(b)) + b
 
 
-def write_nullable_bytes(value: bytes | None) -> bytes:
+def write_nullable_bytes(value: Buf | None) -> bytes:
     return NULL_BYTES if value is None else write_bytes(value)
 
 
-def write_compact_bytes(value: bytes) -> bytes:
-    value = _bytes_value(value, "bytes")
-    return write_compact_bytes_length(nbytes(value)) + value
+def write_compact_bytes(value: Buf) -> bytes:
+    b = _bytes_value(value, "bytes")
+    return write_compact_bytes_length(nbytes(b)) + b
 
 
-def write_compact_nullable_bytes(value: bytes | None) -> bytes:
+def write_compact_nullable_bytes(value: Buf | None) -> bytes:
     return NULL_COMPACT if value is None else write_compact_bytes(value)
 
 
@@ -392,7 +406,7 @@ def check_array_count(n: int, left: int) -> None:
         raise ProtocolError(f"array of {n} elements exceeds the {left} bytes left")
 
 
-def read_array_length(buf, pos: int) -> tuple[int, int]:
+def read_array_length(buf: Buf, pos: int) -> tuple[int, int]:
     """int32 array length; returns -1 for null (the caller decides if null is allowed)."""
     try:
         n = _unpack_int32(buf, pos)[0]
@@ -407,7 +421,7 @@ def read_array_length(buf, pos: int) -> tuple[int, int]:
     return n, pos
 
 
-def read_compact_array_length(buf, pos: int) -> tuple[int, int]:
+def read_compact_array_length(buf: Buf, pos: int) -> tuple[int, int]:
     """uvarint length+1 array length; returns -1 for null."""
     try:
         n = buf[pos]
@@ -450,7 +464,7 @@ def fixed_array_structs(code: str, prefix: str = "") -> tuple[struct.Struct, ...
     return table
 
 
-def read_fixed_array(buf, pos: int, n: int, code: str, size: int) -> tuple[list, int]:
+def read_fixed_array(buf: Buf, pos: int, n: int, code: str, size: int) -> tuple[list[Any], int]:
     """``n`` fixed-width items of struct `code` (e.g. ``"i"``); the length was read already."""
     if n <= 0:
         return [], pos
@@ -461,14 +475,14 @@ def read_fixed_array(buf, pos: int, n: int, code: str, size: int) -> tuple[list,
     return list(s.unpack_from(buf, pos)), pos + n * size
 
 
-def write_fixed_array(values, code: str) -> bytes:
+def write_fixed_array(values: Sequence[Any], code: str) -> bytes:
     """Items of struct `code`, without the length prefix."""
     n = len(values)
     s = fixed_array_structs(code)[n] if n <= SMALL_ARRAY else struct.Struct(f">{n}{code}")
     return s.pack(*values)
 
 
-def write_compact_fixed_array(values, code: str) -> bytes:
+def write_compact_fixed_array(values: Sequence[Any], code: str) -> bytes:
     """Compact length prefix plus items (non-null)."""
     n = len(values)
     if n <= SMALL_ARRAY:
@@ -476,7 +490,7 @@ def write_compact_fixed_array(values, code: str) -> bytes:
     return write_compact_array_length(n) + write_fixed_array(values, code)
 
 
-def write_legacy_fixed_array(values, code: str) -> bytes:
+def write_legacy_fixed_array(values: Sequence[Any], code: str) -> bytes:
     """int32 length prefix plus items (non-null)."""
     n = len(values)
     if n <= SMALL_ARRAY:
@@ -489,11 +503,11 @@ def write_legacy_fixed_array(values, code: str) -> bytes:
 # ---------------------------------------------------------------------------------------------
 
 
-def uuid_from_bytes(raw: bytes) -> uuid.UUID:
+def uuid_from_bytes(raw: Buf) -> uuid.UUID:
     return ZERO_UUID if raw == _ZERO_UUID_BYTES else uuid.UUID(bytes=bytes(raw))
 
 
-def read_uuid(buf, pos: int) -> tuple[uuid.UUID, int]:
+def read_uuid(buf: Buf, pos: int) -> tuple[uuid.UUID, int]:
     end = pos + 16
     if end > len(buf):
         raise truncated("uuid")
@@ -523,7 +537,7 @@ write_uuid = uuid_bytes
 MAX_TAGGED_FIELDS = 10_000
 
 
-def read_tag_count(buf, pos: int) -> tuple[int, int]:
+def read_tag_count(buf: Buf, pos: int) -> tuple[int, int]:
     n, pos = read_uvarint(buf, pos)
     if n > MAX_TAGGED_FIELDS:
         raise ProtocolError(f"{n} tagged fields exceed the limit of {MAX_TAGGED_FIELDS}")
@@ -532,7 +546,7 @@ def read_tag_count(buf, pos: int) -> tuple[int, int]:
     return n, pos
 
 
-def skip_tagged_fields(buf, pos: int) -> int:
+def skip_tagged_fields(buf: Buf, pos: int) -> int:
     """Skip a tagged-field section (all tags unknown to the caller); returns the new pos."""
     try:
         if buf[pos] == 0:
@@ -550,7 +564,7 @@ def skip_tagged_fields(buf, pos: int) -> int:
     return pos
 
 
-def read_tagged_fields(buf, pos: int) -> tuple[dict[int, memoryview], int]:
+def read_tagged_fields(buf: Buf, pos: int) -> tuple[dict[int, memoryview], int]:
     """Tagged-field section as {tag: raw value bytes (a view)}."""
     try:
         if buf[pos] == 0:

@@ -23,9 +23,9 @@ import uuid
 from codecs import utf_8_decode
 from dataclasses import dataclass, field
 
+from strom.protocol.errors import ProtocolError
 from strom.protocol.primitives import (
     MAX_ARRAY_ELEMENTS,
-    ProtocolError,
     byte_view,
     check_version,
     skip_tagged_fields,
@@ -201,10 +201,10 @@ def _decode_flexible(buf: memoryview, version: int) -> ProduceRequest:
     topics = []
     for _ in range(topic_count):
         if by_id:
-            raw = buf[pos : pos + 16]
-            if len(raw) != 16:
+            view = buf[pos : pos + 16]
+            if len(view) != 16:
                 raise ProtocolError("topic_id overruns the body")
-            raw = raw.tobytes()
+            raw = view.tobytes()
             name = None
             topic_id = None if raw == _ZERO_UUID else uuid.UUID(bytes=raw)
             pos += 16

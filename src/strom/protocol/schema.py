@@ -16,10 +16,11 @@ import types
 import typing
 import uuid
 from dataclasses import MISSING, dataclass, fields, is_dataclass
-from typing import Literal
+from typing import Literal, cast
 
 from kio.index import KioIndexError, load_request_schema, load_response_schema
 from kio.schema.index import api_key_map, schema_name_map
+from kio.static.protocol import Entity
 
 from .errors import UnsupportedVersion
 from .primitives import ZERO_UUID
@@ -153,7 +154,7 @@ _STROM_TAGGED: dict[tuple[str, str], tuple[tuple[str, str, int, object], ...]] =
 }
 
 
-def struct_schema(entity: type) -> StructSchema:
+def struct_schema(entity: type[Entity]) -> StructSchema:
     """The schema of a kio entity class (message, nested struct, header or data record)."""
     schema = _SCHEMAS.get(entity)
     if schema is None:
@@ -161,7 +162,7 @@ def struct_schema(entity: type) -> StructSchema:
     return schema
 
 
-def _build(entity: type) -> StructSchema:
+def _build(entity: type[Entity]) -> StructSchema:
     flexible = bool(entity.__flexible__)
     plain: list[FieldSchema] = []
     tagged: list[FieldSchema] = []
@@ -172,7 +173,7 @@ def _build(entity: type) -> StructSchema:
             tp = _strip_optional(typing.get_args(tp)[0])[0]  # element nullability is unused
         sub = None
         if is_dataclass(tp):
-            sub = struct_schema(tp)
+            sub = struct_schema(cast("type[Entity]", tp))  # kio's nested structs are entities
             kind = kafka_type = "struct"
         else:
             kafka_type = f.metadata["kafka_type"]
@@ -204,11 +205,11 @@ def _build(entity: type) -> StructSchema:
         tagged.append(FieldSchema(name, kind, kind, None, False, False, tag, default, True))
     if tagged and not flexible:
         raise TypeError(f"{entity.__name__}: tagged fields in a non-flexible version")
-    tagged.sort(key=lambda fs: fs.tag)
+    tagged.sort(key=lambda fs: fs.tag or 0)  # every tagged field has a tag
     return StructSchema(entity.__name__, flexible, tuple(plain), tuple(tagged), entity)
 
 
-def kio_entity(api_key: int, version: int, side: Side) -> type:
+def kio_entity(api_key: int, version: int, side: Side) -> type[Entity]:
     """kio's class for a message; raises `UnsupportedVersion` if kio has none."""
     loader = load_request_schema if side == "request" else load_response_schema
     try:

@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 from crc32c import crc32c
 
+from strom.record.buffers import Buf, WritableBuf
 from strom.record.errors import CorruptRecordError
 
 # --- header layout (byte offsets from the start of a batch) -------------------------------------
@@ -115,12 +116,12 @@ _new_header = tuple.__new__
 _unpack_header = HEADER_STRUCT.unpack_from
 
 
-def read_header(buf, pos: int = 0) -> BatchHeader:
+def read_header(buf: Buf, pos: int = 0) -> BatchHeader:
     """Unpack the batch header at ``pos``; the caller guarantees 61 bytes are there."""
     return _new_header(BatchHeader, _unpack_header(buf, pos))
 
 
-def iter_batches(buf) -> Iterator[tuple[int, BatchHeader]]:
+def iter_batches(buf: Buf) -> Iterator[tuple[int, BatchHeader]]:
     """Yield ``(position, header)`` for each complete batch in concatenated batches.
 
     Stops silently at a trailing partial batch (as a fetch response may end with one). A length
@@ -139,28 +140,28 @@ def iter_batches(buf) -> Iterator[tuple[int, BatchHeader]]:
         pos = nxt
 
 
-def compute_crc(buf, pos: int, size: int) -> int:
+def compute_crc(buf: Buf, pos: int, size: int) -> int:
     """CRC32C of a batch's attributes..end, as stored in the CRC field."""
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : pos + size])
 
 
-def crc_ok(buf, pos: int, header: BatchHeader) -> bool:
+def crc_ok(buf: Buf, pos: int, header: BatchHeader) -> bool:
     """True when the stored CRC matches the batch bytes."""
     end = pos + LOG_OVERHEAD + header.length
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET : end]) == header.crc
 
 
-def patch_base_offset(buf, pos: int, base_offset: int) -> None:
+def patch_base_offset(buf: WritableBuf, pos: int, base_offset: int) -> None:
     """Overwrite the base offset (not covered by the CRC, so no recomputation)."""
     I64.pack_into(buf, pos + BASE_OFFSET_OFFSET, base_offset)
 
 
-def patch_leader_epoch(buf, pos: int, epoch: int) -> None:
+def patch_leader_epoch(buf: WritableBuf, pos: int, epoch: int) -> None:
     """Overwrite the partition leader epoch (not covered by the CRC)."""
     I32.pack_into(buf, pos + PARTITION_LEADER_EPOCH_OFFSET, epoch)
 
 
-def set_log_append_time(buf, pos: int, ts: int) -> None:
+def set_log_append_time(buf: WritableBuf, pos: int, ts: int) -> None:
     """Mark the batch LogAppendTime with max timestamp ``ts`` and recompute its CRC."""
     attrs = I16.unpack_from(buf, pos + ATTRIBUTES_OFFSET)[0]
     I16.pack_into(buf, pos + ATTRIBUTES_OFFSET, attrs | TIMESTAMP_TYPE_MASK)

@@ -12,6 +12,7 @@ import struct
 
 import cramjam
 
+from strom.record.buffers import Buf
 from strom.record.errors import CorruptRecordError
 
 COMPRESSION_NONE = 0
@@ -26,7 +27,7 @@ _I32 = struct.Struct(">i")
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-def _snappy_decompress(data) -> bytes:
+def _snappy_decompress(data: Buf) -> bytes:
     """Raw snappy (librdkafka) or xerial-framed snappy (Java clients)."""
     mv = memoryview(data)
     if len(mv) > 16 and bytes(mv[:8]) == _XERIAL_MAGIC:
@@ -45,7 +46,7 @@ def _snappy_decompress(data) -> bytes:
     return bytes(cramjam.snappy.decompress_raw(mv))
 
 
-def decompress(codec: int, data) -> bytes:
+def decompress(codec: int, data: Buf) -> bytes:
     """Decompress a batch's records section."""
     try:
         if codec == COMPRESSION_GZIP:
@@ -65,7 +66,7 @@ def decompress(codec: int, data) -> bytes:
     raise CorruptRecordError(f"unknown compression codec {codec}")
 
 
-def compress(codec: int, data, level: int | None = None) -> bytes:
+def compress(codec: int, data: Buf, level: int | None = None) -> bytes:
     """Compress a records section; ``level`` None (or -1) means the codec's default."""
     if level is not None and level < 0:
         level = None

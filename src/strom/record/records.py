@@ -31,6 +31,7 @@ from strom.record.batch import (
     compute_crc,
     read_header,
 )
+from strom.record.buffers import Buf
 from strom.record.compression import COMPRESSION_NONE, compress, decompress
 from strom.record.errors import CorruptRecordError
 from strom.record.varint import read_varint, write_varint
@@ -62,7 +63,7 @@ def _read_bytes(buf: bytes, pos: int) -> tuple[bytes | None, int]:
     return buf[pos:end], end
 
 
-def records_section(batch) -> bytes:
+def records_section(batch: Buf) -> bytes:
     """The decompressed records bytes of one batch (the part after the 61-byte header)."""
     mv = memoryview(batch)
     h = read_header(mv, 0)
@@ -70,7 +71,7 @@ def records_section(batch) -> bytes:
     return decompress(h.compression, body) if h.compression else bytes(body)
 
 
-def decode_records(batch_bytes) -> list[Record]:
+def decode_records(batch_bytes: Buf) -> list[Record]:
     """Decode every record of one v2 batch (slow path: tools, recompression, key checks)."""
     mv = memoryview(batch_bytes)
     if len(mv) < RECORD_BATCH_OVERHEAD:
@@ -117,7 +118,7 @@ def decode_records(batch_bytes) -> list[Record]:
     return out
 
 
-def records_have_keys(batch_bytes) -> bool:
+def records_have_keys(batch_bytes: Buf) -> bool:
     """True when every record of the batch has a non-null key (compacted topics need one)."""
     mv = memoryview(batch_bytes)
     h = read_header(mv, 0)
@@ -203,7 +204,7 @@ def build_batch(
         last_delta = 0
     if max_timestamp is not None:
         max_ts = max_timestamp
-    body = _encode_records(recs, base_offset, base_ts)
+    body: bytes | bytearray = _encode_records(recs, base_offset, base_ts)
     if compression:
         body = compress(compression, body, compression_level)
     attrs = (compression & COMPRESSION_MASK) | (TIMESTAMP_TYPE_MASK if timestamp_type else 0)
@@ -245,7 +246,7 @@ def control_batch(
     )
 
 
-def parse_control_record(key: bytes, value: bytes | None) -> tuple[int, int]:
+def parse_control_record(key: bytes | None, value: bytes | None) -> tuple[int, int]:
     """Return (marker type, coordinator epoch) of a control record (-1 epoch if no value)."""
     if key is None or len(key) < 4:
         raise CorruptRecordError("control record key too short")

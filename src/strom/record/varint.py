@@ -8,10 +8,11 @@ A truncated varint raises ``IndexError``, which the callers' loops turn into
 
 from __future__ import annotations
 
+from strom.record.buffers import Buf
 from strom.record.errors import CorruptRecordError
 
 
-def read_varint(buf: bytes, pos: int) -> tuple[int, int]:
+def read_varint(buf: Buf, pos: int) -> tuple[int, int]:
     """Zigzag varint (up to 64 bits) at ``pos``; returns (value, next position)."""
     b = buf[pos]
     pos += 1

@@ -18,7 +18,7 @@ from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
 from strom.config.listeners import Listener, inter_broker_listener
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.codec import request_codec, response_codec
+from strom.protocol.codec import Struct, request_codec, response_codec
 from strom.protocol.header import decode_response_header, encode_request_header
 from strom.security.jaas import JaasError, single_module
 from strom.security.listeners import ListenerSettings
@@ -92,7 +92,7 @@ async def authenticate(credentials: SaslCredentials, reader: asyncio.StreamReade
     """SaslHandshake v1 then SaslAuthenticate v1 on a fresh connection."""
     correlation = 0
 
-    async def call(api_key: int, version: int, body: dict) -> object:
+    async def call(api_key: int, version: int, body: dict[str, object]) -> Struct:
         nonlocal correlation
         correlation += 1
         payload = encode_request_header(api_key, version, correlation, client_id) + \
@@ -107,18 +107,18 @@ async def authenticate(credentials: SaslCredentials, reader: asyncio.StreamReade
         return value
 
     handshake = await call(ApiKey.SASL_HANDSHAKE, 1, {"mechanism": credentials.mechanism})
-    if handshake.error_code:  # type: ignore[attr-defined]
+    if handshake.error_code:
         raise ClientAuthenticationError(
-            f"SASL mechanism {credentials.mechanism} refused (error {handshake.error_code}; "  # type: ignore[attr-defined]
-            f"the peer offers {handshake.mechanisms})")  # type: ignore[attr-defined]
+            f"SASL mechanism {credentials.mechanism} refused (error {handshake.error_code}; "
+            f"the peer offers {handshake.mechanisms})")
 
     async def send(token: bytes) -> bytes:
         reply = await call(ApiKey.SASL_AUTHENTICATE, 1, {"auth_bytes": token})
-        if reply.error_code:  # type: ignore[attr-defined]
+        if reply.error_code:
             raise ClientAuthenticationError(
                 f"authentication as {credentials.username} with {credentials.mechanism} "
-                f"failed: {reply.error_message}")  # type: ignore[attr-defined]
-        return bytes(reply.auth_bytes)  # type: ignore[attr-defined]
+                f"failed: {reply.error_message}")
+        return bytes(reply.auth_bytes)
 
     if credentials.mechanism == "PLAIN":
         await send(b"\0" + credentials.username.encode() + b"\0" + credentials.password.encode())

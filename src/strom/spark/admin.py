@@ -50,7 +50,7 @@ class OffsetReader:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            conf = librdkafka_config(self.options.kafka)
+            conf: dict[str, Any] = librdkafka_config(self.options.kafka)
             for key in ("group.id", "isolation.level"):  # consumer-only settings
                 conf.pop(key, None)
             conf.setdefault("client.id", f"{self.options.group_id_prefix}-{uuid.uuid4().hex[:8]}-driver")
@@ -97,7 +97,7 @@ class OffsetReader:
         if sub.kind == "assign":
             return sorted(sub.partitions)
         md = self._client().list_topics(timeout=REQUEST_TIMEOUT_S)
-        result = []
+        result: list[TopicPartition] = []
         for name, topic in md.topics.items():
             if topic.error is not None or not sub.wants_topic(name):
                 continue

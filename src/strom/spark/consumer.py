@@ -19,9 +19,9 @@ from __future__ import annotations
 import bisect
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 
@@ -163,7 +163,8 @@ class _RangeFetch:
         self.settings = settings
         self.tp_cls = TopicPartition
         self.err_of = Message.error
-        self.offset_of = Message.offset
+        # (a consumed record always has an offset: only errors lack one)
+        self.offset_of = cast("Callable[[Message], int]", Message.offset)
         self.eof = KafkaError._PARTITION_EOF
         self.out_of_range = (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE)
         self.gone = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_PARTITION,
@@ -197,7 +198,7 @@ class _RangeFetch:
                     records = [m for m in messages if m.error() is None]
                     errors = [m for m in messages if m.error() is not None]
                 else:
-                    records, errors = messages, ()
+                    records, errors = messages, []
                 if records:
                     batch = self._take(records)
                     if batch is not None:

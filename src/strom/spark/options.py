@@ -138,7 +138,7 @@ def parse_partitions_json(text: str) -> list[TopicPartition]:
     """``assign``: ``{"topicA":[0,1],"topicB":[2,4]}``."""
     example = '{"topicA":[0,1],"topicB":[0,1]}'
     data = _json_object(text, example)
-    result = []
+    result: list[TopicPartition] = []
     for topic, parts in data.items():
         if not isinstance(parts, list) or not all(type(p) is int for p in parts):
             raise StromOptionError(f"Expected e.g. {example}, got {text}")
@@ -273,7 +273,7 @@ def librdkafka_config(params: Mapping[str, str]) -> dict[str, str]:
     librdkafka needs from it. Anything librdkafka does not know fails client creation with its
     own message naming the setting.
     """
-    conf = {}
+    conf: dict[str, str] = {}
     for key, value in params.items():
         target = JAVA_TO_LIBRDKAFKA.get(key, key)
         if target is not None:

@@ -24,6 +24,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import pyarrow as pa
@@ -399,7 +400,7 @@ def worker_input_complete() -> bool:
     ``main(infile, outfile)``, found up the call stack; not finding it is an error (a PySpark
     change this check must follow), never a silent pass.
     """
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         stream = frame.f_locals.get("infile")
         if stream is not None and hasattr(stream, "peek"):

@@ -12,7 +12,7 @@ import ctypes
 import errno
 import os
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +30,7 @@ def fsync(fd: int) -> None:
         os.fsync(fd)
 
 
-def _load_syncfs():
+def _load_syncfs() -> Callable[[int], int] | None:
     try:
         fn = ctypes.CDLL(None, use_errno=True).syncfs
     except (OSError, AttributeError):  # not Linux/glibc: os.sync() does the same, wider

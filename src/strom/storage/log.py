@@ -32,6 +32,7 @@ from strom.record import (
     decode_records,
     read_header,
 )
+from strom.record.buffers import Buf
 from strom.storage import files
 from strom.storage.checkpoints import (
     LEADER_EPOCH_CHECKPOINT,
@@ -50,6 +51,7 @@ from strom.storage.producer_state import (
     DEFAULT_EXPIRATION_MS,
     BatchMetadata,
     CompletedTxn,
+    PendingUpdate,
     ProducerStateManager,
     SnapshotWrite,
     fsync_paths,
@@ -302,6 +304,12 @@ class PartitionLog:
         return self._closed
 
     @property
+    def generation(self) -> int:
+        """How often the log was truncated or reloaded: bytes of a segment file seen at one
+        generation are still there, unchanged, while it stays the same."""
+        return self._generation
+
+    @property
     def last_stable_offset(self) -> int:
         """Below it every transaction is decided: the first offset of the oldest open
         transaction, capped by the high watermark (read_committed consumers stop here)."""
@@ -345,7 +353,7 @@ class PartitionLog:
     # --- append --------------------------------------------------------------------------------
 
     def append(
-        self, records, *, leader_epoch: int, now_ms: int, origin: str = ORIGIN_CLIENT
+        self, records: Buf, *, leader_epoch: int, now_ms: int, origin: str = ORIGIN_CLIENT
     ) -> AppendResult:
         """Validate, assign offsets and write ``records`` (whole v2 batches) in one write.
 
@@ -377,7 +385,7 @@ class PartitionLog:
             _unreported.error(str(self.dir), "%s: %s", what, describe(cause))
         return KafkaStorageError(f"{what}: {describe(cause)}")
 
-    def _append(self, records, leader_epoch: int, now_ms: int, origin: str) -> AppendResult:
+    def _append(self, records: Buf, leader_epoch: int, now_ms: int, origin: str) -> AppendResult:
         if self._closed:
             self._check_open()
         v = validate_append(
@@ -392,10 +400,11 @@ class PartitionLog:
                 return self._duplicate_result(dup)
         seg = self._active
         size = len(v.data)
-        if seg.size:  # non-empty: maybe roll first
+        seg_size = seg.size
+        if seg_size:  # non-empty: maybe roll first
             cfg = self.config
             if (
-                seg._size > cfg.segment_bytes - size
+                seg_size > cfg.segment_bytes - size
                 or self._time_to_roll(seg, now_ms, v.max_timestamp)
                 or seg.indexes_full()
                 or not seg.can_hold_offset(v.last_offset)
@@ -405,7 +414,7 @@ class PartitionLog:
             seg = self._replace_empty_active(v.first_offset)  # replicated data after a gap
         seg.append(v.data, v.metas)
         if self._next_file is None and not self._preparing and \
-                seg._size >= self.config.segment_bytes >> 1:  # fmt: skip
+                seg.size >= self.config.segment_bytes >> 1:  # fmt: skip
             self._prepare_next_segment()
         latest = self.epochs.latest_epoch
         for e, o in v.epochs:
@@ -415,7 +424,7 @@ class PartitionLog:
         leo = self.log_end_offset = v.last_offset + 1
         if pending is not None:
             self.producer_state.apply(pending)
-            if type(pending) is not tuple and pending.completed:  # markers were appended
+            if isinstance(pending, PendingUpdate) and pending.completed:  # markers were appended
                 self._index_aborted(seg, pending.completed)
         self.producer_state.map_end_offset = leo
         if self.hw_follows_leo:
@@ -490,6 +499,8 @@ class PartitionLog:
         loop.run_in_executor(None, work)
 
     def _next_segment_ready(self, path: str, error: OSError | None) -> None:
+        if os.path.dirname(path) != str(self.dir):
+            return  # begun before the log moved to another log dir (`relocate`): not ours now
         self._preparing = False
         if error is not None:
             log.warning("cannot create the next segment file of %s-%d ahead of the roll (the "
@@ -634,7 +645,9 @@ class PartitionLog:
                     return found if found[0] < limit else None
         return None
 
-    def _record_at_or_after(self, seg, pos, h, ts: int, min_offset: int) -> tuple[int, int] | None:
+    def _record_at_or_after(
+        self, seg: LogSegment, pos: int, h: BatchHeader, ts: int, min_offset: int
+    ) -> tuple[int, int] | None:
         if h.attributes & TIMESTAMP_TYPE_MASK:
             return max(h.base_offset, min_offset), h.max_timestamp
         try:
@@ -727,7 +740,8 @@ class PartitionLog:
         if not self._pending_deletes:
             return
         now = self._now_ms() if now_ms is None else now_ms
-        keep, due = [], []
+        keep: list[tuple[int, list[Path], LogSegment]] = []
+        due: list[tuple[int, list[Path], LogSegment]] = []
         for entry in self._pending_deletes:
             (due if entry[0] <= now else keep).append(entry)
         self._pending_deletes = keep
@@ -898,9 +912,11 @@ class PartitionLog:
                 batch = (h.producer_id, h.producer_epoch, h.base_sequence, h.last_offset_delta,
                          h.attributes, h.base_offset, h.max_timestamp, 0, h.size)  # fmt: skip
                 _dup, pending = prepare([batch], data, ORIGIN_REPLICATION)
-                apply(pending)  # type: ignore[arg-type]
-                if type(pending) is not tuple and pending.completed:  # type: ignore[union-attr]
-                    self._index_aborted(seg, pending.completed)  # type: ignore[union-attr]
+                if pending is None:
+                    continue
+                apply(pending)
+                if isinstance(pending, PendingUpdate) and pending.completed:
+                    self._index_aborted(seg, pending.completed)
         ps.map_end_offset = leo
         if start < self._active.base_offset:
             # Save the replay, or a later load would repeat it over whole segments. (fsynced
@@ -1393,6 +1409,27 @@ class PartitionLog:
             producer_id_expiration_ms=self.producer_state.expiration_ms,
         )  # fmt: skip
         fresh._generation = self._generation + 1  # a flush captured before is not counted
+        keep = {"on_append": self.on_append, "on_io_error": self.on_io_error}
+        vars(self).update(vars(fresh))
+        vars(self).update(keep)
+
+    def relocate(self, dir: Path) -> None:
+        """Serve again after ``close``, from ``dir``: a complete copy of this log's files,
+        fsynced (`LogManager.alter_log_dir` moves logs between log dirs), or the log's own
+        directory once its files are fsynced. Loaded as after a clean shutdown, so the recovery
+        point is the log end. The object stays the same, as with ``reload``; should the load
+        fail, it stays closed with ``dir`` as its directory (``reload`` then loads from there)."""
+        if not self._closed or self._inflight is not None:
+            raise KafkaStorageError(f"{self.topic}-{self.partition} must be closed to move it")
+        self.dir = Path(dir)
+        fresh = PartitionLog(
+            self.dir, self.topic, self.partition, self.topic_id, self.config,
+            budget=self._budget, clock=self._clock, clean_shutdown=True,
+            log_start_offset=self.log_start_offset, high_watermark=self.high_watermark,
+            hw_follows_leo=self.hw_follows_leo,
+            producer_id_expiration_ms=self.producer_state.expiration_ms,
+        )  # fmt: skip
+        fresh._generation = self._generation + 1
         keep = {"on_append": self.on_append, "on_io_error": self.on_io_error}
         vars(self).update(vars(fresh))
         vars(self).update(keep)

@@ -8,6 +8,26 @@ free for a re-created topic at once) and then removed by a worker thread; a cras
 never resurrects it, the next start removes what is left. A directory the metadata does not
 know is never deleted: it is renamed ``<topic>-<partition>.<uuidhex>-stray`` (Kafka's names)
 and every later start leaves it alone.
+
+Moving a partition to another log dir (`alter_log_dir`, AlterReplicaLogDirs) copies its
+directory to ``<target>/<topic>-<partition>.<uuid>-future`` on a worker thread while the log
+serves (`strom.storage.move`), then, on the event loop: closes the log, copies what remains,
+fsyncs the copy and the target log dir, renames the original ``<topic>-<partition>.<uuid>-delete``
+(the same uuid) and fsyncs its log dir -- that rename commits the move --, renames the copy
+``<topic>-<partition>`` and reopens the log from it; a worker thread fsyncs the target log dir
+and then removes the original.
+A crash at any point loses nothing; the next start (`_settle_moves`, before anything is loaded
+or removed) looks at each ``-future`` directory:
+
+- a ``-delete`` directory with its uuid exists, so the move had committed and the copy was
+  complete and synced before (the commit comes after `DirCopy.finish`), and no log dir holds
+  the partition's ``<topic>-<partition>``: the copy takes that name now; the original goes as
+  any ``-delete`` directory does;
+- no such ``-delete`` directory, and ``<topic>-<partition>`` is in some log dir: the move had
+  not committed, and that directory is the original, untouched by the move (only the commit
+  renames it): the copy is removed;
+- anything else (the partition was deleted during the move; a committed copy whose partition
+  has a directory again): the copy is kept as ``-stray``, never removed.
 """
 
 from __future__ import annotations
@@ -20,10 +40,12 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from strom.common.slices import Slicer
 from strom.metrics.primitives import Histogram
+from strom.protocol.errors import ErrorCode
 from strom.storage import files
 from strom.storage.checkpoints import (
     LOG_START_OFFSET_CHECKPOINT,
@@ -39,7 +61,15 @@ from strom.storage.config import LogConfig
 from strom.storage.errors import KafkaStorageError, StorageError
 from strom.storage.files import FileBudget
 from strom.storage.health import RateLimitedLog, describe, io_cause, is_fd_exhaustion, probe_dir
-from strom.storage.log import PartitionLog
+from strom.storage.log import PartitionLog, sync_directory
+from strom.storage.move import (
+    FUTURE_DIR_SUFFIX,
+    DirCopy,
+    MoveCancelled,
+    moved_dir_name,
+    parse_moved_dir,
+    sync_tree,
+)
 from strom.storage.producer_state import DEFAULT_EXPIRATION_MS
 
 log = logging.getLogger(__name__)
@@ -54,6 +84,8 @@ Offsets = dict[tuple[str, int], int]
 DELETE_DIR_SUFFIX = "-delete"
 STRAY_DIR_SUFFIX = "-stray"
 MAX_DIR_NAME = 255  # a longer topic name is cut so the renamed directory still fits (as Kafka)
+# a move closes the log for its last copy once a round leaves at most this much to copy
+MOVE_FINAL_BYTES = 4 << 20
 
 
 def suffixed_dir_name(topic: str, partition: int, suffix: str) -> str:
@@ -72,6 +104,27 @@ def has_records(path: Path) -> bool:
             return any(e.name.endswith(".log") and e.stat().st_size > 0 for e in it)
     except OSError:
         return True  # cannot tell: treat it as data
+
+
+@dataclass(eq=False)
+class Move:
+    """A partition's log on its way to log dir ``target`` (`LogManager.alter_log_dir`)."""
+
+    topic: str
+    partition: int
+    target: Path
+    uid: str  # of the ``-future`` copy and of the original's ``-delete`` name at the commit
+    copy: DirCopy
+    task: asyncio.Task[None] | None = None
+    committed: bool = False
+
+    def lag(self, plog: PartitionLog) -> int:
+        """Offsets the copy lacks, as Kafka's future replica lag (from the first segment not
+        copied whole)."""
+        for seg in plog.segments:
+            if not self.copy.holds(seg.log_path.name, seg.size):
+                return max(plog.log_end_offset - seg.base_offset, 0)
+        return 0
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -123,6 +176,7 @@ class LogManager:
         self._removals: set[asyncio.Future[None]] = set()  # directory removals under way
         self._renames: dict[Path, Path] = {}  # deleted log dirs not renamed yet -> -delete name
         self._renames_lock = threading.Lock()
+        self._moves: dict[tuple[str, int], Move] = {}  # partitions moving to another log dir
 
     # --- loading -------------------------------------------------------------------------------
 
@@ -133,6 +187,8 @@ class LogManager:
                 d.mkdir(parents=True, exist_ok=True)
             except OSError as e:
                 raise KafkaStorageError(f"cannot create log dir {d}: {e}") from e
+        self._settle_moves()
+        for d in self.log_dirs:
             marker = d / CLEAN_SHUTDOWN_MARKER
             clean = marker.exists()
             self.loaded_clean[d] = clean
@@ -180,6 +236,41 @@ class LogManager:
                 self._remove_later(sorted(leftovers))
         self.checkpoint()
 
+    def _settle_moves(self) -> None:
+        """Finish or undo the moves a crash interrupted (the module's doc says why each choice
+        loses nothing); runs before any directory is loaded or removed."""
+        names = {d: os.listdir(d) for d in self.log_dirs}
+        present = {parse_partition_dir(n) for ns in names.values() for n in ns}
+        set_aside = {n for ns in names.values() for n in ns if n.endswith(DELETE_DIR_SUFFIX)}
+        futures = [(d, n, parsed) for d, ns in names.items() for n in sorted(ns)
+                   if (parsed := parse_moved_dir(n, FUTURE_DIR_SUFFIX)) is not None]
+        # committed moves first: their copy is the partition now, any other copy goes
+        futures.sort(key=lambda f: f"{f[1][: -len(FUTURE_DIR_SUFFIX)]}{DELETE_DIR_SUFFIX}"
+                     not in set_aside)
+        for d, name, (topic, partition, uid) in futures:
+            path = d / name
+            committed = moved_dir_name(topic, partition, uid, DELETE_DIR_SUFFIX) in set_aside
+            if committed and (topic, partition) not in present:
+                os.rename(path, d / f"{topic}-{partition}")
+                sync_directory(d)
+                present.add((topic, partition))
+                log.warning("completing the move of %s-%d to %s that a crash interrupted after "
+                            "it committed: %s takes the partition's name", topic, partition, d,
+                            name)  # fmt: skip
+            elif not committed and (topic, partition) in present:
+                doomed = d / suffixed_dir_name(topic, partition, DELETE_DIR_SUFFIX)
+                os.rename(path, doomed)  # removed with the other -delete directories below
+                log.info("removing %s, the copy of a move of %s-%d to %s that a crash "
+                         "interrupted before it completed; the partition stays where it was",
+                         name, topic, partition, d)  # fmt: skip
+            else:  # nothing else holds its data for sure: never removed
+                stray = d / suffixed_dir_name(topic, partition, STRAY_DIR_SUFFIX)
+                os.rename(path, stray)
+                log.warning("%s is the copy of an interrupted move of %s-%d that is neither "
+                            "complete nor backed by its original: kept as %s (see \"Stray "
+                            "partition directories\" in docs/operations.md)", path, topic,
+                            partition, stray.name)  # fmt: skip
+
     # --- partitions ----------------------------------------------------------------------------
 
     def get(self, topic: str, partition: int) -> PartitionLog | None:
@@ -203,6 +294,7 @@ class LogManager:
         self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
 
     def _unregister(self, tp: tuple[str, int]) -> PartitionLog | None:
+        self._cancel_move(tp)
         log = self._logs.pop(tp, None)
         d = self._dir_of.pop(tp, None)
         if d is not None:
@@ -423,6 +515,236 @@ class LogManager:
         plog.close()
         return True
 
+    # --- moving a partition to another log dir -------------------------------------------------
+
+    def log_dir_named(self, path: str) -> Path | None:
+        """The configured log dir whose absolute path is ``path`` (compared as Kafka does)."""
+        return next((d for d in self.log_dirs if str(d.absolute()) == path), None)
+
+    def moves(self) -> dict[tuple[str, int], Move]:
+        """The moves under way (DescribeLogDirs shows their copies as future replicas)."""
+        return dict(self._moves)
+
+    def alter_log_dir(self, topic: str, partition: int, path: str) -> bool:
+        """AlterReplicaLogDirs for one partition: start moving its log to the log dir named
+        ``path``; the copy runs in the background (`moves_done` waits for it). Nothing to do
+        when the log is there or on its way there; a move elsewhere is cancelled first.
+        Returns False when this broker holds no log of the partition. Raises `StorageError`
+        with Kafka's code: INVALID_TOPIC_EXCEPTION (the future directory's name would pass
+        255 bytes), LOG_DIR_NOT_FOUND (not a configured log dir), KAFKA_STORAGE_ERROR (the
+        log dir or the partition is offline)."""
+        uid = uuid.uuid4().hex
+        future = moved_dir_name(topic, partition, uid, FUTURE_DIR_SUFFIX)
+        if len(future.encode()) > MAX_DIR_NAME:
+            raise StorageError("The topic name is too long.", ErrorCode.INVALID_TOPIC_EXCEPTION)
+        target = self.log_dir_named(path)
+        if target is None:
+            raise StorageError(f"Log dir {path} is not found in the config.",
+                               ErrorCode.LOG_DIR_NOT_FOUND)
+        if target in self._offline:
+            raise KafkaStorageError(f"Log directory {path} is offline")
+        tp = (topic, partition)
+        plog = self._logs.get(tp)
+        if plog is None:
+            return False
+        if plog.offline is not None or plog.closed:
+            raise KafkaStorageError(f"Partition {topic}-{partition} is offline")
+        under_way = self._moves.get(tp)
+        if under_way is not None and under_way.target == target:
+            return True
+        self._cancel_move(tp)
+        if self._dir_of[tp] == target:
+            return True
+        mv = Move(topic, partition, target, uid, DirCopy(plog.dir, target / future))
+        self._moves[tp] = mv
+        mv.task = asyncio.get_running_loop().create_task(
+            self._move(mv, plog), name=f"move-{topic}-{partition}")
+        log.info("moving %s-%d from %s to %s", topic, partition, self._dir_of[tp], target)
+        return True
+
+    async def moves_done(self) -> None:
+        """Wait until every move begun so far has ended (tests)."""
+        while tasks := [m.task for m in self._moves.values() if m.task is not None]:
+            await asyncio.wait(tasks)
+
+    def _cancel_move(self, tp: tuple[str, int], *, remove: bool = True) -> None:
+        """Stop a move; its copy is removed by a worker thread (``remove=False``: left for
+        the next start to remove, as at shutdown)."""
+        mv = self._moves.pop(tp, None)
+        if mv is None:
+            return
+        mv.copy.cancelled.set()  # a round under way stops at its next chunk
+        if mv.task is not None:
+            mv.task.cancel()
+        if remove and not mv.committed:
+            self._discard_copy(mv)
+
+    def _discard_copy(self, mv: Move) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            mv.copy.discard()
+            return
+        job = loop.run_in_executor(None, mv.copy.discard)
+        self._removals.add(job)
+        job.add_done_callback(self._removals.discard)
+
+    def _end_move(self, mv: Move) -> None:
+        """The move is over (done, failed or cancelled); an uncommitted copy goes."""
+        tp = (mv.topic, mv.partition)
+        if self._moves.get(tp) is mv:
+            del self._moves[tp]
+            if not mv.committed:
+                self._discard_copy(mv)
+
+    def _check_move(self, mv: Move, plog: PartitionLog) -> None:
+        tp = (mv.topic, mv.partition)
+        if self._moves.get(tp) is not mv or self._logs.get(tp) is not plog:
+            raise MoveCancelled("cancelled")
+        if plog.closed or plog.offline is not None:
+            raise MoveCancelled("its log went offline")
+        if mv.target in self._offline:
+            raise MoveCancelled(f"log dir {mv.target} went offline")
+
+    async def _move(self, mv: Move, plog: PartitionLog) -> None:
+        """Copy in rounds off the loop until little is left, then swap on the loop."""
+        name = f"{mv.topic}-{mv.partition}"
+        try:
+            await asyncio.to_thread(os.mkdir, mv.copy.dst)
+            while True:
+                self._check_move(mv, plog)
+                copied = await asyncio.to_thread(mv.copy.catch_up, plog.generation)
+                self._check_move(mv, plog)
+                if plog.flushing:  # a flush thread may still write the log's files
+                    running = plog.flush_in_background()
+                    if running is not None:
+                        await running
+                    continue
+                if copied <= MOVE_FINAL_BYTES and \
+                        mv.copy.pending(plog.generation) <= MOVE_FINAL_BYTES:  # fmt: skip
+                    break
+            failed = self._commit_move(mv, plog)
+        except MoveCancelled as e:
+            log.info("move of %s to %s stopped: %s", name, mv.target, e)
+            self._end_move(mv)
+            return
+        except asyncio.CancelledError:
+            self._end_move(mv)
+            raise
+        except Exception as e:  # an I/O failure of the copy: the log never stopped serving
+            log.error("moving %s to %s failed; it stays in %s: %s", name, mv.target,
+                      plog.dir.parent, e)  # fmt: skip
+            self._end_move(mv)
+            return
+        self._end_move(mv)
+        if failed is not None:
+            await self._reopen_original(plog, failed)
+        else:
+            await self.checkpoint_in_background()  # its offsets under its new log dir
+
+    def _commit_move(self, mv: Move, plog: PartitionLog) -> BaseException | None:
+        """The swap, on the loop: close, last copy, commit by renames, reopen. Returns the
+        failure that left the log closed in its original directory (None: moved)."""
+        tp = (mv.topic, mv.partition)
+        source = self._dir_of[tp]
+        original = plog.dir
+        doomed = original.with_name(moved_dir_name(*tp, mv.uid, DELETE_DIR_SUFFIX))
+        final = mv.target / original.name
+        started = time.monotonic()
+        try:
+            plog.close(sync=False)  # the copy is fsynced instead
+            mv.copy.finish(plog.generation)
+            os.rename(original, doomed)
+        except Exception as e:  # nothing is committed: the original serves again
+            return e
+        mv.committed = True  # the copy is complete and synced: it is the partition now
+        try:
+            # durable before the copy takes the name: a crash never finds the partition twice
+            sync_directory(source)
+            os.rename(mv.copy.dst, final)
+        except OSError as e:
+            return self._undo_commit(mv, plog, doomed, e)
+        self._rehome(tp, mv.target)
+        try:
+            plog.relocate(final)
+        except Exception as e:  # the move stands; the log is offline until it loads
+            self._failed_after_move(plog, e)
+            return None
+        self._remove_original_later(mv.target, doomed)
+        log.info("moved %s-%d from %s to %s: %d bytes; the log was closed for %.0f ms",
+                 mv.topic, mv.partition, source, mv.target, mv.copy.size,
+                 (time.monotonic() - started) * 1000)  # fmt: skip
+        return None
+
+    def _remove_original_later(self, target: Path, doomed: Path) -> None:
+        """Sync the copy's new name, then remove the set-aside original (a worker thread). Until
+        the name is durable a crash leaves the commit for the next start to complete, which
+        needs the original's ``-delete`` name: so it stays should the sync fail."""
+
+        def work() -> None:
+            try:
+                sync_directory(target)
+            except OSError as e:
+                log.error("cannot sync %s after a move (%s); %s stays until the next start",
+                          target, e, doomed)  # fmt: skip
+                return
+            self._remove_dirs([doomed])
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            work()
+            return
+        job = loop.run_in_executor(None, work)
+        self._removals.add(job)
+        job.add_done_callback(self._removals.discard)
+
+    def _undo_commit(self, mv: Move, plog: PartitionLog, doomed: Path,
+                     error: OSError) -> BaseException | None:
+        """The commit cannot be completed: the original takes its name back and serves (a
+        crash meanwhile finds either the original, so the copy goes, or the commit)."""
+        try:
+            os.rename(doomed, plog.dir)
+        except OSError as e:  # the next start completes the move (_settle_moves)
+            plog.take_offline(f"moving {plog.topic_partition} to {mv.target} failed half-way "
+                              f"({error}; {e}): restart the broker to complete it")  # fmt: skip
+            log.error("moving %s to %s failed half-way: %s; putting the original back failed "
+                      "too: %s. The partition is offline until the broker restarts, which "
+                      "completes the move", plog.topic_partition, mv.target, error, e)  # fmt: skip
+            return None
+        mv.committed = False
+        return error
+
+    def _failed_after_move(self, plog: PartitionLog, e: BaseException) -> None:
+        cause = io_cause(e)
+        d = self._dir_of.get((plog.topic, plog.partition))
+        if cause is not None and d is not None:
+            self._dir_failed(d, f"Error while opening {plog.topic_partition} in dir {d}", cause)
+            return
+        plog.take_offline(f"cannot open {plog.topic_partition} in {plog.dir}: {e}")
+        log.error("cannot open %s in %s: %s; it is offline until the broker restarts",
+                  plog.topic_partition, plog.dir, e)  # fmt: skip
+
+    async def _reopen_original(self, plog: PartitionLog, failure: BaseException) -> None:
+        """A swap failed before it committed: the log serves again from its own directory,
+        once the files its close wrote are synced (a worker thread; the log answers
+        KAFKA_STORAGE_ERROR meanwhile)."""
+        log.error("moving %s failed; it stays in %s: %s", plog.topic_partition, plog.dir.parent,
+                  failure)  # fmt: skip
+        try:
+            await asyncio.to_thread(sync_tree, plog.dir)
+            tp = (plog.topic, plog.partition)
+            if self._logs.get(tp) is plog and plog.closed and plog.offline is None:
+                plog.relocate(plog.dir)
+        except Exception as e:
+            self._failed_after_move(plog, e)
+
+    def _rehome(self, tp: tuple[str, int], d: Path) -> None:
+        old = self._dir_of[tp]
+        self._dir_counts[old] -= 1
+        self._dir_of[tp] = d
+        self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
+
     # --- periodic work -------------------------------------------------------------------------
 
     def run_retention(self, now_ms: int) -> int:
@@ -520,7 +842,8 @@ class LogManager:
                                               if d not in self._offline}  # fmt: skip
         dir_of = self._dir_of
         for tp, log in self._logs.items():
-            maps = per_dir.get(dir_of.get(tp))  # type: ignore[arg-type]
+            d = dir_of.get(tp)
+            maps = per_dir.get(d) if d is not None else None
             if maps is None:
                 continue
             maps[0][tp] = log.recovery_point
@@ -560,6 +883,8 @@ class LogManager:
         recovery points and the clean-shutdown markers claim the data is on disk."""
         if self._recovery_task is not None:
             self._recovery_task.cancel()
+        for tp in list(self._moves):  # their copies are removed at the next start
+            self._cancel_move(tp, remove=False)
         for log in self._logs.values():
             if not log.closed:
                 log.flush(sync=False)

@@ -22,16 +22,19 @@ import os
 import struct
 import threading
 from bisect import bisect_right, insort
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 from crc32c import crc32c
 
 from strom import record as R
 from strom.protocol.errors import ErrorCode
+from strom.record.buffers import Buf
 from strom.storage import files
 from strom.storage.errors import CorruptRecordError, StorageError
-from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION
+from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION, ProducerBatch
 
 log = logging.getLogger(__name__)
 
@@ -165,12 +168,14 @@ class ProducerStateEntry:
         )  # fmt: skip
 
 
-class CompletedTxn(tuple):
+class CompletedTxn(tuple[int, int, int, bool]):
     """(producer id, first offset, last offset (the marker), aborted): for the transaction index."""
 
     __slots__ = ()
 
-    def __new__(cls, producer_id: int, first_offset: int, last_offset: int, aborted: bool):
+    def __new__(
+        cls, producer_id: int, first_offset: int, last_offset: int, aborted: bool
+    ) -> CompletedTxn:
         return tuple.__new__(cls, (producer_id, first_offset, last_offset, aborted))
 
 
@@ -273,7 +278,12 @@ class PendingUpdate:
         self.completed: list[CompletedTxn] = []
 
 
-def _control_record(batch) -> tuple[int, int, int] | None:
+Pending: TypeAlias = PendingUpdate | tuple[int, int, BatchMetadata, bool]
+"""What `ProducerStateManager.apply` takes: a `PendingUpdate`, or for the common single data
+batch (pid, epoch, batch metadata, starts a transaction)."""
+
+
+def _control_record(batch: Buf) -> tuple[int, int, int] | None:
     """(marker type, coordinator epoch, timestamp) of a control batch; None if it is empty."""
     try:
         recs = R.decode_records(batch)
@@ -308,7 +318,7 @@ class ProducerStateManager:
     # --- files ---------------------------------------------------------------------------------
 
     def _list_snapshots(self) -> list[int]:
-        out = []
+        out: list[int] = []
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:
@@ -500,8 +510,9 @@ class ProducerStateManager:
 
     # --- appends -------------------------------------------------------------------------------
 
-    def prepare(self, batches: list[tuple], data, origin: str) -> tuple[BatchMetadata | None,
-                                                                         PendingUpdate | None]:
+    def prepare(
+        self, batches: list[ProducerBatch], data: Buf, origin: str
+    ) -> tuple[BatchMetadata | None, Pending | None]:
         """Check the producer batches of one append (tuples from the validator).
 
         Returns (the cached batch a client retry duplicates, None) or (None, changes to apply
@@ -538,7 +549,9 @@ class ProducerStateManager:
                 pending.started.append((first_offset, pid))
         return None, pending
 
-    def _prepare_one(self, b: tuple, client: bool, origin: str):
+    def _prepare_one(
+        self, b: ProducerBatch, client: bool, origin: str
+    ) -> tuple[BatchMetadata | None, Pending | None]:
         """The common case, one data batch, without the bookkeeping objects (hot path). Anything
         unusual goes through ``_Update``, which raises the precise error."""
         pid, epoch, base_seq, last_delta, attrs, first_offset, ts, _pos, _size = b
@@ -548,7 +561,7 @@ class ProducerStateManager:
             last_seq = last_delta - (INT32_MAX - base_seq) - 1
         else:
             last_seq = base_seq + last_delta
-        meta = (base_seq, last_seq, first_offset, first_offset + last_delta, ts)
+        meta: BatchMetadata = (base_seq, last_seq, first_offset, first_offset + last_delta, ts)
         transactional = attrs & R.TRANSACTIONAL_MASK
         current = self.producers.get(pid)
         if current is None:
@@ -580,8 +593,8 @@ class ProducerStateManager:
             return None, pending
         return None, (pid, epoch, meta, bool(transactional) and not txn_open)
 
-    def apply(self, pending) -> None:
-        if type(pending) is tuple:
+    def apply(self, pending: Pending) -> None:
+        if not isinstance(pending, PendingUpdate):
             pid, epoch, meta, starts_txn = pending
             cur = self.producers.get(pid)
             if cur is None:
@@ -645,11 +658,13 @@ def fsync_paths(paths: list[Path]) -> None:
             os.close(fd)
 
 
-def write_snapshot(path: Path, entries, *, fsync: bool = True) -> None:
+def write_snapshot(
+    path: Path, entries: Iterable[ProducerStateEntry], *, fsync: bool = True
+) -> None:
     write_snapshot_data(path, encode_snapshot(entries), fsync=fsync)
 
 
-def encode_snapshot(entries) -> bytes:
+def encode_snapshot(entries: Iterable[ProducerStateEntry]) -> bytes:
     """Kafka's producer snapshot (version 1), up to five entries per producer, oldest first."""
     body = bytearray(_HEAD.size)
     n = 0

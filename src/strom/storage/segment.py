@@ -27,6 +27,7 @@ from strom.record import (
     BatchHeader,
     read_header,
 )
+from strom.record.buffers import Buf
 from strom.storage.errors import CorruptRecordError, KafkaStorageError
 from strom.storage.files import FileBudget, SegmentFile, fsync
 from strom.storage.index import (
@@ -226,9 +227,10 @@ class LogSegment:
             except IndexCorruptError:
                 self.rebuild_indexes()
                 oi = self._oi
+                assert oi is not None  # rebuild_indexes() (recover) built it
             else:
                 self._oi = oi
-        return oi  # type: ignore[return-value]
+        return oi
 
     @property
     def time_index(self) -> TimeIndex:
@@ -240,19 +242,23 @@ class LogSegment:
             except IndexCorruptError:
                 self.rebuild_indexes()
                 ti = self._ti
+                assert ti is not None  # rebuild_indexes() (recover) built it
             else:
                 self._ti = ti
-        return ti  # type: ignore[return-value]
+        return ti
 
-    def _load_max_ts(self) -> None:
-        self._max_ts, self._max_ts_offset = self.time_index.last_entry()
+    def _load_max_ts(self) -> int:
+        ts, self._max_ts_offset = self.time_index.last_entry()
+        self._max_ts = ts
+        return ts
 
     @property
     def max_timestamp(self) -> int:
         """Largest batch max timestamp in the segment (-1 when none)."""
-        if self._max_ts is None:
-            self._load_max_ts()
-        return self._max_ts  # type: ignore[return-value]
+        ts = self._max_ts
+        if ts is None:
+            ts = self._load_max_ts()
+        return ts
 
     @property
     def offset_of_max_timestamp(self) -> int:
@@ -374,7 +380,7 @@ class LogSegment:
 
     # --- writing -------------------------------------------------------------------------------
 
-    def append(self, data, metas: list[tuple[int, int, int, int]]) -> None:
+    def append(self, data: Buf, metas: list[tuple[int, int, int, int]]) -> None:
         """Write ``data`` (whole batches) in one call and index it.
 
         ``metas`` holds (position in data, size, last offset, max timestamp) per batch.

@@ -10,10 +10,12 @@ when the topic config asks for them.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeAlias
 
 from crc32c import crc32c
 
 from strom import record as R
+from strom.record.buffers import Buf
 from strom.storage.config import LogConfig
 from strom.storage.errors import (
     CorruptRecordError,
@@ -34,6 +36,15 @@ _pack_i64 = R.I64.pack_into
 _pack_i32 = R.I32.pack_into
 
 
+HeaderTuple: TypeAlias = tuple[int, ...]
+"""A batch header as ``HEADER_STRUCT.unpack_from`` returns it."""
+BatchAt: TypeAlias = tuple[int, int, HeaderTuple]
+"""(position, size, header) of one batch of an append."""
+ProducerBatch: TypeAlias = tuple[int, int, int, int, int, int, int, int, int]
+"""(pid, epoch, base seq, last offset delta, attributes, first offset, max timestamp,
+position in data, size) of a batch with a producer id."""
+
+
 @dataclass(slots=True)
 class ValidatedAppend:
     """Bytes ready to write and what the segment/log need to know about them."""
@@ -48,10 +59,10 @@ class ValidatedAppend:
     epochs: list[tuple[int, int]]  # (epoch, base offset) of batches with a new epoch
     # batches with a producer id: (pid, epoch, base seq, last offset delta, attributes,
     # first offset, max timestamp, position in data, size); empty for plain producers
-    producers: list[tuple]
+    producers: list[ProducerBatch]
 
 
-def _check_batches(mv: memoryview, config: LogConfig, origin: str, now_ms: int) -> list[tuple]:
+def _check_batches(mv: memoryview, config: LogConfig, origin: str, now_ms: int) -> list[BatchAt]:
     """Validate every batch; return their raw header tuples with positions. Mutates nothing."""
     n = len(mv)
     if n == 0:
@@ -62,7 +73,7 @@ def _check_batches(mv: memoryview, config: LogConfig, origin: str, now_ms: int) 
         config.message_timestamp_before_max_ms != _LONG_MAX
         or config.message_timestamp_after_max_ms != _LONG_MAX
     )
-    out = []
+    out: list[BatchAt] = []
     pos = 0
     while pos < n:
         if n - pos < R.RECORD_BATCH_OVERHEAD:
@@ -111,7 +122,7 @@ def _check_batches(mv: memoryview, config: LogConfig, origin: str, now_ms: int) 
     return out
 
 
-def _check_timestamps(h: tuple, config: LogConfig, now_ms: int) -> None:
+def _check_timestamps(h: HeaderTuple, config: LogConfig, now_ms: int) -> None:
     """Batch-level CreateTime bounds: first timestamp vs before-max, max timestamp vs after-max."""
     base_ts, max_ts = h[7], h[8]
     if base_ts != R.NO_TIMESTAMP and now_ms - base_ts > config.message_timestamp_before_max_ms:
@@ -163,7 +174,7 @@ def _keyless_errors(batch: memoryview, partition: str) -> InvalidRecordError:
         f"and only showing the first three errors at most: [{shown}]", record_errors=errors)
 
 
-def _recompress(mv: memoryview, batches: list[tuple], codec: int, config: LogConfig) -> bytearray:
+def _recompress(mv: memoryview, batches: list[BatchAt], codec: int, config: LogConfig) -> bytearray:
     """Rebuild batches whose codec differs from ``codec`` (slow path: decodes records)."""
     out = bytearray()
     level = config.compression_level(codec)
@@ -187,15 +198,15 @@ def _recompress(mv: memoryview, batches: list[tuple], codec: int, config: LogCon
     return out
 
 
-def _reframe(mv: memoryview) -> list[tuple]:
-    out = []
+def _reframe(mv: memoryview) -> list[BatchAt]:
+    out: list[BatchAt] = []
     for pos, h in R.iter_batches(mv):
         out.append((pos, h.size, tuple(h)))
     return out
 
 
 def validate_append(
-    records,
+    records: Buf,
     *,
     next_offset: int,
     leader_epoch: int,
@@ -256,7 +267,7 @@ def validate_append(
 
     metas: list[tuple[int, int, int, int]] = []
     epochs: list[tuple[int, int]] = []
-    producers: list[tuple] = []
+    producers: list[ProducerBatch] = []
     record_count = 0
     max_ts = R.NO_TIMESTAMP
     log_append_time = -1

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import os
 import tempfile
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +24,7 @@ from typing import Any
 import pytest
 
 from strom.broker.app import build_broker
-from strom.broker.context import Parts, Throttle
+from strom.broker.context import Parts, RequestTimes, Throttle
 from strom.broker.core import Broker
 from strom.broker.handlers import MODULES
 from strom.broker.router import Router
@@ -67,6 +68,7 @@ class FakeConnection:
         default_factory=lambda: Session("PLAINTEXT", "PLAINTEXT", "127.0.0.1:54321"))
     throttle: Throttle = field(default_factory=Throttle)
     on_close: list = field(default_factory=list)  # the connection's close hooks
+    times: RequestTimes | None = None  # the request's phase times, for the router's hooks
 
     def close(self) -> None:
         """What the server does when the connection closes: run the hooks handlers left."""
@@ -110,10 +112,28 @@ class BrokerHarness:
 
     async def _dispatch(self, api_key: int, version: int, correlation_id: int,
                         frame: bytearray) -> Any:
-        reply = self.router.dispatch(self.conn, api_key, version, correlation_id, frame)
-        if asyncio.iscoroutine(reply) or isinstance(reply, asyncio.Future):
-            reply = await reply
-        return reply
+        if not self.router.hooks:
+            reply = self.router.dispatch(self.conn, api_key, version, correlation_id, frame)
+            if asyncio.iscoroutine(reply) or isinstance(reply, asyncio.Future):
+                reply = await reply
+            return reply
+        # as the server keeps a request's times for the hooks (a reply counts as sent once
+        # it is there); fresh ones each time, since `start` may overlap requests
+        times = self.conn.times = RequestTimes()
+        times.arrived = times.dispatched = time.monotonic()
+        try:
+            reply = self.router.dispatch(self.conn, api_key, version, correlation_id, frame)
+            if asyncio.iscoroutine(reply) or isinstance(reply, asyncio.Future):
+                try:
+                    reply = await reply
+                finally:
+                    times.reply_ready = time.monotonic()
+            else:
+                times.reply_ready = times.local_done
+            times.sent = time.monotonic()
+            return reply
+        finally:
+            self.router.done(times)
 
     def request(self, api_key: ApiKey, version: int, body: Mapping[str, Any]) -> Struct:
         """Encode `body`, dispatch it, decode the whole response (no trailing bytes allowed)."""

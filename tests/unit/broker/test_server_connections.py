@@ -34,6 +34,8 @@ _HEADER = struct.Struct(">ihhi")  # size, api key, version, correlation id
 class EchoRouter:
     """Answers every request with its own body length (4 bytes)."""
 
+    hooks = ()  # no request hooks: the connections keep no request times
+
     def __init__(self) -> None:
         self.seen: list[int] = []
 

@@ -36,7 +36,7 @@ def test_a_stall_is_logged_with_its_frames(monkeypatch, caplog) -> None:
     async def scenario() -> None:
         stall_watch.start_from_env(asyncio.get_running_loop())
         await asyncio.sleep(0.01)
-        _hold_the_loop(0.15)
+        _hold_the_loop(0.3)
         deadline = time.monotonic() + DEADLINE_S
         while not any("stalled" in r.getMessage() for r in caplog.records):
             assert time.monotonic() < deadline, "no stall was logged"
@@ -50,4 +50,4 @@ def test_a_stall_is_logged_with_its_frames(monkeypatch, caplog) -> None:
     [line] = [r.getMessage() for r in caplog.records if "stalled" in r.getMessage()]
     assert "_hold_the_loop" in line
     ms = int(line.split("stalled ")[1].split(" ms")[0])
-    assert 100 <= ms < 1000
+    assert 100 <= ms < 10_000

@@ -122,7 +122,7 @@ async def delete_acls(broker: Broker, ctx: RequestContext,
 
 
 def _refusal(broker: Broker, ctx: RequestContext, operation: AclOperation,
-             no_authorizer: str) -> tuple[int, str] | None:
+             no_authorizer: str) -> tuple[int, str | None] | None:
     """SECURITY_DISABLED without an authorizer, CLUSTER_AUTHORIZATION_FAILED without the
     operation on the cluster, else None."""
     if broker.authorizer is None:

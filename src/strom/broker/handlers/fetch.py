@@ -120,7 +120,7 @@ def _count(broker: Broker, stats: BrokerStats, topics: list[FetchTopicResponse],
             continue
         name = t.topic
         if name is None:  # v13+: by id
-            topic = broker.image.topics_by_id.get(t.topic_id)  # type: ignore[arg-type]
+            topic = broker.image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None
             if topic is None:
                 continue
             name = topic.name
@@ -133,7 +133,7 @@ def _count(broker: Broker, stats: BrokerStats, topics: list[FetchTopicResponse],
 def _topic_name(broker: Broker, t: FetchTopic) -> str | None:
     if t.topic is not None:
         return t.topic
-    topic = broker.image.topics_by_id.get(t.topic_id)
+    topic = broker.image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None
     return topic.name if topic else None
 
 
@@ -147,10 +147,10 @@ async def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, 
     total = 0
     errors = False
     topics_out = []
-    replicas = broker.replicas
-    replica = request.replica_id >= 0 and replicas is not None
+    # a follower's fetch (None: a consumer's)
+    replicas = broker.replicas if request.replica_id >= 0 else None
     # leader.replication.throttled.rate: is it used up for out-of-sync throttled replicas?
-    throttle = replicas.leader_throttle if replica else None  # type: ignore[union-attr]
+    throttle = replicas.leader_throttle if replicas is not None else None
     held = throttle is not None and throttle.exceeded()
     # ACLs: a follower needs CLUSTER_ACTION, a consumer READ on each topic
     authorizer = broker.authorizer
@@ -158,10 +158,10 @@ async def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, 
                         and not cluster_allowed(broker, ctx, Op.CLUSTER_ACTION))
     for t in request.topics:
         if version >= 13:
-            topic = image.topics_by_id.get(t.topic_id)
+            topic = image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None
             missing = ErrorCode.UNKNOWN_TOPIC_ID
         else:
-            topic = image.topics.get(t.topic)
+            topic = image.topics.get(t.topic) if t.topic is not None else None
             missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
         out = FetchTopicResponse(t.topic, t.topic_id, [])
         topics_out.append(out)
@@ -182,7 +182,7 @@ async def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, 
                 errors = True
                 continue
             state = topic.partitions.get(p.partition) if topic is not None else None
-            if state is None:
+            if topic is None or state is None:
                 r.error_code = missing if topic is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 r.aborted_transactions = []  # Kafka's partitionResponse: empty, not null
                 errors = True
@@ -194,7 +194,7 @@ async def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, 
                 r.error_code = check_leader_epoch(p.current_leader_epoch, state.leader_epoch)
                 if not r.error_code and state.leader != broker.broker_id:
                     r.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER
-            if r.error_code:
+            if log is None or r.error_code:
                 if r.error_code in LEADER_HINT_ERRORS and version >= FETCH_FIRST_LEADER_HINT:
                     r.current_leader = leader_hint(broker, ctx, state, endpoints)
                 errors = True
@@ -216,7 +216,7 @@ async def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, 
                     errors = True
                     continue
             throttled = False
-            if replica:  # a follower: note its position, then give it everything we have
+            if replicas is not None:  # a follower: note its position, then give it everything
                 code = replicas.on_replica_fetch((topic.name, p.partition), request.replica_id,
                                                  p.fetch_offset, log)
                 if code:
@@ -247,8 +247,8 @@ async def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, 
                 r.records = result.slice
                 r.records_size = result.slice.length
                 total += result.slice.length
-                if replica and throttled:
-                    throttle.record(result.slice.length)  # type: ignore[union-attr]
+                if throttled and throttle is not None:  # (throttled: a follower's fetch)
+                    throttle.record(result.slice.length)
                 if request.isolation_level == READ_COMMITTED:
                     try:
                         r.aborted_transactions = log.aborted_transactions_in(p.fetch_offset,

@@ -92,9 +92,10 @@ def _coordinator_for(broker: Broker, ctx: RequestContext, key_type: int,
         return _share_coordinator(broker, ctx, key, out)
     try:
         if key_type == TRANSACTION_KEY:  # -- transactions --
-            node = transaction_coordinator_node(broker, key)
-            out.update(node_id=node.broker_id, host=node.address(ctx.session.listener)[0],
-                       port=node.address(ctx.session.listener)[1])
+            txn_node = transaction_coordinator_node(broker, key)
+            out.update(node_id=txn_node.broker_id,
+                       host=txn_node.address(ctx.session.listener)[0],
+                       port=txn_node.address(ctx.session.listener)[1])
             return out
         if key_type != GROUP_KEY:
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported key type {key_type}.")
@@ -222,6 +223,7 @@ def heartbeat(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) ->
 @requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest) -> dict[str, Any]:
     version = ctx.api_version
+    members: list[tuple[str, str | None, str | None]]
     if version < 3:
         members = [(request.member_id, None, None)]
     else:
@@ -263,7 +265,7 @@ def offset_commit(broker: Broker, ctx: RequestContext,
             error = ErrorCode.GROUP_AUTHORIZATION_FAILED
         elif name is not None and not allowed(broker, ctx, Op.READ, Res.TOPIC, name):
             error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
-        parts = []
+        parts: list[dict[str, Any]] = []
         out_topics.append({"name": t.name if version < 10 else name or "",
                            "topic_id": t.topic_id, "partitions": parts})
         wanted = []
@@ -383,7 +385,7 @@ def offset_delete(broker: Broker, ctx: RequestContext,
     wanted = []
     slots: dict[tuple[str, int], dict[str, Any]] = {}
     for t in request.topics:
-        parts = []
+        parts: list[dict[str, Any]] = []
         out_topics.append({"name": t.name, "partitions": parts})
         keep = []
         readable = allowed(broker, ctx, Op.READ, Res.TOPIC, t.name)

@@ -1,8 +1,10 @@
-"""DescribeLogDirs and DescribeProducers: what this broker's local logs hold.
+"""DescribeLogDirs, AlterReplicaLogDirs and DescribeProducers: what this broker's local logs
+hold, and in which of its log dirs.
 
-Both describe replicas on this broker only (an admin client asks each broker, or a partition's
+They concern replicas on this broker only (an admin client asks each broker, or a partition's
 leader), from the partition logs themselves: sizes, the high watermark and the producer state
-kept for idempotence and transactions (`strom.storage.producer_state`).
+kept for idempotence and transactions (`strom.storage.producer_state`). A partition moving to
+another log dir (`LogManager.alter_log_dir`) shows its copy there as Kafka's future replica.
 """
 
 from __future__ import annotations
@@ -11,15 +13,20 @@ import os
 from pathlib import Path
 from typing import Any
 
-from strom.broker.authz import Op, Res, allowed, cluster_name, requires
+from strom.broker.authz import Op, Res, allowed, cluster_allowed, cluster_name, requires
 from strom.broker.context import RequestContext
 from strom.broker.core import Broker
-from strom.broker.request_types import DescribeLogDirsRequest, DescribeProducersRequest
+from strom.broker.request_types import (
+    AlterReplicaLogDirsRequest,
+    DescribeLogDirsRequest,
+    DescribeProducersRequest,
+)
 from strom.broker.router import handles
 from strom.cluster.image import METADATA_TOPIC
 from strom.cluster.validation import check_topic_name
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.storage.errors import StorageError
 
 # Kafka's message for UNKNOWN_TOPIC_OR_PARTITION, which it sends with a topic it does not know
 UNKNOWN_TOPIC_MESSAGE = "This server does not host this topic-partition."
@@ -94,6 +101,7 @@ def describe_log_dirs(broker: Broker, ctx: RequestContext,
     if request.topics is not None:
         wanted = {(t.topic, p) for t in request.topics for p in t.partitions}
     by_dir: dict[Path, dict[str, list[dict[str, Any]]]] = {}
+    moves = broker.logs.moves()
     for log in broker.logs.logs():
         key = (log.topic, log.partition)
         if log.closed or log.topic == METADATA_TOPIC or (wanted is not None and key not in wanted):
@@ -105,6 +113,11 @@ def describe_log_dirs(broker: Broker, ctx: RequestContext,
             "partition_index": log.partition, "partition_size": log.size_bytes(),
             "offset_lag": max(log.high_watermark - log.log_end_offset, 0),
             "is_future_key": False})
+        move = moves.get(key)
+        if move is not None:  # its copy in the target log dir, as Kafka's future replica
+            by_dir.setdefault(move.target, {}).setdefault(log.topic, []).append({
+                "partition_index": log.partition, "partition_size": move.copy.size,
+                "offset_lag": move.lag(log), "is_future_key": True})
     offline = broker.logs.offline_dirs
     return {"throttle_time": 0, "error_code": ErrorCode.NONE, "results": [
         _dir_result(d, by_dir.get(d, {}), d in offline) for d in broker.logs.log_dirs]}
@@ -128,3 +141,47 @@ def _dir_result(d: Path, topics: dict[str, list[dict[str, Any]]],
         # as Java's FileStore: total and usable (unprivileged free) space of the volume
         "total_bytes": fs.f_blocks * fs.f_frsize, "usable_bytes": fs.f_bavail * fs.f_frsize,
         "is_cordoned": False}
+
+
+# -- AlterReplicaLogDirs ----------------------------------------------------------------------
+
+
+@handles(ApiKey.ALTER_REPLICA_LOG_DIRS, 1, 2)
+def alter_replica_log_dirs(broker: Broker, ctx: RequestContext,
+                           request: AlterReplicaLogDirsRequest) -> dict[str, Any]:
+    """Move each named partition's log to the named log dir, as Kafka's
+    ReplicaManager.alterReplicaLogDirs: NONE once the move has begun (it runs in the
+    background; DescribeLogDirs shows its progress) or when the log is there already. A
+    partition named under several dirs goes to the last one. Refused (ALTER on the cluster),
+    every partition answers CLUSTER_AUTHORIZATION_FAILED."""
+    wanted: dict[tuple[str, int], str] = {}
+    for d in request.dirs:
+        for t in d.topics:
+            for index in t.partitions:
+                wanted[(t.name, index)] = d.path
+    permitted = cluster_allowed(broker, ctx, Op.ALTER)
+    by_topic: dict[str, list[dict[str, Any]]] = {}
+    for (topic, index), path in wanted.items():
+        code = _alter_log_dir(broker, topic, index, path) if permitted else \
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        by_topic.setdefault(topic, []).append({"partition_index": index, "error_code": code})
+    return {"throttle_time": 0, "results": [{"topic_name": topic, "partitions": partitions}
+                                            for topic, partitions in by_topic.items()]}
+
+
+def _alter_log_dir(broker: Broker, topic: str, index: int, path: str) -> int:
+    """One partition's error code; a broker holding no replica of a known partition answers
+    REPLICA_NOT_AVAILABLE (Kafka keeps that code for this API), an unknown one
+    UNKNOWN_TOPIC_OR_PARTITION. The metadata log is no partition to move (Kafka keeps it
+    outside its log manager)."""
+    if topic == METADATA_TOPIC:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    try:
+        if broker.logs.alter_log_dir(topic, index, path):
+            return ErrorCode.NONE
+    except StorageError as exc:
+        return exc.error_code
+    known = broker.image.topics.get(topic)
+    if known is not None and index in known.partitions:
+        return ErrorCode.REPLICA_NOT_AVAILABLE
+    return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

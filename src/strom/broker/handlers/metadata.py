@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Coroutine, Mapping
+from functools import partial
 from typing import Any
 
 from strom.broker.authz import Op, Res, allowed, authorized_operations, cluster_allowed
@@ -126,7 +127,8 @@ def _authorized(broker: Broker, ctx: RequestContext, request: MetadataRequest) -
     may_create_all = cluster_allowed(broker, ctx, Op.CREATE)
     parts = []
     for name, topic_id in dict.fromkeys(request.topics):
-        topic = image.topics.get(name) if name is not None else image.topics_by_id.get(topic_id)
+        topic = image.topics.get(name) if name is not None else (
+            image.topics_by_id.get(topic_id) if topic_id is not None else None)
         label = name if name is not None else (topic.name if topic is not None else None)
         if topic is None and name is None:  # an unknown id names nothing to authorize
             parts.append(_error_entry(version, ErrorCode.UNKNOWN_TOPIC_ID, None, topic_id))
@@ -215,7 +217,7 @@ def _entries(broker: Broker, version: int, wanted: list[Any], auto_create: bool,
             try:
                 done, topic = run_or_start(
                     broker.controller.immediate,
-                    lambda name=name: create_topic(broker, name, -1, -1, None, {}),
+                    partial(create_topic, broker, name, -1, -1, None, {}),
                     f"auto-creating topic {name}")
                 if not done:  # a cluster: the client retries until the topic has leaders
                     parts.append(_error_entry(version, ErrorCode.LEADER_NOT_AVAILABLE, name))

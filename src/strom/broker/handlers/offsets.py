@@ -63,7 +63,7 @@ def _each_partition(broker: Broker, topics: Any, name_attr: str, index_attr: str
                 result["error_code"] = ErrorCode.INVALID_REQUEST  # as Kafka: duplicates are ambiguous
             elif precheck is not None and (early := precheck(p)):
                 result["error_code"] = early
-            elif log is None:  # a partition with no replica here is NOT_LEADER (as Kafka)
+            elif state is None or log is None:  # no replica here: NOT_LEADER (as Kafka)
                 result["error_code"] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if state is None
                                         else ErrorCode.NOT_LEADER_OR_FOLLOWER)
             elif state.leader != broker.broker_id and not any_replica:

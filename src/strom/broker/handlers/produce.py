@@ -69,7 +69,8 @@ PRODUCE_FIRST_LEADER_HINT = 10  # KIP-951: current_leader and node_endpoints
 
 
 @handles(ApiKey.PRODUCE, 0, 13, raw=True)
-def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | None:
+def produce(broker: Broker, ctx: RequestContext,
+            body: memoryview) -> bytes | Awaitable[bytes | None] | None:
     version = ctx.api_version
     if version < FIRST_SUPPORTED:
         logger.info("closing connection %d: Produce v%d was removed in Kafka 4 (KIP-896)",
@@ -82,9 +83,9 @@ def produce(broker: Broker, ctx: RequestContext, body: memoryview) -> bytes | No
     txn = request.transactional_id
     if txn is not None and not allowed(broker, ctx, Op.WRITE, Res.TRANSACTIONAL_ID, txn):
         return _all_refused(ctx, request, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
-    if request.transactional_id is None:
+    if txn is None:
         return _append_all(broker, ctx, request, None)
-    checked = _check_transaction(broker, request, version)  # -- transactions: KIP-890 --
+    checked = _check_transaction(broker, request, txn, version)  # -- transactions: KIP-890 --
     if isinstance(checked, Awaitable):  # the coordinator is on another broker
         return _append_when_checked(broker, ctx, request, checked)
     return _append_all(broker, ctx, request, checked)
@@ -154,7 +155,7 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 continue
             state = topic.partitions.get(p.index)
             log = partitions.get(topic.name, p.index) if state is not None else None
-            if log is None or state.leader != broker.broker_id:
+            if state is None or log is None or state.leader != broker.broker_id:
                 if state is None:
                     result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 else:
@@ -242,6 +243,7 @@ async def _await_replication(broker: Broker, ctx: RequestContext, pending: list,
     partition whose leadership moved meanwhile names its new leader (KIP-951)."""
     timeout_s = max(timeout_ms, 0) / 1000
     replicas = broker.replicas
+    assert replicas is not None  # only a cluster's appends wait for the ISR
     codes = await asyncio.gather(*(replicas.wait_for_replication(key, required, timeout_s)
                                    for key, required, _ in pending))
     for (key, _, result), code in zip(pending, codes, strict=True):
@@ -278,7 +280,7 @@ def _second_batch(records: memoryview) -> bool:
 # -- transactions: KIP-890 verification of a transaction's first write to a partition --------
 
 
-def _check_transaction(broker: Broker, request: ProduceRequest,
+def _check_transaction(broker: Broker, request: ProduceRequest, transactional_id: str,
                        version: int) -> ProduceVerdicts | Awaitable[ProduceVerdicts]:
     """The coordinator's verdict on the partitions whose batch would open the producer's
     transaction there: verified on transaction version 1, added on version 2 (Produce v12+).
@@ -298,7 +300,7 @@ def _check_transaction(broker: Broker, request: ProduceRequest,
     if first is None:
         return {}
     pid, epoch, wanted = first
-    checked = broker.txn_gate.check(request.transactional_id, pid, epoch, wanted,
+    checked = broker.txn_gate.check(transactional_id, pid, epoch, wanted,
                                     add=adds_partitions(version))
     if isinstance(checked, Awaitable):
         async def mapped() -> ProduceVerdicts:

@@ -77,7 +77,8 @@ async def alter_client_quotas(broker: Broker, ctx: RequestContext,
     return _response(outcomes)
 
 
-def _refuse_all(alterations: list[Alteration], code: int, message: str) -> dict[str, Any]:
+def _refuse_all(alterations: list[Alteration], code: int,
+                message: str | None) -> dict[str, Any]:
     refused = {a.parts: Outcome(a.parts, code, message) for a in alterations}
     return _response(refused.values())
 

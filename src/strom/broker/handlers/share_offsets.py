@@ -36,8 +36,8 @@ def _topic_id(broker: Broker, name: str) -> uuid.UUID | None:
 
 async def _describe_partition(broker: Broker, group: ShareGroup, topic_id: uuid.UUID,
                               partition: int) -> dict[str, Any]:
-    out = {"partition_index": partition, "start_offset": -1, "leader_epoch": -1, "lag": -1,
-           "error_code": 0, "error_message": None}
+    out: dict[str, Any] = {"partition_index": partition, "start_offset": -1,
+                           "leader_epoch": -1, "lag": -1, "error_code": 0, "error_message": None}
     known = group.initialized.get(topic_id)
     if known is None or partition not in known[1]:
         return out
@@ -88,6 +88,7 @@ async def describe_share_group_offsets(broker: Broker, ctx: RequestContext,
         except KafkaError as exc:
             entry.update(error_code=int(exc.code), error_message=exc.message)
             continue
+        wanted: list[tuple[str, uuid.UUID | None, list[int]]]
         if g.topics is None:
             wanted = [(name, tid, sorted(ps)) for tid, (name, ps) in group.initialized.items()]
         else:
@@ -135,7 +136,7 @@ async def alter_share_group_offsets(broker: Broker, ctx: RequestContext,
     responses = []
     for t in request.topics:
         topic = broker.image.topics.get(t.topic_name)
-        parts = []
+        parts: list[dict[str, Any]] = []
         responses.append({"topic_name": t.topic_name,
                           "topic_id": topic.topic_id if topic else uuid.UUID(int=0),
                           "partitions": parts})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any
 
 from strom.broker.authz import Op, Res, allowed, cluster_allowed
@@ -27,7 +28,8 @@ from strom.protocol.primitives import ZERO_UUID
 
 
 async def create_topic(broker: Broker, name: str, num_partitions: int, replication_factor: int,
-                       assignments: dict[int, list[int]] | None, configs: dict[str, str], *,
+                       assignments: dict[int, list[int]] | None,
+                       configs: Mapping[str, str | None], *,
                        validate_only: bool = False) -> TopicState:
     """Shared by CreateTopics and auto-creation: defaults, config validation, then the controller."""
     if num_partitions == -1 and not assignments:
@@ -38,8 +40,9 @@ async def create_topic(broker: Broker, name: str, num_partitions: int, replicati
         validate_topic_configs(configs)
     except ConfigError as exc:
         raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from None
+    valid = {k: v for k, v in configs.items() if v is not None}  # (validation refuses nulls)
     return await broker.controller.create_topic(name, num_partitions, replication_factor,
-                                                assignments, configs, validate_only=validate_only)
+                                                assignments, valid, validate_only=validate_only)
 
 
 def _has_leaders(name: str, topic_id: Any) -> Any:

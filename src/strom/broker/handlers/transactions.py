@@ -86,7 +86,7 @@ def _add_partitions_result(broker: Broker, tid: str, pid: int, epoch: int, topic
     wanted = [(t.name, p) for t in topics for p in t.partitions]
     unknown = [tp for tp in wanted if not _known(broker, *tp)]
     if unknown:  # as Kafka: nothing is attempted when a partition does not exist
-        codes = {tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
+        codes: dict[tuple[str, int], int] = {tp: (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown
                       else ErrorCode.OPERATION_NOT_ATTEMPTED) for tp in wanted}
     else:
         try:

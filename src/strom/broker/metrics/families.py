@@ -239,8 +239,8 @@ def _quota_metrics(snap: Snapshot) -> Iterator[Metric]:
                               f"a client's measured rate against its {kind} quota ({unit})",
                               labels=labels))
     for row in snap.quotas:
-        throttle, rate = families[row.kind]
+        throttle, measured = families[row.kind]
         throttle.add_metric([row.user, row.client_id], row.throttle_ms)
-        rate.add_metric([row.user, row.client_id], row.rate)
+        measured.add_metric([row.user, row.client_id], row.rate)
     for pair in families.values():
         yield from pair

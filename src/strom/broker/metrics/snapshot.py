@@ -28,6 +28,8 @@ class Listening(Protocol):
     @property
     def listener_name(self) -> str: ...
 
+    def waiting_requests(self) -> dict[int, int]: ...
+
 
 @dataclass(frozen=True)
 class ApiSnapshot:
@@ -108,9 +110,16 @@ async def take(broker: Broker, listeners: Sequence[Listening],
     if stats is not None:
         for name, t in list(stats.topics.items()):
             snap.topics[name] = t.as_dict()
+        waiting: dict[int, int] = {}  # per API key, over all listeners
+        for server in listeners:
+            for key, count in server.waiting_requests().items():
+                waiting[key] = waiting.get(key, 0) + count
+        for key in waiting.keys() - stats.apis.keys():  # waiting before any was answered
+            stats.api(key)
         for key, api in list(stats.apis.items()):
             snap.apis[key] = ApiSnapshot(dict(api.requests),
-                                         tuple(h.snapshot() for h in api.phases), api.waiting)
+                                         tuple(h.snapshot() for h in api.phases),
+                                         waiting.get(key, 0))
         for server in listeners:
             name = server.listener_name
             opened, created = snap.connections.get(name, (0, 0))

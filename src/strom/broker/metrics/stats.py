@@ -37,14 +37,14 @@ class TopicStats:
 
 
 class ApiStats:
-    """One API's request count per version, phase times, and requests now waiting (purgatory)."""
+    """One API's request count per version and phase times (the requests now waiting are
+    read from the connections when scraped: `BrokerServer.waiting_requests`)."""
 
-    __slots__ = ("phases", "requests", "waiting")
+    __slots__ = ("phases", "requests")
 
     def __init__(self) -> None:
         self.requests: dict[int, int] = {}
         self.phases = tuple(Histogram() for _ in PHASES)
-        self.waiting = 0
 
 
 @dataclass

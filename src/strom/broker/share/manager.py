@@ -24,6 +24,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from strom.broker.share.dlq import DeadLetterWriter
 from strom.broker.share.partition import AcquiredRange, SharePartition
@@ -43,7 +44,7 @@ _ROUNDS = 4  # reads per acquisition when a read only archived offsets
 FENCED = frozenset({ErrorCode.FENCED_STATE_EPOCH, ErrorCode.FENCED_LEADER_EPOCH})
 
 
-class PartitionLogs:
+class PartitionLogs(Protocol):
     """The subset of `strom.broker.partitions.PartitionManager` share partitions use."""
 
     waiters: WaiterRegistry

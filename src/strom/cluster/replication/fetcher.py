@@ -159,12 +159,12 @@ class ReplicaFetcher:
         s = self.settings
         topics: dict[uuid.UUID, list[dict[str, Any]]] = {}
         throttle = self._throttle
-        held = throttle is not None and throttle.exceeded()
+        held = throttle if throttle is not None and throttle.exceeded() else None
         for p in ready:
             plog = self._get_log(p.topic, p.partition)
             if plog is None:
                 continue
-            if held and throttle.throttled(p.topic, p.partition, s.broker_id):  # type: ignore[union-attr]
+            if held is not None and held.throttled(p.topic, p.partition, s.broker_id):
                 continue  # a throttled replica waits until the follower's rate allows more
             latest = plog.latest_epoch
             topics.setdefault(p.topic_id, []).append({

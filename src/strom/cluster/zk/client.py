@@ -111,7 +111,7 @@ class ZkClient:
 
     @property
     def connected(self) -> bool:
-        return self._kazoo.connected
+        return bool(self._kazoo.connected)
 
     def add_watch_listener(self, listener: WatchListener) -> None:
         self._watch_listeners.append(listener)
@@ -292,7 +292,7 @@ class Transaction:
 
     async def commit(self) -> list[Any]:
         """The results of each operation; raises TransactionFailed when it was rolled back."""
-        results = await self._client._call(self._txn.commit_async)
+        results: list[Any] = await self._client._call(self._txn.commit_async)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             from kazoo.exceptions import RolledBackError, RuntimeInconsistency

@@ -106,8 +106,16 @@ class ZkController:
                          timeout_s: float) -> bool:
         return await self.mirror.wait_until(predicate, timeout_s)
 
-    async def create_topic(self, name, num_partitions, replication_factor, assignments, configs,
-                           *, validate_only=False) -> TopicState:
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        assignments: Mapping[int, list[int]] | None,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = False,
+    ) -> TopicState:
         names = await self.zk.children(zn.TOPICS) or []
         check_new_topic(self.image, name, names)
         plan = plan_topic(num_partitions, replication_factor, assignments,
@@ -140,7 +148,10 @@ class ZkController:
             await self.zk.create(zn.delete_topic_path(topic.name))
         log.info("topic %s (%s) queued for deletion", topic.name, topic.topic_id)
 
-    async def create_partitions(self, topic, total, assignments, *, validate_only=False) -> None:
+    async def create_partitions(
+        self, topic: TopicState, total: int, assignments: list[list[int]] | None, *,
+        validate_only: bool = False,
+    ) -> None:
         got = await self.zk.get(zn.topic_path(topic.name))
         if got is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic.name}")
@@ -332,11 +343,11 @@ class ZkController:
                 await self.zk.set(zn.topic_path(name), zn.encode_topic(znode), got[1].version)
             except BadVersionError:
                 continue
-            for (_, p), (_, _, new) in sorted(out.items()):
-                if new is not None:
+            for (_, p), (_, _, moved) in sorted(out.items()):
+                if moved is not None:
                     log.info("%s-%d: reassigning to %s (replicas %s, adding %s, removing %s)",
-                             name, p, list(new.target), list(new.replicas), list(new.adding),
-                             list(new.removing))
+                             name, p, list(moved.target), list(moved.replicas),
+                             list(moved.adding), list(moved.removing))
             return out
         busy = (ErrorCode.REASSIGNMENT_IN_PROGRESS, f"{name} kept changing; try again", None)
         return {(name, p): busy for p in parts}

@@ -377,10 +377,10 @@ class ZkMirror:
             await self._apply_in_slices(records)
         configs = sorted(k[1] for k in batch if k[0] == "topic_config" and k[1] not in topics)
         if configs:
-            reads = await asyncio.gather(*(self._read_config(zn.topic_config_path(n))
-                                           for n in configs))
+            desired_configs = await asyncio.gather(*(self._read_config(zn.topic_config_path(n))
+                                                     for n in configs))
             records = []
-            for name, desired in zip(configs, reads, strict=True):
+            for name, desired in zip(configs, desired_configs, strict=True):
                 topic = self.image.topics.get(name)
                 if topic is not None:
                     records += config_records("topic", name, topic.configs, desired)

@@ -207,9 +207,10 @@ def encode_cluster_id(cluster_id: str) -> bytes:
 
 def decode_cluster_id(data: bytes) -> str:
     obj = _load(data)
-    if obj is None or not isinstance(obj.get("id"), str):
+    cid = None if obj is None else obj.get("id")
+    if not isinstance(cid, str):
         raise ValueError(f"bad /cluster/id: {data!r}")
-    return obj["id"]
+    return cid
 
 
 # -- /brokers/ids/<id> ---------------------------------------------------------------------------

@@ -42,7 +42,8 @@ class UniformAssignor(Assignor):
 
     name = "uniform"
 
-    def assign(self, subscriptions, topics, current):
+    def assign(self, subscriptions: Mapping[str, set[str]], topics: Mapping[str, TopicInfo],
+               current: Mapping[str, Assignment]) -> dict[str, Assignment]:
         eligible: dict[tuple[uuid.UUID, int], list[str]] = {}
         for name in sorted({t for subs in subscriptions.values() for t in subs}):
             info = topics.get(name)
@@ -92,7 +93,8 @@ class RangeAssignor(Assignor):
 
     name = "range"
 
-    def assign(self, subscriptions, topics, current):
+    def assign(self, subscriptions: Mapping[str, set[str]], topics: Mapping[str, TopicInfo],
+               current: Mapping[str, Assignment]) -> dict[str, Assignment]:
         owned: dict[str, set[tuple[uuid.UUID, int]]] = {m: set() for m in subscriptions}
         for name in sorted({t for subs in subscriptions.values() for t in subs}):
             info = topics.get(name)

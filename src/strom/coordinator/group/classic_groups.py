@@ -668,7 +668,7 @@ class ClassicGroupManager:
         results = []
         left = []
         for member_id, instance_id, reason in members:
-            error = ErrorCode.NONE
+            error: int = ErrorCode.NONE
             if member_id == "":
                 existing = group.static_member_id(instance_id)
                 if existing is not None:
@@ -729,7 +729,7 @@ class ClassicGroupManager:
                     entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
                                  error_message=f"Group {gid} {what}.")
                 continue
-            if modern:
+            if not isinstance(group, ClassicGroup):
                 continue  # Kafka: a consumer or streams group is Dead to DescribeGroups v0-v5
             entry.update(group_state=group.state_name, protocol_type=group.protocol_type or "")
             stable = group.is_state(ClassicState.STABLE)

@@ -72,7 +72,7 @@ class GroupConfig:
         def opt(name: str, _default: T) -> T:
             """The registry's value (typed, defaulted there); the second argument only names
             the field's type for the checker."""
-            return get(name)  # type: ignore[return-value]
+            return get(name)  # type: ignore[return-value]  # the registry typed it as _default
 
         return cls(
             offsets_partitions=opt("offsets.topic.num.partitions", 50),

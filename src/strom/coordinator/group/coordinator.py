@@ -60,6 +60,7 @@ from strom.coordinator.group.streams_groups import (
 )
 from strom.coordinator.group.streams_state import StreamsGroup
 from strom.coordinator.runtime.commits import Commits
+from strom.coordinator.runtime.store import TxnMarkerRecord
 from strom.coordinator.runtime.timers import Scheduler
 from strom.protocol.errors import ErrorCode, KafkaError
 
@@ -145,7 +146,8 @@ class GroupCoordinator:
     # -- ShardListener: replayed records go to the manager of their type -----------------------
 
     def replay(self, shard: Shard, record: LogEntry) -> None:
-        if is_offset_record(record):
+        # (every transaction marker is an offset record: the isinstance only tells the checker)
+        if is_offset_record(record) or isinstance(record, TxnMarkerRecord):
             self.offsets.replay(shard, record)
         elif record.type == rec.GROUP_METADATA:
             self.classic.replay(shard, record)
@@ -302,7 +304,7 @@ class GroupCoordinator:
         return error, out
 
     def delete_groups(self, group_ids: list[str]) -> list[tuple[str, int]]:
-        out = []
+        out: list[tuple[str, int]] = []
         for gid in group_ids:
             try:
                 shard = self.state.serving(gid)

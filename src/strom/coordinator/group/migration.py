@@ -163,10 +163,10 @@ def classic_group_from_consumer(group: ConsumerGroup, leaving: set[str], topics:
                                   CONSUMER_PROTOCOL_TYPE, list(m.classic.protocols)))
     classic.protocol_name = classic.select_protocol()
     classic.subscribed_topics = classic.compute_subscribed_topics()
-    for m in classic.members.values():
-        version = cp.subscription_version(m.metadata(classic.protocol_name))
-        m.assignment = cp.encode_assignment(
-            to_topic_names(group.target.get(m.member_id, {}), topics), version)
+    for cm in classic.members.values():
+        version = cp.subscription_version(cm.metadata(classic.protocol_name))
+        cm.assignment = cp.encode_assignment(
+            to_topic_names(group.target.get(cm.member_id, {}), topics), version)
     return classic
 
 

@@ -298,7 +298,7 @@ class OffsetManager:
         commit = _Commit()
         limit = self.config.offset_metadata_max_bytes
         for topic, partitions in topics:
-            out = []
+            out: list[tuple[int, int]] = []
             for partition, offset, leader_epoch, metadata in partitions:
                 if metadata is not None and len(metadata) > limit:
                     out.append((partition, ErrorCode.OFFSET_METADATA_TOO_LARGE))
@@ -339,9 +339,9 @@ class OffsetManager:
         for topic, partitions in topics:
             rows = []
             for partition in partitions:
-                oam = offsets.get((topic, partition))
-                rows.append((partition, -1, -1, "") if oam is None
-                            else (partition, oam.offset, oam.leader_epoch, oam.metadata))
+                found = offsets.get((topic, partition))
+                rows.append((partition, -1, -1, "") if found is None
+                            else (partition, found.offset, found.leader_epoch, found.metadata))
             out.append((topic, rows))
         return out
 
@@ -405,7 +405,7 @@ class OffsetManager:
         offsets = shard.offsets.get(group_id, {})
         records = []
         doomed = []
-        results = []
+        results: list[tuple[str, list[tuple[int, int]]]] = []
         for topic, partitions in topics:
             if group.is_subscribed_to(topic):
                 results.append((topic, [(p, ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
@@ -492,7 +492,7 @@ class OffsetManager:
             if oam.expire_ts >= 0:
                 expired = now >= oam.expire_ts
             else:
-                start = oam.commit_ts if base == "commit" else base
+                start = oam.commit_ts if isinstance(base, str) else base  # str: "commit"
                 expired = now - start >= self.config.offsets_retention_ms
             if expired:
                 doomed.append((topic, partition))

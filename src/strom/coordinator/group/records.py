@@ -13,7 +13,7 @@ The schemas are data (a tiny declarative codec below), not hand-written per reco
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,7 +121,9 @@ def _enc_one(kind: Any, value: Any, version: int, flexible: bool, nullable: bool
     raise ValueError(f"unknown field kind {kind!r}")
 
 
-def _dec_one(kind: Any, buf, pos: int, version: int, flexible: bool, nullable: bool):
+def _dec_one(
+    kind: Any, buf: p.Buf, pos: int, version: int, flexible: bool, nullable: bool
+) -> tuple[Any, int]:
     if isinstance(kind, Schema):
         if nullable:
             if pos >= len(buf):
@@ -162,13 +164,13 @@ def _enc_field(f: F, value: Any, version: int, flexible: bool) -> bytes:
     return head + b"".join(_enc_one(f.kind, v, version, flexible, False) for v in value)
 
 
-def _dec_field(f: F, buf, pos: int, version: int, flexible: bool):
+def _dec_field(f: F, buf: p.Buf, pos: int, version: int, flexible: bool) -> tuple[Any, int]:
     if not f.array:
         return _dec_one(f.kind, buf, pos, version, flexible, f.nullable)
     n, pos = p.read_compact_array_length(buf, pos) if flexible else p.read_array_length(buf, pos)
     if n < 0:
         return None, pos
-    out = []
+    out: list[Any] = []
     for _ in range(n):
         v, pos = _dec_one(f.kind, buf, pos, version, flexible, False)
         out.append(v)
@@ -193,10 +195,10 @@ def encode_struct(schema: Schema, version: int, values: dict[str, Any]) -> bytes
     return b"".join(parts)
 
 
-def decode_struct(schema: Schema, version: int, buf, pos: int = 0) -> tuple[dict[str, Any], int]:
+def decode_struct(schema: Schema, version: int, buf: p.Buf, pos: int = 0) -> tuple[dict[str, Any], int]:
     flexible = schema.flexible(version)
     out: dict[str, Any] = {}
-    by_tag = {}
+    by_tag: dict[int, F] = {}
     for f in schema.fields:
         if f.tag is not None:
             by_tag[f.tag] = f
@@ -208,9 +210,9 @@ def decode_struct(schema: Schema, version: int, buf, pos: int = 0) -> tuple[dict
     if flexible:
         tags, pos = p.read_tagged_fields(buf, pos)
         for tag, raw in tags.items():
-            f = by_tag.get(tag)
-            if f is not None and f.present(version):
-                out[f.name], _ = _dec_field(f, raw, 0, version, flexible)
+            tf = by_tag.get(tag)
+            if tf is not None and tf.present(version):
+                out[tf.name], _ = _dec_field(tf, raw, 0, version, flexible)
     return out, pos
 
 
@@ -517,8 +519,7 @@ def consumer_group_record(record_type: int, group: str, member: str | None,
     return key, None if fields is None else encode_value(record_type, fields)
 
 
-def topic_partitions(assignment: dict[uuid.UUID, set[int]] | dict[uuid.UUID, list[int]]
-                     ) -> list[dict[str, Any]]:
+def topic_partitions(assignment: Mapping[uuid.UUID, Collection[int]]) -> list[dict[str, Any]]:
     return [{"topic_id": t, "partitions": sorted(ps)} for t, ps in assignment.items() if ps]
 
 

@@ -250,7 +250,9 @@ class ShareGroupManager:
                           partitions: set[int] | None) -> None:
         """The share state of these partitions (None: the whole topic) was deleted."""
         shard = self.state.shard_of(group_id)
-        group = shard.groups.get(group_id) if shard is not None else None
+        if shard is None:
+            return
+        group = shard.groups.get(group_id)
         if not isinstance(group, ShareGroup) or topic_id not in group.initialized:
             return
         name, known = group.initialized[topic_id]

@@ -422,7 +422,7 @@ class ConsumerMember:
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state == MemberState.STABLE and self.member_epoch == epoch
 
-    def subscription_key(self) -> tuple:
+    def subscription_key(self) -> tuple[tuple[str, ...], str | None]:
         return (tuple(sorted(self.subscribed_topic_names)), self.subscribed_topic_regex)
 
     def metadata_fields(self) -> dict[str, Any]:
@@ -536,7 +536,8 @@ class ConsumerGroup:
         if not self.members:
             return bool(names)
         classic = self.classic_members()
-        counts = Counter(n for m in classic for n in {p for p, _ in m.classic.protocols})
+        counts = Counter(n for m in classic if m.classic is not None
+                         for n in {p for p, _ in m.classic.protocols})
         return any(counts.get(name, 0) == len(classic) for name in names)
 
     def all_classic_except(self, member_ids: set[str]) -> bool:

@@ -25,7 +25,7 @@ class GroupStore(StateStore):
                  commits: Commits | None = None) -> None:
         super().__init__(STATE_TOPIC, topic, now_ms, commits)
 
-    def replay(self, partition: int  # type: ignore[override]
+    def replay(self, partition: int  # type: ignore[override]  # decoded chunks, not raw entries
                ) -> Iterator[list[rec.CoordinatorRecord | TxnMarkerRecord]]:
         """The partition's group records and transaction markers in log order, a chunk at a
         time (unknown record types are skipped, unreadable ones logged)."""

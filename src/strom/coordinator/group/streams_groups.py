@@ -537,7 +537,7 @@ class StreamsGroupManager:
                 raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
                                  f"Static member {mid} with instance id {req.instance_id} was "
                                  f"fenced by member {member.member_id}.")
-        response = {"error_code": 0, "error_message": None, "member_id": mid,
+        response: dict[str, Any] = {"error_code": 0, "error_message": None, "member_id": mid,
                     "member_epoch": req.member_epoch, "heartbeat_interval": 0,
                     "status": [], "active_tasks": None, "standby_tasks": None,
                     "warmup_tasks": None, "endpoint_information_epoch": group.endpoint_epoch,
@@ -651,7 +651,7 @@ class StreamsGroupManager:
         subs = []
         for s in group.topology.subtopologies:
             def info(t: Any) -> dict[str, Any]:
-                fields = t.fields()
+                fields: dict[str, Any] = t.fields()
                 fields["partitions"] = decided.get(t.name, t.partitions)
                 return fields
 
@@ -727,9 +727,9 @@ class StreamsGroupManager:
             group.topology = StreamsTopology.from_fields(v)
         elif r.type == rec.STREAMS_GROUP_TARGET_ASSIGNMENT_METADATA:
             group.assignment_epoch = v["assignment_epoch"]
-        elif r.type == rec.STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER:
+        elif r.type == rec.STREAMS_GROUP_TARGET_ASSIGNMENT_MEMBER and mid is not None:
             group.target[mid] = _tuple_from(v, "")
-        elif r.type == rec.STREAMS_GROUP_MEMBER_METADATA:
+        elif r.type == rec.STREAMS_GROUP_MEMBER_METADATA and mid is not None:
             old = group.members.get(mid) or StreamsMember(mid)
             endpoint = v["user_endpoint"]
             group.put_member(old.copy(
@@ -738,7 +738,7 @@ class StreamsGroupManager:
                 topology_epoch=v["topology_epoch"], process_id=v["process_id"],
                 user_endpoint=None if endpoint is None else (endpoint["host"], endpoint["port"]),
                 client_tags=tuple((t["key"], t["value"]) for t in v["client_tags"] or ())))
-        elif r.type == rec.STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT:
+        elif r.type == rec.STREAMS_GROUP_CURRENT_MEMBER_ASSIGNMENT and mid is not None:
             old = group.members.get(mid) or StreamsMember(mid)
             try:
                 state = StreamsMemberState(v["state"])

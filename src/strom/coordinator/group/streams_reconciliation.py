@@ -11,6 +11,7 @@ and a process never holds two copies of one task.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from strom.coordinator.group.state import LEAVE_GROUP_STATIC_MEMBER_EPOCH
@@ -62,7 +63,8 @@ class Owners:
             process_id in self.warmup.get(t, ())
 
 
-def _diff(current: Tasks, target: Tasks, unreleased) -> tuple[set[Task], set[Task], set[Task], bool]:
+def _diff(current: Tasks, target: Tasks,
+          unreleased: Callable[[Task], bool]) -> tuple[set[Task], set[Task], set[Task], bool]:
     """(kept, revoking, adding now, some target task still held elsewhere)."""
     have, want = task_set(current), task_set(target)
     kept = have & want

@@ -8,6 +8,7 @@ never do I/O.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import Enum, IntEnum
 from typing import Any
@@ -92,7 +93,7 @@ class TopicInfo:
 
     @classmethod
     def from_fields(cls, v: Any) -> TopicInfo:
-        get = v.get if isinstance(v, dict) else lambda k: getattr(v, k)
+        get: Callable[[str], Any] = v.get if isinstance(v, dict) else lambda k: getattr(v, k)
         return cls(get("name"), get("partitions"), get("replication_factor"),
                    tuple((_kv(c, "key"), _kv(c, "value")) for c in get("topic_configs") or ()))
 
@@ -195,7 +196,7 @@ class StreamsMember:
     def is_reconciled_to(self, epoch: int) -> bool:
         return self.state == StreamsMemberState.STABLE and self.member_epoch == epoch
 
-    def assignment_key(self) -> tuple:
+    def assignment_key(self) -> tuple[object, ...]:
         """What the assignor reads of a member: a change bumps the group epoch."""
         return (self.process_id, self.rack_id, self.client_tags, self.instance_id)
 

@@ -211,7 +211,9 @@ class _Configurer:
                 self._copartition(group)
 
     def _copartition(self, group: set[str]) -> None:
-        user = {t: self.count(t) for t in group if t not in self.repartition}
+        # (resolve_sources made sure every user source topic exists, so each has a count)
+        user = {t: c for t in group
+                if t not in self.repartition and (c := self.count(t)) is not None}
         fixed = {t: self.repartition[t].partitions for t in group
                  if t in self.repartition and self.repartition[t].partitions > 0}
         flexible = [t for t in group if t in self.repartition and t not in fixed]

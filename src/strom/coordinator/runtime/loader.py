@@ -21,6 +21,7 @@ from strom.coordinator.runtime.timers import Scheduler
 log = logging.getLogger(__name__)
 
 C = TypeVar("C")  # one chunk of replayed records
+C_contra = TypeVar("C_contra", contravariant=True)
 
 
 class LoadableShard(Protocol):
@@ -34,12 +35,12 @@ class LoadableShard(Protocol):
 S = TypeVar("S", bound=LoadableShard)
 
 
-class ShardHooks(Protocol[S, C]):
+class ShardHooks(Protocol[S, C_contra]):
     """What the owner of the shards does at each step of a load."""
 
     def new_shard(self, partition: int, epoch: int) -> S: ...
 
-    def replay_chunk(self, shard: S, chunk: C) -> None: ...
+    def replay_chunk(self, shard: S, chunk: C_contra) -> None: ...
 
     def loaded(self, shard: S) -> None: ...
 

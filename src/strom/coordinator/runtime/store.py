@@ -114,10 +114,12 @@ class StateStore:
         log_ = self._led_log(partition)
         self.commits.check(self.name, partition)
         now = self._now_ms()
-        txn = {} if producer_id < 0 else {"producer_id": producer_id,
-                                          "producer_epoch": producer_epoch, "base_sequence": 0,
-                                          "transactional": True}
-        batch = build_batch((Record(i, now, k, v) for i, (k, v) in enumerate(records)), **txn)
+        recs = (Record(i, now, k, v) for i, (k, v) in enumerate(records))
+        if producer_id < 0:
+            batch = build_batch(recs)
+        else:
+            batch = build_batch(recs, producer_id=producer_id, producer_epoch=producer_epoch,
+                                base_sequence=0, transactional=True)
         try:
             result = log_.append(memoryview(bytearray(batch)),
                                  leader_epoch=self.topic.leader_epoch(partition), now_ms=now,

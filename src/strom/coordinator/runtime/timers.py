@@ -8,10 +8,13 @@ be cancelled together when its partition is unloaded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Hashable
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeAlias
 
 log = logging.getLogger(__name__)
+
+TimerKey: TypeAlias = tuple[str, ...]
+"""(kind, group id, ...): e.g. ("hb", group id, member id), ("join", group id)."""
 
 
 class Handle(Protocol):
@@ -27,28 +30,28 @@ class Scheduler(Protocol):
 class Timers:
     def __init__(self, scheduler: Scheduler) -> None:
         self._scheduler = scheduler
-        self._handles: dict[Hashable, Handle] = {}
-        self._by_group: dict[str, set[Hashable]] = {}
+        self._handles: dict[TimerKey, Handle] = {}
+        self._by_group: dict[str, set[TimerKey]] = {}
 
-    def schedule(self, key: tuple, delay_ms: float, fn: Callable[[], None]) -> None:
+    def schedule(self, key: TimerKey, delay_ms: float, fn: Callable[[], None]) -> None:
         """Run fn once after delay_ms, replacing any timer already under key."""
         self.cancel(key)
         handle = self._scheduler.call_later(max(delay_ms, 0) / 1000, self._fire, key, fn)
         self._handles[key] = handle
         self._by_group.setdefault(key[1], set()).add(key)
 
-    def schedule_if_absent(self, key: tuple, delay_ms: float, fn: Callable[[], None]) -> None:
+    def schedule_if_absent(self, key: TimerKey, delay_ms: float, fn: Callable[[], None]) -> None:
         if key not in self._handles:
             self.schedule(key, delay_ms, fn)
 
-    def _fire(self, key: tuple, fn: Callable[[], None]) -> None:
+    def _fire(self, key: TimerKey, fn: Callable[[], None]) -> None:
         self._forget(key)
         try:
             fn()
         except Exception:  # a failed expiry must not take the other timers down with it
             log.exception("group coordinator timer %s failed", key)
 
-    def _forget(self, key: tuple) -> None:
+    def _forget(self, key: TimerKey) -> None:
         self._handles.pop(key, None)
         keys = self._by_group.get(key[1])
         if keys is not None:
@@ -56,7 +59,7 @@ class Timers:
             if not keys:
                 del self._by_group[key[1]]
 
-    def cancel(self, key: tuple) -> None:
+    def cancel(self, key: TimerKey) -> None:
         handle = self._handles.get(key)
         if handle is not None:
             handle.cancel()
@@ -72,7 +75,7 @@ class Timers:
         self._handles.clear()
         self._by_group.clear()
 
-    def __contains__(self, key: tuple) -> bool:
+    def __contains__(self, key: TimerKey) -> bool:
         return key in self._handles
 
     def __len__(self) -> int:

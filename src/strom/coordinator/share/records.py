@@ -15,6 +15,7 @@ ShareUpdateKey/Value); the codec is the group coordinator's schema codec.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from strom.coordinator.group.records import F, Schema, decode_struct, encode_struct
 from strom.coordinator.share.state import SharePartitionKey, StateBatch
@@ -99,7 +100,7 @@ def encode_key(record_type: int, key: SharePartitionKey) -> bytes:
         "group_id": key.group_id, "topic_id": key.topic_id, "partition": key.partition})
 
 
-def _batches(batches: tuple[StateBatch, ...] | list[StateBatch]) -> list[dict]:
+def _batches(batches: tuple[StateBatch, ...] | list[StateBatch]) -> list[dict[str, Any]]:
     return [{"first_offset": b.first_offset, "last_offset": b.last_offset,
              "delivery_state": b.delivery_state, "delivery_count": b.delivery_count,
              "not_before_ms": b.not_before_ms} for b in batches]
@@ -134,7 +135,7 @@ def tombstone(key: SharePartitionKey) -> tuple[bytes, None]:
     return encode_key(SHARE_SNAPSHOT, key), None
 
 
-def _state_batches(rows: list[dict] | None) -> tuple[StateBatch, ...]:
+def _state_batches(rows: list[dict[str, Any]] | None) -> tuple[StateBatch, ...]:
     return tuple(StateBatch(r["first_offset"], r["last_offset"], r["delivery_state"],
                             r["delivery_count"], r["not_before_ms"]) for r in rows or ())
 

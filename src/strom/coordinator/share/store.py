@@ -24,7 +24,7 @@ class ShareStore(StateStore):
                  commits: Commits | None = None) -> None:
         super().__init__(SHARE_STATE_TOPIC, topic, now_ms, commits)
 
-    def replay(self, partition: int  # type: ignore[override]
+    def replay(self, partition: int  # type: ignore[override]  # decoded chunks, not raw entries
                ) -> Iterator[list[tuple[int, rec.ShareRecord]]]:
         """The partition's share records with their offsets, in log order, a chunk at a time."""
         for chunk in super().replay(partition):

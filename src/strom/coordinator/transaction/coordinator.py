@@ -24,7 +24,7 @@ from strom.common.regex import RegexError, compile_regex
 from strom.coordinator.partitioning import partition_for
 from strom.coordinator.runtime.commits import Commits
 from strom.coordinator.runtime.loader import ShardedCoordinator
-from strom.coordinator.runtime.timers import Scheduler, Timers
+from strom.coordinator.runtime.timers import Scheduler, TimerKey, Timers
 from strom.coordinator.transaction import records as rec
 from strom.coordinator.transaction.markers import (
     DONE_CODES,
@@ -95,6 +95,8 @@ def _pid_result(code: int, producer_id: int = -1, epoch: int = -1) -> dict[str, 
 
 
 class TransactionCoordinator(ShardedCoordinator):
+    store: TxnStore
+
     def __init__(self, config: TxnConfig, topic: InternalTopic, markers: MarkerWriter,
                  allocate_producer_id: Callable[[], int], scheduler: Scheduler,
                  now_ms: Callable[[], int], commits: Commits | None = None) -> None:
@@ -124,7 +126,7 @@ class TransactionCoordinator(ShardedCoordinator):
             self._schedule(("expire-scan", ""), self.config.expire_interval_ms,
                            self.expire_transactional_ids)
 
-    def _schedule(self, key: tuple, interval_ms: int, fn: Callable[[], Any]) -> None:
+    def _schedule(self, key: TimerKey, interval_ms: int, fn: Callable[[], Any]) -> None:
         def run() -> None:
             try:
                 fn()
@@ -758,7 +760,7 @@ class TransactionCoordinator(ShardedCoordinator):
             return {"error_code": int(ErrorCode.INVALID_REQUEST), "unknown_state_filters": [],
                     "transaction_states": []}
         now = self.now_ms()
-        rows = []
+        rows: list[dict[str, Any]] = []
         for shard in self.shards.values():
             for md in shard.txns.values():
                 if md.state == TxnState.DEAD:

@@ -11,6 +11,7 @@ the group coordinator's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from strom.coordinator.group.records import F, Schema, decode_struct, encode_struct
 from strom.protocol import primitives as p
@@ -48,7 +49,7 @@ class TxnLogEntry:
     """One decoded `__transaction_state` record; `value` None is a tombstone."""
 
     transactional_id: str
-    value: dict | None
+    value: dict[str, Any] | None
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -56,11 +57,11 @@ def encode_key(transactional_id: str) -> bytes:
         TRANSACTION_LOG_KEY, 0, {"transactional_id": transactional_id})
 
 
-def encode_value(fields: dict, version: int = VALUE_VERSION) -> bytes:
+def encode_value(fields: dict[str, Any], version: int = VALUE_VERSION) -> bytes:
     return p.write_int16(version) + encode_struct(TRANSACTION_LOG_VALUE, version, fields)
 
 
-def partitions_field(partitions: set[tuple[str, int]] | None) -> list[dict] | None:
+def partitions_field(partitions: set[tuple[str, int]] | None) -> list[dict[str, Any]] | None:
     """Kafka's grouping of a transaction's partitions by topic (None writes a null array)."""
     if partitions is None:
         return None

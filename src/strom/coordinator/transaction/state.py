@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from strom.coordinator.transaction import records as rec
 
@@ -104,7 +105,7 @@ class TxnMetadata:
                                     f" -> {new.display} is not a valid transition")
 
     def to_value(self, *, state: TxnState | None = None, producer_epoch: int | None = None
-                 ) -> dict:
+                 ) -> dict[str, Any]:
         """The TransactionLogValue fields for this metadata (optionally with a new state or
         epoch, for the record of a transition not applied yet)."""
         st = state or self.state
@@ -123,9 +124,9 @@ class TxnMetadata:
         }
 
     @classmethod
-    def from_value(cls, transactional_id: str, v: dict) -> TxnMetadata:
+    def from_value(cls, transactional_id: str, v: dict[str, Any]) -> TxnMetadata:
         state = TxnState.from_id(v["transaction_status"])
-        partitions = set()
+        partitions: set[tuple[str, int]] = set()
         if state != TxnState.EMPTY:
             for entry in v["transaction_partitions"] or ():
                 partitions.update((entry["topic"], p) for p in entry["partition_ids"])

@@ -23,7 +23,9 @@ class TxnStore(StateStore):
                  commits: Commits | None = None) -> None:
         super().__init__(TRANSACTION_STATE_TOPIC, topic, now_ms, commits)
 
-    def replay(self, partition: int) -> Iterator[list[rec.TxnLogEntry]]:  # type: ignore[override]
+    def replay(  # type: ignore[override]  # decoded chunks, not the base's raw entries
+        self, partition: int
+    ) -> Iterator[list[rec.TxnLogEntry]]:
         """The partition's transaction records in log order, about 1 MiB of log at a time."""
         for chunk in super().replay(partition):
             out: list[rec.TxnLogEntry] = []

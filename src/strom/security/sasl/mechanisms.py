@@ -197,10 +197,12 @@ class ScramExchange(_PasswordExchange):
         try:
             if self._step == 1:
                 self._server.set_client_first(text)
-                return self._server.get_server_first().encode()
+                first: str = self._server.get_server_first()
+                return first.encode()
             if self._step == 2:
                 self._server.set_client_final(text)
-                answer = self._server.get_server_final().encode()
+                final: str = self._server.get_server_final()
+                answer = final.encode()
                 self._done = True
                 return answer
         except _UnknownUser:

@@ -11,14 +11,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TypeAlias
 
 from crc32c import crc32c
 
 from strom import record as R
 from strom.record import CorruptRecordError, read_varint, write_varint
+from strom.record.buffers import Buf
 
 HEADER = R.HEADER_STRUCT
 _unpack_header = HEADER.unpack_from
+
+HeaderTuple: TypeAlias = tuple[int, ...]
+"""A batch header as ``HEADER.unpack_from`` returns it; index it with the H_* constants."""
+RecordSlot: TypeAlias = tuple[int, int, int, int, int, bytes | None, bool, int]
+"""One record of a batch, as `records_of` describes it."""
 
 # Indexes into a header tuple (``HEADER.unpack_from``).
 H_BASE, H_LENGTH, H_PLE, H_MAGIC, H_CRC, H_ATTRS, H_LAST_DELTA = 0, 1, 2, 3, 4, 5, 6
@@ -29,7 +36,7 @@ class CleanerCorruptionError(Exception):
     """Segment bytes the cleaner cannot frame; the partition is left alone."""
 
 
-def records_of(batch, header: tuple) -> tuple[bytes, list[tuple]]:
+def records_of(batch: Buf, header: HeaderTuple) -> tuple[bytes, list[RecordSlot]]:
     """The decompressed records section and, per record, a tuple
     (start, end, offset delta, timestamp delta, position after the timestamp delta, key or None,
     has value, position of the attributes byte). ``start``/``end`` delimit the whole record
@@ -40,7 +47,7 @@ def records_of(batch, header: tuple) -> tuple[bytes, list[tuple]]:
         section = R.decompress(codec, body) if codec else bytes(body)
     except R.CorruptRecordError as e:
         raise CleanerCorruptionError(str(e)) from e
-    out = []
+    out: list[RecordSlot] = []
     pos = 0
     n = len(section)
     try:
@@ -70,9 +77,9 @@ def records_of(batch, header: tuple) -> tuple[bytes, list[tuple]]:
 
 
 def build_filtered(
-    header: tuple,
+    header: HeaderTuple,
     section: bytes,
-    kept: list[tuple],
+    kept: list[RecordSlot],
     *,
     delete_horizon: int | None,
 ) -> bytes:
@@ -119,7 +126,7 @@ def build_filtered(
     return bytes(buf)
 
 
-def empty_batch(header: tuple) -> bytes:
+def empty_batch(header: HeaderTuple) -> bytes:
     """The header alone (no records) of a batch kept only for its producer's sequence state:
     base offset, last offset delta, producer id, epoch and base sequence survive."""
     attrs = header[H_ATTRS] & (R.TIMESTAMP_TYPE_MASK | R.TRANSACTIONAL_MASK | R.CONTROL_MASK)
@@ -134,7 +141,7 @@ def empty_batch(header: tuple) -> bytes:
     return bytes(buf)
 
 
-def control_type(batch, header: tuple) -> int | None:
+def control_type(batch: Buf, header: HeaderTuple) -> int | None:
     """COMMIT/ABORT of a control batch, or None when it holds no record."""
     if header[H_COUNT] <= 0:
         return None
@@ -166,10 +173,10 @@ class FileBatches:
     def __enter__(self) -> FileBatches:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def batches(self, start: int = 0) -> Iterator[tuple[int, tuple, memoryview]]:
+    def batches(self, start: int = 0) -> Iterator[tuple[int, HeaderTuple, memoryview]]:
         """(position, header tuple, batch bytes) from file position ``start``."""
         fd, size, chunk = self.fd, self.size, self.chunk
         pos = start
@@ -194,7 +201,7 @@ class FileBatches:
             yield pos, h, buf[off : off + bsize]
             pos += bsize
 
-    def headers(self, start: int = 0) -> Iterator[tuple[int, tuple]]:
+    def headers(self, start: int = 0) -> Iterator[tuple[int, HeaderTuple]]:
         """(position, header tuple) only: small reads, for passes that skip the records."""
         fd, size = self.fd, self.size
         pos = start

@@ -28,10 +28,12 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from strom import record as R
+from strom.record.buffers import Buf
 from strom.storage import files
 from strom.storage.cleaner.batches import (
     H_ATTRS,
@@ -43,6 +45,8 @@ from strom.storage.cleaner.batches import (
     H_MAX_TS,
     H_PID,
     FileBatches,
+    HeaderTuple,
+    RecordSlot,
     build_filtered,
     control_type,
     empty_batch,
@@ -302,7 +306,7 @@ class _Output:
     def size(self) -> int:
         return self.written + len(self.buf)
 
-    def add(self, data, last_offset: int, max_ts: int) -> None:
+    def add(self, data: Buf, last_offset: int, max_ts: int) -> None:
         position = self.written + len(self.buf)
         if max_ts > self.max_ts:
             self.max_ts, self.max_off = max_ts, last_offset
@@ -525,7 +529,18 @@ class CleanJob:
             raise
         return CleanedGroup(group[0].base, group, bytes_in, out.size, out.paths)
 
-    def _filter(self, h, mv, txn, now, latest, get, active, retention, group_last):
+    def _filter(
+        self,
+        h: HeaderTuple,
+        mv: memoryview,
+        txn: TxnTracker,
+        now: int,
+        latest: int,
+        get: Callable[[Buf], int],
+        active: dict[int, tuple[int, int]],
+        retention: int,
+        group_last: bool,
+    ) -> Buf | None:
         """The bytes to keep for one batch (``mv`` itself when unchanged), or None."""
         attrs = h[H_ATTRS]
         pid = h[H_PID]
@@ -557,7 +572,7 @@ class CleanJob:
             self._note_horizon(new_horizon)
             return build_filtered(h, section, recs, delete_horizon=new_horizon)
         section, recs = records_of(mv, h)
-        kept = []
+        kept: list[RecordSlot] = []
         tombstones = False
         for rec in recs:
             off = base + rec[2]
@@ -588,7 +603,9 @@ class CleanJob:
             self.next_horizon = horizon
 
 
-def retain_empty_for(h: tuple, pid: int, last: int, active: dict, group_last: bool) -> bool:
+def retain_empty_for(
+    h: HeaderTuple, pid: int, last: int, active: dict[int, tuple[int, int]], group_last: bool
+) -> bool:
     """Keep this batch even with no record: the last of a group (exact swap ranges) or the last
     one of an active producer (its sequence and epoch must be rebuildable from the log)."""
     if group_last:

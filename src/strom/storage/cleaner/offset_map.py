@@ -11,11 +11,13 @@ import hashlib
 import struct
 from array import array
 
+from strom.record.buffers import Buf
+
 BYTES_PER_ENTRY = 24
 _HASH = struct.Struct(">QQ")
 
 
-def key_hash(key) -> tuple[int, int]:
+def key_hash(key: Buf) -> tuple[int, int]:
     """Two 64-bit halves of the key's MD5; (0, 0) marks an empty slot, so it is never returned."""
     hi, lo = _HASH.unpack(hashlib.md5(key, usedforsecurity=False).digest())
     if not hi and not lo:
@@ -50,7 +52,7 @@ class OffsetMap:
     def full(self) -> bool:
         return self.size >= self.max_entries
 
-    def put(self, key, offset: int) -> bool:
+    def put(self, key: Buf, offset: int) -> bool:
         """Map ``key`` to ``offset``; False (nothing stored) when a new key does not fit."""
         hi, lo = key_hash(key)
         his, los, slots = self._hi, self._lo, self.slots
@@ -71,7 +73,7 @@ class OffsetMap:
         self.size += 1
         return True
 
-    def get(self, key) -> int:
+    def get(self, key: Buf) -> int:
         """The offset stored for ``key``, or -1."""
         hi, lo = key_hash(key)
         his, los, slots = self._hi, self._lo, self.slots

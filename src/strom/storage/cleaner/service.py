@@ -22,9 +22,11 @@ import asyncio
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeAlias
 
 from strom.common.tasks import cancel_all
 from strom.storage.checkpoints import read_offset_checkpoint, write_offset_checkpoint
@@ -86,6 +88,10 @@ class CleanStats:
     groups: int = 0
 
 
+LogKey: TypeAlias = tuple[str, int, uuid.UUID]
+"""(topic, partition, topic id): one incarnation of a partition."""
+
+
 class LogCleaner:
     """Cleans the compacted logs ``logs()`` returns; ``dir_of(log)`` is the log dir of one."""
 
@@ -107,11 +113,11 @@ class LogCleaner:
         self._clock = clock
         self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = threading.Lock()
-        self._horizons: dict[tuple, int] = {}  # log key -> next delete horizon
-        self._uncleanable: set[tuple] = set()  # keys of logs that failed (until restart)
+        self._horizons: dict[LogKey, int] = {}  # log key -> next delete horizon
+        self._uncleanable: set[LogKey] = set()  # keys of logs that failed (until restart)
         self._cancel = threading.Event()
-        self._workers: dict[int, asyncio.Task] = {}
-        self._in_progress: set[tuple] = set()  # keys of the logs being cleaned right now
+        self._workers: dict[int, asyncio.Task[None]] = {}
+        self._in_progress: set[LogKey] = set()  # keys of the logs being cleaned right now
         self.passes = 0  # completed cleanings (tests and logs)
         self.last_stats: CleanStats | None = None
 
@@ -119,7 +125,7 @@ class LogCleaner:
         return int(self._clock() * 1000)
 
     @staticmethod
-    def _key(plog: PartitionLog) -> tuple:
+    def _key(plog: PartitionLog) -> LogKey:
         """One incarnation of a partition (a re-created topic gets a new topic id)."""
         return plog.topic, plog.partition, plog.topic_id
 
@@ -139,7 +145,7 @@ class LogCleaner:
     def checkpoint_of(self, plog: PartitionLog) -> int | None:
         return self._dir_checkpoints(self._dir_of(plog)).get((plog.topic, plog.partition))
 
-    def _set_checkpoint(self, plog: PartitionLog, offset: int) -> tuple[Path, dict]:
+    def _set_checkpoint(self, plog: PartitionLog, offset: int) -> tuple[Path, dict[tuple[str, int], int]]:
         """Record the log's first dirty offset; the file and contents to write (the write and
         its fsync are the caller's: in a worker thread when a loop runs)."""
         d = self._dir_of(plog)
@@ -150,7 +156,7 @@ class LogCleaner:
             del cp[tp]
         return d / CLEANER_CHECKPOINT, dict(cp)
 
-    def _write_checkpoint(self, path: Path, cp: dict) -> None:
+    def _write_checkpoint(self, path: Path, cp: dict[tuple[str, int], int]) -> None:
         """Write a checkpoint file (any thread; one writer at a time: workers share files. An
         older copy landing last only makes the next start clean a little more again)."""
         try:
@@ -193,7 +199,7 @@ class LogCleaner:
         return CleanJob(plan, memory=self.config.map_memory,
                         load_factor=self.config.io_buffer_load_factor, cancel=self._cancel)  # fmt: skip
 
-    def _finish(self, ltc: LogToClean, job: CleanJob, stats: CleanStats) -> tuple[Path, dict]:
+    def _finish(self, ltc: LogToClean, job: CleanJob, stats: CleanStats) -> tuple[Path, dict[tuple[str, int], int]]:
         """The pass is done: its bookkeeping; the checkpoint to write."""
         plog = ltc.log
         checkpoint = self._set_checkpoint(plog, job.end_offset)
@@ -335,7 +341,7 @@ class LogCleaner:
             else:
                 await asyncio.sleep(0)  # let requests run between passes
 
-    def start(self) -> asyncio.Task | None:
+    def start(self) -> asyncio.Task[None] | None:
         """Start the workers; the first one's task (None when the cleaner is off)."""
         if not self.config.enabled:
             return None
