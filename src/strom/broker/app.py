@@ -13,17 +13,19 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import strom
 from strom.broker.connection_limits import ConnectionLimits, MemoryPool, parse_ip_overrides
 from strom.broker.core import Broker
 from strom.broker.handlers import MODULES
 from strom.broker.metrics.collector import start_metrics
+from strom.broker.metrics.request_hook import RequestMetrics
+from strom.broker.quotas.request_hook import RequestQuota
 from strom.broker.replicas import run_replication
-from strom.broker.router import Router
+from strom.broker.router import RequestHook, Router
 from strom.broker.server import BrokerServer
 from strom.broker.wiring import StartupError, build_local_node, wire_broker
 from strom.common import stall_watch
@@ -93,6 +95,16 @@ def listener_securities(config: BrokerConfig,
             for listener in listeners(config)]
 
 
+def request_hooks(broker: Broker) -> list[RequestHook]:
+    """What runs around every request (docs/architecture.md, "Request hooks"): the request
+    quota, always (quotas may be set at any time; it measures nothing while none is), and
+    Kafka's request metrics when metrics are on."""
+    hooks: list[RequestHook] = [RequestQuota(broker.quotas)]
+    if broker.stats is not None:
+        hooks.append(RequestMetrics(broker.stats))
+    return hooks
+
+
 def make_servers(router: Router, config: BrokerConfig,
                  securities: list[ListenerSecurity]) -> list[BrokerServer]:
     # one set of limits for every listener: max.connections and the memory pool are broker-wide
@@ -110,7 +122,7 @@ def make_servers(router: Router, config: BrokerConfig,
                      backlog=config.get("socket.listen.backlog.size"),
                      max_idle_ms=config.get("connections.max.idle.ms"),
                      limits=limits, memory=memory, security=security,
-                     stats=router.broker.stats, quotas=router.broker.quotas)
+                     stats=router.broker.stats)
         for security in securities
     ]
 
@@ -172,11 +184,12 @@ def _exit_watchdog(grace_s: float) -> None:
         time.sleep(grace_s)  # a deadline, not synchronisation: normally we never wake up
         me = threading.get_ident()
         frames = sys._current_frames()
-        stuck = [t for t in threading.enumerate() if t.ident != me and t.ident in frames]
+        stuck = [(t.name, frames[t.ident]) for t in threading.enumerate()
+                 if t.ident is not None and t.ident != me and t.ident in frames]
         stacks = "; ".join(
-            f"{t.name}: " + " <- ".join(f"{fs.name}:{fs.lineno}"
-                                         for fs in reversed(traceback.extract_stack(frames[t.ident])[-6:]))
-            for t in stuck)
+            f"{name}: " + " <- ".join(f"{fs.name}:{fs.lineno}"
+                                      for fs in reversed(traceback.extract_stack(frame)[-6:]))
+            for name, frame in stuck)
         log.warning("process still running %.0f s after shutdown; exiting. Threads: %s",
                     grace_s, stacks)
         logging.shutdown()
@@ -251,7 +264,7 @@ async def serve(config: BrokerConfig) -> None:
     else:
         broker = build_broker(config, asyncio.get_running_loop())
     broker.start()
-    router = Router(broker, MODULES)
+    router = Router(broker, MODULES, request_hooks(broker))
     servers = make_servers(router, config, securities)
     for server in servers:
         try:
@@ -342,6 +355,7 @@ def run_broker(config_path: Path | None, overrides: Mapping[str, str]) -> int:
     try:
         config = BrokerConfig.load(config_path, overrides)
         check_startup(config)
+        runner: Callable[[Coroutine[Any, Any, None]], None]
         try:
             import uvloop
 

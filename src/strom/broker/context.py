@@ -60,15 +60,16 @@ class RequestTimes:
     """When one request ended each of Kafka's request phases (RequestChannel's timestamps),
     for the router's request hooks: ``time.monotonic()`` seconds, 0.0 until reached.
 
-    The connection stamps ``arrived`` (the frame was read), ``dispatched`` (its handling
-    began), ``reply_ready`` (after an awaited reply) and ``sent`` (the reply was handed to the
-    transport, or there was none to send); the router sets ``ctx`` and stamps ``local_done``
-    (the handler returned: its own work is done, an awaited reply may still be coming). The
-    phases: queue = dispatched - arrived, local = local_done - dispatched, remote (waiting:
-    replication, a long poll) = reply_ready - local_done, send = sent - reply_ready.
+    The router sets ``ctx`` and stamps ``dispatched`` (it took the request) and ``local_done``
+    (the handler returned: its own work is done, an awaited reply may still be coming); the
+    connection stamps ``arrived`` (the frame was read), ``reply_ready`` and ``sent`` (the reply
+    was handed to the transport, or there was none to send) — only when a hook has `after`,
+    the one point that sees them (`Router.keeps_times`). The phases: queue = dispatched -
+    arrived, local = local_done - dispatched, remote (waiting: replication, a long poll) =
+    reply_ready - local_done, send = sent - reply_ready.
 
-    One per connection, reused for its next request (requests on a connection are handled one
-    at a time): a hook keeps what it needs, not this object."""
+    One per connection (or the router's own), reused for the next request (requests on a
+    connection are handled one at a time): a hook keeps what it needs, not this object."""
 
     __slots__ = ("arrived", "ctx", "dispatched", "local_done", "reply_ready", "sent")
 

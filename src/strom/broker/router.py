@@ -9,7 +9,11 @@ awaitable of its reply. A generic reply's error codes that its version predates 
 here (`strom.protocol.error_versions`); raw handlers do that themselves.
 
 Every request passes `Router.dispatch`, which is also the one place where request hooks run
-(`RequestHook`): authorization, quotas and metrics plug in there, not in the handlers. The
+(`RequestHook`): what applies to every request alike plugs in there, not in the handlers —
+`strom broker` installs the request quota (request_percentage, `strom.broker.quotas`) and,
+with metrics on, Kafka's request metrics (`strom.broker.metrics`). Authorization stays in the
+handlers (`strom.broker.authz`): its answers are per topic, group or transactional id, in the
+response's own fields, which a hook in front of the handler cannot give. The
 handlers of coordinator APIs are wrapped once, at registration, so that their replies wait
 until the coordinator state they rest on is replicated (`strom.broker.commit_gate`).
 """
@@ -26,7 +30,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from strom.broker.commit_gate import COMMITTED_APIS, answered_once_committed
-from strom.broker.context import CloseConnection, Parts, RequestContext, Throttle
+from strom.broker.context import CloseConnection, Parts, RequestContext, RequestTimes, Throttle
 from strom.broker.requests import complete_request
 from strom.cluster.features import api_versions_features
 from strom.protocol.api_keys import ApiKey
@@ -55,32 +59,47 @@ API_VERSIONS_MAX = 4
 class Connection(Protocol):
     """What the router reads from the connection a request came on."""
 
-    peer: str
     cid: int
     session: Session | None
     throttle: Throttle
+    on_close: list[Callable[[], None]]
+    times: RequestTimes | None  # the request's phase times; kept when the router has hooks
+
+    @property
+    def peer(self) -> str: ...
 
 
-class RequestHook(Protocol):
-    """Runs around every request the router dispatches, in the order the hooks were given.
+class RequestHook:
+    """Runs around every request the router dispatches: what applies to every request alike
+    (the request quota, the request metrics), written once instead of once per handler.
 
-    This is where authorization, quotas and metrics plug in: one place per request instead of
-    one per handler. `before` sees the request's context before its handler runs; it returns
-    None to let the request through, or an error to refuse it (it may also raise
-    `CloseConnection`). A refused request of a generic API whose response has a top-level
-    ``error_code`` is answered with that error; any other refused request closes the
-    connection. (An authorizer will later need per-API error responses, as Kafka's
-    ``AbstractRequest.getErrorResponse``: per-partition or per-resource errors; the refusal
-    path in `Router._refuse` is where that mapping will live.) `after` runs once the reply is
-    ready (before it is written), with the seconds spent since the request was dispatched,
-    also when the handler raised. Hooks run on the event loop and must not block.
+    A hook overrides the methods it needs; the router calls only those. Each gets the
+    request's context and its `RequestTimes` (how far it got, and when):
 
-    With no hooks (the default) the router does nothing extra per request.
+    - `before`, in the order the hooks were given, as the request is dispatched: None lets it
+      through, an error refuses it (answered in the response's top-level ``error_code`` where
+      a generic API has one, else the connection is closed); it may also raise
+      `CloseConnection`. The hooks after a refusing one are not asked.
+    - `local_done`, in order, once the handler returned (``times.local_done``): its own work
+      is done, though an awaited reply may still be coming; also for a refused request.
+    - `after`, in reverse order, once per dispatched request, when the connection is done with
+      it: ``times.sent`` is set if the reply was handed to the transport (or there was none to
+      send) and 0.0 if the request failed, was refused by closing, or the connection went.
+
+    Hooks run on the event loop and must not block; an exception from `local_done` or `after`
+    is logged and the request goes on. With no hooks the router does nothing extra per request.
     """
 
-    def before(self, ctx: RequestContext) -> ErrorCode | None: ...
+    __slots__ = ()
 
-    def after(self, ctx: RequestContext, elapsed_s: float) -> None: ...
+    def before(self, ctx: RequestContext, times: RequestTimes) -> ErrorCode | None:
+        return None
+
+    def local_done(self, ctx: RequestContext, times: RequestTimes) -> None:
+        pass
+
+    def after(self, ctx: RequestContext, times: RequestTimes) -> None:
+        pass
 
 
 @dataclass(frozen=True)
@@ -96,7 +115,7 @@ def handles(api_key: ApiKey, min_version: int, max_version: int, *,
     """Mark a function as the handler of api_key for [min_version, max_version]."""
 
     def mark(fn: HandlerFn) -> HandlerFn:
-        fn.__strom_api__ = ApiSpec(int(api_key), min_version, max_version, raw)  # type: ignore[attr-defined]
+        fn.__strom_api__ = ApiSpec(int(api_key), min_version, max_version, raw)  # type: ignore[attr-defined]  # read back by the router
         return fn
 
     return mark
@@ -113,6 +132,14 @@ class Router:
                  hooks: Sequence[RequestHook] = ()) -> None:
         self.broker = broker
         self.hooks = tuple(hooks)
+        # each point's hooks: only those that override it, so a point no hook uses costs nothing
+        self._before = _overriding(self.hooks, "before")
+        self._local_done = _overriding(self.hooks, "local_done")
+        self._after = tuple(reversed(_overriding(self.hooks, "after")))
+        # Only `after` sees a request's arrival, reply and send, so only for `after` hooks do
+        # connections keep times; the other points get these, stamped from dispatch on.
+        self.keeps_times = bool(self._after)
+        self._own_times = RequestTimes()
         self.routes: dict[int, Route] = {}
         self._register(ApiSpec(ApiKey.API_VERSIONS, 0, API_VERSIONS_MAX, True), self._api_versions)
         for module in modules:
@@ -122,6 +149,9 @@ class Router:
                     self._register(spec, fn)
         self._header_cache: dict[tuple[int, int, bool], int] = {}
         self._api_versions_replies: dict[tuple[int, int], bytes] = {}
+        # an ApiVersions version we lack, as the hooks see it (`dispatch`)
+        self._unsupported_route = Route(ApiSpec(ApiKey.API_VERSIONS, 0, API_VERSIONS_MAX, True),
+                                        self._unsupported_api_versions_handler)
 
     def _register(self, spec: ApiSpec, fn: HandlerFn) -> None:
         lo, hi = spec.min_version, spec.max_version
@@ -157,19 +187,24 @@ class Router:
         if route is None:
             raise ProtocolError(f"unknown or unsupported api key {api_key}")
         spec = route.spec
-        if not spec.min_version <= version <= spec.max_version:
-            if api_key == ApiKey.API_VERSIONS:
-                return self._unsupported_api_versions()
-            raise ProtocolError(f"unsupported version {version} of api key {api_key}")
-        header, pos = decode_request_header(memoryview(frame), 0,
-                                            self._header_version(api_key, version, False))
         session = conn.session
         assert session is not None
+        if not spec.min_version <= version <= spec.max_version:
+            if api_key != ApiKey.API_VERSIONS:
+                raise ProtocolError(f"unsupported version {version} of api key {api_key}")
+            if not self.hooks:
+                return self._unsupported_api_versions()
+            # answered (in v0) like any request, so the hooks see it; its header is not parsed
+            ctx = RequestContext(api_key, version, correlation_id, _raw_client_id(frame),
+                                 conn.peer, conn.cid, session, conn.throttle, conn.on_close)
+            return self._hooked(self._unsupported_route, ctx, memoryview(frame), conn.times)
+        header, pos = decode_request_header(memoryview(frame), 0,
+                                            self._header_version(api_key, version, False))
         ctx = RequestContext(api_key, version, correlation_id, header.client_id, conn.peer,
                              conn.cid, session, conn.throttle, conn.on_close)
         body = memoryview(frame)[pos:]
         if self.hooks:
-            return self._hooked(route, ctx, body)
+            return self._hooked(route, ctx, body, conn.times)
         return self._call(route, ctx, body)
 
     def _call(self, route: Route, ctx: RequestContext,
@@ -200,42 +235,43 @@ class Router:
 
     # -- hooks ------------------------------------------------------------------------------
 
-    def _hooked(self, route: Route, ctx: RequestContext,
-                body: memoryview) -> Reply | Awaitable[Reply]:
-        started = time.monotonic()
-        ran: list[RequestHook] = []
-        try:
-            for hook in self.hooks:
-                ran.append(hook)
-                refused = hook.before(ctx)
-                if refused is not None:
-                    reply: Reply | Awaitable[Reply] = self._refuse(route, ctx, refused)
-                    break
-            else:
-                reply = self._call(route, ctx, body)
-        except BaseException:
-            self._after(ran, ctx, started)
-            raise
-        if isinstance(reply, Awaitable):
-            return self._finish_hooked(reply, ran, ctx, started)
-        self._after(ran, ctx, started)
+    def _hooked(self, route: Route, ctx: RequestContext, body: memoryview,
+                times: RequestTimes | None) -> Reply | Awaitable[Reply]:
+        """`_call` with the hooks' `before` and `local_done` around it; the connection runs
+        their `after` (`done`) once it is through with the reply."""
+        if times is None:  # no hook has `after`: times from dispatch to local_done are enough
+            times = self._own_times
+        times.ctx = ctx
+        times.dispatched = time.monotonic()
+        reply: Reply | Awaitable[Reply]
+        for before in self._before:
+            refused = before(ctx, times)
+            if refused is not None:
+                reply = self._refuse(route, ctx, refused)
+                break
+        else:
+            reply = self._call(route, ctx, body)
+        times.local_done = time.monotonic()
+        for local_done in self._local_done:
+            try:
+                local_done(ctx, times)
+            except Exception:
+                log.exception("request hook %r failed on %s", local_done,
+                              ApiKey(ctx.api_key).name)
         return reply
 
-    async def _finish_hooked(self, pending: Awaitable[Reply], ran: list[RequestHook],
-                             ctx: RequestContext, started: float) -> Reply:
-        try:
-            return await pending
-        finally:
-            self._after(ran, ctx, started)
-
-    @staticmethod
-    def _after(ran: list[RequestHook], ctx: RequestContext, started: float) -> None:
-        elapsed = time.monotonic() - started
-        for hook in reversed(ran):
+    def done(self, times: RequestTimes) -> None:
+        """The connection is through with a request (``times.sent``: its reply was handed
+        over; 0.0: it failed or the connection went): the hooks' `after`. Nothing for a
+        request the router never dispatched."""
+        ctx = times.ctx
+        if ctx is None:
+            return
+        for after in self._after:
             try:
-                hook.after(ctx, elapsed)
+                after(ctx, times)
             except Exception:
-                log.exception("request hook %r failed after %s", hook, ApiKey(ctx.api_key).name)
+                log.exception("request hook %r failed after %s", after, ApiKey(ctx.api_key).name)
 
     def error_reply(self, api_key: int, version: int, error: ErrorCode) -> bytes | None:
         """A response of the request's own type carrying ``error`` in its top-level
@@ -273,6 +309,10 @@ class Router:
                 {"error_code": int(error), "api_keys": [], "throttle_time": 0})
         return self.api_versions_reply(ctx.api_version)
 
+    def _unsupported_api_versions_handler(self, broker: Broker, ctx: RequestContext,
+                                          body: memoryview) -> bytes:
+        return self._unsupported_api_versions()
+
     def _unsupported_api_versions(self) -> bytes:
         """Kafka answers an ApiVersions version it lacks in v0 format, listing what it has."""
         return self.api_versions_reply(0, ErrorCode.UNSUPPORTED_VERSION)
@@ -295,6 +335,25 @@ class Router:
                 **(api_versions_features(version) if error_code == ErrorCode.NONE else {}),
             })
         return reply
+
+
+def _overriding(hooks: tuple[RequestHook, ...],
+                name: str) -> tuple[Callable[[RequestContext, RequestTimes], Any], ...]:
+    """The bound ``name`` methods of the hooks that override `RequestHook`'s (no-op) one."""
+    base = getattr(RequestHook, name)
+    return tuple(getattr(hook, name) for hook in hooks
+                 if getattr(type(hook), name, base) is not base)
+
+
+def _raw_client_id(frame: bytearray) -> str:
+    """The client id of a request header read from its bytes (a nullable string after api
+    key, version and correlation id, in every header version with one); "" when absent."""
+    if len(frame) < 10:
+        return ""
+    size = int.from_bytes(frame[8:10], "big", signed=True)
+    if size <= 0 or len(frame) < 10 + size:
+        return ""
+    return frame[10:10 + size].decode("utf-8", "replace")
 
 
 # Kafka's pattern for client_software_name and client_software_version (v3+, KIP-511)

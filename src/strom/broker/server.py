@@ -23,13 +23,12 @@ import struct
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from strom.broker.connection_limits import ConnectionLimits, MemoryPool
-from strom.broker.context import CloseConnection, Parts, Throttle
-from strom.broker.metrics.stats import ApiStats, BrokerStats
-from strom.broker.quotas.clients import ClientQuotas
-from strom.broker.router import Router
+from strom.broker.context import CloseConnection, Parts, RequestTimes, Throttle
+from strom.broker.metrics.stats import BrokerStats
+from strom.broker.router import Reply, Router
 from strom.common.tasks import cancel_all
 from strom.config.listeners import Listener
 from strom.protocol.errors import ErrorCode, ProtocolError
@@ -69,11 +68,9 @@ class BrokerServer:
                  max_idle_ms: int = 600_000, limits: ConnectionLimits | None = None,
                  memory: MemoryPool | None = None,
                  security: ListenerSecurity | None = None,
-                 stats: BrokerStats | None = None,
-                 quotas: ClientQuotas | None = None) -> None:
+                 stats: BrokerStats | None = None) -> None:
         self.router = router
-        self.stats = stats  # None: metrics off, nothing is timed
-        self.quotas = quotas  # request_percentage is measured here
+        self.stats = stats  # None: metrics off (connections are counted here)
         self.security = security if security is not None else ListenerSecurity(
             Listener("PLAINTEXT", host, port, "PLAINTEXT"))
         # zero-copy sendfile only where the kernel may send file bytes as they are
@@ -157,6 +154,18 @@ class BrokerServer:
     def connection_count(self) -> int:
         return len(self._live)
 
+    def waiting_requests(self) -> dict[int, int]:
+        """Per API key, the requests whose reply is still awaited (Kafka: in a purgatory),
+        read from their `RequestTimes` when the metrics are scraped: counting them here
+        costs the requests nothing. Empty without request hooks (no times are kept)."""
+        counts: dict[int, int] = {}
+        for connection in self._live.values():
+            times = connection.times
+            if times is not None and times.ctx is not None and times.waiting:
+                key = times.ctx.api_key
+                counts[key] = counts.get(key, 0) + 1
+        return counts
+
     @property
     def listener_name(self) -> str:
         return self.security.listener.name
@@ -174,7 +183,7 @@ class BrokerServer:
         for connection in self._live.values():
             connection.hold_for_memory()
 
-    def _forget(self, connection: Connection):
+    def _forget(self, connection: Connection) -> Callable[[asyncio.Task[None]], None]:
         def done(_task: asyncio.Task[None]) -> None:
             self._connections.pop(connection.cid, None)
             self._live.pop(connection.cid, None)
@@ -235,11 +244,10 @@ class Connection(asyncio.BufferedProtocol):
         self.busy = False  # True while a request is being handled (e.g. a long-poll fetch)
         self.throttle = Throttle()  # set by a handler whose client is over a quota
         self.on_close: list[Callable[[], None]] = []  # hooks handlers leave (share sessions)
-        # with metrics on: when each queued frame arrived, and the phases of the one handled
-        self._arrivals: deque[float] | None = deque() if server.stats is not None else None
-        self._local_done: float | None = None
-        self._reply_ready: float | None = None
-        self._waiting: ApiStats | None = None
+        # for the router's request hooks, if it has `after` hooks: when each queued frame
+        # arrived, and the phase times of the request being handled
+        self.times: RequestTimes | None = RequestTimes() if server.router.keeps_times else None
+        self._arrivals: deque[float] = deque()  # kept only with times
 
     @property
     def peer(self) -> str:
@@ -253,7 +261,7 @@ class Connection(asyncio.BufferedProtocol):
     def fd(self) -> int:
         """The socket's descriptor, for sendfile."""
         if self._fd < 0:
-            self._fd = self.transport.get_extra_info("socket").fileno()  # type: ignore[union-attr]
+            self._fd = self.transport.get_extra_info("socket").fileno()  # type: ignore[union-attr]  # connected by now
         return self._fd
 
     # -- admission (connection limits) -----------------------------------------------------
@@ -279,10 +287,11 @@ class Connection(asyncio.BufferedProtocol):
     # -- protocol callbacks (called by the event loop) -------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]  (uvloop's is no asyncio.Transport)
+        # a stream transport (uvloop's has asyncio.Transport's methods, not its class)
+        self.transport = stream = cast(asyncio.Transport, transport)
         # "pause_writing: the kernel did not take it all yet". A TLS transport pauses when its
         # buffer holds >= high bytes (a plain one when it holds more), hence 1 there.
-        transport.set_write_buffer_limits(high=0 if self.server.zero_copy else 1)
+        stream.set_write_buffer_limits(high=0 if self.server.zero_copy else 1)
         try:
             self.session = self.server.security.new_session(
                 self.peer, transport.get_extra_info("ssl_object"))
@@ -326,7 +335,7 @@ class Connection(asyncio.BufferedProtocol):
             try:
                 self._cut(self.server.scratch[:nbytes])
             except CloseConnection:
-                self.transport.close()  # type: ignore[union-attr]
+                self.transport.close()  # type: ignore[union-attr]  # data came: connected
                 self._lost = True
         self._wake()
 
@@ -426,7 +435,7 @@ class Connection(asyncio.BufferedProtocol):
         assert frame is not None
         self._frame = None
         self._frames.append(frame)
-        if self._arrivals is not None:
+        if self.times is not None:
             self._arrivals.append(time.monotonic())
         self._queued += len(frame)
         if self._queued >= _QUEUED_BYTES:
@@ -452,7 +461,7 @@ class Connection(asyncio.BufferedProtocol):
         if reason in self._paused_for:
             self._paused_for.discard(reason)
             if not self._paused_for and not self._lost:
-                self.transport.resume_reading()  # type: ignore[union-attr]
+                self.transport.resume_reading()  # type: ignore[union-attr]  # admitted: connected
 
     def _charge(self, size: int) -> None:
         memory = self.server.memory
@@ -483,13 +492,22 @@ class Connection(asyncio.BufferedProtocol):
                 if frame is None:
                     return
                 self.busy = True
+                # With `after` request hooks, the request's times start over (queued since it
+                # arrived; the router stamps its dispatch) and end here: in line, as the hot
+                # path is measured (bench/micro_hooks.py), not in a coroutine wrapping `_handle`.
+                times = self.times
+                if times is not None:
+                    times.ctx = None
+                    times.dispatched = times.local_done = times.reply_ready = times.sent = 0.0
+                    times.arrived = self._arrivals.popleft()
                 try:
-                    if self._arrivals is None:
-                        await self._handle(frame)
-                    else:
-                        await self._handle_timed(frame, self._arrivals.popleft())
+                    await self._handle(frame)
+                    if times is not None:
+                        times.sent = time.monotonic()
                 finally:
                     self._give_back(min(len(frame), self._charged))
+                    if times is not None:  # the hooks' `after`, answered or not
+                        self.server.router.done(times)
                 if self.throttle.ms:
                     await self._mute()
                 self.busy = False
@@ -533,27 +551,6 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- dispatch -------------------------------------------------------------------------
 
-    async def _handle_timed(self, frame: bytearray, arrived: float) -> None:
-        """`_handle`, with Kafka's request phases counted: queued (arrived to dispatched),
-        local (the handler's own work), remote (waiting: replication, a long poll), send."""
-        stats = self.server.stats
-        assert stats is not None
-        self._local_done = self._reply_ready = self._waiting = None
-        dispatched = time.monotonic()
-        try:
-            await self._handle(frame)
-        finally:
-            if self._waiting is not None:  # the handler failed or was cancelled while waiting
-                self._waiting.waiting -= 1
-                self._waiting = None
-        ready = self._reply_ready
-        if ready is None:  # a bare SASL token, not a request
-            return
-        local_done = self._local_done if self._local_done is not None else ready
-        api_key, api_version, _ = _HEAD.unpack_from(frame, 0)
-        stats.request_done(api_key, api_version, dispatched - arrived, local_done - dispatched,
-                           ready - local_done, time.monotonic() - ready)
-
     async def _handle(self, frame: bytearray) -> None:
         session = self.session
         assert session is not None
@@ -569,31 +566,23 @@ class Connection(asyncio.BufferedProtocol):
             if verdict is Gate.CLOSE:
                 raise CloseConnection()
             if verdict is Gate.ILLEGAL_STATE:
-                reply = router.error_reply(api_key, api_version, ErrorCode.ILLEGAL_SASL_STATE)
-                if reply is not None:
+                refusal = router.error_reply(api_key, api_version, ErrorCode.ILLEGAL_SASL_STATE)
+                if refusal is not None:
                     self._send_reply(router.response_header(api_key, api_version,
-                                                            correlation_id), reply)
+                                                            correlation_id), refusal)
                     await self._drained()
                 raise CloseConnection()
-        quotas = self.server.quotas
-        if quotas is not None and quotas.active:  # request_percentage: the handler's time
-            started = time.monotonic()
-            reply = router.dispatch(self, api_key, api_version, correlation_id, frame)
-            self.throttle.add(quotas.request.record(session.principal.name, _client_id(frame),
-                                                    (time.monotonic() - started) * 100))
-        else:
-            reply = router.dispatch(self, api_key, api_version, correlation_id, frame)
+        reply: Reply | Awaitable[Reply] = router.dispatch(self, api_key, api_version,
+                                                          correlation_id, frame)
+        times = self.times
         if isinstance(reply, Awaitable):
-            if self._arrivals is not None:  # timed: the local phase ends, waiting begins
-                self._local_done = time.monotonic()
-                self._waiting = self.server.stats.api(api_key)  # type: ignore[union-attr]
-                self._waiting.waiting += 1
-            reply = await reply
-        if self._arrivals is not None:
-            self._reply_ready = time.monotonic()
-            if self._waiting is not None:
-                self._waiting.waiting -= 1
-                self._waiting = None
+            try:
+                reply = await reply
+            finally:  # the wait is over (also when the handler failed)
+                if times is not None:
+                    times.reply_ready = time.monotonic()
+        elif times is not None:
+            times.reply_ready = times.local_done
         if session.closing:  # a failed authentication: answered after a delay, then closed
             await self._fail_authentication(session)
         if reply is None:
@@ -602,7 +591,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         header = router.response_header(api_key, api_version, correlation_id)
         if session.closing:
-            self._send_reply(header, reply)  # type: ignore[arg-type]
+            self._send_reply(header, reply)  # type: ignore[arg-type]  # a SASL reply: bytes
             await self._drained()
             raise CloseConnection()
         if isinstance(reply, Parts):
@@ -644,7 +633,7 @@ class Connection(asyncio.BufferedProtocol):
         """Hand data to the transport: it sends at once what the socket takes, buffers the rest."""
         if self._lost:
             raise ConnectionError("connection lost")
-        self.transport.write(data)  # type: ignore[union-attr]
+        self.transport.write(data)  # type: ignore[union-attr]  # not lost: connected
 
     async def _drained(self) -> None:
         """Wait until the transport has handed everything to the kernel."""
@@ -735,14 +724,3 @@ def _read(part: Any) -> bytes:
     if len(data) != part.length:  # the file shrank under us: the frame can't be completed
         raise ConnectionError("segment file truncated during a read")
     return data
-
-
-def _client_id(frame: bytearray) -> str:
-    """The client id of a request header (a nullable string after api key, version and
-    correlation id, in every header version with one); "" when absent."""
-    if len(frame) < 10:
-        return ""
-    size = int.from_bytes(frame[8:10], "big", signed=True)
-    if size <= 0 or len(frame) < 10 + size:
-        return ""
-    return frame[10:10 + size].decode("utf-8", "replace")

@@ -205,6 +205,29 @@ def test_a_silent_scraper_stalls_neither_the_endpoint_nor_the_broker(broker) -> 
     assert value(samples, "kafka_server_brokertopicmetrics_messagesin_total", topic=topic) == 10
 
 
+def test_a_long_poll_fetch_is_in_the_fetch_purgatory_while_it_waits(broker) -> None:
+    """A consumer at the end of an empty partition waits in the broker (fetch.min.bytes 1):
+    the purgatory gauge, read from the connections when scraped, shows it, then not once the
+    consumer has gone."""
+    topic = f"m-{uuid.uuid4().hex[:6]}"
+    create_topic(broker.bootstrap, topic, partitions=1)
+    purgatory = "kafka_server_delayedoperationpurgatory_purgatorysize"
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"g-{uuid.uuid4().hex[:6]}",
+                  "fetch.wait.max.ms": 5000, "fetch.min.bytes": 1})
+    try:
+        c.assign([TopicPartition(topic, 0, 0)])
+        c.consume(1, 0.5)  # fetching starts in the client's background
+        samples = wait_for(broker.metrics_url,
+                           lambda s: (value(s, purgatory, delayedoperation="Fetch") or 0) >= 1)
+        assert value(samples, purgatory, delayedoperation="Fetch") == 1
+        assert value(samples, purgatory, delayedoperation="Produce") == 0
+    finally:
+        c.close()
+    samples = wait_for(broker.metrics_url,
+                       lambda s: value(s, purgatory, delayedoperation="Fetch") == 0)
+    assert value(samples, purgatory, delayedoperation="Fetch") == 0
+
+
 def test_metrics_off_serves_nothing_and_the_broker_says_so(make_broker) -> None:
     broker = make_broker({"metrics.listener": ""})
     topic = f"m-{uuid.uuid4().hex[:6]}"

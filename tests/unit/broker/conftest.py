@@ -112,15 +112,13 @@ class BrokerHarness:
 
     async def _dispatch(self, api_key: int, version: int, correlation_id: int,
                         frame: bytearray) -> Any:
-        if not self.router.hooks:
-            reply = self.router.dispatch(self.conn, api_key, version, correlation_id, frame)
-            if asyncio.iscoroutine(reply) or isinstance(reply, asyncio.Future):
-                reply = await reply
-            return reply
-        # as the server keeps a request's times for the hooks (a reply counts as sent once
+        if not self.router.keeps_times:  # no `after` hooks
+            self.conn.times = None
+            return await self._dispatch_plain(api_key, version, correlation_id, frame)
+        # as the server keeps a request's times for `after` hooks (a reply counts as sent once
         # it is there); fresh ones each time, since `start` may overlap requests
         times = self.conn.times = RequestTimes()
-        times.arrived = times.dispatched = time.monotonic()
+        times.arrived = time.monotonic()
         try:
             reply = self.router.dispatch(self.conn, api_key, version, correlation_id, frame)
             if asyncio.iscoroutine(reply) or isinstance(reply, asyncio.Future):
@@ -134,6 +132,13 @@ class BrokerHarness:
             return reply
         finally:
             self.router.done(times)
+
+    async def _dispatch_plain(self, api_key: int, version: int, correlation_id: int,
+                              frame: bytearray) -> Any:
+        reply = self.router.dispatch(self.conn, api_key, version, correlation_id, frame)
+        if asyncio.iscoroutine(reply) or isinstance(reply, asyncio.Future):
+            reply = await reply
+        return reply
 
     def request(self, api_key: ApiKey, version: int, body: Mapping[str, Any]) -> Struct:
         """Encode `body`, dispatch it, decode the whole response (no trailing bytes allowed)."""

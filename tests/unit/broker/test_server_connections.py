@@ -34,7 +34,7 @@ _HEADER = struct.Struct(">ihhi")  # size, api key, version, correlation id
 class EchoRouter:
     """Answers every request with its own body length (4 bytes)."""
 
-    hooks = ()  # no request hooks: the connections keep no request times
+    keeps_times = False  # no request hooks
 
     def __init__(self) -> None:
         self.seen: list[int] = []
