@@ -39,7 +39,9 @@ def test_old_segments_are_deleted(make_broker, unique_topic):
         assert (res.error, res.base_offset) == (NONE, 40)
 
     seg_dir = broker.data_dir / f"{topic}-0"
-    assert len(list(seg_dir.glob("*.log"))) >= 3, "precondition: several segments were rolled"
+    # a retention pass may already have run (every 200 ms): then the log start has moved
+    rolled = len(list(seg_dir.glob("*.log"))) >= 3 or kc.earliest(bs, topic) > 0
+    assert rolled, "precondition: several segments were rolled"
 
     deadline = time.monotonic() + 60
     while (start := kc.earliest(bs, topic)) == 0:
