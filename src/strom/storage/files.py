@@ -30,6 +30,19 @@ def fsync(fd: int) -> None:
         os.fsync(fd)
 
 
+def fsync_paths(paths: Iterable[Path]) -> None:
+    """fsync each file; one deleted meanwhile (its segment went) is skipped. Thread-safe."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fsync(fd)
+        finally:
+            os.close(fd)
+
+
 def _load_syncfs() -> Callable[[int], int] | None:
     try:
         fn = ctypes.CDLL(None, use_errno=True).syncfs

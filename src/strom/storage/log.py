@@ -44,7 +44,7 @@ from strom.storage.checkpoints import (
 from strom.storage.config import LogConfig
 from strom.storage.epochs import DeferredEpochCache
 from strom.storage.errors import KafkaStorageError, OffsetOutOfRangeError
-from strom.storage.files import FileBudget, FileSlice, SegmentFile, fsync
+from strom.storage.files import FileBudget, FileSlice, SegmentFile, fsync, fsync_paths
 from strom.storage.health import RateLimitedLog, describe, io_cause
 from strom.storage.index import TailWrite
 from strom.storage.producer_state import (
@@ -54,7 +54,6 @@ from strom.storage.producer_state import (
     PendingUpdate,
     ProducerStateManager,
     SnapshotWrite,
-    fsync_paths,
 )
 from strom.storage.recovery import open_segments
 from strom.storage.segment import (

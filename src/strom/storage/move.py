@@ -258,13 +258,5 @@ def sync_tree(path: Path) -> None:
     """fsync every file of a partition directory and the directory itself (worker thread)."""
     with os.scandir(path) as it:
         names = [e.name for e in it if e.is_file(follow_symlinks=False)]
-    for name in names:
-        try:
-            fd = os.open(path / name, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            files.fsync(fd)
-        finally:
-            os.close(fd)
+    files.fsync_paths(path / name for name in names)
     sync_directory(path)

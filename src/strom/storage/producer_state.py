@@ -34,6 +34,7 @@ from strom.protocol.errors import ErrorCode
 from strom.record.buffers import Buf
 from strom.storage import files
 from strom.storage.errors import CorruptRecordError, StorageError
+from strom.storage.files import fsync_paths
 from strom.storage.validator import ORIGIN_CLIENT, ORIGIN_REPLICATION, ProducerBatch
 
 log = logging.getLogger(__name__)
@@ -645,17 +646,6 @@ class ProducerStateManager:
 # --- snapshot files ----------------------------------------------------------------------------
 
 
-def fsync_paths(paths: list[Path]) -> None:
-    """fsync each file; one deleted meanwhile (its segment went) is skipped. Thread-safe."""
-    for path in paths:
-        try:
-            fd = os.open(path, os.O_RDONLY)
-        except FileNotFoundError:
-            continue
-        try:
-            files.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 def write_snapshot(
