@@ -8,7 +8,7 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: run test unit integration lint format bench system-deps clean
 .PHONY: fuzz fuzz-seeds
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
-.PHONY: jepsen jepsen-kafka
+.PHONY: jepsen jepsen-kafka java-on-kafka
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -86,6 +86,10 @@ fuzz-seeds: $(STAMP)
 COMPAT_MVN := nice -n 10 mvn -q -B -f compat/java/pom.xml
 COMPAT_KAFKA_LIBS ?= $(HOME)/.cache/strom-compat/kafka-4.4.0/libs
 COMPAT_CLUSTER := -Dgroups=cluster -DexcludedGroups=none
+# The Java suite's pytest runs on Apache Kafka 4.4 beside Strom's (make test runs Strom's only).
+java-on-kafka: $(STAMP)
+	STROM_JAVA_KAFKA=fast $(BIN)/pytest -q -p no:cacheprovider tests/integration/java
+
 compat-java: $(STAMP)
 	$(BIN)/python compat/run_broker.py strom --strom $(BIN)/strom -- \
 	  $(COMPAT_MVN) test -Dbootstrap={bootstrap} $(COMPAT_ARGS)

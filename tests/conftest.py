@@ -57,7 +57,7 @@ SUITE_BUDGETS_S: dict[str, float] = {
     "tests/integration/docs/": 600,
     "tests/integration/kafka_tools/": 480,
     "tests/integration/frameworks/": 420,
-    "tests/integration/java/": 400,
+    "tests/integration/java/": 250,  # Strom's runs only (the Kafka side: make java-on-kafka)
     "tests/integration/share/": 270,
     "tests/integration/security/": 150,
     "tests/integration/quotas/": 90,
