@@ -113,6 +113,7 @@ class LogCleaner:
         self._clock = clock
         self._checkpoints: dict[Path, dict[tuple[str, int], int]] = {}
         self._checkpoint_lock = threading.Lock()
+        self._writes: set[asyncio.Future[None]] = set()  # checkpoint writes under way
         self._horizons: dict[LogKey, int] = {}  # log key -> next delete horizon
         self._uncleanable: set[LogKey] = set()  # keys of logs that failed (until restart)
         self._cancel = threading.Event()
@@ -288,7 +289,13 @@ class LogCleaner:
                 discard_cleaned(cleaned)
             self._failed(ltc, e)
             return True
-        await asyncio.to_thread(self._write_checkpoint, *self._finish(ltc, job, stats))
+        # a plain executor future, shielded and awaited by `stop`: a stop right after the pass
+        # must not cancel the write while it still waits for a worker thread
+        write = asyncio.get_running_loop().run_in_executor(
+            None, self._write_checkpoint, *self._finish(ltc, job, stats))
+        self._writes.add(write)
+        write.add_done_callback(self._writes.discard)
+        await asyncio.shield(write)
         return True
 
     # --- the background task ----------------------------------------------------------------
@@ -358,3 +365,5 @@ class LogCleaner:
         self._cancel.set()
         workers, self._workers = list(self._workers.values()), {}
         await cancel_all(workers)
+        if self._writes:  # the checkpoints of passes that finished
+            await asyncio.wait(list(self._writes))
