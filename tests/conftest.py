@@ -138,3 +138,42 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return HEAVY_UNIT if path.startswith(SERIAL_HEAVY) else path
 
     return Scheduling(config, log)
+
+
+# ----------------------------------------------------------------------------- CPU per file
+
+# STROM_TEST_CPU=<file>: append one line per test file, "<cpu seconds>\t<wall seconds>\t<path>",
+# the CPU being this process's plus every reaped child's (brokers, JVMs, Maven, Spark) over the
+# file's tests: where the suite's machine time goes, which wall time alone does not show.
+_CPU_REPORT = os.environ.get("STROM_TEST_CPU", "")
+_cpu_spent: dict[str, list[float]] = {}
+
+
+def _cpu_now() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    if not _CPU_REPORT:
+        return (yield)
+    import time
+
+    cpu, wall = _cpu_now(), time.monotonic()
+    try:
+        return (yield)
+    finally:
+        spent = _cpu_spent.setdefault(item.nodeid.split("::", 1)[0], [0.0, 0.0])
+        spent[0] += _cpu_now() - cpu
+        spent[1] += time.monotonic() - wall
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _CPU_REPORT and _cpu_spent:
+        with open(_CPU_REPORT, "a") as out:
+            for path, (cpu, wall) in _cpu_spent.items():
+                out.write(f"{cpu:.1f}\t{wall:.1f}\t{path}\n")
