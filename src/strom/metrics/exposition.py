@@ -10,6 +10,7 @@ each must send its request within ``SOCKET_TIMEOUT_S``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import socket
 import threading
@@ -141,7 +142,18 @@ class MetricsServer:
     def start(self) -> None:
         self._thread.start()
 
+    def _wake(self) -> None:
+        with contextlib.suppress(OSError):
+            socket.create_connection((self.host, self.port), timeout=0.5).close()
+
     def stop(self) -> None:
-        self._server.shutdown()
+        """Stop serving. `serve_forever` checks for shutdown only between polls (half a second
+        apart), so a connection is made to wake it at once: a broker stops half a second sooner."""
+        stopper = threading.Thread(target=self._server.shutdown, name="metrics-http-stop",
+                                   daemon=True)
+        stopper.start()
+        while stopper.is_alive():
+            self._wake()
+            stopper.join(0.05)
         self._server.server_close()
         self._thread.join(timeout=5)
