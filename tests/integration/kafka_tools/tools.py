@@ -2,7 +2,10 @@
 
 Each script is `kafka-run-class.sh <MainClass> "$@"`; that script puts every jar on the classpath
 and adds a 256 MB heap, G1 flags and a log4j config sending WARN and above to stderr. The same is
-done here, plus C1-only compilation, which only shortens the start of these short-lived JVMs.
+done here, plus two things that only shorten the start of these short-lived JVMs: C1-only
+compilation, and a class-data-sharing archive (Java's AppCDS) of the classes the first tool run
+loaded, which the later runs map instead of loading them from the jars (about half of a tool's
+start-up CPU: measured 1.05 s against 0.6 s for a `kafka-topics --describe`).
 """
 
 from __future__ import annotations
@@ -70,7 +73,22 @@ class KafkaTools:
 
     java: str
     libs: Path
-    work: Path  # log4j config, files handed to tools
+    work: Path  # log4j config, files handed to tools, the class-data archive
+
+    @property
+    def archive(self) -> Path:
+        return self.work / "kafka-tools.jsa"
+
+    def _archive_flags(self, writing: Path | None) -> list[str]:
+        """Use the class-data archive once it exists; until then a run to its end writes one at
+        its exit (to ``writing``, a name of its own), and `run` moves the first complete one into
+        place. `-Xlog:cds=off` keeps the JVM's notes on classes it cannot archive out of the
+        tool's output."""
+        if self.archive.exists():
+            return [f"-XX:SharedArchiveFile={self.archive}", "-Xlog:cds=off"]
+        if writing is None:
+            return []
+        return [f"-XX:ArchiveClassesAtExit={writing}", "-Xlog:cds=off", "-Xlog:cds+dynamic=off"]
 
     @classmethod
     def create(cls, libs: Path, work: Path) -> KafkaTools:
@@ -80,17 +98,23 @@ class KafkaTools:
         (work / "log4j2.properties").write_text(LOG4J2)
         return cls(java, libs, work)
 
-    def command(self, tool: str, *args: str) -> list[str]:
-        return [self.java, *RUN_CLASS_FLAGS, *START_FLAGS,
+    def command(self, tool: str, *args: str, archive_to: Path | None = None) -> list[str]:
+        return [self.java, *RUN_CLASS_FLAGS, *START_FLAGS, *self._archive_flags(archive_to),
                 f"-Dlog4j2.configurationFile={self.work / 'log4j2.properties'}",
                 "-cp", f"{self.libs}/*", MAIN_CLASSES[tool], *args]  # fmt: skip
 
     def run(self, tool: str, *args: str, input: str | None = None, code: int | None = 0,
             timeout: float = DEFAULT_TIMEOUT) -> subprocess.CompletedProcess[str]:
         """Run a tool to its end; with ``code`` set, its exit status must be that."""
-        proc = subprocess.run(self.command(tool, *args), input=input, capture_output=True,
-                              text=True, timeout=timeout,
-                              stdin=None if input is not None else subprocess.DEVNULL)
+        writing = self.work / f"archiving-{uuid.uuid4().hex}.jsa"
+        try:
+            proc = subprocess.run(self.command(tool, *args, archive_to=writing), input=input,
+                                  capture_output=True, text=True, timeout=timeout,
+                                  stdin=None if input is not None else subprocess.DEVNULL)
+            if writing.exists() and not self.archive.exists():
+                writing.rename(self.archive)  # written by a JVM that ran to its end
+        finally:
+            writing.unlink(missing_ok=True)
         if code is not None and proc.returncode != code:
             raise ToolError(f"{tool} {' '.join(args)} exited {proc.returncode}, wanted {code}\n"
                             f"stdout:\n{proc.stdout[-5000:]}\nstderr:\n{proc.stderr[-5000:]}")
