@@ -23,6 +23,7 @@ from strom.config.defs import (
     between,
     one_of,
 )
+from strom.config.kraft import KRAFT_CONFIGS
 from strom.config.metrics import METRICS_CONFIGS
 from strom.config.security import SECURITY_CONFIGS
 from strom.config.topic import (
@@ -421,6 +422,7 @@ BROKER_CONFIGS.add(
 )
 BROKER_CONFIGS.add(*SECURITY_CONFIGS)
 BROKER_CONFIGS.add(*METRICS_CONFIGS)
+BROKER_CONFIGS.add(*KRAFT_CONFIGS)
 
 
 @dataclass

@@ -1,7 +1,9 @@
 """Kafka API keys, named as in Kafka's ``ApiKeys`` enum.
 
 Keys 4-7 (LeaderAndIsr, StopReplica, UpdateMetadata, ControlledShutdown) were removed in
-Kafka 4.0 and have no schema here; they are kept so logs can name them.
+Kafka 4.0 and have no schema here; they are kept so logs can name them. Key 94
+(UnregisterController, Kafka 4.4) is newer than kio: its schema is Strom's own
+(`extra_schemas`).
 """
 
 from __future__ import annotations
@@ -105,3 +107,4 @@ class ApiKey(IntEnum):
     DESCRIBE_SHARE_GROUP_OFFSETS = 90
     ALTER_SHARE_GROUP_OFFSETS = 91
     DELETE_SHARE_GROUP_OFFSETS = 92
+    UNREGISTER_CONTROLLER = 94  # Kafka 4.4 (KIP-1312), schema in extra_schemas.py

@@ -23,6 +23,7 @@ from kio.schema.index import api_key_map, schema_name_map
 from kio.static.protocol import Entity
 
 from .errors import UnsupportedVersion
+from .extra_schemas import EXTRA_ENTITIES, EXTRA_VERSIONS
 from .primitives import ZERO_UUID
 
 Side = Literal["request", "response"]
@@ -210,7 +211,11 @@ def _build(entity: type[Entity]) -> StructSchema:
 
 
 def kio_entity(api_key: int, version: int, side: Side) -> type[Entity]:
-    """kio's class for a message; raises `UnsupportedVersion` if kio has none."""
+    """kio's class for a message (or Strom's, for an API newer than kio: `extra_schemas`);
+    raises `UnsupportedVersion` if there is none."""
+    extra = EXTRA_ENTITIES.get((api_key, version, side))
+    if extra is not None:
+        return extra
     loader = load_request_schema if side == "request" else load_response_schema
     try:
         return loader(api_key, version)
@@ -223,12 +228,14 @@ def load_schema(api_key: int, version: int, side: Side) -> StructSchema:
 
 
 def api_keys() -> tuple[int, ...]:
-    """Every API key with schemas."""
+    """Every API key kio has schemas for (not the `extra_schemas` ones)."""
     return tuple(sorted(api_key_map))
 
 
 def supported_versions(api_key: int) -> tuple[int, int]:
     """(min, max) version with schemas (request side; kio always has both sides)."""
+    if api_key in EXTRA_VERSIONS:
+        return EXTRA_VERSIONS[api_key]
     try:
         versions = schema_name_map[api_key_map[api_key]]
     except KeyError:

@@ -1,0 +1,124 @@
+"""KRaft configs (issue 30): Kafka 4.4's names, types and defaults.
+
+Strom does not run a KRaft quorum yet, so every one of these is `implemented=False`: a
+server.properties copied from a Kafka 4 node starts, and each KRaft setting in it is named in a
+start-up WARN. Values are still checked as Kafka checks them (``controller.quorum.voters``
+entries, roles, ranges), so a bad one is refused with one line now rather than later.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from strom.config.defs import ConfigDef, ConfigError, ConfigType, at_least
+from strom.raft.config import validate_bootstrap_servers, validate_voters
+
+T = ConfigType
+
+PROCESS_ROLES = ("broker", "controller")
+
+
+def _roles(name: str, value: Any) -> None:
+    if not value:
+        raise ConfigError(f"Configuration '{name}' must not be empty (broker, controller, or "
+                          "broker,controller)")
+    for role in value:
+        if role not in PROCESS_ROLES:
+            raise ConfigError(f"Invalid value {role} for configuration {name}: String must be "
+                              "one of: broker, controller")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"Invalid value {','.join(value)} for configuration {name}: a role "
+                          "appears twice")
+
+
+def _names(name: str, value: Any) -> None:
+    if not value:
+        raise ConfigError(f"Configuration '{name}' must not be empty")
+    if len(set(value)) != len(value):
+        raise ConfigError(f"Invalid value {','.join(value)} for configuration {name}: a "
+                          "listener name appears twice")
+
+
+_Q = "controller.quorum."
+
+KRAFT_CONFIGS = (
+    ConfigDef("process.roles", T.LIST, None,
+              "KRaft roles of this node: broker, controller, or broker,controller (not yet: "
+              "Strom runs without KRaft)", _roles, read_only=True, implemented=False),
+    ConfigDef("node.id", T.INT, None, "KRaft node id, required with process.roles (Strom uses "
+              "broker.id)", at_least(0), read_only=True, implemented=False),
+    ConfigDef("controller.listener.names", T.LIST, None,
+              "listeners of the controller; a broker uses the first", _names, read_only=True,
+              implemented=False),
+    ConfigDef(_Q + "voters", T.LIST, [], "static voter set, id@host:port,... (kraft.version 0)",
+              validate_voters, read_only=True, implemented=False),
+    ConfigDef(_Q + "bootstrap.servers", T.LIST, [],
+              "controllers to find a dynamic quorum through, host:port,... (KIP-853)",
+              validate_bootstrap_servers, read_only=True, implemented=False),
+    ConfigDef(_Q + "election.timeout.ms", T.INT, 1000,
+              "time without a leader before an election (randomised to [T, 2T))", at_least(0),
+              read_only=True, implemented=False),
+    ConfigDef(_Q + "fetch.timeout.ms", T.INT, 2000,
+              "time without a successful fetch from the leader before a voter starts an "
+              "election; a leader without fetches from a majority for 1.5x this resigns",
+              at_least(0), read_only=True, implemented=False),
+    ConfigDef(_Q + "election.backoff.max.ms", T.INT, 1000,
+              "longest backoff before a new election", at_least(0), read_only=True,
+              implemented=False),
+    ConfigDef(_Q + "append.linger.ms", T.INT, 25,
+              "how long the leader gathers writes before flushing them", at_least(0),
+              read_only=True, implemented=False),
+    ConfigDef(_Q + "request.timeout.ms", T.INT, 2000, "timeout of quorum requests", at_least(0),
+              read_only=True, implemented=False),
+    ConfigDef(_Q + "retry.backoff.ms", T.INT, 20, "pause before retrying a quorum request",
+              at_least(0), read_only=True, implemented=False),
+    ConfigDef(_Q + "auto.join.enable", T.BOOLEAN, False,
+              "a caught-up controller outside the voter set adds itself (controllers only)",
+              read_only=True, implemented=False),
+    ConfigDef(_Q + "fetch.max.bytes", T.INT, 1048576,
+              "most bytes a quorum Fetch response carries (KIP-1219)", read_only=True,
+              implemented=False),
+    ConfigDef(_Q + "fetch.snapshot.max.bytes", T.INT, 1048576,
+              "most bytes a FetchSnapshot response carries (KIP-1219)", read_only=True,
+              implemented=False),
+    ConfigDef("controller.socket.timeout.ms", T.INT, 30000,
+              "timeout of requests to the controller", read_only=True, implemented=False),
+    ConfigDef("broker.heartbeat.interval.ms", T.INT, 2000,
+              "time between a broker's heartbeats to the controller", read_only=True,
+              implemented=False),
+    ConfigDef("broker.session.timeout.ms", T.INT, 9000,
+              "a broker without heartbeats for this long is fenced", read_only=True,
+              implemented=False),
+    ConfigDef("initial.broker.registration.timeout.ms", T.INT, 60000,
+              "how long a starting broker tries to register before it exits", read_only=True,
+              implemented=False),
+    ConfigDef("metadata.log.dir", T.STRING, None,
+              "directory of the metadata log (default: the first of log.dirs)", read_only=True,
+              implemented=False),
+    ConfigDef("metadata.log.max.record.bytes.between.snapshots", T.LONG, 20971520,
+              "new metadata log bytes that trigger a snapshot", at_least(1), read_only=True,
+              implemented=False),
+    ConfigDef("metadata.log.max.snapshot.interval.ms", T.LONG, 3600000,
+              "longest time between snapshots while records arrive (0: never by time)",
+              at_least(0), read_only=True, implemented=False),
+    ConfigDef("metadata.log.segment.bytes", T.INT, 1073741824,
+              "segment size of the metadata log", at_least(8388608), read_only=True,
+              implemented=False),
+    ConfigDef("metadata.log.segment.ms", T.LONG, 604800000,
+              "segment roll time of the metadata log", read_only=True, implemented=False),
+    ConfigDef("metadata.max.retention.bytes", T.LONG, 104857600,
+              "metadata log and snapshot bytes kept before old snapshots are deleted",
+              read_only=True, implemented=False),
+    ConfigDef("metadata.max.retention.ms", T.LONG, 604800000,
+              "how long metadata log segments and snapshots are kept", read_only=True,
+              implemented=False),
+    ConfigDef("metadata.max.idle.interval.ms", T.INT, 500,
+              "the active controller writes a no-op record when idle this long", at_least(0),
+              read_only=True, implemented=False),
+    ConfigDef("sasl.mechanism.controller.protocol", T.STRING, "GSSAPI",
+              "SASL mechanism for requests to the controllers", read_only=True,
+              implemented=False),
+    ConfigDef("early.start.listeners", T.STRING, None,
+              "listeners started before the node has caught up (default: the controller "
+              "listeners)", read_only=True, implemented=False),
+)

@@ -1,0 +1,1 @@
+"""Kafka's Raft (KIP-595) for the metadata quorum."""
