@@ -1,0 +1,277 @@
+"""Replication: Fetch on the leader (validation, divergence, long poll, the HW) and on the
+follower (append, truncate, follow the HW), plus DescribeQuorum and FetchSnapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sized
+from typing import Any
+
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+
+from . import messages as m
+from .base import ClientBase, E, Pending, logger
+from .leader import LeaderState
+from .log import BOOTSTRAP_SNAPSHOT_ID, truncation_offset, validate_offset_and_epoch
+from .messages import Message
+from .states import FollowerState
+from .types import FatalRaftError, OffsetAndEpoch, ReplicaKey, ValidKind
+
+
+class ReplicationHandlers(ClientBase):
+    def _handle_fetch_request(self, now: int, source: int,
+                              req: Mapping[str, Any]) -> Message | Pending:
+        if not self._cluster_ok(req.get("cluster_id")):
+            return m.top_level_error(E.INCONSISTENT_CLUSTER_ID)
+        part = m.fetch_partition(req)
+        if part is None:
+            return m.top_level_error(E.INVALID_REQUEST)
+        max_wait = int(req.get("max_wait", 0))
+        fetch_offset = int(part.get("fetch_offset", -1))
+        last_epoch = int(part.get("last_fetched_epoch", -1))
+        if max_wait < 0 or fetch_offset < 0 or last_epoch < 0 \
+                or last_epoch > int(part.get("current_leader_epoch", -1)):
+            return self._empty_fetch_response(E.INVALID_REQUEST)
+        replica = ReplicaKey.of(m.fetch_replica_id(req), part.get("replica_directory_id"))
+        max_bytes = _fetch_max_bytes(req, part, self.settings.fetch_max_bytes)
+        response, immediate = self._try_complete_fetch(now, replica, part, max_bytes)
+        st = self.quorum.state
+        # Fetch v18+: a follower whose HW is behind hears the new one at once (an unknown HW
+        # is sent as i64 max, and older versions do not carry the field).
+        follower_hw = int(part.get("high_watermark", m.I64_MAX))
+        hw_behind = (isinstance(st, LeaderState) and st.high_watermark is not None
+                     and follower_hw < st.high_watermark)
+        if immediate or max_wait == 0 or hw_behind:
+            return response
+        pending = Pending(source, replica, part, max_bytes, self.quorum.epoch, now + max_wait)
+        self._parked.append(pending)
+        return pending
+
+    def _empty_fetch_response(self, error: ErrorCode) -> Message:
+        return m.fetch_response(
+            error=error, leader_id=self.quorum.leader_id, epoch=self.quorum.epoch,
+            high_watermark=None, log_start_offset=self.log.start_offset(), records=None,
+            nodes=self._nodes(with_rack=True))
+
+    def _try_complete_fetch(self, now: int, replica: ReplicaKey, part: Mapping[str, Any],
+                            max_bytes: int) -> tuple[Message, bool]:
+        """The Fetch answer as of now, and whether it must go out without waiting."""
+        error = self._validate_leader_only(int(part.get("current_leader_epoch", -1)))
+        st = self.quorum.state
+        if error is not None or not isinstance(st, LeaderState):
+            return self._empty_fetch_response(error or E.NOT_LEADER_OR_FOLLOWER), True
+        fetch_offset = int(part["fetch_offset"])
+        latest = self.log.latest_snapshot_id()
+        if fetch_offset == 0 and latest is not None and latest != BOOTSTRAP_SNAPSHOT_ID:
+            kind, where = ValidKind.SNAPSHOT, latest  # an empty replica starts from a snapshot
+        else:
+            valid = validate_offset_and_epoch(self.log, fetch_offset,
+                                              int(part["last_fetched_epoch"]))
+            kind, where = valid.kind, valid.offset_and_epoch
+        records: object = None
+        size = 0
+        if kind is ValidKind.VALID:
+            info = self.log.read(fetch_offset, max_bytes)
+            if st.update_replica_state(replica, now, fetch_offset):
+                self._on_leader_high_watermark(st)
+            if info.size_bytes > 0:
+                records, size = info.records, info.size_bytes
+        response = m.fetch_response(
+            error=E.NONE, leader_id=self.local.id, epoch=st.epoch,
+            high_watermark=st.high_watermark, log_start_offset=self.log.start_offset(),
+            records=records,
+            diverging=where if kind is ValidKind.DIVERGING else None,
+            snapshot_id=where if kind is ValidKind.SNAPSHOT else None,
+            nodes=self._nodes(with_rack=True))
+        return response, size > 0 or kind is not ValidKind.VALID
+
+    def _complete_parked(self, now: int) -> None:
+        if not self._parked:
+            return
+        st = self.quorum.state
+        keep: list[Pending] = []
+        for p in self._parked:
+            leading = isinstance(st, LeaderState) and st.epoch == p.epoch
+            if leading and not p.woken and now < p.deadline_ms:
+                keep.append(p)
+                continue
+            p.response, _ = self._try_complete_fetch(now, p.replica, p.partition, p.max_bytes)
+            self._completed.append(p)
+        self._parked = keep
+
+    def _append_batches(self, now: int, st: LeaderState) -> None:
+        for records in st.accumulator.drain():
+            self.log.append_as_leader(list(records), st.epoch, now)
+        self.log.flush()  # the leader counts its own end offset only once it is durable
+        leo = self.log.end_offset()
+        if leo != st.accumulator.next_offset:
+            raise FatalRaftError(f"log end {leo} != accumulator {st.accumulator.next_offset}")
+        for p in self._parked:
+            if int(p.partition["fetch_offset"]) < leo:
+                p.woken = True
+        if st.update_local_end_offset(leo):
+            self._on_leader_high_watermark(st)
+
+    def _send_fetch(self, now: int, destination: int) -> None:
+        self._send(now, destination, ApiKey.FETCH, m.fetch_request(
+            cluster_id=self.cluster_id, replica=self.local, epoch=self.quorum.epoch,
+            fetch_offset=self.log.end_offset(), last_fetched_epoch=self.log.last_fetched_epoch(),
+            high_watermark=self.quorum.state.high_watermark,
+            max_wait_ms=self.settings.fetch_max_wait_ms, max_bytes=self.settings.fetch_max_bytes))
+
+    def _fetch_any_bootstrap(self, now: int, exclude: set[int] | None = None) -> None:
+        """Ask some voter: whoever it is, its answer names the current leader and epoch."""
+        if self.requests.has_any_inflight():
+            return
+        node = self.requests.ready_bootstrap(now, (exclude or set()) | {self.local.id})
+        if node is not None:
+            self._send_fetch(now, node)
+
+    def _fetch_from_leader(self, now: int, st: FollowerState) -> None:
+        if self.requests.has_any_inflight():
+            return
+        if self.requests.is_ready(st.leader, now):
+            self._send_fetch(now, st.leader)
+        elif self.requests.is_backing_off(st.leader, now):
+            self._fetch_any_bootstrap(now, {st.leader})
+
+    def _handle_fetch_response(self, now: int, source: int, resp: Mapping[str, Any]) -> bool:
+        top = int(resp.get("error_code", 0))
+        if top != 0:
+            return self._top_level_error(top)
+        part = m.fetch_response_partition(resp)
+        if part is None:
+            return False
+        current = part.get("current_leader") or {}
+        leader = m.opt_id(int(current.get("leader_id", -1)))
+        epoch = int(current.get("leader_epoch", -1))
+        error = int(part.get("error_code", 0))
+        handled = self._common_response(
+            now, error, leader, epoch, self._leader_endpoints(resp.get("node_endpoints"), leader))
+        if handled is not None:
+            # An error answer from a non-leader: pause before asking that peer again.
+            return handled and error == E.NONE
+        if error != E.NONE:
+            return self._unexpected_error(error)
+        st = self.quorum.state
+        if not isinstance(st, FollowerState):
+            return True
+        diverging = part.get("diverging_epoch") or {}
+        snapshot = part.get("snapshot_id") or {}
+        if int(diverging.get("epoch", -1)) >= 0:
+            self._truncate(st, OffsetAndEpoch(int(diverging["end_offset"]),
+                                              int(diverging["epoch"])))
+        elif int(snapshot.get("epoch", -1)) >= 0 or int(snapshot.get("end_offset", -1)) >= 0:
+            return self._snapshot_needed(st, snapshot)
+        else:
+            records = part.get("records")
+            if isinstance(records, Sized) and len(records) > 0:  # bytes, or a memory log's tuple
+                info = self.log.append_as_follower(records)
+                if info is not None and self.quorum.is_voter():
+                    # A voter's next fetch offset counts toward the HW: it must be durable.
+                    self.log.flush()
+            hw = int(part.get("high_watermark", -1))
+            if hw >= 0:
+                self._update_follower_high_watermark(st, hw)
+        st.fetch_deadline = now + self.settings.fetch_timeout_ms
+        st.has_fetched_from_leader = True
+        return True
+
+    def _truncate(self, st: FollowerState, diverging: OffsetAndEpoch) -> None:
+        hw = st.high_watermark
+        offset = truncation_offset(self.log, diverging)
+        if hw is not None and min(offset, diverging.offset) < hw:
+            raise FatalRaftError(
+                f"node {self.local.id}: leader {st.leader} asks to truncate to "
+                f"{min(offset, diverging.offset)}, below the high watermark {hw}")
+        logger.info("raft %d: truncating to %d (diverging epoch %d ends at %d)",
+                    self.local.id, offset, diverging.epoch, diverging.offset)
+        self.log.truncate_to(offset)
+
+    def _snapshot_needed(self, st: FollowerState, snapshot: Mapping[str, Any]) -> bool:
+        # TODO(stage 4): download it with FetchSnapshot (.part file, position loop, freeze,
+        # truncate_fully_and_start_at, reload listeners, HW = snapshot end).
+        if int(snapshot.get("epoch", -1)) < 0 or int(snapshot.get("end_offset", -1)) < 0:
+            logger.error("raft %d: invalid snapshot id %s", self.local.id, snapshot)
+            return False
+        st.fetching_snapshot = OffsetAndEpoch(int(snapshot["end_offset"]), int(snapshot["epoch"]))
+        logger.error("raft %d: the leader sent snapshot %s; snapshot download is not "
+                     "implemented yet", self.local.id, st.fetching_snapshot)
+        return False
+
+    def _update_follower_high_watermark(self, st: FollowerState, leader_hw: int) -> None:
+        if st.update_high_watermark(min(leader_hw, self.log.end_offset())):
+            assert st.high_watermark is not None
+            self.log.update_high_watermark(st.high_watermark)
+
+    def _handle_describe_quorum_request(self, now: int, source: int,
+                                        req: Mapping[str, Any]) -> Message:
+        if m.vote_like_partition(req) is None:
+            return m.describe_quorum_error(E.UNKNOWN_TOPIC_OR_PARTITION, req)
+        st = self.quorum.state
+        if not isinstance(st, LeaderState):
+            return m.describe_quorum_error(E.NOT_LEADER_OR_FOLLOWER)
+        voters = []
+        for node_id, s in st.voter_states.items():
+            if node_id == self.local.id:  # the leader is caught up with itself, now
+                voters.append(m.replica_state(s.key, s.end_offset, now, now))
+            else:
+                voters.append(m.replica_state(s.key, s.end_offset, s.last_fetch_ms,
+                                              s.last_caught_up_ms))
+        observers = [m.replica_state(s.key, s.end_offset, s.last_fetch_ms, s.last_caught_up_ms)
+                     for s in st.observers(now)]
+        nodes = [{"node_id": n.key.id, "listeners": m.leader_endpoint_list(n.endpoints)}
+                 for n in self.quorum.voters if n.endpoints]
+        return m.describe_quorum_response(leader_id=self.local.id, epoch=st.epoch,
+                                          high_watermark=st.high_watermark, voters=voters,
+                                          observers=observers, nodes=nodes)
+
+    def _snapshot_response(self, error: ErrorCode, **kwargs: Any) -> Message:
+        return m.fetch_snapshot_response(error=error, leader_id=self.quorum.leader_id,
+                                         epoch=self.quorum.epoch, nodes=self._nodes(), **kwargs)
+
+    def _handle_fetch_snapshot_request(self, now: int, source: int,
+                                       req: Mapping[str, Any]) -> Message:
+        if not self._cluster_ok(req.get("cluster_id")):
+            return m.top_level_error(E.INCONSISTENT_CLUSTER_ID)
+        topics = req.get("topics") or []
+        if len(topics) != 1 or len(topics[0].get("partitions") or []) != 1:
+            return m.top_level_error(E.INVALID_REQUEST)
+        part = m.fetch_snapshot_partition(req)
+        if part is None:
+            asked = topics[0]
+            return self._snapshot_response(
+                E.UNKNOWN_TOPIC_OR_PARTITION, topic=str(asked.get("name", "")),
+                partition=int(asked["partitions"][0].get("partition", 0)))
+        error = self._validate_leader_only(int(part.get("current_leader_epoch", -1)))
+        st = self.quorum.state
+        if error is not None or not isinstance(st, LeaderState):
+            return self._snapshot_response(error or E.NOT_LEADER_OR_FOLLOWER)
+        sid_field = part.get("snapshot_id") or {}
+        snapshot_id = OffsetAndEpoch(int(sid_field.get("end_offset", -1)),
+                                     int(sid_field.get("epoch", -1)))
+        snapshot = self.log.read_snapshot(snapshot_id)
+        if snapshot is None or snapshot_id == BOOTSTRAP_SNAPSHOT_ID:
+            return self._snapshot_response(E.SNAPSHOT_NOT_FOUND)  # (0, 0) is never served
+        size = snapshot.size()
+        position = int(part.get("position", -1))
+        if position < 0 or position >= size:
+            return self._snapshot_response(E.POSITION_OUT_OF_RANGE)
+        chunk = snapshot.read(position, min(int(req.get("max_bytes", size)), size))
+        st.update_check_quorum(
+            ReplicaKey.of(int(req.get("replica_id", -1)), part.get("replica_directory_id")), now)
+        return self._snapshot_response(E.NONE, snapshot_id=snapshot_id, size=size,
+                                       position=position, chunk=chunk)
+
+    def _handle_fetch_snapshot_response(self, now: int, source: int,
+                                        resp: Mapping[str, Any]) -> bool:
+        # TODO(stage 4): snapshot download. Nothing sends FetchSnapshot yet.
+        return False
+
+
+def _fetch_max_bytes(req: Mapping[str, Any], part: Mapping[str, Any], default: int) -> int:
+    limits = [int(v) for v in (req.get("max_bytes"), part.get("partition_max_bytes"))
+              if isinstance(v, int) and v > 0]
+    return min(limits) if limits else default
+
+
