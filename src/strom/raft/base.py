@@ -20,7 +20,7 @@ from strom.protocol.errors import ErrorCode
 from . import messages as m
 from .channels import RequestManager
 from .leader import LeaderState
-from .log import RaftLog
+from .log import RaftLog, RawSnapshotWriter, SnapshotContent
 from .messages import Message
 from .quorum import QuorumState
 from .quorum_state import QuorumStateStore
@@ -46,6 +46,12 @@ class RaftListener(Protocol):
     """The state machine: sees only committed batches, in order, and leader changes."""
 
     def handle_commit(self, batches: list[RaftBatch]) -> None: ...
+
+    def handle_load_snapshot(self, snapshot: SnapshotContent) -> None:
+        """Replace the whole state with a snapshot's; commits go on from its end offset. Comes
+        first to a new listener when the log has a snapshot, and whenever the listener is
+        behind the log start (after a snapshot download, or a trim it had not caught up to)."""
+        ...
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None: ...
 
@@ -84,6 +90,7 @@ class ListenerContext:
     listener: RaftListener
     next_offset: int = 0
     last_leader: LeaderAndEpoch | None = None
+    fresh: bool = True  # nothing loaded or committed yet: starts from the latest snapshot
 
 
 @dataclass
@@ -115,6 +122,8 @@ class ClientBase:
         self._now = 0
         self._shutdown: Shutdown | None = None
         self._initialized = False
+        # The snapshot a Follower is downloading (its state's `fetching_snapshot`).
+        self._snapshot_download: RawSnapshotWriter | None = None
 
     @property
     def state(self) -> EpochState:
@@ -147,6 +156,9 @@ class ClientBase:
     def _before_transition(self) -> None:
         # Answers to requests made in the old state must not steer the new one.
         self.requests.reset_all()
+        if self._snapshot_download is not None:  # a download belongs to its Follower state
+            self._snapshot_download.abort()
+            self._snapshot_download = None
 
     def _to_unattached(self, now: int, epoch: int) -> None:
         self._before_transition()

@@ -7,14 +7,14 @@ A driver (asyncio in production, `tests/unit/raft/sim.py` in the simulation) fee
   the answer (or the loss) of a request this client sent;
 - `poll(now)`: timers and state work; returns the requests to send, the parked fetches that
   completed, and the time by which `poll` must run again.
-The leader takes records with `append`. Committed batches and leader changes reach listeners
-from `poll`.
+The leader takes records with `append`. Committed batches, snapshots to load and leader
+changes reach listeners from `poll`. The owner snapshots its state machine with
+`create_snapshot` and drops the log below the latest snapshot with `trim_log`.
 
 Request handling follows Kafka's validation order and error codes (design brief §1); state
 transitions follow §2 (pre-vote, check-quorum, durable elections, the HW rule, divergence).
 The handlers live in elections.py and replication.py, the shared state in base.py; this module
-has the public API, the per-state poll and the listeners. Snapshot download (a Fetch answer
-naming a snapshot, FetchSnapshot responses) is not done yet: see replication.py.
+has the public API, the per-state poll and the listeners.
 """
 
 from __future__ import annotations
@@ -197,23 +197,18 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
     def _poll_follower(self, now: int, st: FollowerState) -> int:
         if self._shutdown is not None:
             return NEVER  # a follower stops at once
-        # TODO(stage 4): while a snapshot is named, download it with FetchSnapshot instead of
-        # fetching; for now the replica only waits for its fetch timeout.
-        fetching = st.fetching_snapshot is None
         if self.quorum.is_voter():
             if now >= st.fetch_deadline:
                 logger.info("raft %d: no fetch from leader %d within %d ms", self.local.id,
                             st.leader, self.settings.fetch_timeout_ms)
                 self._to_prospective(now)
                 return now
-            if fetching:
-                self._fetch_from_leader(now, st)
+            self._fetch_from_leader(now, st)  # Fetch, or FetchSnapshot while downloading
             return st.fetch_deadline
         if now >= st.fetch_deadline:
             self._fetch_any_bootstrap(now)  # an observer looks for whoever leads now
             return NEVER
-        if fetching:
-            self._fetch_from_leader(now, st)
+        self._fetch_from_leader(now, st)
         return st.fetch_deadline
 
     def _poll_unattached(self, now: int, st: UnattachedState) -> int:
@@ -244,6 +239,8 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
         st = self.quorum.state
         hw = st.high_watermark
         for ctx in self._listeners:
+            if hw is not None and hw > ctx.next_offset:
+                self._maybe_load_snapshot(ctx)
             if hw is not None and hw > ctx.next_offset:
                 batches = self.log.read_batches(ctx.next_offset, hw)
                 ctx.next_offset = hw

@@ -8,14 +8,39 @@ Fetch response's `records` field as is, and a follower gives that value back to
 Epoch bookkeeping follows Kafka's leader-epoch cache: `end_offset_for_epoch` answers with the
 largest epoch not above the one asked and where it ended, which is what a leader needs to tell
 a follower where their logs diverge.
+
+Snapshots (KIP-630) are Kafka snapshot files as bytes: a header control batch, the state
+machine's values in data batches, a footer control batch (`snapshot_chunks` builds them,
+`parse_snapshot` reads them back). A log stores them through `RawSnapshotWriter`s, the same for
+a snapshot made here and one downloaded with FetchSnapshot; once frozen, a snapshot is visible
+by id. The log may then start at a snapshot's end offset (`delete_before_snapshot`), or restart
+from a downloaded one (`install_snapshot`).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from strom.record import (
+    RECORD_BATCH_OVERHEAD,
+    CorruptRecordError,
+    Record,
+    build_batch,
+    decode_records,
+    iter_batches,
+)
+
+from .control import (
+    SnapshotFooterRecord,
+    SnapshotHeaderRecord,
+    build_control_batch,
+    check_batch,
+    decoded_controls,
+)
+from .snapshot import MAX_BATCH_BYTES, SnapshotCorruptError
 from .types import (
     ControlEntry,
     Entry,
@@ -48,6 +73,27 @@ class RawSnapshot(Protocol):
     def size(self) -> int: ...
 
     def read(self, position: int, max_bytes: int) -> bytes: ...
+
+
+class RawSnapshotWriter(Protocol):
+    """A snapshot being written, as bytes in order: one made here (`snapshot_chunks`) or one
+    downloaded with FetchSnapshot. Invisible until `freeze`; `abort` drops it (a disk log
+    writes ``<id>-<random>.checkpoint.part`` and renames it into place on freeze)."""
+
+    @property
+    def snapshot_id(self) -> OffsetAndEpoch: ...
+
+    def size(self) -> int:
+        """Bytes appended so far (the position the next FetchSnapshot asks for)."""
+        ...
+
+    def append(self, data: bytes) -> None: ...
+
+    def freeze(self) -> None:
+        """Complete it durably; from then on `read_snapshot` and the snapshot ids see it."""
+        ...
+
+    def abort(self) -> None: ...
 
 
 class RaftLog(Protocol):
@@ -105,6 +151,24 @@ class RaftLog(Protocol):
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshot | None: ...
 
+    def new_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshotWriter | None:
+        """A writer for a snapshot; None if a frozen one with that id exists already. The
+        caller checked the id (a local snapshot: a batch boundary at or below the HW)."""
+        ...
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        """Restart the log from a frozen snapshot (a downloaded one, past the log end): drop
+        every record; log start = end = HW = its end offset, last fetched epoch = its epoch;
+        older snapshots go. (On open, a log whose latest snapshot is past its end does the
+        same: a crash may come between the download's freeze and this call.)"""
+        ...
+
+    def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> bool:
+        """Move the log start up to a frozen snapshot's end offset, deleting the records and
+        the snapshots below it. Nothing happens (False) unless the snapshot exists and
+        log start < its end offset <= min(HW, latest snapshot's end offset)."""
+        ...
+
 
 def end_offset(log: RaftLog) -> OffsetAndEpoch:
     """The log's end as Vote requests and the "up to date" check use it."""
@@ -145,6 +209,145 @@ def truncation_offset(log: RaftLog, diverging: OffsetAndEpoch) -> int:
     return local.offset
 
 
+# --------------------------------------------------------------------------- snapshot bytes
+
+_RECORD_OVERHEAD = 21  # a record's worst-case framing beside its value (as snapshot.py counts)
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotContent:
+    """A snapshot as listeners load it: the state machine's values as of `snapshot_id`."""
+
+    snapshot_id: OffsetAndEpoch
+    last_contained_log_timestamp: int
+    values: tuple[bytes, ...]
+
+
+def snapshot_chunks(snapshot_id: OffsetAndEpoch, values: Iterable[bytes], *,
+                    last_contained_log_timestamp: int, timestamp: int,
+                    max_batch_bytes: int = MAX_BATCH_BYTES) -> Iterator[bytes]:
+    """The bytes of a Kafka snapshot (kraft.version 0: no voter set in the header), batch by
+    batch: what `snapshot.write_snapshot` writes to a file for the same arguments."""
+    epoch = snapshot_id.epoch
+    yield build_control_batch([SnapshotHeaderRecord(last_contained_log_timestamp)],
+                              base_offset=0, leader_epoch=epoch, timestamp=timestamp)
+    offset = 1
+    pending: list[Record] = []
+    pending_bytes = 0
+    for value in values:
+        size = len(value) + _RECORD_OVERHEAD
+        if pending and RECORD_BATCH_OVERHEAD + pending_bytes + size > max_batch_bytes:
+            yield build_batch(pending, base_offset=pending[0].offset,
+                              partition_leader_epoch=epoch)
+            pending, pending_bytes = [], 0
+        pending.append(Record(offset, timestamp, None, bytes(value)))
+        pending_bytes += size
+        offset += 1
+    if pending:
+        yield build_batch(pending, base_offset=pending[0].offset, partition_leader_epoch=epoch)
+    yield build_control_batch([SnapshotFooterRecord()], base_offset=offset, leader_epoch=epoch,
+                              timestamp=timestamp)
+
+
+def parse_snapshot(snapshot_id: OffsetAndEpoch, data: bytes) -> SnapshotContent:
+    """Read a snapshot's bytes back, checked: CRCs, offsets following each other from 0, the
+    header first, the footer last, nothing after it. Raises `SnapshotCorruptError`."""
+    name = f"snapshot {snapshot_id.offset}-{snapshot_id.epoch}"
+    header: SnapshotHeaderRecord | None = None
+    footer = False
+    expected = 0
+    end = 0
+    values: list[bytes] = []
+    try:
+        for pos, h in iter_batches(data):
+            batch = data[pos:pos + h.size]
+            check_batch(batch)
+            end = pos + h.size
+            if footer or h.base_offset != expected:
+                raise SnapshotCorruptError(f"{name}: batch at offset {h.base_offset}, expected "
+                                           f"{'nothing after the footer' if footer else expected}")
+            records = decode_records(batch)
+            expected = h.next_offset
+            if h.is_control:
+                controls = decoded_controls(records)
+                if header is None:
+                    if not controls or not isinstance(controls[0], SnapshotHeaderRecord):
+                        raise SnapshotCorruptError(f"{name}: the first batch is not a header")
+                    header = controls[0]
+                footer = any(isinstance(c, SnapshotFooterRecord) for c in controls)
+                continue
+            if header is None:
+                raise SnapshotCorruptError(f"{name}: the first batch is not a header")
+            for r in records:
+                if r.value is None:
+                    raise SnapshotCorruptError(f"{name}: record {r.offset} has no value")
+                values.append(r.value)
+    except SnapshotCorruptError:
+        raise
+    except CorruptRecordError as e:
+        raise SnapshotCorruptError(f"{name}: {e}") from e
+    if end != len(data):
+        raise SnapshotCorruptError(f"{name}: {len(data) - end} stray bytes at position {end}")
+    if header is None or not footer:
+        raise SnapshotCorruptError(f"{name}: no {'header' if header is None else 'footer'}")
+    return SnapshotContent(snapshot_id, header.last_contained_log_timestamp, tuple(values))
+
+
+def load_snapshot(log: RaftLog, snapshot_id: OffsetAndEpoch) -> SnapshotContent | None:
+    """A frozen snapshot of the log, decoded; None if the log has no such snapshot."""
+    raw = log.read_snapshot(snapshot_id)
+    if raw is None:
+        return None
+    return parse_snapshot(snapshot_id, raw.read(0, raw.size()))
+
+
+def _snapshot_order(sid: OffsetAndEpoch) -> tuple[int, int]:
+    return (sid.offset, sid.epoch)  # Kafka orders snapshot ids by offset, then epoch
+
+
+class _MemorySnapshot:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def size(self) -> int:
+        return len(self.data)
+
+    def read(self, position: int, max_bytes: int) -> bytes:
+        return self.data[position:position + max(0, max_bytes)]
+
+
+class _MemorySnapshotWriter:
+    def __init__(self, log: MemoryRaftLog, snapshot_id: OffsetAndEpoch) -> None:
+        self.snapshot_id = snapshot_id
+        self._log = log
+        self._generation = log.generation
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._done = False
+
+    def size(self) -> int:
+        return self._size
+
+    def append(self, data: bytes) -> None:
+        if self._done:
+            raise ValueError(f"snapshot {self.snapshot_id} is already frozen or aborted")
+        self._chunks.append(bytes(data))
+        self._size += len(data)
+
+    def freeze(self) -> None:
+        if self._done:
+            raise ValueError(f"snapshot {self.snapshot_id} is already frozen or aborted")
+        if self._generation != self._log.generation:
+            raise ValueError(f"snapshot {self.snapshot_id} was being written during a crash")
+        self._done = True
+        self._log.snapshots[self.snapshot_id] = _MemorySnapshot(b"".join(self._chunks))
+        self._chunks = []
+
+    def abort(self) -> None:
+        self._done = True
+        self._chunks = []
+
+
 # ---------------------------------------------------------------------------------------------
 
 
@@ -152,7 +355,8 @@ class MemoryRaftLog:
     """A `RaftLog` in memory, for the simulation and unit tests.
 
     Survives a simulated crash as the disk would: `crash(lose_unflushed=True)` drops what was
-    never flushed. Fetched records are tuples of `RaftBatch`.
+    never flushed; frozen snapshots stay, snapshots being written are lost. Fetched records are
+    tuples of `RaftBatch`; snapshots are Kafka snapshot bytes.
     """
 
     def __init__(self) -> None:
@@ -161,16 +365,20 @@ class MemoryRaftLog:
         self._epochs: list[tuple[int, int]] = []  # (epoch, start offset), ascending
         self._flushed = 0
         self._hw = 0
+        self._start = 0
+        self._start_epoch = 0  # epoch of the snapshot the log starts at (0 from the beginning)
+        self.snapshots: dict[OffsetAndEpoch, _MemorySnapshot] = {}
+        self.generation = 0  # bumped by a crash: writers from before cannot freeze
 
     # -- reads
     def start_offset(self) -> int:
-        return 0
+        return self._start
 
     def end_offset(self) -> int:
-        return self.batches[-1].end_offset if self.batches else 0
+        return self.batches[-1].end_offset if self.batches else self._start
 
     def last_fetched_epoch(self) -> int:
-        return self.batches[-1].epoch if self.batches else 0
+        return self.batches[-1].epoch if self.batches else self._start_epoch
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch:
         leo = self.end_offset()
@@ -182,7 +390,14 @@ class MemoryRaftLog:
         if not above:
             return OffsetAndEpoch(leo, self.last_fetched_epoch())
         floor = [e for e, _ in self._epochs if e <= epoch]
-        return OffsetAndEpoch(above[0][1], floor[-1] if floor else epoch)
+        if floor:
+            return OffsetAndEpoch(above[0][1], floor[-1])
+        # Older than every epoch left in the log: the log starts where the oldest snapshot
+        # ends, and that snapshot's epoch is the answer (as Kafka's metadata log says).
+        oldest = self.earliest_snapshot_id()
+        if oldest is not None and oldest.offset == above[0][1]:
+            return oldest
+        return OffsetAndEpoch(above[0][1], epoch)
 
     def read(self, offset: int, max_bytes: int) -> LogFetchInfo:
         out: list[RaftBatch] = []
@@ -214,7 +429,8 @@ class MemoryRaftLog:
         return out
 
     def records_between(self, start: int, end: int) -> list[tuple[int, int, Entry]]:
-        """(offset, epoch, record) for each offset in [start, end) (simulation checks)."""
+        """(offset, epoch, record) for each offset in [start, end) still in the log
+        (simulation checks)."""
         return [(b.base_offset + k, b.epoch, r)
                 for b in self.read_batches(start, end) for k, r in enumerate(b.records)]
 
@@ -259,6 +475,8 @@ class MemoryRaftLog:
             return
         if offset < self._hw:
             raise ValueError(f"truncation to {offset} below the high watermark {self._hw}")
+        if offset < self._start:
+            raise ValueError(f"truncation to {offset} below the log start {self._start}")
         keep: list[RaftBatch] = []
         for batch in self.batches:
             piece = batch.slice_to(offset)
@@ -276,10 +494,19 @@ class MemoryRaftLog:
         return self._flushed
 
     def crash(self, *, lose_unflushed: bool = False) -> None:
-        """A simulated crash: the HW is not persisted, and unflushed records may be gone."""
+        """A simulated crash: the HW is not persisted, unflushed records may be gone, and
+        snapshots being written are lost. Then the log opens as a disk log would: a snapshot
+        past its end (the crash came between a download's freeze and its install, or an
+        observer's unflushed records went) becomes its start."""
         self._hw = 0
+        self.generation += 1
         if lose_unflushed:
             self.truncate_to(self._flushed)
+        latest = self.latest_snapshot_id()
+        if latest is not None and (latest.epoch > self.last_fetched_epoch() or (
+                latest.epoch == self.last_fetched_epoch() and latest.offset > self.end_offset())):
+            self.install_snapshot(latest)
+            self._hw = 0
 
     def update_high_watermark(self, offset: int) -> None:
         self._hw = max(self._hw, min(offset, self.end_offset()))
@@ -287,15 +514,62 @@ class MemoryRaftLog:
     def high_watermark(self) -> int:
         return self._hw
 
-    # -- snapshots: the memory log keeps none (TODO stage 4: FetchSnapshot in the simulation)
+    # -- snapshots
+    def _snapshot_ids(self) -> list[OffsetAndEpoch]:
+        return sorted(self.snapshots, key=_snapshot_order)
+
     def latest_snapshot_id(self) -> OffsetAndEpoch | None:
-        return None
+        ids = self._snapshot_ids()
+        return ids[-1] if ids else None
 
     def earliest_snapshot_id(self) -> OffsetAndEpoch | None:
-        return None
+        ids = self._snapshot_ids()
+        return ids[0] if ids else None
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshot | None:
-        return None
+        return self.snapshots.get(snapshot_id)
+
+    def new_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshotWriter | None:
+        if snapshot_id.offset < 0 or snapshot_id.epoch < 0:
+            raise ValueError(f"snapshot id {snapshot_id} has a negative part")
+        if snapshot_id in self.snapshots:
+            return None
+        return _MemorySnapshotWriter(self, snapshot_id)
+
+    def _forget_snapshots_before(self, snapshot_id: OffsetAndEpoch) -> None:
+        for sid in [s for s in self.snapshots
+                    if _snapshot_order(s) < _snapshot_order(snapshot_id)]:
+            del self.snapshots[sid]
+
+    def install_snapshot(self, snapshot_id: OffsetAndEpoch) -> None:
+        if snapshot_id not in self.snapshots:
+            raise ValueError(f"no frozen snapshot {snapshot_id} to install")
+        if self._hw > snapshot_id.offset:
+            raise ValueError(f"installing snapshot {snapshot_id} would drop committed records "
+                             f"(high watermark {self._hw})")
+        self.batches, self._bases, self._epochs = [], [], []
+        self._start, self._start_epoch = snapshot_id.offset, snapshot_id.epoch
+        self._flushed = self._hw = snapshot_id.offset
+        self._forget_snapshots_before(snapshot_id)
+
+    def delete_before_snapshot(self, snapshot_id: OffsetAndEpoch) -> bool:
+        latest = self.latest_snapshot_id()
+        end = snapshot_id.offset
+        if (latest is None or snapshot_id not in self.snapshots or end <= self._start
+                or end > latest.offset or end > self._hw or end > self.end_offset()):
+            return False
+        keep = [b.slice_from(end) for b in self.batches if b.end_offset > end]
+        self.batches = keep
+        self._bases = [b.base_offset for b in keep]
+        # The epoch that holds the new start begins there now; older ones are gone.
+        floor = [i for i, (_, s) in enumerate(self._epochs) if s <= end]
+        if floor:
+            first = floor[-1]
+            self._epochs = [(self._epochs[first][0], end), *self._epochs[first + 1:]]
+        self._start, self._start_epoch = end, snapshot_id.epoch
+        self._flushed = max(self._flushed, end)  # everything below is in a durable snapshot
+        self._forget_snapshots_before(snapshot_id)
+        return True
 
     def control_records(self) -> list[tuple[int, ControlEntry]]:
         return [(off, r) for off, _, r in self.records_between(0, self.end_offset())

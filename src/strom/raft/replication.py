@@ -1,21 +1,43 @@
 """Replication: Fetch on the leader (validation, divergence, long poll, the HW) and on the
-follower (append, truncate, follow the HW), plus DescribeQuorum and FetchSnapshot."""
+follower (append, truncate, follow the HW), plus DescribeQuorum, and snapshots (KIP-630).
+
+Snapshots: the owner of the state machine makes one at a committed offset (`create_snapshot`)
+and may then drop the log below the latest snapshot (`trim_log`). A leader answers a Fetch
+below its log start (or from an empty replica) with the latest snapshot's id; the follower
+then downloads it with FetchSnapshot, chunk by chunk from the position it has, installs it
+(the log restarts at its end offset, which becomes the HW) and has its listeners load it
+before any further commit. SNAPSHOT_NOT_FOUND (the leader dropped that snapshot meanwhile)
+ends the download, and the next Fetch names the leader's newer snapshot.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sized
+from collections.abc import Iterable, Mapping, Sized
 from typing import Any
 
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
 from . import messages as m
-from .base import ClientBase, E, Pending, logger
+from .base import ClientBase, E, ListenerContext, Pending, _error_name, logger
 from .leader import LeaderState
-from .log import BOOTSTRAP_SNAPSHOT_ID, truncation_offset, validate_offset_and_epoch
+from .log import (
+    BOOTSTRAP_SNAPSHOT_ID,
+    load_snapshot,
+    snapshot_chunks,
+    truncation_offset,
+    validate_offset_and_epoch,
+)
 from .messages import Message
 from .states import FollowerState
-from .types import FatalRaftError, OffsetAndEpoch, ReplicaKey, ValidKind
+from .types import (
+    METADATA_PARTITION,
+    METADATA_TOPIC,
+    FatalRaftError,
+    OffsetAndEpoch,
+    ReplicaKey,
+    ValidKind,
+)
 
 
 class ReplicationHandlers(ClientBase):
@@ -131,7 +153,14 @@ class ReplicationHandlers(ClientBase):
         if self.requests.has_any_inflight():
             return
         if self.requests.is_ready(st.leader, now):
-            self._send_fetch(now, st.leader)
+            download = self._snapshot_download
+            if st.fetching_snapshot is not None and download is not None:
+                self._send(now, st.leader, ApiKey.FETCH_SNAPSHOT, _fetch_snapshot_request(
+                    cluster_id=self.cluster_id, replica=self.local, epoch=st.epoch,
+                    snapshot_id=download.snapshot_id, position=download.size(),
+                    max_bytes=self.settings.fetch_max_bytes))
+            else:
+                self._send_fetch(now, st.leader)
         elif self.requests.is_backing_off(st.leader, now):
             self._fetch_any_bootstrap(now, {st.leader})
 
@@ -158,11 +187,18 @@ class ReplicationHandlers(ClientBase):
             return True
         diverging = part.get("diverging_epoch") or {}
         snapshot = part.get("snapshot_id") or {}
+        snapshot_named = int(snapshot.get("epoch", -1)) >= 0 \
+            or int(snapshot.get("end_offset", -1)) >= 0
+        if st.fetching_snapshot is not None and not snapshot_named:
+            # A Fetch sent while downloading (an observer asking around for the leader) got
+            # the log instead: the download is no longer needed.
+            self._end_download(st)
         if int(diverging.get("epoch", -1)) >= 0:
             self._truncate(st, OffsetAndEpoch(int(diverging["end_offset"]),
                                               int(diverging["epoch"])))
-        elif int(snapshot.get("epoch", -1)) >= 0 or int(snapshot.get("end_offset", -1)) >= 0:
-            return self._snapshot_needed(st, snapshot)
+        elif snapshot_named:
+            if not self._snapshot_needed(st, snapshot):
+                return False
         else:
             records = part.get("records")
             if isinstance(records, Sized) and len(records) > 0:  # bytes, or a memory log's tuple
@@ -189,15 +225,45 @@ class ReplicationHandlers(ClientBase):
         self.log.truncate_to(offset)
 
     def _snapshot_needed(self, st: FollowerState, snapshot: Mapping[str, Any]) -> bool:
-        # TODO(stage 4): download it with FetchSnapshot (.part file, position loop, freeze,
-        # truncate_fully_and_start_at, reload listeners, HW = snapshot end).
-        if int(snapshot.get("epoch", -1)) < 0 or int(snapshot.get("end_offset", -1)) < 0:
-            logger.error("raft %d: invalid snapshot id %s", self.local.id, snapshot)
+        """The leader named a snapshot instead of records: start downloading it."""
+        end, epoch = int(snapshot.get("end_offset", -1)), int(snapshot.get("epoch", -1))
+        if end < 0 or epoch < 0:
+            logger.error("raft %d: the leader sent an invalid snapshot id %s", self.local.id,
+                         snapshot)
             return False
-        st.fetching_snapshot = OffsetAndEpoch(int(snapshot["end_offset"]), int(snapshot["epoch"]))
-        logger.error("raft %d: the leader sent snapshot %s; snapshot download is not "
-                     "implemented yet", self.local.id, st.fetching_snapshot)
-        return False
+        # Not checked against the local log: the snapshot is past its end, or the log diverged.
+        sid = OffsetAndEpoch(end, epoch)
+        if st.fetching_snapshot == sid and self._snapshot_download is not None:
+            return True  # downloading it already (this answered a Fetch sent meanwhile)
+        self._end_download(st)
+        writer = self.log.new_snapshot(sid)
+        if writer is None:  # frozen here already (say, downloaded just before a crash)
+            logger.info("raft %d: leader %d names snapshot %s, which is stored here",
+                        self.local.id, st.leader, sid)
+            self._install_snapshot(st, sid)
+            return True
+        logger.info("raft %d: downloading snapshot %s from leader %d", self.local.id, sid,
+                    st.leader)
+        st.fetching_snapshot = sid
+        self._snapshot_download = writer
+        return True
+
+    def _end_download(self, st: FollowerState) -> None:
+        if self._snapshot_download is not None:
+            self._snapshot_download.abort()
+            self._snapshot_download = None
+        st.fetching_snapshot = None
+
+    def _install_snapshot(self, st: FollowerState, sid: OffsetAndEpoch) -> None:
+        hw = max(st.high_watermark or 0, self.log.high_watermark())
+        if hw > sid.offset:
+            raise FatalRaftError(
+                f"node {self.local.id}: snapshot {sid} from leader {st.leader} ends below the "
+                f"high watermark {hw}")
+        self.log.install_snapshot(sid)
+        logger.info("raft %d: the log restarts at snapshot %s", self.local.id, sid)
+        # The listeners load it at the next poll (they are now behind the log start).
+        self._update_follower_high_watermark(st, sid.offset)
 
     def _update_follower_high_watermark(self, st: FollowerState, leader_hw: int) -> None:
         if st.update_high_watermark(min(leader_hw, self.log.end_offset())):
@@ -240,8 +306,10 @@ class ReplicationHandlers(ClientBase):
         part = m.fetch_snapshot_partition(req)
         if part is None:
             asked = topics[0]
-            return self._snapshot_response(
-                E.UNKNOWN_TOPIC_OR_PARTITION, topic=str(asked.get("name", "")),
+            # Like Kafka: the partition names no leader here, but node_endpoints still do.
+            return m.fetch_snapshot_response(
+                error=E.UNKNOWN_TOPIC_OR_PARTITION, leader_id=None, epoch=-1,
+                nodes=self._nodes(), topic=str(asked.get("name", "")),
                 partition=int(asked["partitions"][0].get("partition", 0)))
         error = self._validate_leader_only(int(part.get("current_leader_epoch", -1)))
         st = self.quorum.state
@@ -265,8 +333,147 @@ class ReplicationHandlers(ClientBase):
 
     def _handle_fetch_snapshot_response(self, now: int, source: int,
                                         resp: Mapping[str, Any]) -> bool:
-        # TODO(stage 4): snapshot download. Nothing sends FetchSnapshot yet.
-        return False
+        top = int(resp.get("error_code", 0))
+        if top != 0:
+            return self._top_level_error(top)
+        part = _fetch_snapshot_response_partition(resp)
+        if part is None:
+            return False
+        current = part.get("current_leader") or {}
+        leader = m.opt_id(int(current.get("leader_id", -1)))
+        epoch = int(current.get("leader_epoch", -1))
+        error = int(part.get("error_code", 0))
+        handled = self._common_response(
+            now, error, leader, epoch, self._leader_endpoints(resp.get("node_endpoints"), leader))
+        if handled is not None:
+            return handled and error == E.NONE
+        st = self.quorum.state
+        writer = self._snapshot_download
+        if not isinstance(st, FollowerState) or st.fetching_snapshot is None or writer is None:
+            return True  # no download in this state (a response only ever answers one)
+        sid_field = part.get("snapshot_id") or {}
+        sid = OffsetAndEpoch(int(sid_field.get("end_offset", -1)),
+                             int(sid_field.get("epoch", -1)))
+        if error != E.NONE or sid.offset < 0 or sid.epoch < 0:
+            # SNAPSHOT_NOT_FOUND: the leader dropped it meanwhile. Any other error leaves no
+            # way on either (POSITION_OUT_OF_RANGE ...). Fetch again: the answer names the
+            # snapshot to download now.
+            report = logger.info if error == E.SNAPSHOT_NOT_FOUND else logger.warning
+            report("raft %d: leader %d answered %s for snapshot %s: fetching again",
+                   self.local.id, st.leader, _error_name(error), writer.snapshot_id)
+            self._end_download(st)
+            st.fetch_deadline = now + self.settings.fetch_timeout_ms
+            return error == E.SNAPSHOT_NOT_FOUND
+        position = int(part.get("position", -1))
+        size = int(part.get("size", -1))
+        if sid != writer.snapshot_id or position != writer.size():
+            raise FatalRaftError(
+                f"node {self.local.id}: FetchSnapshot answered snapshot {sid} at position "
+                f"{position}, expected {writer.snapshot_id} at {writer.size()}")
+        chunk = bytes(part.get("unaligned_records") or b"")
+        if position + len(chunk) > size or (not chunk and position < size):
+            raise FatalRaftError(
+                f"node {self.local.id}: FetchSnapshot of {sid} sent {len(chunk)} bytes at "
+                f"position {position} of {size}")
+        writer.append(chunk)
+        if writer.size() == size:
+            writer.freeze()
+            self._snapshot_download = None
+            st.fetching_snapshot = None
+            self._install_snapshot(st, sid)
+        st.fetch_deadline = now + self.settings.fetch_timeout_ms
+        st.has_fetched_from_leader = True
+        return True
+
+    # -------------------------------------------------------------- snapshots of the owner
+
+    def create_snapshot(self, end_offset: int, values: Iterable[bytes], *,
+                        now_ms: int | None = None) -> OffsetAndEpoch | None:
+        """Snapshot the state machine as of `end_offset` (its listener's next offset: the first
+        offset not in `values`), which must be committed and end a batch. Returns the id, or
+        None when the log already starts there or has that snapshot. The snapshot's epoch and
+        last contained timestamp are those of the batch before `end_offset`."""
+        start = self.log.start_offset()
+        if end_offset <= start:
+            return None
+        hw = self.log.high_watermark()
+        if end_offset > hw:
+            raise ValueError(f"snapshot at {end_offset} is above the high watermark {hw}")
+        before = self.log.read_batches(end_offset - 1, end_offset)
+        if not before:
+            raise ValueError(f"no record at offset {end_offset - 1} for a snapshot")
+        sid = OffsetAndEpoch(end_offset, before[-1].epoch)
+        writer = self.log.new_snapshot(sid)
+        if writer is None:
+            return None
+        try:
+            for chunk in snapshot_chunks(
+                    sid, values, last_contained_log_timestamp=before[-1].append_time_ms,
+                    timestamp=self._now if now_ms is None else now_ms):
+                writer.append(chunk)
+            writer.freeze()
+        except BaseException:
+            writer.abort()
+            raise
+        logger.info("raft %d: created snapshot %s", self.local.id, sid)
+        return sid
+
+    def trim_log(self, snapshot_id: OffsetAndEpoch | None = None) -> bool:
+        """Start the log at a snapshot (default: the latest), dropping the records and the
+        snapshots below it; True if the log start moved. A replica still fetching below the
+        new start is sent the latest snapshot when it asks (the leader's rule, not a wait)."""
+        sid = snapshot_id or self.log.latest_snapshot_id()
+        if sid is None or sid == BOOTSTRAP_SNAPSHOT_ID:
+            return False
+        moved = self.log.delete_before_snapshot(sid)
+        if moved:
+            logger.info("raft %d: the log starts at snapshot %s", self.local.id, sid)
+        return moved
+
+    def _maybe_load_snapshot(self, ctx: ListenerContext) -> None:
+        """Before a commit: a new listener starts from the latest snapshot, and one behind the
+        log start (nothing left to read there) must load it."""
+        start = self.log.start_offset()
+        fresh, ctx.fresh = ctx.fresh, False
+        if not fresh and ctx.next_offset >= start:
+            return
+        latest = self.log.latest_snapshot_id()
+        content = load_snapshot(self.log, latest) if latest is not None else None
+        if content is None:
+            if ctx.next_offset < start:
+                raise FatalRaftError(f"node {self.local.id}: a listener at {ctx.next_offset} is "
+                                     f"behind the log start {start}, and there is no snapshot")
+            return
+        ctx.next_offset = content.snapshot_id.offset
+        ctx.listener.handle_load_snapshot(content)
+
+
+def _fetch_snapshot_request(*, cluster_id: str | None, replica: ReplicaKey, epoch: int,
+                            snapshot_id: OffsetAndEpoch, position: int,
+                            max_bytes: int) -> Message:
+    return {
+        "cluster_id": cluster_id,
+        "replica_id": replica.id,
+        "max_bytes": max_bytes,
+        "topics": [{"name": METADATA_TOPIC, "partitions": [{
+            "partition": METADATA_PARTITION,
+            "current_leader_epoch": epoch,
+            "snapshot_id": {"end_offset": snapshot_id.offset, "epoch": snapshot_id.epoch},
+            "position": position,
+            "replica_directory_id": replica.wire_directory_id(),
+        }]}],
+    }
+
+
+def _fetch_snapshot_response_partition(resp: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    topics = resp.get("topics") or []
+    if len(topics) != 1 or topics[0].get("name") != METADATA_TOPIC:
+        return None
+    parts = topics[0].get("partitions") or []
+    if len(parts) != 1 or parts[0].get("index") != METADATA_PARTITION:
+        return None
+    part: Mapping[str, Any] = parts[0]
+    return part
 
 
 def _fetch_max_bytes(req: Mapping[str, Any], part: Mapping[str, Any], default: int) -> int:

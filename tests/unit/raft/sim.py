@@ -12,6 +12,11 @@ replays exactly. `History` checks Raft's safety properties as the run goes:
 With ``wire=True`` every message also goes through Strom's codec at a version Kafka 4 speaks,
 so field names and defaults are checked on every hop; records travel as a key into a side
 table, since the memory log's records are Python objects.
+
+Snapshots: each node's state machine (`SimListener.values`, the data records' values in
+order) can be snapshotted and the log trimmed below it (`snapshot`, `schedule_snapshots`).
+`History` then also checks every snapshot a listener loads against the committed entries: the
+log prefix is gone, so the state machine state is what is compared.
 """
 
 from __future__ import annotations
@@ -27,11 +32,13 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import request_codec, response_codec
 from strom.raft.client import Pending, RaftClient
 from strom.raft.leader import LeaderState
-from strom.raft.log import MemoryRaftLog
+from strom.raft.log import MemoryRaftLog, SnapshotContent
 from strom.raft.quorum_state import MemoryQuorumStateStore
 from strom.raft.types import (
+    DataRecord,
     Entry,
     LeaderAndEpoch,
+    OffsetAndEpoch,
     RaftBatch,
     RaftSettings,
     VoterSet,
@@ -44,6 +51,7 @@ WIRE_VERSIONS: dict[int, tuple[int, ...]] = {
     ApiKey.BEGIN_QUORUM_EPOCH: (0, 1),
     ApiKey.END_QUORUM_EPOCH: (0, 1),
     ApiKey.DESCRIBE_QUORUM: (2,),
+    ApiKey.FETCH_SNAPSHOT: (0, 1),
 }
 
 
@@ -66,6 +74,7 @@ class History:
         self.voter_hw: dict[int, int] = {}
         self.leader_changes: list[tuple[int, int, LeaderAndEpoch]] = []  # (time, node, leader)
         self.became_leader: list[tuple[int, int, int]] = []  # (time, node, epoch)
+        self.snapshots_loaded: list[tuple[int, OffsetAndEpoch]] = []  # (node, snapshot id)
 
     def check_leader(self, now: int, node: int, epoch: int) -> None:
         known = self.leaders.get(epoch)
@@ -101,6 +110,26 @@ class History:
             end += 1
         return end
 
+    def state_at(self, end: int) -> list[bytes]:
+        """The state machine after the committed entries below `end`: its data values."""
+        missing = [o for o in range(end) if o not in self.committed]
+        if missing:
+            raise InvariantViolation(f"state at {end} asked, offsets {missing[:5]}... unknown")
+        return [r.value for o in range(end) for r in (self.committed[o][1],)
+                if isinstance(r, DataRecord)]
+
+    def check_snapshot(self, node: int, snapshot: SnapshotContent) -> None:
+        """A snapshot a listener loads holds exactly the committed state at its end offset."""
+        end, epoch = snapshot.snapshot_id.offset, snapshot.snapshot_id.epoch
+        if list(snapshot.values) != self.state_at(end):
+            raise InvariantViolation(f"node {node}: snapshot {snapshot.snapshot_id} differs from "
+                                     "the committed state at its end")
+        if end > 0 and self.committed[end - 1][0] != epoch:
+            raise InvariantViolation(f"node {node}: snapshot {snapshot.snapshot_id}, but offset "
+                                     f"{end - 1} was committed in epoch "
+                                     f"{self.committed[end - 1][0]}")
+        self.snapshots_loaded.append((node, snapshot.snapshot_id))
+
 
 class SimListener:
     def __init__(self, node: SimNode, history: History, clock: SimClock) -> None:
@@ -108,7 +137,9 @@ class SimListener:
         self.history = history
         self.clock = clock
         self.next_offset = 0
+        self.entries_start = 0  # offset of entries[0]: the end of the last snapshot loaded
         self.entries: list[tuple[int, Entry]] = []
+        self.values: list[bytes] = []  # the state machine: every committed data value, in order
 
     def handle_commit(self, batches: list[RaftBatch]) -> None:
         for batch in batches:
@@ -119,7 +150,15 @@ class SimListener:
             for k, record in enumerate(batch.records):
                 self.history.check_entry(self.node.id, batch.base_offset + k, batch.epoch, record)
                 self.entries.append((batch.epoch, record))
+                if isinstance(record, DataRecord):
+                    self.values.append(record.value)
             self.next_offset = batch.end_offset
+
+    def handle_load_snapshot(self, snapshot: SnapshotContent) -> None:
+        self.history.check_snapshot(self.node.id, snapshot)
+        self.values = list(snapshot.values)
+        self.next_offset = self.entries_start = snapshot.snapshot_id.offset
+        self.entries = []
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.history.leader_changes.append((self.clock.now, self.node.id, leader))
@@ -181,6 +220,8 @@ class SimNetwork:
         self.delivered = 0
         self.steps = 0
         self.sent: dict[tuple[int, int], int] = {}  # (source, api key) -> requests sent
+        self.watchers: list[Callable[[_Envelope], None]] = []  # see every delivered message
+        self.snapshots_made: list[tuple[int, OffsetAndEpoch]] = []  # (node, snapshot id)
 
     # ------------------------------------------------------------------ set-up and faults
 
@@ -212,6 +253,13 @@ class SimNetwork:
         node = self.nodes[node_id]
         assert node.client is None, f"node {node_id} is running"
         self._boot(node)
+
+    def add_observer(self, node_id: int) -> SimNode:
+        """A brand-new observer joins now, with an empty log."""
+        assert node_id not in self.nodes
+        node = self.nodes[node_id] = SimNode(node_id, False)
+        self._boot(node)
+        return node
 
     def partition(self, *groups: Iterable[int]) -> None:
         """Only nodes in the same group talk; nodes named nowhere form one more group."""
@@ -276,6 +324,8 @@ class SimNetwork:
                 or not self.connected(env.src, env.dst):
             return
         self.delivered += 1
+        for watch in self.watchers:
+            watch(env)
         now = self.clock.now
         if env.is_request:
             result = node.client.handle_request(now, env.src, env.api_key, env.message)
@@ -375,6 +425,35 @@ class SimNetwork:
 
         self.at(self.clock.now, tick)
         return written
+
+    def snapshot(self, node_id: int, *, trim: bool = True) -> OffsetAndEpoch | None:
+        """Snapshot a node's state machine where its listener is, then (if `trim`) start its
+        log at its latest snapshot. None if it is down or has nothing new to snapshot."""
+        node = self.nodes[node_id]
+        client, listener = node.client, node.listener
+        if client is None or listener is None \
+                or listener.next_offset > client.log.high_watermark():
+            return None
+        sid = client.create_snapshot(listener.next_offset, listener.values,
+                                     now_ms=self.clock.now)
+        if sid is not None:
+            self.snapshots_made.append((node_id, sid))
+        if trim:
+            client.trim_log()
+        return sid
+
+    def schedule_snapshots(self, until_ms: int, every_ms: tuple[int, int] = (300, 1500),
+                           trim_rate: float = 0.7) -> None:
+        """Now and then, until `until_ms`, a random live node snapshots and mostly trims."""
+        def tick() -> None:
+            alive = self.alive()
+            if alive:
+                self.snapshot(self.rng.choice(alive), trim=self.rng.random() < trim_rate)
+            nxt = self.clock.now + self.rng.randint(*every_ms)
+            if nxt < until_ms:
+                self.at(nxt, tick)
+
+        self.at(self.clock.now + self.rng.randint(*every_ms), tick)
 
     def alive(self) -> list[int]:
         return [n.id for n in self.nodes.values() if n.client is not None]
