@@ -252,8 +252,67 @@ def _start_metrics(broker: Broker, config: BrokerConfig,
                          hint=", or an empty value to turn metrics off")
 
 
+def controller_only(config: BrokerConfig) -> bool:
+    """process.roles=controller: a KRaft controller node (`serve_controller`)."""
+    roles = config.get("process.roles") or []
+    return "controller" in roles and "broker" not in roles
+
+
+async def serve_controller(config: BrokerConfig) -> None:
+    """A controller-only KRaft node: its Raft voter and its CONTROLLER listener (which only
+    ever serves the controller's APIs), until SIGTERM/SIGINT; a stopping leader hands over."""
+    from strom.controller.node import ControllerNode  # only KRaft controllers load it
+
+    if metrics_endpoint(config.get("metrics.listener")) is not None \
+            and config.source_of("metrics.listener")[1] is not ConfigSource.DEFAULT_CONFIG:
+        log.warning("metrics.listener is set, but a controller-only node serves no metrics yet")
+    securities = listener_securities(config, dict)  # no SCRAM users: nothing to look up
+    node = ControllerNode(config)
+    await node.start()
+    servers = make_servers(node.router(), config, securities)
+    try:
+        for server in servers:
+            try:
+                await server.start()
+            except OSError as e:
+                raise StartupError(f"cannot listen on {server.host}:{server.port}: "
+                                   f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
+    except BaseException:
+        await _step("raft", node.stop())
+        raise
+    listener = ", ".join(f"{s.security.listener.name}://{s.host}:{s.port}" for s in servers)
+    print(f"Strom {strom.__version__} {node.describe()}, listening on {listener}", flush=True)
+    _SERVING.set()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    failed = asyncio.ensure_future(node.failed.wait())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait({failed, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    failed.cancel()
+    stopping.cancel()
+    log.info("shutting down")
+    await _step("raft", node.stop())  # the listener still answers while leadership moves
+    for server in servers:
+        await _step("listener", server.stop())
+    await _stop_leftover_tasks()
+    _exit_watchdog(_EXIT_GRACE_S)
+    if node.fatal is not None:
+        raise node.fatal
+    log.info("shut down cleanly")
+
+
 async def serve(config: BrokerConfig) -> None:
     stall_watch.start_from_env(asyncio.get_running_loop())
+    if controller_only(config):
+        await serve_controller(config)
+        return
+    if config.get("process.roles"):
+        log.warning("process.roles=%s: Strom runs KRaft controller-only nodes "
+                    "(process.roles=controller) so far; this node runs as a broker without "
+                    "KRaft, and its KRaft settings have no effect",
+                    ",".join(config.get("process.roles")))
     precompile(_HOT_APIS, latest_only=True)
     securities = listener_securities(config, lambda: broker.image.user_configs)
     cluster: ClusterParts | None = None

@@ -23,6 +23,7 @@ from strom.config.listeners import (
     listeners,
 )
 from strom.config.security import SASL_MECHANISMS
+from strom.raft.config import QuorumConfig
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,8 @@ def check_startup(config: BrokerConfig) -> None:
     every explicitly set config that has no effect."""
     names = _listener_names(config)
     problems = [*_refused_settings(config), *_refused_unimplemented(config, names),
-                *_listener_problems(config), *_group_bound_problems(config)]
+                *_listener_problems(config), *_kraft_problems(config),
+                *_group_bound_problems(config)]
     if problems:
         raise ConfigError("refusing to start: " + "; ".join(problems))
     for name in config.static:
@@ -151,6 +153,43 @@ def _listener_problems(config: BrokerConfig) -> Iterator[str]:
             inter_broker_listener_name(config)
     except ConfigError as e:
         yield str(e)
+
+
+def _kraft_problems(config: BrokerConfig) -> Iterator[str]:
+    """Kafka's KRaft start-up refusals (KafkaConfig's validation), and, for a controller-only
+    node (the KRaft role Strom runs so far), what it cannot do yet."""
+    if not config.get("process.roles"):
+        return
+    quorum = QuorumConfig.from_config(config.get)
+    yield from quorum.problems()
+    if not quorum.is_controller or quorum.is_broker:
+        return  # a broker role runs without KRaft for now (strom.broker.app warns)
+    names = [n.strip().upper() for n in quorum.controller_listener_names]
+    try:
+        own = listeners(config)
+    except ConfigError:
+        return  # reported by _listener_problems
+    own_names = [lst.name for lst in own]
+    missing = [n for n in names if n not in own_names]
+    if missing:
+        yield (f"controller.listener.names must only name listeners of the 'listeners' config "
+               f"on a controller; {','.join(missing)} is not one (listeners: "
+               f"{','.join(own_names) or 'none'})")
+    others = [n for n in own_names if n not in names]
+    if others:
+        yield (f"the listeners of a controller-only node (process.roles=controller) must all "
+               f"be controller listeners from controller.listener.names; {','.join(others)} "
+               f"is not")
+    if config.get("zookeeper.connect"):
+        yield "zookeeper.connect cannot be set on a KRaft controller (process.roles=controller)"
+    if quorum.bootstrap_servers and not quorum.voters:
+        yield ("controller.quorum.bootstrap.servers (a dynamic quorum, KIP-853) is not "
+               "implemented by Strom yet; list the voters in controller.quorum.voters")
+    insecure = [lst.name for lst in own if lst.name in names and lst.protocol != PLAINTEXT]
+    if insecure:
+        yield (f"controller listener {','.join(insecure)} uses "
+               f"{next(lst.protocol for lst in own if lst.name == insecure[0])}; Strom's "
+               f"controllers speak PLAINTEXT only so far")
 
 
 # Kafka's GroupCoordinatorConfig requirements: (smaller, larger, strictly less).

@@ -1,9 +1,11 @@
 """KRaft configs (issue 30): Kafka 4.4's names, types and defaults.
 
-Strom does not run a KRaft quorum yet, so every one of these is `implemented=False`: a
-server.properties copied from a Kafka 4 node starts, and each KRaft setting in it is named in a
-start-up WARN. Values are still checked as Kafka checks them (``controller.quorum.voters``
-entries, roles, ranges), so a bad one is refused with one line now rather than later.
+Strom runs controller-only KRaft nodes (``process.roles=controller``, a static quorum from
+``controller.quorum.voters``); the configs such a node acts on are ``implemented=True``. The
+others are accepted and named in a start-up WARN, as every unimplemented config is. A node with
+the broker role still runs without KRaft (it says so in a WARN). Values are checked as Kafka
+checks them (``controller.quorum.voters`` entries, roles, ranges), so a bad one is refused with
+one line.
 """
 
 from __future__ import annotations
@@ -43,41 +45,42 @@ _Q = "controller.quorum."
 
 KRAFT_CONFIGS = (
     ConfigDef("process.roles", T.LIST, None,
-              "KRaft roles of this node: broker, controller, or broker,controller (not yet: "
-              "Strom runs without KRaft)", _roles, read_only=True, implemented=False),
-    ConfigDef("node.id", T.INT, None, "KRaft node id, required with process.roles (Strom uses "
-              "broker.id)", at_least(0), read_only=True, implemented=False),
+              "KRaft roles of this node: broker, controller, or broker,controller (Strom runs "
+              "controller-only nodes so far; a node with the broker role runs without KRaft)",
+              _roles, read_only=True, implemented=True),
+    ConfigDef("node.id", T.INT, None, "KRaft node id, required with process.roles (a broker "
+              "without KRaft uses broker.id)", at_least(0), read_only=True, implemented=True),
     ConfigDef("controller.listener.names", T.LIST, None,
               "listeners of the controller; a broker uses the first", _names, read_only=True,
-              implemented=False),
+              implemented=True),
     ConfigDef(_Q + "voters", T.LIST, [], "static voter set, id@host:port,... (kraft.version 0)",
-              validate_voters, read_only=True, implemented=False),
+              validate_voters, read_only=True, implemented=True),
     ConfigDef(_Q + "bootstrap.servers", T.LIST, [],
               "controllers to find a dynamic quorum through, host:port,... (KIP-853)",
               validate_bootstrap_servers, read_only=True, implemented=False),
     ConfigDef(_Q + "election.timeout.ms", T.INT, 1000,
               "time without a leader before an election (randomised to [T, 2T))", at_least(0),
-              read_only=True, implemented=False),
+              read_only=True, implemented=True),
     ConfigDef(_Q + "fetch.timeout.ms", T.INT, 2000,
               "time without a successful fetch from the leader before a voter starts an "
               "election; a leader without fetches from a majority for 1.5x this resigns",
-              at_least(0), read_only=True, implemented=False),
+              at_least(0), read_only=True, implemented=True),
     ConfigDef(_Q + "election.backoff.max.ms", T.INT, 1000,
               "longest backoff before a new election", at_least(0), read_only=True,
-              implemented=False),
+              implemented=True),
     ConfigDef(_Q + "append.linger.ms", T.INT, 25,
               "how long the leader gathers writes before flushing them", at_least(0),
-              read_only=True, implemented=False),
+              read_only=True, implemented=True),
     ConfigDef(_Q + "request.timeout.ms", T.INT, 2000, "timeout of quorum requests", at_least(0),
-              read_only=True, implemented=False),
+              read_only=True, implemented=True),
     ConfigDef(_Q + "retry.backoff.ms", T.INT, 20, "pause before retrying a quorum request",
-              at_least(0), read_only=True, implemented=False),
+              at_least(0), read_only=True, implemented=True),
     ConfigDef(_Q + "auto.join.enable", T.BOOLEAN, False,
               "a caught-up controller outside the voter set adds itself (controllers only)",
               read_only=True, implemented=False),
     ConfigDef(_Q + "fetch.max.bytes", T.INT, 1048576,
               "most bytes a quorum Fetch response carries (KIP-1219)", read_only=True,
-              implemented=False),
+              implemented=True),
     ConfigDef(_Q + "fetch.snapshot.max.bytes", T.INT, 1048576,
               "most bytes a FetchSnapshot response carries (KIP-1219)", read_only=True,
               implemented=False),
@@ -94,7 +97,7 @@ KRAFT_CONFIGS = (
               implemented=False),
     ConfigDef("metadata.log.dir", T.STRING, None,
               "directory of the metadata log (default: the first of log.dirs)", read_only=True,
-              implemented=False),
+              implemented=True),
     ConfigDef("metadata.log.max.record.bytes.between.snapshots", T.LONG, 20971520,
               "new metadata log bytes that trigger a snapshot", at_least(1), read_only=True,
               implemented=False),
@@ -103,9 +106,9 @@ KRAFT_CONFIGS = (
               at_least(0), read_only=True, implemented=False),
     ConfigDef("metadata.log.segment.bytes", T.INT, 1073741824,
               "segment size of the metadata log", at_least(8388608), read_only=True,
-              implemented=False),
+              implemented=True),
     ConfigDef("metadata.log.segment.ms", T.LONG, 604800000,
-              "segment roll time of the metadata log", read_only=True, implemented=False),
+              "segment roll time of the metadata log", read_only=True, implemented=True),
     ConfigDef("metadata.max.retention.bytes", T.LONG, 104857600,
               "metadata log and snapshot bytes kept before old snapshots are deleted",
               read_only=True, implemented=False),

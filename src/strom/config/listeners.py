@@ -45,7 +45,32 @@ def protocol_map(config: BrokerConfig) -> dict[str, str]:
                               f"{entry.strip()!r} is not LISTENER_NAME:PROTOCOL with PROTOCOL one "
                               f"of {', '.join(SECURITY_PROTOCOLS)}")
         out[name] = protocol
+    _default_controller_protocols(config, out)
     return out
+
+
+_SECURE_NAMES = ("SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _default_controller_protocols(config: BrokerConfig, out: dict[str, str]) -> None:
+    """Kafka's rule for KRaft nodes (KafkaConfig.effectiveListenerSecurityProtocolMap): with
+    listener.security.protocol.map left at its default, the controller listener names map to
+    PLAINTEXT, unless some listener or controller listener is named after a TLS or SASL
+    protocol (then the map must name them)."""
+    if not config.get("process.roles") or \
+            config.source_of("listener.security.protocol.map")[1].name != "DEFAULT_CONFIG":
+        return
+    names = [n.strip().upper() for n in config.get("controller.listener.names") or []]
+    listener_names = []
+    for spec in config.get("listeners") or []:
+        try:
+            listener_names.append(parse_listener(spec)[0].upper())
+        except ConfigError:
+            return  # reported where the listeners are read
+    if any(n in _SECURE_NAMES for n in (*names, *listener_names)):
+        return
+    for name in names:
+        out.setdefault(name, "PLAINTEXT")
 
 
 def _resolve(config: BrokerConfig, specs: list[str], what: str) -> list[Listener]:

@@ -160,6 +160,9 @@ def _quoted_in_source(name: str) -> bool:
 _READ_INDIRECTLY = {
     "log.dir": "BrokerConfig.log_dirs",
     "log.dirs": "BrokerConfig.log_dirs",
+    **{f"controller.quorum.{name}": "QuorumConfig.from_config (prefix + name)" for name in (
+        "election.timeout.ms", "fetch.timeout.ms", "election.backoff.max.ms",
+        "append.linger.ms", "request.timeout.ms", "retry.backoff.ms", "fetch.max.bytes")},
 }
 
 

@@ -55,11 +55,22 @@ KAFKA = {
 }
 
 
+# What a controller-only node acts on (stage 3: a static quorum); the rest is warned by name.
+IMPLEMENTED = {
+    "process.roles", "node.id", "controller.listener.names", "controller.quorum.voters",
+    "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
+    "controller.quorum.election.backoff.max.ms", "controller.quorum.append.linger.ms",
+    "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms",
+    "controller.quorum.fetch.max.bytes", "metadata.log.dir", "metadata.log.segment.bytes",
+    "metadata.log.segment.ms",
+}
+
+
 def test_kafkas_names_types_and_defaults() -> None:
     for name, (type_, default) in KAFKA.items():
         d = BROKER_CONFIGS[name]
         assert (d.type, d.default) == (type_, default), name
-        assert d.read_only and not d.implemented, name  # no KRaft yet: warned by name
+        assert d.read_only and d.implemented == (name in IMPLEMENTED), name
 
 
 def test_a_kafka_4_server_properties_loads_and_is_warned_about(caplog) -> None:
@@ -67,13 +78,14 @@ def test_a_kafka_4_server_properties_loads_and_is_warned_about(caplog) -> None:
         "process.roles": "broker,controller", "node.id": "1",
         "controller.listener.names": "CONTROLLER",
         "controller.quorum.voters": "1@localhost:9093,2@[::1]:9094",
-        "controller.quorum.election.timeout.ms": "1500"})
+        "controller.quorum.election.timeout.ms": "1500",
+        "controller.quorum.auto.join.enable": "false"})
     assert cfg.get("process.roles") == ["broker", "controller"]
     assert cfg.get("controller.quorum.voters") == ["1@localhost:9093", "2@[::1]:9094"]
     with caplog.at_level(logging.WARNING, logger="strom.config.checks"):
-        check_startup(cfg)
-    assert "config controller.quorum.voters is accepted but not implemented" in caplog.text
-    assert "config node.id is accepted but not implemented" in caplog.text
+        check_startup(cfg)  # a broker role runs without KRaft (strom.broker.app says so)
+    assert "config controller.quorum.auto.join.enable is accepted but not implemented" \
+        in caplog.text
     q = QuorumConfig.from_config(cfg.get)
     assert q.voters == (VoterAddress(1, "localhost", 9093), VoterAddress(2, "::1", 9094))
     assert (q.election_timeout_ms, q.fetch_timeout_ms, q.node_id) == (1500, 2000, 1)
@@ -179,3 +191,43 @@ def test_quorum_problems() -> None:
                                 "controller.quorum.bootstrap.servers": "a:1"})
     assert dynamic.problems() == [] and not dynamic.static_voters
     assert dynamic.bootstrap_servers == (HostPort("a", 1),)
+
+
+CONTROLLER = {"process.roles": "controller", "node.id": "1",
+              "controller.listener.names": "CONTROLLER",
+              "controller.quorum.voters": "1@127.0.0.1:9093,2@127.0.0.1:9094",
+              "listeners": "CONTROLLER://127.0.0.1:9093"}
+
+
+def _check(settings: dict[str, str]) -> None:
+    check_startup(BrokerConfig.load(overrides=settings))
+
+
+def test_a_controller_only_node_passes_the_checks_without_a_protocol_map() -> None:
+    _check(CONTROLLER)  # Kafka maps controller listeners to PLAINTEXT when the map is default
+
+
+@pytest.mark.parametrize(("changes", "why"), [
+    ({"controller.quorum.voters": "2@127.0.0.1:9094"},
+     "node.id 1 of a controller must be one of the voters"),
+    ({"node.id": None}, "node.id is required"),
+    ({"controller.listener.names": "RAFT",
+      "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,RAFT:PLAINTEXT"},
+     "controller.listener.names must only name listeners of the 'listeners' config"),
+    ({"listeners": "CONTROLLER://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092"},
+     "must all be controller listeners from controller.listener.names; PLAINTEXT is not"),
+    ({"zookeeper.connect": "localhost:2181"}, "zookeeper.connect cannot be set"),
+    ({"controller.quorum.voters": None, "controller.quorum.bootstrap.servers": "h:9093"},
+     "a dynamic quorum, KIP-853) is not implemented"),
+    ({"listener.security.protocol.map": "CONTROLLER:SSL"}, "PLAINTEXT only"),
+    # a map set explicitly must name the controller listener (Kafka maps it only by default)
+    ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT"},
+     "No security protocol defined for listener CONTROLLER"),
+])
+def test_a_misconfigured_controller_is_refused_in_one_line(changes: dict[str, str | None],
+                                                           why: str) -> None:
+    settings = {**CONTROLLER, **changes}
+    with pytest.raises(ConfigError) as e:
+        _check({k: v for k, v in settings.items() if v is not None})
+    assert str(e.value).startswith("refusing to start: ") and "\n" not in str(e.value)
+    assert why in str(e.value)

@@ -1,0 +1,152 @@
+"""The CONTROLLER listener's APIs, and its Router.
+
+A controller-only node answers what Kafka's controllers answer on that listener so far as the
+quorum goes: the Raft RPCs (Vote, BeginQuorumEpoch, EndQuorumEpoch, Fetch of
+``__cluster_metadata``, FetchSnapshot), DescribeQuorum, and DescribeCluster with
+``endpoint_type`` 2 (KIP-919: the controllers, and which one is active), which is how Kafka's
+admin client finds the active controller with ``--bootstrap-controller``. The Raft RPCs go to
+the node's `RaftDriver` unchanged; the Raft client validates them as Kafka does (a Fetch of
+any other topic is INVALID_REQUEST).
+
+ApiVersions lists exactly these; its supported features add ``kraft.version`` (0 only: the
+voter set is static, kraft.version 1 comes later).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from strom.broker.context import RequestContext
+from strom.broker.router import RequestHook, Router, handles
+from strom.cluster.features import api_versions_features
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.codec import Struct, response_codec
+from strom.protocol.errors import ErrorCode
+from strom.raft.messages import Message
+
+if TYPE_CHECKING:
+    from strom.broker.core import Broker
+
+
+class ControllerNode(Protocol):
+    """What the handlers ask of the node (strom.controller.node.ControllerNode)."""
+
+    cluster_id: str
+
+    def raft_request(self, api_key: ApiKey, request: Mapping[str, Any]) -> Awaitable[Message]:
+        ...
+
+    def leader_id(self) -> int | None: ...
+
+    def controller_endpoints(self) -> dict[int, tuple[str, int]]: ...
+
+BROKER_ENDPOINT = 1
+CONTROLLER_ENDPOINT = 2
+UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
+KRAFT_VERSION = ("kraft.version", 0, 0)  # (name, lowest, highest supported)
+
+
+def _raft(node: ControllerNode, api_key: ApiKey, request: Struct) -> Awaitable[Message]:
+    return node.raft_request(api_key, request.to_dict())
+
+
+@handles(ApiKey.VOTE, 0, 2)
+def vote(node: ControllerNode, ctx: RequestContext, request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.VOTE, request)
+
+
+@handles(ApiKey.BEGIN_QUORUM_EPOCH, 0, 1)
+def begin_quorum_epoch(node: ControllerNode, ctx: RequestContext,
+                       request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.BEGIN_QUORUM_EPOCH, request)
+
+
+@handles(ApiKey.END_QUORUM_EPOCH, 0, 1)
+def end_quorum_epoch(node: ControllerNode, ctx: RequestContext,
+                     request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.END_QUORUM_EPOCH, request)
+
+
+@handles(ApiKey.FETCH, 4, 18)
+def fetch(node: ControllerNode, ctx: RequestContext, request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.FETCH, request)
+
+
+@handles(ApiKey.FETCH_SNAPSHOT, 0, 1)
+def fetch_snapshot(node: ControllerNode, ctx: RequestContext,
+                   request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.FETCH_SNAPSHOT, request)
+
+
+@handles(ApiKey.DESCRIBE_QUORUM, 0, 2)
+def describe_quorum(node: ControllerNode, ctx: RequestContext,
+                    request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.DESCRIBE_QUORUM, request)
+
+
+@handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
+def describe_cluster(node: ControllerNode, ctx: RequestContext,
+                     request: Struct) -> dict[str, Any]:
+    """KIP-919: on a controller listener, the controllers (here: the voters) and the active
+    one. Endpoint type checks as Kafka's (AuthHelper.computeDescribeClusterResponse)."""
+    wanted = int(request.endpoint_type)  # v0: BROKER
+    if wanted != CONTROLLER_ENDPOINT:
+        v0 = ctx.api_version == 0
+        if wanted != BROKER_ENDPOINT:
+            return {"error_code": ErrorCode.INVALID_REQUEST if v0
+                    else ErrorCode.UNSUPPORTED_ENDPOINT_TYPE,
+                    "error_message": f"Unsupported endpoint type {wanted}"}
+        return {"error_code": ErrorCode.INVALID_REQUEST if v0
+                else ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                "error_message": "The request was sent to an endpoint of type CONTROLLER, but "
+                                 "we wanted an endpoint of type BROKER"}
+    controllers = node.controller_endpoints()
+    leader = node.leader_id()
+    return {
+        "error_code": ErrorCode.NONE,
+        "endpoint_type": CONTROLLER_ENDPOINT,
+        "cluster_id": node.cluster_id,
+        "controller_id": leader if leader is not None and leader in controllers else -1,
+        "brokers": [{"broker_id": node_id, "host": host, "port": port, "rack": None,
+                     "is_fenced": False}
+                    for node_id, (host, port) in sorted(controllers.items())],
+        "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
+    }
+
+
+def controller_features(version: int) -> dict[str, object]:
+    """ApiVersions' feature fields on a controller listener: the broker's, plus kraft.version
+    (listed from v4 on only, as a range starting at 0; KIP-1022)."""
+    fields = api_versions_features(version)
+    if version >= 4:
+        name, lo, hi = KRAFT_VERSION
+        supported = cast(list[dict[str, object]], fields["supported_features"])
+        fields["supported_features"] = [
+            *supported, {"name": name, "min_version": lo, "max_version": hi}]
+    return fields
+
+
+class ControllerRouter(Router):
+    """A Router whose handlers take the `ControllerNode` where broker handlers take the
+    Broker, with the controller's ApiVersions features."""
+
+    def __init__(self, node: ControllerNode, hooks: Sequence[RequestHook] = ()) -> None:
+        # Router only hands its `broker` to the handlers registered here, which take the node.
+        super().__init__(cast("Broker", node), [sys.modules[__name__]], hooks)
+
+    def api_versions_reply(self, version: int, error_code: int = ErrorCode.NONE) -> bytes:
+        key = (version, error_code)
+        reply = self._api_versions_replies.get(key)
+        if reply is None:
+            reply = self._api_versions_replies[key] = response_codec(
+                ApiKey.API_VERSIONS, version
+            ).encode({
+                "error_code": error_code,
+                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
+                             for k, lo, hi in self.api_versions()],
+                "throttle_time": 0,
+                **(controller_features(version) if error_code == ErrorCode.NONE else {}),
+            })
+        return reply

@@ -1,0 +1,173 @@
+"""A controller-only KRaft node (``process.roles=controller``): one voter of the metadata quorum.
+
+It holds the node's identity (``node.id``, the cluster id from its formatted log dirs), the
+metadata log (``metadata.log.dir``, default the first of ``log.dirs``:
+``__cluster_metadata-0`` with its ``quorum-state``), the sans-IO `RaftClient` over them with
+the static voter set of ``controller.quorum.voters`` (kraft.version 0), and the `RaftDriver`
+that runs it. `strom.broker.app` serves its CONTROLLER listener with `ControllerRouter`.
+
+What a controller does with the quorum (metadata records, broker registrations) comes in the
+later stages of issue 30; so far the quorum elects a leader, replicates and commits its
+control records, and answers DescribeQuorum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from strom.broker.wiring import StartupError, cluster_id_for
+from strom.config.broker import BrokerConfig
+from strom.controller.apis import ControllerRouter
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+from strom.raft import messages as m
+from strom.raft.client import RaftClient
+from strom.raft.config import QuorumConfig
+from strom.raft.driver import RaftDriver
+from strom.raft.messages import Message
+from strom.raft.quorum_state import FileQuorumStateStore
+from strom.raft.storage import (
+    METADATA_DIR_NAME,
+    QUORUM_STATE_FILE,
+    PartitionRaftLog,
+    metadata_log_config,
+)
+from strom.raft.types import Endpoint, RaftSettings, ReplicaKey, VoterNode, VoterSet
+
+log = logging.getLogger("strom.controller")
+
+# How long a stopping leader waits for a successor after it resigned (EndQuorumEpoch), and a
+# stopping candidate for the election it started; within the shutdown step's bound.
+SHUTDOWN_TIMEOUT_MS = 2000
+
+
+def metadata_log_dir(config: BrokerConfig) -> Path:
+    """metadata.log.dir, else the first of log.dirs (Kafka's rule)."""
+    configured = config.get("metadata.log.dir")
+    return Path(configured) if configured else config.log_dirs[0]
+
+
+def formatted_cluster_id(dirs: list[Path], node_id: int) -> str:
+    """The cluster id of a KRaft node's formatted log dirs (Kafka's ``kafka-storage format``
+    writes ``meta.properties``). A KRaft node never makes one up: voters with different ids
+    would refuse each other's requests (INCONSISTENT_CLUSTER_ID)."""
+    if not any((d / "meta.properties").is_file() for d in dirs):
+        shown = ", ".join(str(d) for d in dirs)
+        raise StartupError(
+            f"no meta.properties in {shown}: the log dirs of a KRaft node must be formatted "
+            f"with the cluster's id first (kafka-storage format, or a meta.properties holding "
+            f"version=1, cluster.id=<the cluster's id> and node.id={node_id})")
+    return cluster_id_for(dirs, node_id)
+
+
+def voter_set(quorum: QuorumConfig, listener: str) -> VoterSet:
+    return VoterSet.of(VoterNode(ReplicaKey(v.node_id), (Endpoint(listener, v.host, v.port),))
+                       for v in quorum.voters)
+
+
+def raft_settings(quorum: QuorumConfig, listener: str) -> RaftSettings:
+    return RaftSettings(
+        election_timeout_ms=quorum.election_timeout_ms,
+        fetch_timeout_ms=quorum.fetch_timeout_ms,
+        election_backoff_max_ms=quorum.election_backoff_max_ms,
+        request_timeout_ms=quorum.request_timeout_ms,
+        retry_backoff_ms=quorum.retry_backoff_ms,
+        append_linger_ms=quorum.append_linger_ms,
+        fetch_max_bytes=quorum.fetch_max_bytes,
+        listener=listener,
+    )
+
+
+class ControllerNode:
+    """One controller: build it, `start` it, serve `router()`, `stop` it."""
+
+    stats = None  # no request metrics on a controller yet (the servers read this)
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.quorum = QuorumConfig.from_config(config.get)
+        if self.quorum.node_id is None or not self.quorum.controller_listener_names:
+            raise StartupError("a controller needs node.id and controller.listener.names")
+        self.node_id: int = self.quorum.node_id
+        self.listener = self.quorum.controller_listener_names[0].upper()
+        self.metadata_dir = metadata_log_dir(config)
+        dirs = list(dict.fromkeys([self.metadata_dir, *config.log_dirs]))
+        self.cluster_id = formatted_cluster_id(dirs, self.node_id)
+        self.voters = voter_set(self.quorum, self.listener)
+        self.settings = raft_settings(self.quorum, self.listener)
+        self.raft_log: PartitionRaftLog | None = None
+        self.raft: RaftClient | None = None
+        self.driver: RaftDriver | None = None
+        self.fatal: BaseException | None = None
+        self.failed = asyncio.Event()  # set when the Raft client hit a broken invariant
+
+    @property
+    def log_dir(self) -> Path:
+        return self.metadata_dir / METADATA_DIR_NAME
+
+    def router(self) -> ControllerRouter:
+        return ControllerRouter(self)
+
+    async def start(self) -> None:
+        config = self.config
+        log_config = metadata_log_config(segment_bytes=config.get("metadata.log.segment.bytes"),
+                                         segment_ms=config.get("metadata.log.segment.ms"))
+        # Opening recovers the log: off the event loop (the Raft thread takes it over).
+        self.raft_log = await asyncio.to_thread(PartitionRaftLog.open, self.metadata_dir,
+                                                config=log_config)
+        self.raft = RaftClient(
+            node_id=self.node_id, voters=self.voters, log=self.raft_log,
+            store=FileQuorumStateStore(self.log_dir / QUORUM_STATE_FILE),
+            rng=random.Random(), cluster_id=self.cluster_id, settings=self.settings)
+        self.driver = RaftDriver(self.raft, client_id=f"raft-client-{self.node_id}",
+                                 request_timeout_ms=self.settings.request_timeout_ms,
+                                 on_fatal=self._on_fatal)
+        await self.driver.start()
+
+    def _on_fatal(self, exc: BaseException) -> None:
+        self.fatal = exc
+        self.failed.set()
+
+    async def stop(self) -> None:
+        """Hand leadership over (bounded), then close the metadata log."""
+        driver = self.driver
+        if driver is None:
+            if self.raft_log is not None:
+                self.raft_log.close()
+            return
+        try:
+            await driver.stop(SHUTDOWN_TIMEOUT_MS)
+        finally:
+            if self.raft_log is not None:
+                await driver.call(self.raft_log.close)
+            driver.close_executor()
+
+    # -- what the CONTROLLER listener's handlers ask -----------------------------------------
+
+    async def raft_request(self, api_key: ApiKey, request: Mapping[str, Any]) -> Message:
+        if self.driver is None:
+            return {"error_code": int(ErrorCode.BROKER_NOT_AVAILABLE)}
+        source = m.fetch_replica_id(request) if api_key == ApiKey.FETCH else -1
+        return await self.driver.handle_request(source, api_key, request)
+
+    def leader_id(self) -> int | None:
+        return self.raft.quorum.leader_id if self.raft is not None else None
+
+    def controller_endpoints(self) -> dict[int, tuple[str, int]]:
+        """Each voter's address on the controller listener."""
+        out = {}
+        for node in self.voters:
+            ep = node.endpoint(self.listener)
+            if ep is not None:
+                out[node.key.id] = (ep.host, ep.port)
+        return out
+
+    def describe(self) -> str:
+        voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in sorted(self.controller_endpoints().items()))
+        return (f"controller {self.node_id} of voters {voters}, metadata log in {self.log_dir}, "
+                f"cluster id {self.cluster_id}")
