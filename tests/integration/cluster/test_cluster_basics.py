@@ -40,13 +40,18 @@ def _create(bootstrap: str, name: str, partitions: int, rf: int, config=None):
 
 def test_every_broker_knows_every_broker_and_the_controller(make_cluster):
     cluster = make_cluster(3)
-    seen = []
-    for b in cluster.brokers:
-        md = wait_for(lambda b=b: (m := _metadata(b.bootstrap)) and len(m.brokers) == 3 and m,
-                   30, f"3 brokers in metadata from {b.name}")
-        seen.append((sorted(md.brokers), md.controller_id))
-    assert {s[0] == [1, 2, 3] for s in seen} == {True}
-    assert len({s[1] for s in seen}) == 1 and seen[0][1] in (1, 2, 3)
+
+    def views() -> list[tuple[list[int], int]] | None:
+        """Each broker's (brokers, controller) once all three agree: a broker learns of the
+        controller from ZooKeeper's watch, so right after the start one may still name none or
+        a previous one for a moment."""
+        seen = [((m := _metadata(b.bootstrap)) and (sorted(m.brokers), m.controller_id))
+                for b in cluster.brokers]
+        return seen if len({str(v) for v in seen}) == 1 and seen[0] else None
+
+    seen = wait_for(views, 30, "every broker naming the same 3 brokers and controller")
+    assert seen[0][0] == [1, 2, 3]
+    assert seen[0][1] in (1, 2, 3)
 
 
 def test_replicated_topic_is_the_same_everywhere(make_cluster):
