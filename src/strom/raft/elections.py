@@ -117,40 +117,39 @@ class ElectionHandlers(ClientBase):
         return m.epoch_response(error=error, epoch=self.quorum.epoch,
                                 leader_id=self.quorum.leader_id, nodes=self._nodes())
 
-    def _handle_begin_quorum_epoch_request(self, now: int, source: int,
-                                           req: Mapping[str, Any]) -> Message:
+    def _accept_leader_notice(self, now: int, req: Mapping[str, Any]
+                              ) -> tuple[Message | None, int, Mapping[str, Any]]:
+        """What Begin- and EndQuorumEpoch share: validate, then learn the leader and epoch they
+        name. Returns (an error answer or None, the leader id, the partition's fields)."""
         if not self._cluster_ok(req.get("cluster_id")):
-            return m.top_level_error(E.INCONSISTENT_CLUSTER_ID)
+            return m.top_level_error(E.INCONSISTENT_CLUSTER_ID), -1, {}
         part = m.vote_like_partition(req)
         if part is None:
-            return m.top_level_error(E.INVALID_REQUEST)
+            return m.top_level_error(E.INVALID_REQUEST), -1, {}
         leader = int(part.get("leader_id", -1))
         epoch = int(part.get("leader_epoch", -1))
         error = self._validate_voter_only(leader, epoch)
         if error is not None:
-            return self._epoch_response(error)
+            return self._epoch_response(error), leader, part
         endpoints = (m.endpoints_from_listeners(req.get("leader_endpoints") or [])
                      or self.quorum.voters.endpoints(leader))
         self._maybe_transition(now, leader, epoch, endpoints)
+        return None, leader, part
+
+    def _handle_begin_quorum_epoch_request(self, now: int, source: int,
+                                           req: Mapping[str, Any]) -> Message:
+        answer, _, part = self._accept_leader_notice(now, req)
+        if answer is not None:
+            return answer
         if not self._valid_voter_key(int(req.get("voter_id", -1)), part.get("voter_directory_id")):
             return self._epoch_response(E.INVALID_VOTER_KEY)
         return self._epoch_response(E.NONE)
 
     def _handle_end_quorum_epoch_request(self, now: int, source: int,
                                          req: Mapping[str, Any]) -> Message:
-        if not self._cluster_ok(req.get("cluster_id")):
-            return m.top_level_error(E.INCONSISTENT_CLUSTER_ID)
-        part = m.vote_like_partition(req)
-        if part is None:
-            return m.top_level_error(E.INVALID_REQUEST)
-        leader = int(part.get("leader_id", -1))
-        epoch = int(part.get("leader_epoch", -1))
-        error = self._validate_voter_only(leader, epoch)
-        if error is not None:
-            return self._epoch_response(error)
-        endpoints = (m.endpoints_from_listeners(req.get("leader_endpoints") or [])
-                     or self.quorum.voters.endpoints(leader))
-        self._maybe_transition(now, leader, epoch, endpoints)
+        answer, leader, part = self._accept_leader_notice(now, req)
+        if answer is not None:
+            return answer
         st = self.quorum.state
         if isinstance(st, FollowerState) and st.leader == leader:
             # The leader is going: the best-placed successor stands at once, the others later.

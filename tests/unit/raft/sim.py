@@ -502,3 +502,26 @@ class SimNetwork:
                 elif records is not None and len(records) == 0:
                     part["records"] = None
         return message
+
+
+def random_faults(net: SimNetwork, rng: random.Random, voters: list[int],
+                  duration_ms: int) -> None:
+    """Run `net` to `duration_ms` with a random fault every 0.3-3 s: a crash (never of the last
+    live voter; half of them lose what was not flushed), a restart, a partition or a heal."""
+    t = 0
+    while t < duration_ms:
+        t += rng.randint(300, 3000)
+        net.run_until(t)
+        alive = net.alive()
+        down = [i for i in net.nodes if i not in alive]
+        r = rng.random()
+        if r < 0.25 and sum(1 for a in alive if a in voters) > 1:
+            net.crash(rng.choice(alive), lose_unflushed=rng.random() < 0.5)
+        elif r < 0.5 and down:
+            net.restart(rng.choice(down))
+        elif r < 0.7:
+            ids = list(net.nodes)
+            rng.shuffle(ids)
+            net.partition(ids[: rng.randint(1, len(ids) - 1)])
+        elif r < 0.85:
+            net.heal()

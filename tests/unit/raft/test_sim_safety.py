@@ -9,7 +9,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from tests.unit.raft.sim import History, InvariantViolation, SimNetwork
+from tests.unit.raft.sim import History, InvariantViolation, SimNetwork, random_faults
 
 SEEDS = range(24)
 
@@ -21,23 +21,7 @@ def chaos(seed: int, *, duration_ms: int = 20_000, wire: bool = False) -> SimNet
     net = SimNetwork(seed, voters, observers=[100], drop_rate=rng.choice([0.0, 0.02, 0.1]),
                      max_delay_ms=rng.choice([2, 5, 30]), wire=wire).start()
     net.schedule_appends(duration_ms)
-    t = 0
-    while t < duration_ms:
-        t += rng.randint(300, 3000)
-        net.run_until(t)
-        alive = net.alive()
-        down = [i for i in net.nodes if i not in alive]
-        r = rng.random()
-        if r < 0.25 and sum(1 for a in alive if a in voters) > 1:
-            net.crash(rng.choice(alive), lose_unflushed=rng.random() < 0.5)
-        elif r < 0.5 and down:
-            net.restart(rng.choice(down))
-        elif r < 0.7:
-            ids = list(net.nodes)
-            rng.shuffle(ids)
-            net.partition(ids[: rng.randint(1, len(ids) - 1)])
-        elif r < 0.85:
-            net.heal()
+    random_faults(net, rng, voters, duration_ms)
     return net
 
 

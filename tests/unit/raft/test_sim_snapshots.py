@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from tests.unit.raft.harness import CLUSTER, Harness, leader, log_with, partition
-from tests.unit.raft.sim import SimNetwork, _Envelope
+from tests.unit.raft.sim import SimNetwork, _Envelope, random_faults
 
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -451,23 +451,7 @@ def _chaos_with_snapshots(seed: int, duration_ms: int = 12_000) -> SimNetwork:
                      settings=RaftSettings(fetch_max_bytes=rng.choice([300, 4096]))).start()
     net.schedule_appends(duration_ms)
     net.schedule_snapshots(duration_ms)
-    t = 0
-    while t < duration_ms:
-        t += rng.randint(300, 3000)
-        net.run_until(t)
-        alive = net.alive()
-        down = [i for i in net.nodes if i not in alive]
-        r = rng.random()
-        if r < 0.25 and sum(1 for a in alive if a in voters) > 1:
-            net.crash(rng.choice(alive), lose_unflushed=rng.random() < 0.5)
-        elif r < 0.5 and down:
-            net.restart(rng.choice(down))
-        elif r < 0.7:
-            ids = list(net.nodes)
-            rng.shuffle(ids)
-            net.partition(ids[: rng.randint(1, len(ids) - 1)])
-        elif r < 0.85:
-            net.heal()
+    random_faults(net, rng, voters, duration_ms)
     return net
 
 
