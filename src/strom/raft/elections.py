@@ -56,25 +56,15 @@ class ElectionHandlers(ClientBase):
         return self._vote_response(E.NONE, granted)
 
     def _handle_vote_response(self, now: int, source: int, resp: Mapping[str, Any]) -> bool:
-        top = int(resp.get("error_code", 0))
-        if top != 0:
-            if top == E.UNSUPPORTED_VERSION and isinstance(self.quorum.state, ProspectiveState):
-                # The voter predates pre-vote (Vote v2): stand for election directly.
-                self._to_candidate(now)
-                return True
-            return self._top_level_error(top)
-        part = m.vote_like_partition(resp)
-        if part is None:
-            return False
-        error = int(part.get("error_code", 0))
-        leader = m.opt_id(int(part.get("leader_id", -1)))
-        epoch = int(part.get("leader_epoch", -1))
-        handled = self._common_response(
-            now, error, leader, epoch, self._leader_endpoints(resp.get("node_endpoints"), leader))
-        if handled is not None:
-            return handled
-        if error != E.NONE:
-            return self._unexpected_error(error)
+        if int(resp.get("error_code", 0)) == E.UNSUPPORTED_VERSION \
+                and isinstance(self.quorum.state, ProspectiveState):
+            # The voter predates pre-vote (Vote v2): stand for election directly.
+            self._to_candidate(now)
+            return True
+        outcome = self._handle_epoch_response(now, resp)
+        if outcome is not None:
+            return outcome
+        part = m.vote_like_partition(resp) or {}
         st = self.quorum.state
         if isinstance(st, CandidateState | ProspectiveState):
             st.election.record(source, bool(part.get("vote_granted", False)))
@@ -190,7 +180,8 @@ class ElectionHandlers(ClientBase):
         return True
 
     def _handle_epoch_response(self, now: int, resp: Mapping[str, Any]) -> bool | None:
-        """The shared part of Begin/EndQuorumEpoch responses; None = a plain success."""
+        """The shared part of Vote and Begin/EndQuorumEpoch responses: errors and the leader and
+        epoch they name; None = a plain success, for the caller to go on with."""
         top = int(resp.get("error_code", 0))
         if top != 0:
             return self._top_level_error(top)
