@@ -110,25 +110,35 @@ def pytest_configure(config: pytest.Config) -> None:
 # --------------------------------------------------------------------------- pytest-xdist
 
 # `make test` runs the suite on 3 pytest-xdist workers with `--dist loadfile`: each test file runs
-# whole on one worker (its module-scoped brokers, the Java run's shared results). These files are
-# one unit besides: they run one after another on a single worker, never beside each other. They
-# are the ones that load the machine most (Spark, Kafka Streams and Connect JVMs, the Java
-# client's Maven runs, the nemesis) or measure rates (client quotas).
-SERIAL_HEAVY = (
-    "tests/integration/spark/",
-    "tests/integration/frameworks/",
-    "tests/integration/java/",
-    "tests/integration/cluster/test_failover.py",
-    "tests/integration/cluster/test_jepsen.py",
-    "tests/integration/quotas/test_throttling.py",
-)
-HEAVY_UNIT = "serial-heavy"
+# whole on one worker (its module-scoped brokers, the Java run's shared results). The files that
+# load the machine most (Spark, Kafka Streams and Connect JVMs, the Java client's Maven runs, the
+# nemesis) or measure rates (client quotas) are grouped besides into two units of about the same
+# length, each run one file after another on one worker: so at most two of them run at once, and
+# Spark never beside the Java suite nor the Streams/Connect JVMs beside the nemesis.
+SERIAL_HEAVY: dict[str, tuple[str, ...]] = {
+    "heavy-spark-java": (
+        "tests/integration/spark/",
+        "tests/integration/java/",
+    ),
+    "heavy-frameworks-faults": (
+        "tests/integration/frameworks/",
+        "tests/integration/cluster/test_failover.py",
+        "tests/integration/cluster/test_jepsen.py",
+        "tests/integration/quotas/test_throttling.py",
+    ),
+}
+
+
+def heavy_unit(path: str) -> str | None:
+    """The SERIAL_HEAVY unit a test file belongs to, if any."""
+    return next((unit for unit, prefixes in SERIAL_HEAVY.items() if path.startswith(prefixes)),
+                None)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadfile``, with the SERIAL_HEAVY files as one unit of work (xdist sends out the
-    units with the most tests first, so this one starts at once)."""
+    """``--dist loadfile``, with each SERIAL_HEAVY group as one unit of work (xdist sends out the
+    units with the most tests first, so these start at once)."""
     if config.getoption("dist", "no") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
@@ -136,7 +146,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     class Scheduling(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return HEAVY_UNIT if path.startswith(SERIAL_HEAVY) else path
+            return heavy_unit(path) or path
 
     return Scheduling(config, log)
 
