@@ -38,7 +38,8 @@ ELECTION_TIMEOUT_S = 1.0
 FAILOVER_BOUND_S = FETCH_TIMEOUT_S + 2 * ELECTION_TIMEOUT_S + 3.0
 
 
-def _controllers(factory: pytest.TempPathFactory, n: int = 3) -> list[BrokerProcess]:
+def _controllers(factory: pytest.TempPathFactory, n: int = 3,
+                 overrides: dict[str, str] | None = None) -> list[BrokerProcess]:
     """n controller-only nodes of one quorum, their log dirs formatted as kafka-storage would."""
     ports = [free_port() for _ in range(n)]
     voters = ",".join(f"{i}@{HOST}:{port}" for i, port in enumerate(ports, 1))
@@ -51,6 +52,7 @@ def _controllers(factory: pytest.TempPathFactory, n: int = 3) -> list[BrokerProc
             "process.roles": "controller", "node.id": str(i),
             "controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
             "listeners": f"CONTROLLER://{HOST}:{port}", "metrics.listener": "",
+            **(overrides or {}),
         }
         nodes.append(node)
     return nodes
