@@ -52,7 +52,7 @@ lint: $(STAMP)
 # tests/conftest.py keeps the heaviest files (Spark, Streams/Connect, the Java suite, ...) one
 # after another on a single worker. PYTEST_WORKERS=0: everything in one process. Three workers on
 # 2 cores: the tests wait (for elections, timeouts, JVMs) about a third of their time, so a third
-# worker fills the CPU (measured: a fresh clone's suite 16.9 min on 3 workers, 23.5 on 2).
+# worker fills the CPU (measured on a fresh clone: 15.8 min on 3 workers, 23.5 on 2).
 PYTEST_WORKERS ?= 3
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
