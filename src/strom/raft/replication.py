@@ -164,6 +164,19 @@ class ReplicationHandlers(ClientBase):
         elif self.requests.is_backing_off(st.leader, now):
             self._fetch_any_bootstrap(now, {st.leader})
 
+    def _current_leader_outcome(self, now: int, resp: Mapping[str, Any],
+                                part: Mapping[str, Any]) -> tuple[bool | None, int]:
+        """What Fetch and FetchSnapshot answers share: the partition's error and the leader it
+        names (`current_leader`) through the common response path. Returns that path's outcome
+        (None: go on with the answer) and the error code."""
+        current = part.get("current_leader") or {}
+        leader = m.opt_id(int(current.get("leader_id", -1)))
+        epoch = int(current.get("leader_epoch", -1))
+        error = int(part.get("error_code", 0))
+        handled = self._common_response(
+            now, error, leader, epoch, self._leader_endpoints(resp.get("node_endpoints"), leader))
+        return handled, error
+
     def _handle_fetch_response(self, now: int, source: int, resp: Mapping[str, Any]) -> bool:
         top = int(resp.get("error_code", 0))
         if top != 0:
@@ -171,12 +184,7 @@ class ReplicationHandlers(ClientBase):
         part = m.fetch_response_partition(resp)
         if part is None:
             return False
-        current = part.get("current_leader") or {}
-        leader = m.opt_id(int(current.get("leader_id", -1)))
-        epoch = int(current.get("leader_epoch", -1))
-        error = int(part.get("error_code", 0))
-        handled = self._common_response(
-            now, error, leader, epoch, self._leader_endpoints(resp.get("node_endpoints"), leader))
+        handled, error = self._current_leader_outcome(now, resp, part)
         if handled is not None:
             # An error answer from a non-leader: pause before asking that peer again.
             return handled and error == E.NONE
@@ -339,12 +347,7 @@ class ReplicationHandlers(ClientBase):
         part = _fetch_snapshot_response_partition(resp)
         if part is None:
             return False
-        current = part.get("current_leader") or {}
-        leader = m.opt_id(int(current.get("leader_id", -1)))
-        epoch = int(current.get("leader_epoch", -1))
-        error = int(part.get("error_code", 0))
-        handled = self._common_response(
-            now, error, leader, epoch, self._leader_endpoints(resp.get("node_endpoints"), leader))
+        handled, error = self._current_leader_outcome(now, resp, part)
         if handled is not None:
             return handled and error == E.NONE
         st = self.quorum.state
