@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
+from kazoo.protocol.states import ZnodeStat
 
 from strom.cluster.controller import (
     Listener,
@@ -474,14 +475,21 @@ class ZkController:
                 await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
 
     async def _try_to_become_controller(self) -> None:
+        """Create the ephemeral /controller znode, then take the next controller epoch. A
+        /controller this session owns is ours too: a create whose answer a dropped connection
+        lost, or an attempt that failed before it took the epoch. Treating it as another
+        broker's would leave the cluster without a controller while this session lives."""
         got = await self.zk.get_or_watch(zn.CONTROLLER)
-        if got is not None:
+        if got is not None and not self._owns(got[1]):
             return
-        try:
-            await self.zk.create(zn.CONTROLLER, zn.encode_controller(self.broker.broker_id,
-                                                                   _now_ms()), ephemeral=True)
-        except NodeExistsError:
-            return
+        if got is None:
+            try:
+                await self.zk.create(zn.CONTROLLER, zn.encode_controller(self.broker.broker_id,
+                                                                       _now_ms()), ephemeral=True)
+            except NodeExistsError:
+                got = await self.zk.get(zn.CONTROLLER, watch=True)
+                if got is None or not self._owns(got[1]):
+                    return
         while True:
             current = await self.zk.get(zn.CONTROLLER_EPOCH)
             try:
@@ -499,9 +507,12 @@ class ZkController:
         self.epoch = epoch
         log.info("broker %d is the controller (epoch %d)", self.broker.broker_id, epoch)
 
+    def _owns(self, stat: ZnodeStat) -> bool:
+        return bool(stat.ephemeralOwner == self.zk.session_id)
+
     async def _still_controller(self) -> bool:
         got = await self.zk.get(zn.CONTROLLER, watch=True)
-        mine = got is not None and got[1].ephemeralOwner == self.zk.session_id
+        mine = got is not None and self._owns(got[1])
         if not mine and self.active:
             log.info("broker %d is no longer the controller", self.broker.broker_id)
             self.active = False
