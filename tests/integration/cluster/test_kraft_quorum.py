@@ -16,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from strom.cluster.client import BrokerClient, BrokerConnectionError
 from strom.protocol.api_keys import ApiKey
 from strom.raft import messages as m
 
-from ..broker import HOST, BrokerProcess, free_port
+from ..broker import HOST, STOP_TIMEOUT, BrokerProcess, free_port
 from ..kafka_tools import jars
 from ..kafka_tools.tools import KafkaTools, rows
 
@@ -119,10 +120,17 @@ def _tools(factory: pytest.TempPathFactory) -> KafkaTools | None:
 
 
 def _stop_together(nodes: list[BrokerProcess]) -> None:
+    """SIGTERM to all at once, then each must exit 0 by itself (waited for, not signalled again:
+    a second SIGTERM after a clean shutdown finds Python's default handler back and kills)."""
     for node in nodes:
         if node.running and node.proc is not None:
             os.kill(node.proc.pid, signal.SIGTERM)
     for node in nodes:
+        if node.proc is not None:
+            try:
+                node.proc.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                node.kill()
         assert node.stop() == 0, node.log_tail()
 
 
