@@ -332,9 +332,13 @@ class Router:
                     for k, lo, hi in self.api_versions()
                 ],
                 "throttle_time": 0,
-                **(api_versions_features(version) if error_code == ErrorCode.NONE else {}),
+                **(self.api_versions_features(version) if error_code == ErrorCode.NONE else {}),
             })
         return reply
+
+    def api_versions_features(self, version: int) -> dict[str, object]:
+        """The feature fields of an ApiVersions answer (a broker's; a controller has its own)."""
+        return api_versions_features(version)
 
 
 def _overriding(hooks: tuple[RequestHook, ...],

@@ -22,7 +22,7 @@ from strom.broker.context import RequestContext
 from strom.broker.router import RequestHook, Router, handles
 from strom.cluster.features import api_versions_features
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.codec import Struct, response_codec
+from strom.protocol.codec import Struct
 from strom.protocol.errors import ErrorCode
 from strom.raft.messages import Message
 
@@ -136,17 +136,5 @@ class ControllerRouter(Router):
         # Router only hands its `broker` to the handlers registered here, which take the node.
         super().__init__(cast("Broker", node), [sys.modules[__name__]], hooks)
 
-    def api_versions_reply(self, version: int, error_code: int = ErrorCode.NONE) -> bytes:
-        key = (version, error_code)
-        reply = self._api_versions_replies.get(key)
-        if reply is None:
-            reply = self._api_versions_replies[key] = response_codec(
-                ApiKey.API_VERSIONS, version
-            ).encode({
-                "error_code": error_code,
-                "api_keys": [{"api_key": k, "min_version": lo, "max_version": hi}
-                             for k, lo, hi in self.api_versions()],
-                "throttle_time": 0,
-                **(controller_features(version) if error_code == ErrorCode.NONE else {}),
-            })
-        return reply
+    def api_versions_features(self, version: int) -> dict[str, object]:
+        return controller_features(version)

@@ -160,17 +160,10 @@ def vote_request(*, cluster_id: str | None, voter: ReplicaKey, candidate: Replic
 
 def vote_response(*, error: ErrorCode, epoch: int, leader_id: int | None, granted: bool,
                   nodes: list[Message]) -> Message:
-    return {
-        "error_code": 0,
-        "topics": _voter_topics({
-            "partition_index": METADATA_PARTITION,
-            "error_code": int(error),
-            "leader_id": NO_ID if leader_id is None else leader_id,
-            "leader_epoch": epoch,
-            "vote_granted": granted,
-        }),
-        "node_endpoints": nodes,
-    }
+    """A BeginQuorumEpoch-shaped answer whose partition also says whether the vote is granted."""
+    response = epoch_response(error=error, epoch=epoch, leader_id=leader_id, nodes=nodes)
+    response["topics"][0]["partitions"][0]["vote_granted"] = granted
+    return response
 
 
 # ----------------------------------------------------------------- BeginQuorumEpoch (53)
