@@ -351,7 +351,22 @@ class _MemorySnapshotWriter:
 # ---------------------------------------------------------------------------------------------
 
 
-class MemoryRaftLog:
+class SnapshotIds:
+    """The latest and earliest snapshot ids, for a log that lists its snapshots in order."""
+
+    def _snapshot_ids(self) -> list[OffsetAndEpoch]:
+        raise NotImplementedError
+
+    def latest_snapshot_id(self) -> OffsetAndEpoch | None:
+        ids = self._snapshot_ids()
+        return ids[-1] if ids else None
+
+    def earliest_snapshot_id(self) -> OffsetAndEpoch | None:
+        ids = self._snapshot_ids()
+        return ids[0] if ids else None
+
+
+class MemoryRaftLog(SnapshotIds):
     """A `RaftLog` in memory, for the simulation and unit tests.
 
     Survives a simulated crash as the disk would: `crash(lose_unflushed=True)` drops what was
@@ -517,14 +532,6 @@ class MemoryRaftLog:
     # -- snapshots
     def _snapshot_ids(self) -> list[OffsetAndEpoch]:
         return sorted(self.snapshots, key=_snapshot_order)
-
-    def latest_snapshot_id(self) -> OffsetAndEpoch | None:
-        ids = self._snapshot_ids()
-        return ids[-1] if ids else None
-
-    def earliest_snapshot_id(self) -> OffsetAndEpoch | None:
-        ids = self._snapshot_ids()
-        return ids[0] if ids else None
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshot | None:
         return self.snapshots.get(snapshot_id)

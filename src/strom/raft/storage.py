@@ -48,7 +48,7 @@ from strom.storage.log import PartitionLog, sync_directory
 from strom.storage.validator import ORIGIN_COORDINATOR, ORIGIN_REPLICATION
 
 from .control import decode_control_body, encode_control_body, encoded_control_batch
-from .log import LogAppendInfo, LogFetchInfo, RawSnapshot
+from .log import LogAppendInfo, LogFetchInfo, RawSnapshot, SnapshotIds
 from .snapshot import (
     PARTIAL_SUFFIX,
     SnapshotId,
@@ -152,7 +152,7 @@ def _sid(snapshot_id: OffsetAndEpoch) -> SnapshotId:
     return SnapshotId(snapshot_id.offset, snapshot_id.epoch)
 
 
-class PartitionRaftLog:
+class PartitionRaftLog(SnapshotIds):
     """`RaftLog` (raft/log.py) on a `PartitionLog`.
 
     ``sync=False`` flushes without fsync (tests and simulations only: what "flushed" means is
@@ -324,14 +324,6 @@ class PartitionRaftLog:
 
     def _snapshot_ids(self) -> list[OffsetAndEpoch]:
         return [OffsetAndEpoch(s.end_offset, s.epoch) for s in snapshot_ids(self.dir)]
-
-    def latest_snapshot_id(self) -> OffsetAndEpoch | None:
-        ids = self._snapshot_ids()
-        return ids[-1] if ids else None
-
-    def earliest_snapshot_id(self) -> OffsetAndEpoch | None:
-        ids = self._snapshot_ids()
-        return ids[0] if ids else None
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshot | None:
         if snapshot_id.offset < 0 or snapshot_id.epoch < 0:
