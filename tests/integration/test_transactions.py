@@ -400,8 +400,10 @@ def test_kill_9_mid_transaction_aborts_it_after_restart(make_broker, unique_topi
     topic = unique_topic()
     kc.create_topic(bs, topic, 2)
     tid = f"crash-{uuid.uuid4().hex[:6]}"
-    p = txn_producer(bs, tid, **{"transaction.timeout.ms": 3000,
-                                 "message.timeout.ms": 2000})
+    # the timeout runs from the transaction's first partition: long enough that a loaded
+    # machine does not abort it before the kill (seen in CI at 3 s), short enough to wait out
+    p = txn_producer(bs, tid, **{"transaction.timeout.ms": 10000,
+                                 "message.timeout.ms": 8000})
     p.begin_transaction()
     for i in range(4):
         p.produce(topic, b"lost-%d" % i, partition=i % 2)
@@ -410,7 +412,7 @@ def test_kill_9_mid_transaction_aborts_it_after_restart(make_broker, unique_topi
     broker.restart(kill=True)
     del p
     # the coordinator reloads the Ongoing transaction and aborts it when its timeout passes
-    wait_for(lambda: offsets(bs, topic, 0)[0] == offsets(bs, topic, 0)[1] == 3, 30,
+    wait_for(lambda: offsets(bs, topic, 0)[0] == offsets(bs, topic, 0)[1] == 3, 45,
              "the LSO to pass the abort marker")
     assert offsets(bs, topic, 1) == (3, 3)
     assert _coordinator_state(bs, tid) == "CompleteAbort"
