@@ -40,8 +40,11 @@ system-deps:
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  fi
 
+# The first run formats ./data for the KRaft node of config/server.properties (a directory
+# formatted before, or kept from a single node of an earlier Strom, is left as it is).
 run: $(STAMP)
-	mkdir -p data
+	test -f data/meta.properties || $(BIN)/strom storage format \
+	  --config config/server.properties --cluster-id "$$($(BIN)/strom storage random-uuid)"
 	$(BIN)/strom broker --config config/server.properties
 
 lint: $(STAMP)

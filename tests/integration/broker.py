@@ -5,6 +5,11 @@ is judged ready only when it answers ApiVersions on its port, and is always stop
 
 Setting ``STROM_IT_PEER_TANSU=/path/to/tansu`` runs the Tansu binary instead (memory storage, overrides
 ignored). That exists only to check the tests themselves against another Kafka-compatible broker.
+
+``kraft=True`` (or ``STROM_IT_KRAFT=1`` for every single broker of a run: ``make test-kraft``) runs
+the broker as a combined KRaft node on a quorum of itself (``process.roles=broker,controller``, a
+CONTROLLER listener on a port of its own), its data directory formatted with ``strom storage
+format`` before the first start, as ``make run`` does.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ STROM_BIN = Path(sys.executable).with_name("strom")
 START_TIMEOUT = 30.0
 STOP_TIMEOUT = 15.0
 PEER_ENV = "STROM_IT_PEER_TANSU"
+KRAFT_ENV = "STROM_IT_KRAFT"
 
 # If the test process dies without cleaning up (a segfault in a client library, SIGKILL), the broker
 # gets SIGTERM from the kernel instead of lingering. setpriv execs the broker, so the PID stays its own.
@@ -78,6 +84,7 @@ class BrokerProcess:
         data_dir: Path | str | None = None,
         port: int | None = None,
         name: str = "broker",
+        kraft: bool | None = None,
     ) -> None:
         self.base_dir = Path(base_dir) if base_dir else Path(tempfile.mkdtemp(prefix="strom-it-"))
         self.base_dir.mkdir(parents=True, exist_ok=True)
@@ -89,6 +96,8 @@ class BrokerProcess:
         self.overrides: dict[str, str] = {}
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.kraft = os.environ.get(KRAFT_ENV) == "1" if kraft is None else kraft
+        self.controller_port = free_port() if self.kraft else None
 
     # ------------------------------------------------------------------ properties
 
@@ -132,9 +141,36 @@ class BrokerProcess:
         settings = {"listeners": f"PLAINTEXT://{HOST}:{self.port}", "log.dirs": str(self.data_dir),
                     "metrics.listener": f"http://{HOST}:0"}
         settings.update(self.overrides)
+        if self.kraft and "zookeeper.connect" not in settings:
+            settings.update(self.kraft_settings(settings))
         for key, value in settings.items():  # "{port}" in a value: this broker's own port
             cmd += ["--override", f"{key}={value.replace('{port}', str(self.port))}"]
         return cmd
+
+    def kraft_settings(self, settings: dict[str, str]) -> dict[str, str]:
+        """The combined KRaft node's settings on top of `settings` (its broker listeners)."""
+        node_id = settings.get("node.id", settings.get("broker.id", "0"))
+        controller = f"CONTROLLER://{HOST}:{self.controller_port}"
+        out = {"process.roles": "broker,controller", "node.id": node_id,
+               "controller.quorum.voters": f"{node_id}@{HOST}:{self.controller_port}",
+               "controller.listener.names": "CONTROLLER",
+               "listeners": f"{settings['listeners']},{controller}"}
+        protocols = settings.get("listener.security.protocol.map")
+        if protocols and "CONTROLLER:" not in protocols:
+            out["listener.security.protocol.map"] = f"{protocols},CONTROLLER:PLAINTEXT"
+        return out
+
+    def format_storage(self) -> None:
+        """``strom storage format`` of the data directory for this KRaft node (first start)."""
+        if (self.data_dir / "meta.properties").exists():
+            return
+        config = self.base_dir / "format.properties"
+        settings = {"listeners": f"PLAINTEXT://{HOST}:{self.port}", "log.dirs": str(self.data_dir)}
+        settings.update(self.overrides)
+        settings.update(self.kraft_settings(settings))
+        config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        subprocess.run([str(STROM_BIN), "storage", "format", "-c", str(config), "-t",
+                        "kraft-it-cluster-0000A"], check=True, capture_output=True, timeout=60)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -147,6 +183,8 @@ class BrokerProcess:
         if overrides is not None:
             self.overrides = {k: str(v) for k, v in overrides.items()}
         self.starts += 1
+        if self.kraft and "zookeeper.connect" not in self.overrides:
+            self.format_storage()
         with open(self.log_path, "ab") as log:
             log.write(f"=== start #{self.starts}: {' '.join(self.command())}\n".encode())
             log.flush()

@@ -45,6 +45,7 @@ from strom.storage.cleaner import CleanerConfig, LogCleaner
 from strom.storage.errors import KafkaStorageError, StorageError
 
 if TYPE_CHECKING:
+    from strom.broker.kraft_mode import KRaftParts
     from strom.broker.zk_mode import ClusterParts
 
 log = logging.getLogger("strom.broker")
@@ -308,15 +309,20 @@ async def serve(config: BrokerConfig) -> None:
     if controller_only(config):
         await serve_controller(config)
         return
-    if config.get("process.roles"):
-        log.warning("process.roles=%s: Strom runs KRaft controller-only nodes "
-                    "(process.roles=controller) so far; this node runs as a broker without "
-                    "KRaft, and its KRaft settings have no effect",
-                    ",".join(config.get("process.roles")))
+    roles = config.get("process.roles")
+    if roles and set(roles) != {"broker", "controller"}:
+        raise StartupError(f"process.roles={','.join(roles)}: Strom runs KRaft controller-only "
+                           "nodes and combined nodes (broker,controller) so far; a KRaft "
+                           "broker-only node is not built yet (docs/clusters.md)")
     precompile(_HOT_APIS, latest_only=True)
     securities = listener_securities(config, lambda: broker.image.user_configs)
     cluster: ClusterParts | None = None
-    if config.get("zookeeper.connect"):
+    kraft: KRaftParts | None = None
+    if roles:
+        from strom.broker.kraft_mode import build_combined_broker
+
+        broker, kraft = await build_combined_broker(config)
+    elif config.get("zookeeper.connect"):
         from strom.broker.zk_mode import build_cluster_broker  # kazoo: only for a cluster
 
         broker, cluster = await build_cluster_broker(config)
@@ -324,7 +330,14 @@ async def serve(config: BrokerConfig) -> None:
         broker = build_broker(config, asyncio.get_running_loop())
     broker.start()
     router = Router(broker, MODULES, request_hooks(broker))
-    servers = make_servers(router, config, securities)
+    if kraft is not None:  # the CONTROLLER listener serves the controller's APIs
+        names = kraft.controller_listener_names
+        servers = make_servers(router, config,
+                               [s for s in securities if s.listener.name not in names])
+        servers += make_servers(kraft.controller_node.router(), config,
+                                [s for s in securities if s.listener.name in names])
+    else:
+        servers = make_servers(router, config, securities)
     for server in servers:
         try:
             await server.start()
@@ -387,6 +400,8 @@ async def serve(config: BrokerConfig) -> None:
         await _step("controller", cluster.controller.stop())
         await _step("metadata mirror", cluster.mirror.stop())
         await _step("ZooKeeper client", cluster.zk.stop())
+    if kraft is not None:
+        await _step("raft", kraft.controller_node.stop())
     await _stop_leftover_tasks()
     try:
         logs.shutdown()

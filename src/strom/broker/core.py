@@ -60,7 +60,7 @@ class Node:
 def internal_rf(node: Node, configured: int) -> int:
     """Replication factor of an internal topic: as configured in a cluster (creation fails
     while fewer brokers are live, as with Kafka); a single node has only itself."""
-    return configured if not node.controller.immediate else min(configured, 1)
+    return min(configured, 1) if node.controller.single_broker else configured
 
 
 class ProducerIds:

@@ -47,7 +47,7 @@ import typer
 
 import strom
 from strom.cli.common import CliError, UsageError, handle_errors
-from strom.cluster.features import FEATURES
+from strom.cluster.features import FEATURES, feature_level_record, parse_feature_level_record
 from strom.cluster.zk.znodes import new_topic_id
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
@@ -86,7 +86,6 @@ _MAX_LEVELS = {f.name: f.max_version for f in FEATURES if f.name != METADATA_VER
 SUPPORTED_FEATURES = tuple(sorted([*_MAX_LEVELS, KRAFT_VERSION]))
 
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
-_FEATURE_LEVEL_API_KEY = 12  # FeatureLevelRecord
 
 
 def mv_name(level: int) -> str:
@@ -113,34 +112,6 @@ def default_feature_levels(mv_level: int) -> dict[str, int]:
     for name, steps in _FEATURE_DEFAULTS.items():
         out[name] = next((level for since, level in steps if mv_level >= since), 0)
     return out
-
-
-def _uvarint(n: int) -> bytes:
-    out = bytearray()
-    while n >= 0x80:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def feature_level_record(name: str, level: int) -> bytes:
-    """Kafka's FeatureLevelRecord v0 as a metadata record value: frame version 1, api key, api
-    version, then name (compact string), level (int16) and no tagged fields."""
-    raw = name.encode("utf-8")
-    return (_uvarint(1) + _uvarint(_FEATURE_LEVEL_API_KEY) + _uvarint(0)
-            + _uvarint(len(raw) + 1) + raw + level.to_bytes(2, "big", signed=True)
-            + _uvarint(0))
-
-
-def parse_feature_level_record(value: bytes) -> tuple[str, int]:
-    """The inverse of `feature_level_record` (for tests and tools); ValueError otherwise."""
-    if len(value) < 6 or value[:3] != b"\x01\x0c\x00":
-        raise ValueError(f"not a FeatureLevelRecord v0: {value.hex()}")
-    n = value[3] - 1  # names are short: a one-byte varint
-    name = value[4:4 + n].decode("utf-8")
-    level = int.from_bytes(value[4 + n:6 + n], "big", signed=True)
-    return name, level
 
 
 def random_directory_id() -> str:

@@ -63,6 +63,9 @@ class Controller(Protocol):
     # True when calls complete without awaiting anything (the single node), so callers on
     # synchronous paths may run them to completion on the spot
     immediate: bool
+    # True when this broker is the only one there can be (a single node, or a KRaft node that
+    # is its own quorum): internal topics then take replication factor 1 whatever is configured
+    single_broker: bool
     # leader elections this broker made as the active controller (metrics): all, and unclean
     leader_elections: int
     unclean_leader_elections: int
@@ -226,125 +229,41 @@ def plan_partitions(current: dict[int, list[int]], total: int,
     return assign_replicas(live, racks or {}, len(new), rf, first_partition=count)
 
 
-class LocalController:
-    """Single-node controller: this broker leads every partition; changes go to the metadata log.
+class PlanningController:
+    """The controller's decisions for a cluster of one broker, over an abstract commit: every
+    operation is checked and planned against `image`, then its records go to `_commit`. The
+    embedded metadata log (`LocalController`) and a one-voter KRaft quorum
+    (`strom.controller.quorum_controller`) commit them differently."""
 
-    A commit is normally synchronous: log, fsync, image, listeners, all before the call returns
-    (callers on synchronous paths rely on it, see common/immediate.py). Creating thousands of
-    partitions would stall every client for seconds that way, so a large commit is prepared
-    in a worker thread (records built, encoded and applied to a private image), then written
-    and merged into the image in one step on the loop, and fsynced in a worker thread.
-    Small commits that arrive meanwhile are simply ordered before it: the large one checks
-    again, at that step, that it is still valid, so the log and the image see every commit
-    whole and in the same order. Large commits run one at a time.
-    """
-
-    immediate = True  # every change is in the image when the call returns (nothing is awaited)
+    immediate = False
+    single_broker = True
     leader_elections = 0  # one broker leads everything: there is never an election
     unclean_leader_elections = 0
-
-    def __init__(self, metadata_log: MetadataLog, image: MetadataImage, broker: BrokerInfo) -> None:
-        self._log = metadata_log
-        self.image = image
-        self._broker = broker
-        self._listeners: list[Listener] = []
-        self._large = asyncio.Lock()
-        self._syncing: set[asyncio.Task[None]] = set()  # background fsyncs of sync callers
-        image.brokers = {broker.broker_id: broker}
-        image.controller_id = broker.broker_id
+    image: MetadataImage
+    _listeners: list[Listener]
 
     def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
     async def _commit(self, records: list[Record], *, durable_now: bool = False) -> None:
-        """Log `records` and apply them to the image at once (the change is there when the
-        call returns), then make them durable with an fsync in a worker thread, which the
-        caller waits for: an admin request is answered only once its change is on disk. A
-        synchronous caller (`run_now`: auto-creation inside a Metadata request) cannot wait;
-        its commit is fsynced in the background, unless `durable_now` (a block of producer ids,
-        once per thousand producers, must never be handed out twice) fsyncs it on the spot."""
-        now_ms = int(time.time() * 1000)
-        try:
-            end = self._log.write(encode_batch(records, now_ms), now_ms)
-        except StorageError as exc:  # e.g. a full disk: refused, the image is untouched
-            raise KafkaError(exc.error_code, f"cannot write the metadata log: {exc}") from exc
-        changes = [c for c in (rec.apply(self.image, r) for r in records) if c is not None]
-        self._log.applied(self.image, len(records))
-        for listener in self._listeners:
-            listener(changes)
-        if must_complete_now() and durable_now:
-            self._log.sync_now(end)
-        elif must_complete_now():
-            self._sync_in_background(end)
-        else:
-            await self._log.sync(end)
+        """Make `records` durable and apply them to the image, in order, all or none."""
+        raise NotImplementedError
 
-    def _sync_in_background(self, end: int) -> None:
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop yet (start-up): nothing else waits, sync here
-            asyncio.run(self._log.sync(end))
-            return
-        task = loop.create_task(self._log.sync(end), name="metadata-sync")
-        self._syncing.add(task)
-        task.add_done_callback(self._syncing.discard)
+    async def _commit_topic_records(self, records: list[Record], recheck: Callable[[], None],
+                                    existing: TopicState | None = None) -> None:
+        """Commit records that create a topic or add partitions to `existing` (`recheck`
+        raises when a commit prepared apart is no longer valid)."""
+        raise NotImplementedError
+
+    async def wait_until(self, predicate: Callable[[MetadataImage], bool],
+                         timeout_s: float) -> bool:
+        raise NotImplementedError
 
     async def _off_loop(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args), in a worker thread when `size` makes it a large commit's work."""
         if size <= LARGE_COMMIT or must_complete_now():
             return fn(*args)
         return await asyncio.to_thread(fn, *args)
-
-    async def _commit_topic_records(self, records: list[Record], recheck: Callable[[], None],
-                                    existing: TopicState | None = None) -> None:
-        """Commit records that create a topic or add partitions to `existing`: synchronously
-        when few, else as a large commit (`recheck` raises if it is no longer valid)."""
-        if len(records) <= LARGE_COMMIT or must_complete_now():
-            await self._commit(records)
-            return
-        async with self._large:
-            shadow = MetadataImage(cluster_id=self.image.cluster_id)
-            if existing is not None:  # the new partitions are applied to a stand-in
-                stand_in = TopicState(existing.name, existing.topic_id,
-                                      configs=dict(existing.configs))
-                shadow.topics[stand_in.name] = stand_in
-                shadow.topics_by_id[stand_in.topic_id] = stand_in
-            now_ms = int(time.time() * 1000)
-            batch, changes = await asyncio.to_thread(_prepare, shadow, records, now_ms)
-            recheck()
-            try:
-                end = self._log.write(batch, now_ms)
-            except StorageError as exc:  # e.g. a full disk: refused, the image is untouched
-                raise KafkaError(exc.error_code, f"cannot write the metadata log: {exc}") from exc
-            merged = self._merge(shadow, changes, len(records))
-            self._log.applied(self.image, len(records))
-            for listener in self._listeners:
-                listener(merged)
-            await self._log.sync(end)
-
-    def _merge(self, shadow: MetadataImage, changes: list[Change], count: int) -> list[Change]:
-        """Move what `_prepare` applied to `shadow` into the image: a new topic as it is, new
-        partitions into the existing topic; the changes (grouped by `_prepare`, one per kind
-        and topic) are made to name the image's topics."""
-        image = self.image
-        real: dict[uuid.UUID, TopicState] = {}
-        for topic in shadow.topics_by_id.values():
-            current = image.topics_by_id.get(topic.topic_id)
-            if current is None:
-                image.topics[topic.name] = topic
-                image.topics_by_id[topic.topic_id] = topic
-                current = topic
-            else:
-                current.partitions.update(topic.partitions)
-            real[topic.topic_id] = current
-        image.version += count
-        return [Change(c.kind, real[c.topic.topic_id] if c.topic is not None else None,
-                       c.partitions) for c in changes]
-
-    async def wait_until(self, predicate: Callable[[MetadataImage], bool],
-                         timeout_s: float) -> bool:
-        # every change is applied before the call that made it returns
-        return bool(predicate(self.image))
 
     # -- topics ---------------------------------------------------------------------------
 
@@ -496,6 +415,116 @@ class LocalController:
         new = dataclasses.replace(state, isr=list(isr), partition_epoch=partition_epoch + 1)
         await self._commit([rec.partition_record(t.topic_id, new)])
         return t.partitions[partition]
+
+
+class LocalController(PlanningController):
+    """Single-node controller: this broker leads every partition; changes go to the metadata log.
+
+    A commit is normally synchronous: log, fsync, image, listeners, all before the call returns
+    (callers on synchronous paths rely on it, see common/immediate.py). Creating thousands of
+    partitions would stall every client for seconds that way, so a large commit is prepared
+    in a worker thread (records built, encoded and applied to a private image), then written
+    and merged into the image in one step on the loop, and fsynced in a worker thread.
+    Small commits that arrive meanwhile are simply ordered before it: the large one checks
+    again, at that step, that it is still valid, so the log and the image see every commit
+    whole and in the same order. Large commits run one at a time.
+    """
+
+    immediate = True  # every change is in the image when the call returns (nothing is awaited)
+
+    def __init__(self, metadata_log: MetadataLog, image: MetadataImage, broker: BrokerInfo) -> None:
+        self._log = metadata_log
+        self.image = image
+        self._broker = broker
+        self._listeners: list[Listener] = []
+        self._large = asyncio.Lock()
+        self._syncing: set[asyncio.Task[None]] = set()  # background fsyncs of sync callers
+        image.brokers = {broker.broker_id: broker}
+        image.controller_id = broker.broker_id
+
+    async def _commit(self, records: list[Record], *, durable_now: bool = False) -> None:
+        """Log `records` and apply them to the image at once (the change is there when the
+        call returns), then make them durable with an fsync in a worker thread, which the
+        caller waits for: an admin request is answered only once its change is on disk. A
+        synchronous caller (`run_now`: auto-creation inside a Metadata request) cannot wait;
+        its commit is fsynced in the background, unless `durable_now` (a block of producer ids,
+        once per thousand producers, must never be handed out twice) fsyncs it on the spot."""
+        now_ms = int(time.time() * 1000)
+        try:
+            end = self._log.write(encode_batch(records, now_ms), now_ms)
+        except StorageError as exc:  # e.g. a full disk: refused, the image is untouched
+            raise KafkaError(exc.error_code, f"cannot write the metadata log: {exc}") from exc
+        changes = [c for c in (rec.apply(self.image, r) for r in records) if c is not None]
+        self._log.applied(self.image, len(records))
+        for listener in self._listeners:
+            listener(changes)
+        if must_complete_now() and durable_now:
+            self._log.sync_now(end)
+        elif must_complete_now():
+            self._sync_in_background(end)
+        else:
+            await self._log.sync(end)
+
+    def _sync_in_background(self, end: int) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop yet (start-up): nothing else waits, sync here
+            asyncio.run(self._log.sync(end))
+            return
+        task = loop.create_task(self._log.sync(end), name="metadata-sync")
+        self._syncing.add(task)
+        task.add_done_callback(self._syncing.discard)
+
+    async def _commit_topic_records(self, records: list[Record], recheck: Callable[[], None],
+                                    existing: TopicState | None = None) -> None:
+        """Commit records that create a topic or add partitions to `existing`: synchronously
+        when few, else as a large commit (`recheck` raises if it is no longer valid)."""
+        if len(records) <= LARGE_COMMIT or must_complete_now():
+            await self._commit(records)
+            return
+        async with self._large:
+            shadow = MetadataImage(cluster_id=self.image.cluster_id)
+            if existing is not None:  # the new partitions are applied to a stand-in
+                stand_in = TopicState(existing.name, existing.topic_id,
+                                      configs=dict(existing.configs))
+                shadow.topics[stand_in.name] = stand_in
+                shadow.topics_by_id[stand_in.topic_id] = stand_in
+            now_ms = int(time.time() * 1000)
+            batch, changes = await asyncio.to_thread(_prepare, shadow, records, now_ms)
+            recheck()
+            try:
+                end = self._log.write(batch, now_ms)
+            except StorageError as exc:  # e.g. a full disk: refused, the image is untouched
+                raise KafkaError(exc.error_code, f"cannot write the metadata log: {exc}") from exc
+            merged = self._merge(shadow, changes, len(records))
+            self._log.applied(self.image, len(records))
+            for listener in self._listeners:
+                listener(merged)
+            await self._log.sync(end)
+
+    def _merge(self, shadow: MetadataImage, changes: list[Change], count: int) -> list[Change]:
+        """Move what `_prepare` applied to `shadow` into the image: a new topic as it is, new
+        partitions into the existing topic; the changes (grouped by `_prepare`, one per kind
+        and topic) are made to name the image's topics."""
+        image = self.image
+        real: dict[uuid.UUID, TopicState] = {}
+        for topic in shadow.topics_by_id.values():
+            current = image.topics_by_id.get(topic.topic_id)
+            if current is None:
+                image.topics[topic.name] = topic
+                image.topics_by_id[topic.topic_id] = topic
+                current = topic
+            else:
+                current.partitions.update(topic.partitions)
+            real[topic.topic_id] = current
+        image.version += count
+        return [Change(c.kind, real[c.topic.topic_id] if c.topic is not None else None,
+                       c.partitions) for c in changes]
+
+    async def wait_until(self, predicate: Callable[[MetadataImage], bool],
+                         timeout_s: float) -> bool:
+        # every change is applied before the call that made it returns
+        return bool(predicate(self.image))
 
 
 def _new_topic(name: str, topic_id: uuid.UUID, plan: Mapping[int, list[int]],

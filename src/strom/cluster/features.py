@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from strom.protocol.primitives import write_uvarint
+
 
 @dataclass(frozen=True)
 class Feature:
@@ -61,3 +63,26 @@ def finalized_level(name: str) -> int:
         if f.name == name:
             return f.finalized
     return 0
+
+
+_FEATURE_LEVEL_API_KEY = 12  # Kafka's FeatureLevelRecord
+
+
+def feature_level_record(name: str, level: int) -> bytes:
+    """Kafka's FeatureLevelRecord v0 as a metadata record value: frame version 1, api key, api
+    version, then name (compact string), level (int16) and no tagged fields."""
+    raw = name.encode("utf-8")
+    return (write_uvarint(1) + write_uvarint(_FEATURE_LEVEL_API_KEY) + write_uvarint(0)
+            + write_uvarint(len(raw) + 1) + raw + level.to_bytes(2, "big", signed=True)
+            + write_uvarint(0))
+
+
+def parse_feature_level_record(value: bytes) -> tuple[str, int]:
+    """The inverse of `feature_level_record` (the controller reads the levels of the bootstrap
+    snapshot with it); ValueError otherwise."""
+    if len(value) < 6 or value[:3] != b"\x01\x0c\x00":
+        raise ValueError(f"not a FeatureLevelRecord v0: {value.hex()}")
+    n = value[3] - 1  # names are short: a one-byte varint
+    name = value[4:4 + n].decode("utf-8")
+    level = int.from_bytes(value[4 + n:6 + n], "big", signed=True)
+    return name, level

@@ -93,6 +93,26 @@ def controller_record(controller_id: int, controller_epoch: int) -> dict[str, An
             "controller_epoch": controller_epoch}
 
 
+def image_records(image: MetadataImage) -> list[dict[str, Any]]:
+    """Records that rebuild `image` when applied to an empty one (its brokers and controller
+    aside: those are live state, registered again after a restart): a KRaft snapshot's
+    content, as Kafka's snapshots hold the records of the image."""
+    out: list[dict[str, Any]] = [producer_ids_record(image.next_producer_id)]
+    for resource, configs_by_name in (("broker", image.broker_configs),
+                                      ("user", image.user_configs),
+                                      ("group", image.group_configs)):
+        for name, configs in configs_by_name.items():
+            out += [config_record(resource, name, k, v) for k, v in configs.items()]
+    out += [acl_record(acl) for acl in image.acls]
+    for entity, quotas in image.client_quotas.items():
+        out += [client_quota_record(entity, k, v) for k, v in quotas.items()]
+    for topic in image.topics.values():
+        out.append(topic_record(topic.name, topic.topic_id))
+        out += [config_record("topic", topic.name, k, v) for k, v in topic.configs.items()]
+        out += [partition_record(topic.topic_id, p) for p in topic.partitions.values()]
+    return out
+
+
 def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
     """Apply one record to the image in place; unknown record types are ignored (forward compat)."""
     kind = record.get("type")

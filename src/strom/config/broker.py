@@ -470,7 +470,10 @@ class BrokerConfig:
 
     @property
     def broker_id(self) -> int:
-        return int(self.get("broker.id"))
+        """broker.id; a KRaft node's is its node.id (Kafka: the two must be equal when both
+        are set, which `strom.broker.kraft_mode` checks)."""
+        node_id = self.get("node.id") if self.get("process.roles") else None
+        return int(node_id) if node_id is not None else int(self.get("broker.id"))
 
     @property
     def log_dirs(self) -> list[Path]:

@@ -46,10 +46,10 @@ _Q = "controller.quorum."
 KRAFT_CONFIGS = (
     ConfigDef("process.roles", T.LIST, None,
               "KRaft roles of this node: broker, controller, or broker,controller (Strom runs "
-              "controller-only nodes so far; a node with the broker role runs without KRaft)",
+              "controller-only nodes and combined nodes on a quorum of one so far)",
               _roles, read_only=True, implemented=True),
     ConfigDef("node.id", T.INT, None, "KRaft node id, required with process.roles (a broker "
-              "without KRaft uses broker.id)", at_least(0), read_only=True, implemented=True),
+              "without KRaft uses broker.id; with KRaft, broker.id is node.id)", at_least(0), read_only=True, implemented=True),
     ConfigDef("controller.listener.names", T.LIST, None,
               "listeners of the controller; a broker uses the first", _names, read_only=True,
               implemented=True),

@@ -16,16 +16,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from strom.broker.wiring import StartupError, cluster_id_for
 from strom.config.broker import BrokerConfig
 from strom.controller.apis import ControllerRouter
+from strom.controller.upgrade import upgrade_single_node_metadata
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.raft import messages as m
+from strom.raft.base import RaftListener
 from strom.raft.client import RaftClient
 from strom.raft.config import QuorumConfig
 from strom.raft.driver import RaftDriver
@@ -37,7 +39,14 @@ from strom.raft.storage import (
     PartitionRaftLog,
     metadata_log_config,
 )
-from strom.raft.types import Endpoint, RaftSettings, ReplicaKey, VoterNode, VoterSet
+from strom.raft.types import (
+    Endpoint,
+    NotLeaderError,
+    RaftSettings,
+    ReplicaKey,
+    VoterNode,
+    VoterSet,
+)
 
 log = logging.getLogger("strom.controller")
 
@@ -113,8 +122,11 @@ class ControllerNode:
     def router(self) -> ControllerRouter:
         return ControllerRouter(self)
 
-    async def start(self) -> None:
+    async def start(self, listeners: Sequence[RaftListener] = ()) -> None:
+        """Open the metadata log (an old single node's is upgraded first: upgrade.py) and start
+        the Raft client, with `listeners` registered before its first poll."""
         config = self.config
+        await asyncio.to_thread(upgrade_single_node_metadata, self.log_dir)
         log_config = metadata_log_config(segment_bytes=config.get("metadata.log.segment.bytes"),
                                          segment_ms=config.get("metadata.log.segment.ms"))
         # Opening recovers the log: off the event loop (the Raft thread takes it over).
@@ -124,6 +136,8 @@ class ControllerNode:
             node_id=self.node_id, voters=self.voters, log=self.raft_log,
             store=FileQuorumStateStore(self.log_dir / QUORUM_STATE_FILE),
             rng=random.Random(), cluster_id=self.cluster_id, settings=self.settings)
+        for listener in listeners:
+            self.raft.register(listener)
         self.driver = RaftDriver(self.raft, client_id=f"raft-client-{self.node_id}",
                                  request_timeout_ms=self.settings.request_timeout_ms,
                                  on_fatal=self._on_fatal)
@@ -154,6 +168,19 @@ class ControllerNode:
             return {"error_code": int(ErrorCode.BROKER_NOT_AVAILABLE)}
         source = m.fetch_replica_id(request) if api_key == ApiKey.FETCH else -1
         return await self.driver.handle_request(source, api_key, request)
+
+    async def append(self, values: list[bytes]) -> int:
+        """Records for the leader to commit, as one atomic group: the offset of the last one
+        (`NotLeaderError` when this node does not lead the quorum)."""
+        if self.driver is None:
+            raise NotLeaderError(f"node {self.node_id} is not running")
+        return await self.driver.append(values)
+
+    async def snapshot(self, end_offset: int, values: list[bytes]) -> object:
+        """Snapshot the state machine as of `end_offset` (written in the Raft thread)."""
+        if self.driver is None or self.raft is None:
+            return None
+        return await self.driver.call(self.raft.create_snapshot, end_offset, values)
 
     def leader_id(self) -> int | None:
         return self.raft.quorum.leader_id if self.raft is not None else None

@@ -229,7 +229,8 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
                     preferred=st.preferred_successors, leader_endpoints=st.endpoints))
         if self._shutdown is not None:
             return self._shutdown.deadline_ms
-        if now >= st.election_deadline:
+        # (the only voter has no one to wait for: a restarted one-voter quorum elects at once)
+        if now >= st.election_deadline or self.quorum.is_only_voter():
             # A new epoch, so no fetch answer can name this replica leader any more.
             self._to_unattached(now, st.epoch + 1)
             return now

@@ -145,11 +145,14 @@ class LogManager:
         config_for: Callable[[str], LogConfig] | None = None,
         producer_id_expiration_ms: int = DEFAULT_EXPIRATION_MS,
         replicated: bool = False,
+        owned_elsewhere: frozenset[str] = frozenset(),
     ) -> None:
         """``config_for(topic)`` gives the config used when loading existing logs.
 
         ``replicated``: logs belong to a cluster, where the high watermark is moved by
-        replication (and kept in the checkpoint across restarts), not set to the log end."""
+        replication (and kept in the checkpoint across restarts), not set to the log end.
+        ``owned_elsewhere``: topics whose directories another part opens (a KRaft node's
+        metadata log, owned by its Raft client): never loaded here, never judged stray."""
         if not log_dirs:
             raise ValueError("at least one log dir is required")
         self.log_dirs = [Path(d) for d in log_dirs]
@@ -162,6 +165,7 @@ class LogManager:
         self.loaded_clean: dict[Path, bool] = {}
         self.producer_id_expiration_ms = producer_id_expiration_ms
         self.replicated = replicated
+        self.owned_elsewhere = owned_elsewhere
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_version = 0  # taken on the loop for each checkpoint's contents
         self._checkpoint_written = 0  # the newest version in the files
@@ -208,7 +212,7 @@ class LogManager:
                     strays.append(Path(entry.path))  # kept on purpose: never loaded, never removed
                     continue
                 tp = parse_partition_dir(name)
-                if tp is None:
+                if tp is None or tp[0] in self.owned_elsewhere:
                     continue
                 if tp in self._logs:
                     raise KafkaStorageError(

@@ -83,7 +83,7 @@ def test_a_kafka_4_server_properties_loads_and_is_warned_about(caplog) -> None:
     assert cfg.get("process.roles") == ["broker", "controller"]
     assert cfg.get("controller.quorum.voters") == ["1@localhost:9093", "2@[::1]:9094"]
     with caplog.at_level(logging.WARNING, logger="strom.config.checks"):
-        check_startup(cfg)  # a broker role runs without KRaft (strom.broker.app says so)
+        check_startup(cfg)
     assert "config controller.quorum.auto.join.enable is accepted but not implemented" \
         in caplog.text
     q = QuorumConfig.from_config(cfg.get)

@@ -65,6 +65,7 @@ def _now_ms() -> int:
 
 class ZkController:
     immediate = False  # changes reach the image when the mirror reads them back
+    single_broker = False
 
     def __init__(self, zk: ZkClient, mirror: ZkMirror, image: MetadataImage, broker: BrokerInfo,
                  *, unclean_for: Callable[[TopicState], bool],

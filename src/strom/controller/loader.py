@@ -1,0 +1,227 @@
+"""The metadata image of a KRaft node, replayed from what its Raft log has committed.
+
+`MetadataLoader` is the Raft client's listener (`strom.raft.base.RaftListener`). The client
+calls it in the Raft thread with committed batches, snapshots to load and leader changes; the
+loader decodes the values there and hands each step to the event loop in order
+(`call_soon_threadsafe`), where it changes the image that handlers read. Nothing above the
+high watermark ever reaches the image: a change is visible once a majority has it.
+
+Values are Strom's JSON metadata records (`strom.cluster.records`), except the
+FeatureLevelRecords of the bootstrap snapshot `strom storage format` writes, which use
+Kafka's own encoding (`strom.cluster.features`); the levels are kept in `features`.
+
+A snapshot replaces the image in place (the broker's parts hold the image object) and is
+reported to `on_reset` callbacks; commits are reported as `Change`s to subscribers, as the
+single node's controller reports them. The loader also decides when the image is snapshotted:
+after `metadata.log.max.record.bytes.between.snapshots` bytes of records, or
+`metadata.log.max.snapshot.interval.ms` after the first record since the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from strom.cluster import records as rec
+from strom.cluster.features import feature_level_record, parse_feature_level_record
+from strom.cluster.image import MetadataImage
+from strom.cluster.records import Change
+from strom.raft.log import SnapshotContent
+from strom.raft.types import DataRecord, LeaderAndEpoch, RaftBatch
+
+log = logging.getLogger("strom.controller.loader")
+
+Record = dict[str, Any]
+ChangeListener = Callable[[list[Change]], None]
+# the image's live state, which no record sets (the single node registers itself): kept
+# when a snapshot replaces the rest
+_LIVE_FIELDS = frozenset({"cluster_id", "controller_id", "controller_epoch", "brokers"})
+
+
+def decode_value(value: bytes) -> tuple[Record | None, tuple[str, int] | None]:
+    """A committed value: a JSON metadata record, or a Kafka FeatureLevelRecord (name,
+    level); anything else is reported and skipped (a newer version's record)."""
+    if value[:1] == b"{":
+        return json.loads(value), None
+    try:
+        return None, parse_feature_level_record(value)
+    except ValueError:
+        log.warning("skipping a metadata record this version does not know: %s",
+                    value[:32].hex())
+        return None, None
+
+
+@dataclasses.dataclass
+class SnapshotPolicy:
+    """When the image is snapshotted (Kafka's metadata.log.max.* settings)."""
+
+    max_bytes: int = 20 * 1024 * 1024
+    max_interval_ms: int = 3_600_000
+
+
+class MetadataLoader:
+    """Applies committed metadata to `image` on `loop` (see the module doc)."""
+
+    def __init__(self, image: MetadataImage, loop: asyncio.AbstractEventLoop, *,
+                 policy: SnapshotPolicy | None = None) -> None:
+        self.image = image
+        self.loop = loop
+        self.features: dict[str, int] = {}
+        self.applied_offset = 0  # the next offset to apply: everything below is in the image
+        self.leader = LeaderAndEpoch(None, 0)
+        self.policy = policy or SnapshotPolicy()
+        # set by the owner: takes a snapshot of the image as of `applied_offset`
+        self.snapshot: Callable[[int, list[bytes]], Awaitable[object]] | None = None
+        self._listeners: list[ChangeListener] = []
+        self._resets: list[Callable[[], None]] = []
+        self._changed = asyncio.Event()
+        self._bytes_since_snapshot = 0
+        self._first_since_snapshot_ms: int | None = None
+        self._snapshotting = False
+
+    # -- what the rest of the node uses -----------------------------------------------------
+
+    def subscribe(self, listener: ChangeListener) -> None:
+        self._listeners.append(listener)
+
+    def on_reset(self, callback: Callable[[], None]) -> None:
+        """`callback()` after a snapshot replaced the image (a replica that fell behind)."""
+        self._resets.append(callback)
+
+    async def wait_for(self, predicate: Callable[[], bool], timeout_s: float) -> bool:
+        """True once predicate() holds (checked after every applied step), else False after
+        timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        while not predicate():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                return bool(predicate())
+        return True
+
+    async def wait_applied(self, offset: int, timeout_s: float) -> bool:
+        """True once every record below `offset` is in the image."""
+        return await self.wait_for(lambda: self.applied_offset >= offset, timeout_s)
+
+    # -- RaftListener: called in the Raft thread --------------------------------------------
+
+    def handle_commit(self, batches: list[RaftBatch]) -> None:
+        steps: list[tuple[list[Record], list[tuple[str, int]], int, int]] = []
+        for batch in batches:
+            records: list[Record] = []
+            features: list[tuple[str, int]] = []
+            size = 0
+            for entry in batch.records:
+                if not isinstance(entry, DataRecord):
+                    continue  # control records: the Raft client's own
+                size += len(entry.value)
+                record, feature = decode_value(entry.value)
+                if record is not None:
+                    records.append(record)
+                elif feature is not None:
+                    features.append(feature)
+            steps.append((records, features, batch.base_offset + len(batch.records), size))
+        self.loop.call_soon_threadsafe(self._apply_commits, steps)
+
+    def handle_load_snapshot(self, snapshot: SnapshotContent) -> None:
+        records: list[Record] = []
+        features: dict[str, int] = {}
+        for value in snapshot.values:
+            record, feature = decode_value(value)
+            if record is not None:
+                records.append(record)
+            elif feature is not None:
+                features[feature[0]] = feature[1]
+        fresh = MetadataImage(cluster_id=self.image.cluster_id)
+        for record in records:
+            rec.apply(fresh, record)
+        self.loop.call_soon_threadsafe(self._apply_snapshot, fresh, features,
+                                       snapshot.snapshot_id.offset)
+
+    def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
+        self.loop.call_soon_threadsafe(self._apply_leader, leader)
+
+    # -- on the event loop ------------------------------------------------------------------
+
+    def _apply_commits(self, steps: list[tuple[list[Record], list[tuple[str, int]], int, int]]
+                       ) -> None:
+        changes: list[Change] = []
+        for records, features, end, size in steps:
+            for record in records:
+                change = rec.apply(self.image, record)
+                if change is not None:
+                    changes.append(change)
+            self.features.update(features)
+            self.applied_offset = end
+            if records:
+                self._bytes_since_snapshot += size
+                if self._first_since_snapshot_ms is None:
+                    self._first_since_snapshot_ms = int(time.time() * 1000)
+        if changes:
+            for listener in self._listeners:
+                listener(changes)
+        self._changed.set()
+        self._maybe_snapshot()
+
+    def _apply_snapshot(self, fresh: MetadataImage, features: dict[str, int], end: int) -> None:
+        image = self.image
+        for f in dataclasses.fields(MetadataImage):
+            if f.name not in _LIVE_FIELDS and f.name != "version":
+                setattr(image, f.name, getattr(fresh, f.name))
+        image.version += fresh.version + 1
+        self.features = features
+        self.applied_offset = end
+        self._bytes_since_snapshot = 0
+        self._first_since_snapshot_ms = None
+        log.info("metadata image loaded from the snapshot at offset %d: %d topics", end,
+                 len(image.topics))
+        for callback in self._resets:
+            callback()
+        self._changed.set()
+
+    def _apply_leader(self, leader: LeaderAndEpoch) -> None:
+        self.leader = leader
+        self._changed.set()
+
+    # -- snapshots --------------------------------------------------------------------------
+
+    def _maybe_snapshot(self) -> None:
+        if self.snapshot is None or self._snapshotting or self._first_since_snapshot_ms is None:
+            return
+        age = int(time.time() * 1000) - self._first_since_snapshot_ms
+        if self._bytes_since_snapshot < self.policy.max_bytes and age < self.policy.max_interval_ms:
+            return
+        self._snapshotting = True
+        self._bytes_since_snapshot = 0
+        self._first_since_snapshot_ms = None
+        offset = self.applied_offset
+        features = dict(self.features)
+        records = rec.image_records(self.image)  # taken on the loop: the image as of `offset`
+        task = self.loop.create_task(self._take_snapshot(offset, features, records),
+                                     name="metadata-snapshot")
+        task.add_done_callback(lambda _t: setattr(self, "_snapshotting", False))
+
+    async def _take_snapshot(self, offset: int, features: dict[str, int],
+                             records: list[Record]) -> None:
+        assert self.snapshot is not None
+        try:
+            values = await asyncio.to_thread(snapshot_values, features, records)
+            await self.snapshot(offset, values)
+        except Exception:  # the log keeps everything: the next snapshot will try again
+            log.exception("could not snapshot the metadata image at offset %d", offset)
+
+
+def snapshot_values(features: dict[str, int], records: list[Record]) -> list[bytes]:
+    """A snapshot's values: the feature levels (Kafka's encoding), then the image's records."""
+    values = [feature_level_record(name, level) for name, level in sorted(features.items())]
+    values += [json.dumps(r, separators=(",", ":")).encode() for r in records]
+    return values
