@@ -170,7 +170,8 @@ class BrokerProcess:
         settings.update(self.kraft_settings(settings))
         config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         subprocess.run([str(STROM_BIN), "storage", "format", "-c", str(config), "-t",
-                        "kraft-it-cluster-0000A"], check=True, capture_output=True, timeout=60)
+                        "kraft-it-cluster-0000A", "--ignore-formatted"],
+                       check=True, capture_output=True, timeout=60)
 
     # ------------------------------------------------------------------ lifecycle
 

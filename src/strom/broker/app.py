@@ -351,6 +351,8 @@ async def serve(config: BrokerConfig) -> None:
         cluster.controller.start()
         replication_task = asyncio.create_task(run_replication(broker.replicas, broker))
         broker.producer_ids.prefetch()
+    if kraft is not None:
+        broker.producer_ids.prefetch()  # the controller answers later than the first producer
     listener = ", ".join(f"{s.security.listener.name}://{s.host}:{s.port}" for s in servers)
     dirs = ", ".join(str(d) for d in config.log_dirs)
     print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "

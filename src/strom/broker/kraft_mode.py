@@ -71,6 +71,10 @@ async def build_combined_broker(config: BrokerConfig) -> tuple[Broker, KRaftPart
     if source is not ConfigSource.DEFAULT_CONFIG and int(broker_id) != config.get("node.id"):
         raise StartupError(f"broker.id={broker_id} must be equal to node.id="
                            f"{config.get('node.id')} (or left out)")
+    if not config.get("controller.quorum.voters"):
+        raise StartupError("a combined node needs controller.quorum.voters (a static quorum): "
+                           "controller.quorum.bootstrap.servers (a dynamic quorum, KIP-853) is "
+                           "not built yet")
     controller_node = ControllerNode(config)
     others = sorted(v.key.id for v in controller_node.voters if v.key.id != controller_node.node_id)
     if controller_node.node_id not in {v.key.id for v in controller_node.voters}:

@@ -160,7 +160,10 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
             if not configs:
                 del image.group_configs[record["name"]]
             return Change("group_configs", group=record["name"])
-        _set(image.broker_configs.setdefault(record["name"], {}), record["key"], record["value"])
+        configs = image.broker_configs.setdefault(record["name"], {})
+        _set(configs, record["key"], record["value"])
+        if not configs:
+            del image.broker_configs[record["name"]]
         return Change("broker_configs")
     if kind == "broker":
         endpoints = {name: (host, port) for name, host, port in record.get("endpoints") or []}

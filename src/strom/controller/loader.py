@@ -198,7 +198,8 @@ class MetadataLoader:
         if self.snapshot is None or self._snapshotting or self._first_since_snapshot_ms is None:
             return
         age = int(time.time() * 1000) - self._first_since_snapshot_ms
-        if self._bytes_since_snapshot < self.policy.max_bytes and age < self.policy.max_interval_ms:
+        by_time = 0 < self.policy.max_interval_ms <= age  # 0: never by time (Kafka's meaning)
+        if self._bytes_since_snapshot < self.policy.max_bytes and not by_time:
             return
         self._snapshotting = True
         self._bytes_since_snapshot = 0

@@ -55,8 +55,10 @@ KAFKA = {
 }
 
 
-# What a controller-only node acts on (stage 3: a static quorum); the rest is warned by name.
+# What a KRaft node acts on (a static quorum; snapshots on combined nodes); the rest is warned
+# by name.
 IMPLEMENTED = {
+    "metadata.log.max.record.bytes.between.snapshots", "metadata.log.max.snapshot.interval.ms",
     "process.roles", "node.id", "controller.listener.names", "controller.quorum.voters",
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
     "controller.quorum.election.backoff.max.ms", "controller.quorum.append.linger.ms",

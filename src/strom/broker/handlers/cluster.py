@@ -22,7 +22,7 @@ from strom.broker.request_types import (
 from strom.broker.router import handles
 from strom.cluster.controller import too_many_records
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.acl import CLUSTER_NAME
 
 UNKNOWN_AUTHORIZED_OPERATIONS = -2147483648
@@ -80,8 +80,11 @@ def init_producer_id(broker: Broker, ctx: RequestContext,
             return _init_pid_error(ErrorCode.INVALID_REQUEST)
         return broker.transactions.init_producer_id(tid, request.transaction_timeout,
                                                     pid if pid != -1 else None, epoch)
-    return {"error_code": ErrorCode.NONE, "producer_id": broker.next_producer_id(),
-            "producer_epoch": 0}
+    try:
+        producer_id = broker.next_producer_id()
+    except KafkaError as exc:  # no block of ids at hand yet (COORDINATOR_LOAD_IN_PROGRESS)
+        return _init_pid_error(exc.code)
+    return {"error_code": ErrorCode.NONE, "producer_id": producer_id, "producer_epoch": 0}
 
 
 def _init_pid_error(code: int) -> dict[str, Any]:

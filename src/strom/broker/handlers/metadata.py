@@ -94,7 +94,12 @@ def metadata(broker: Broker, ctx: RequestContext,
     missing = [n for n, _ in wanted if n is not None and n not in broker.image.topics]
     if auto_create and missing and _over_the_cap(broker, ctx, missing):
         auto_create = False  # none is created, as in Kafka
-    if auto_create and len(missing) > 1 and broker.controller.immediate:
+    controller = broker.controller
+    # On one broker the creation is at hand: answer once it is done (a single node's controller
+    # is synchronous, and only several topics are worth slicing; a one-voter quorum commits in
+    # a few milliseconds). A cluster answers LEADER_NOT_AVAILABLE meanwhile, as Kafka does.
+    if auto_create and missing and controller.single_broker \
+            and (len(missing) > 1 or not controller.immediate):
         return _create_then_answer(broker, ctx, version, wanted, missing)
     return _answer(broker, ctx, version, _entries(broker, version, wanted, auto_create, {}))
 

@@ -1,0 +1,322 @@
+"""MetadataLoader: committed Raft batches and loaded snapshots reach the metadata image on the
+event loop, in order, and the loader snapshots the image once enough has been committed.
+
+The Raft client calls the loader in its own thread; here a worker thread (asyncio.to_thread)
+stands in for it where it matters, with a real event loop applying the steps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from strom.cluster import records as rec
+from strom.cluster.features import feature_level_record, parse_feature_level_record
+from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState
+from strom.cluster.records import Change
+from strom.controller.loader import MetadataLoader, SnapshotPolicy, snapshot_values
+from strom.raft.log import SnapshotContent
+from strom.raft.types import (
+    DataRecord,
+    LeaderAndEpoch,
+    OffsetAndEpoch,
+    RaftBatch,
+    leader_change_record,
+)
+
+DEADLINE_S = 10.0
+CLUSTER = "c-loader"
+Record = dict[str, Any]
+
+
+def run(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(factory(), DEADLINE_S))
+
+
+def value(record: Record) -> bytes:
+    return json.dumps(record).encode()
+
+
+def data_batch(base: int, *values: bytes, epoch: int = 1) -> RaftBatch:
+    return RaftBatch(base, epoch, tuple(DataRecord(v) for v in values))
+
+
+def topic_records(name: str, partitions: int = 2) -> list[Record]:
+    tid = uuid.uuid4()
+    return [rec.topic_record(name, tid)] + [
+        rec.partition_record(tid, PartitionState(p, [0], [0], 0)) for p in range(partitions)]
+
+
+class Loader:
+    """A loader on the running loop, with what it reported."""
+
+    def __init__(self, policy: SnapshotPolicy | None = None) -> None:
+        self.image = MetadataImage(cluster_id=CLUSTER)
+        self.loader = MetadataLoader(self.image, asyncio.get_running_loop(), policy=policy)
+        self.changes: list[list[Change]] = []
+        self.resets = 0
+        self.snapshots: list[tuple[int, list[bytes]]] = []
+        self.loader.subscribe(self.changes.append)
+        self.loader.on_reset(self._reset)
+
+    def _reset(self) -> None:
+        self.resets += 1
+
+    async def take_snapshot(self, offset: int, values: list[bytes]) -> None:
+        self.snapshots.append((offset, values))
+
+    async def commit(self, *batches: RaftBatch) -> None:
+        """Commit as the Raft thread does, and wait until the image has it all."""
+        await asyncio.to_thread(self.loader.handle_commit, list(batches))
+        assert await self.loader.wait_applied(batches[-1].end_offset, DEADLINE_S)
+
+
+def test_committed_batches_reach_image_listeners_and_features() -> None:
+    async def scenario() -> None:
+        h = Loader()
+        orders = topic_records("orders", 2)
+        batches = [
+            RaftBatch(0, 1, (leader_change_record(0, [0], [0]),)),  # the Raft client's own
+            data_batch(1, *map(value, orders)),
+            data_batch(4, feature_level_record("metadata.version", 33),
+                       value(rec.config_record("topic", "orders", "retention.ms", "5"))),
+        ]
+        h.loader.handle_commit(batches)
+        # applied on the loop, not in the caller's (the Raft thread's) call
+        assert h.image.topics == {} and h.loader.applied_offset == 0 and h.changes == []
+        assert await h.loader.wait_applied(6, DEADLINE_S)
+        assert h.loader.applied_offset == 6
+        topic = h.image.topics["orders"]
+        assert sorted(topic.partitions) == [0, 1] and topic.configs == {"retention.ms": "5"}
+        assert h.loader.features == {"metadata.version": 33}
+        # one call per commit, every change of it in order
+        assert len(h.changes) == 1
+        assert [(c.kind, c.partitions) for c in h.changes[0]] == [
+            ("topic_created", ()), ("partitions_created", (0,)), ("partitions_created", (1,)),
+            ("topic_configs", ())]
+        assert all(c.topic is topic for c in h.changes[0])
+
+    run(scenario)
+
+
+def test_a_control_batch_alone_moves_the_offset_but_reports_no_change() -> None:
+    async def scenario() -> None:
+        h = Loader()
+        await h.commit(RaftBatch(0, 1, (leader_change_record(0, [0], [0]),)))
+        assert h.loader.applied_offset == 1
+        assert h.changes == [] and h.image.version == 0
+        await h.commit(data_batch(1, *map(value, topic_records("t", 1))))
+        assert h.loader.applied_offset == 3 and len(h.changes) == 1
+
+    run(scenario)
+
+
+def test_commits_from_the_raft_thread_apply_in_order() -> None:
+    async def scenario() -> None:
+        h = Loader()
+        tid = uuid.uuid4()
+        await h.commit(data_batch(0, value(rec.topic_record("t", tid))))
+        offset = 1
+        for epoch in range(1, 21):
+            state = PartitionState(0, [0], [0], 0, leader_epoch=epoch)
+            await asyncio.to_thread(h.loader.handle_commit,
+                                    [data_batch(offset, value(rec.partition_record(tid, state)))])
+            offset += 1
+        assert await h.loader.wait_applied(offset, DEADLINE_S)
+        assert h.image.topics["t"].partitions[0].leader_epoch == 20
+        assert [c.kind for batch in h.changes for c in batch][-1] == "partition_changed"
+
+    run(scenario)
+
+
+def test_an_unknown_value_is_skipped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        h = Loader()
+        with caplog.at_level(logging.WARNING, logger="strom.controller.loader"):
+            await h.commit(data_batch(0, b"\x02\x63\x00\xff\xfe\xfd\xfc",
+                                      *map(value, topic_records("after", 1))))
+        assert "after" in h.image.topics and h.loader.applied_offset == 3
+        assert h.loader.features == {}
+        assert "does not know: 026300fffefdfc" in caplog.text
+
+    run(scenario)
+
+
+def test_a_snapshot_replaces_the_image_in_place() -> None:
+    async def scenario() -> None:
+        h = Loader()
+        h.image.brokers = {0: BrokerInfo(0, "localhost", 9092)}
+        h.image.controller_id = 0
+        await h.commit(data_batch(0, *map(value, topic_records("old", 1)),
+                                  feature_level_record("group.version", 1)))
+        image, version = h.image, h.image.version
+        changes_before = len(h.changes)
+
+        source = MetadataImage(cluster_id=CLUSTER)
+        for r in [*topic_records("new", 3), rec.config_record("broker", "", "a.b", "c"),
+                  rec.producer_ids_record(5000)]:
+            rec.apply(source, r)
+        values = snapshot_values({"metadata.version": 33}, rec.image_records(source))
+        snapshot = SnapshotContent(OffsetAndEpoch(40, 3), 0, tuple(values))
+        await asyncio.to_thread(h.loader.handle_load_snapshot, snapshot)
+        assert await h.loader.wait_applied(40, DEADLINE_S)
+
+        assert h.loader.image is image and h.image is image  # the broker's parts hold it
+        assert image.to_snapshot() == source.to_snapshot()
+        assert list(image.topics_by_id) == [image.topics["new"].topic_id]
+        assert image.brokers == {0: BrokerInfo(0, "localhost", 9092)}  # live state kept
+        assert image.controller_id == 0 and image.cluster_id == CLUSTER
+        assert image.version > version  # caches keyed on the version see a new image
+        assert h.loader.features == {"metadata.version": 33}  # the snapshot's, only
+        assert h.loader.applied_offset == 40
+        assert h.resets == 1 and len(h.changes) == changes_before
+
+        # commits after the snapshot apply on top of it
+        await h.commit(data_batch(40, value(rec.config_record("topic", "new", "x", "y"))))
+        assert image.topics["new"].configs == {"x": "y"} and h.loader.applied_offset == 41
+
+    run(scenario)
+
+
+def test_leader_changes_are_seen_on_the_loop() -> None:
+    async def scenario() -> None:
+        h = Loader()
+        assert h.loader.leader == LeaderAndEpoch(None, 0)
+        await asyncio.to_thread(h.loader.handle_leader_change, LeaderAndEpoch(0, 2))
+        assert await h.loader.wait_for(lambda: h.loader.leader.leader_id == 0, DEADLINE_S)
+        assert h.loader.leader.epoch == 2
+
+    run(scenario)
+
+
+def test_waits_say_whether_they_were_reached() -> None:
+    async def scenario() -> None:
+        h = Loader()
+        assert await h.loader.wait_for(lambda: True, 0)  # already holds: no waiting
+        assert await h.loader.wait_applied(0, 0)
+        start = time.monotonic()
+        assert not await h.loader.wait_applied(1, 0.05)
+        assert not await h.loader.wait_for(lambda: "t" in h.image.topics, 0.05)
+        assert time.monotonic() - start < 2.0
+
+        async def later() -> None:
+            await asyncio.sleep(0.05)
+            await asyncio.to_thread(h.loader.handle_commit, [data_batch(0, value({"type": "x"}))])
+            await asyncio.sleep(0.05)
+            await asyncio.to_thread(h.loader.handle_commit,
+                                    [data_batch(1, *map(value, topic_records("t", 1)))])
+
+        task = asyncio.create_task(later())
+        # woken by the first step, which does not satisfy it, and again by the second
+        assert await h.loader.wait_for(lambda: "t" in h.image.topics, DEADLINE_S)
+        assert await h.loader.wait_applied(3, DEADLINE_S)
+        assert not await h.loader.wait_applied(4, 0.05)
+        await task
+
+    run(scenario)
+
+
+def decode_snapshot(values: list[bytes]) -> tuple[dict[str, int], MetadataImage]:
+    """What a loader rebuilds from a snapshot's values."""
+    features: dict[str, int] = {}
+    image = MetadataImage(cluster_id=CLUSTER)
+    for v in values:
+        if v[:1] == b"{":
+            rec.apply(image, json.loads(v))
+        else:
+            name, level = parse_feature_level_record(v)
+            features[name] = level
+    return features, image
+
+
+async def wait_snapshots(h: Loader, count: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while len(h.snapshots) < count:
+        assert time.monotonic() < deadline, f"{len(h.snapshots)} snapshots, not {count}"
+        await asyncio.sleep(0.005)
+
+
+def test_the_snapshot_policy_snapshots_once_enough_bytes_are_committed() -> None:
+    async def scenario() -> None:
+        h = Loader(SnapshotPolicy(max_bytes=400, max_interval_ms=3_600_000))
+        h.loader.snapshot = h.take_snapshot
+        await h.commit(data_batch(0, feature_level_record("metadata.version", 33)))
+        small = [value(r) for r in topic_records("a", 1)]
+        assert sum(map(len, small)) < 400
+        await h.commit(data_batch(1, *small))
+        await asyncio.sleep(0.05)
+        assert h.snapshots == []  # under max_bytes, well within the interval
+
+        await h.commit(data_batch(3, *[value(r) for r in topic_records("b", 3)]))
+        await wait_snapshots(h, 1)
+        offset, values = h.snapshots[0]
+        assert offset == 7 == h.loader.applied_offset
+        features, image = decode_snapshot(values)
+        assert features == {"metadata.version": 33}
+        assert image.to_snapshot() == h.image.to_snapshot()
+
+        # the count starts again: one more small commit is not another snapshot
+        await h.commit(data_batch(7, value(rec.config_record("topic", "a", "k", "v"))))
+        await asyncio.sleep(0.05)
+        assert len(h.snapshots) == 1
+
+    run(scenario)
+
+
+def test_the_snapshot_policy_snapshots_after_the_interval() -> None:
+    async def scenario() -> None:
+        h = Loader(SnapshotPolicy(max_bytes=1 << 30, max_interval_ms=300))
+        h.loader.snapshot = h.take_snapshot
+        await h.commit(data_batch(0, *map(value, topic_records("t", 1))))  # the clock starts
+        await h.commit(RaftBatch(2, 1, (leader_change_record(0, [0], [0]),)))
+        assert h.snapshots == []  # well within the interval
+        await asyncio.sleep(0.35)
+        await h.commit(data_batch(3, value(rec.config_record("topic", "t", "k", "v"))))
+        await wait_snapshots(h, 1)
+        assert h.snapshots[0][0] == 4
+
+    run(scenario)
+
+
+def test_an_interval_of_0_never_snapshots_by_time() -> None:
+    async def scenario() -> None:
+        h = Loader(SnapshotPolicy(max_bytes=1 << 30, max_interval_ms=0))
+        h.loader.snapshot = h.take_snapshot
+        await h.commit(data_batch(0, *map(value, topic_records("t", 1))))
+        await asyncio.sleep(0.05)
+        assert h.snapshots == []
+
+    run(scenario)
+
+
+def test_a_failed_snapshot_is_tried_again_later(caplog: pytest.LogCaptureFixture) -> None:
+    async def scenario() -> None:
+        h = Loader(SnapshotPolicy(max_bytes=1, max_interval_ms=3_600_000))
+        failed: list[int] = []
+
+        async def failing_once(offset: int, values: list[bytes]) -> None:
+            if not failed:
+                failed.append(offset)
+                raise OSError("disk full")
+            await h.take_snapshot(offset, values)
+
+        h.loader.snapshot = failing_once
+        with caplog.at_level(logging.ERROR, logger="strom.controller.loader"):
+            await h.commit(data_batch(0, *map(value, topic_records("a", 1))))
+            deadline = time.monotonic() + DEADLINE_S
+            while "could not snapshot" not in caplog.text:
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.005)
+        assert failed == [2]
+        await asyncio.sleep(0.01)  # the failed task's done callback runs
+        await h.commit(data_batch(2, *map(value, topic_records("b", 1))))
+        await wait_snapshots(h, 1)
+        assert h.snapshots[0][0] == 4
+
+    run(scenario)
