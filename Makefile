@@ -8,7 +8,7 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: run test unit integration lint format bench system-deps clean
 .PHONY: fuzz fuzz-seeds
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
-.PHONY: jepsen jepsen-kafka java-on-kafka
+.PHONY: jepsen jepsen-kafka java-on-kafka test-kraft
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -125,6 +125,12 @@ compat-kafka-cluster: compat-kafka-libs
 # random faults, `make jepsen-kafka` the same workload and checker against 3 Apache Kafka 4.4 KRaft
 # nodes. JEPSEN_SEED repeats a run (else a random seed, printed).
 JEPSEN_SECONDS ?= 600
+# The single-broker integration tests again, each broker a combined KRaft node on a quorum of
+# itself (what make run starts) instead of a single node with the embedded metadata log.
+test-kraft: $(STAMP)
+	STROM_IT_KRAFT=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+	  -m "not legacy_single_node" tests/integration/test_*.py
+
 jepsen: $(STAMP) system-deps
 	JEPSEN_SECONDS=$(JEPSEN_SECONDS) nice -n 10 $(BIN)/pytest -q -s -p no:cacheprovider \
 	  tests/integration/cluster/test_jepsen.py

@@ -85,6 +85,7 @@ def _consume_all(bootstrap: str, topic: str, end: int) -> dict[int, bytes]:
         consumer.close()
 
 
+@pytest.mark.legacy_single_node  # the metadata log shares the full log dir
 def test_full_disk_goes_offline_with_one_error_and_comes_back(small_disk, make_broker):
     filler = small_disk / "filler"
     filler.write_bytes(b"\xff" * FILLER_BYTES)

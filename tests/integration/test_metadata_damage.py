@@ -27,7 +27,8 @@ from .cluster.faults import wait_for
 from .test_client_quotas import ALTER, alter_v0_body, parse_alter_v0
 from .wire import Conn
 
-pytestmark = pytest.mark.timeout(180)
+# the embedded metadata log's own snapshots and damage checks (a KRaft node's: tests/unit/raft)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.legacy_single_node]
 
 SNAPSHOT_EVERY = 1000  # the metadata log's snapshot interval in records
 QUOTAS_PER_ROUND = SNAPSHOT_EVERY  # one AlterClientQuotas: that many metadata records
