@@ -155,8 +155,11 @@ class BrokerProcess:
                "controller.quorum.voters": f"{node_id}@{HOST}:{self.controller_port}",
                "controller.listener.names": "CONTROLLER",
                "listeners": f"{settings['listeners']},{controller}"}
-        protocols = settings.get("listener.security.protocol.map")
-        if protocols and "CONTROLLER:" not in protocols:
+        # Kafka maps the controller listener to PLAINTEXT by itself only while no listener is
+        # named after TLS or SASL; otherwise the map must name it (as an operator's would)
+        protocols = settings.get("listener.security.protocol.map") or \
+            "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"
+        if "CONTROLLER:" not in protocols:
             out["listener.security.protocol.map"] = f"{protocols},CONTROLLER:PLAINTEXT"
         return out
 

@@ -21,6 +21,7 @@ import strom
 from strom.broker.connection_limits import ConnectionLimits, MemoryPool, parse_ip_overrides
 from strom.broker.core import Broker
 from strom.broker.handlers import MODULES
+from strom.broker.handlers import quorum as quorum_handlers
 from strom.broker.metrics.collector import start_metrics
 from strom.broker.metrics.request_hook import RequestMetrics
 from strom.broker.quotas.request_hook import RequestQuota
@@ -329,7 +330,8 @@ async def serve(config: BrokerConfig) -> None:
     else:
         broker = build_broker(config, asyncio.get_running_loop())
     broker.start()
-    router = Router(broker, MODULES, request_hooks(broker))
+    router = Router(broker, MODULES if kraft is None else [*MODULES, quorum_handlers],
+                    request_hooks(broker))
     if kraft is not None:  # the CONTROLLER listener serves the controller's APIs
         names = kraft.controller_listener_names
         servers = make_servers(router, config,

@@ -9,7 +9,9 @@ them, complete when constructed.
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from strom.broker.metrics.leader_ends import LeaderEnds
 from strom.broker.metrics.stats import BrokerStats
@@ -29,6 +31,7 @@ from strom.coordinator.runtime.commits import Commits
 from strom.coordinator.share.coordinator import ShareCoordinator
 from strom.coordinator.share.state import Persister
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
+from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.acl import Authorizer
 from strom.security.client import ClientSecurity
@@ -133,6 +136,10 @@ class Broker(Node):
     stats: BrokerStats | None = None
     # high watermarks asked of other brokers (a cluster's share-group lag); None on one node
     leader_ends: LeaderEnds | None = None
+    # a KRaft node's way to its metadata quorum (requests brokers pass on to the controller,
+    # DescribeQuorum); None without KRaft
+    metadata_quorum: Callable[[ApiKey, Mapping[str, Any]], Awaitable[Mapping[str, Any]]] | None \
+        = None
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,

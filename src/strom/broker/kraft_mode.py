@@ -119,4 +119,6 @@ async def build_combined_broker(config: BrokerConfig) -> tuple[Broker, KRaftPart
              time.monotonic() - started, loader.applied_offset, loader.leader.epoch)
     node = Node(config, config.broker_id, controller_node.cluster_id, info, image, controller,
                 partitions, logs, PLAINTEXT_CLIENT, build_authorizer(config, image))
-    return wire_broker(node, loop), parts
+    broker = wire_broker(node, loop)
+    broker.metadata_quorum = controller_node.raft_request
+    return broker, parts

@@ -7,6 +7,7 @@ format) is upgraded in place by starting it as a KRaft node.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,8 @@ from confluent_kafka.admin import ConfigResource
 
 from .. import clients as kc
 from ..broker import BrokerProcess
+from ..kafka_tools import jars
+from ..kafka_tools.tools import KafkaTools
 from .test_kraft_quorum import describe_quorum, poll
 
 STROM = Path(sys.executable).with_name("strom")
@@ -74,6 +77,15 @@ def test_a_combined_node_commits_metadata_through_its_quorum_and_survives_kill_9
         # a change after the restart commits too
         kc.create_topic(node.bootstrap, "later", 1)
         assert "later" in kc.topic_names(node.bootstrap)
+
+        # Kafka's tool through the broker listener, as its quick start uses it
+        tools = KafkaTools.create(jars.libs_dir(), tmp_path_factory.mktemp("kafka-tools"))
+        out = tools.run("kafka-metadata-quorum", "--bootstrap-server", node.bootstrap,
+                        "describe", "--status").stdout
+        status = dict(re.findall(r"^(\w+):\s+(.*)$", out, re.M))
+        assert (status["ClusterId"], status["LeaderId"]) == ("kraft-it-cluster-0000A", "0")
+        assert int(status["LeaderEpoch"]) == again["leader_epoch"]
+        assert int(status["HighWatermark"]) >= again["high_watermark"]
     finally:
         node.stop()
 
