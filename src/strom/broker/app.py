@@ -25,6 +25,7 @@ from strom.broker.handlers import quorum as quorum_handlers
 from strom.broker.metrics.collector import start_metrics
 from strom.broker.metrics.request_hook import RequestMetrics
 from strom.broker.quotas.request_hook import RequestQuota
+from strom.broker.registry_listener import start_registry_listener
 from strom.broker.replicas import run_replication
 from strom.broker.router import RequestHook, Router
 from strom.broker.server import BrokerServer
@@ -348,6 +349,7 @@ async def serve(config: BrokerConfig) -> None:
                                f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
     _advertise_chosen_ports(broker, config, servers)
     metrics = _start_metrics(broker, config, servers)
+    registry = start_registry_listener(broker)
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()
@@ -360,7 +362,8 @@ async def serve(config: BrokerConfig) -> None:
     print(f"Strom {strom.__version__} broker {broker.broker_id} listening on {listener} "
           f"(advertised {broker.info.host}:{broker.info.port}), data in {dirs}, "
           f"cluster id {broker.cluster_id}"
-          + (f", metrics at {metrics.url}" if metrics is not None else ""), flush=True)
+          + (f", metrics at {metrics.url}" if metrics is not None else "")
+          + (f", schema registry at {registry.url}" if registry is not None else ""), flush=True)
     _SERVING.set()
     logs = broker.logs
     tasks = [
@@ -398,6 +401,8 @@ async def serve(config: BrokerConfig) -> None:
         await _step("listener", server.stop())
     if metrics is not None:
         await _step("metrics endpoint", asyncio.to_thread(metrics.stop))
+    if registry is not None:
+        await _step("schema registry", registry.stop())
     broker.stop()
     if cluster is not None:
         await _step("replication", cancel_and_wait(replication_task))

@@ -33,6 +33,7 @@ from strom.coordinator.share.state import Persister
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.registry.coordinator import RegistryCoordinator
 from strom.security.acl import Authorizer
 from strom.security.client import ClientSecurity
 from strom.storage.manager import LogManager
@@ -136,6 +137,8 @@ class Broker(Node):
     stats: BrokerStats | None = None
     # high watermarks asked of other brokers (a cluster's share-group lag); None on one node
     leader_ends: LeaderEnds | None = None
+    # the schema registry (schema.registry.listeners); None when it is off
+    registry: RegistryCoordinator | None = None
     # a KRaft node's way to its metadata quorum (requests brokers pass on to the controller,
     # DescribeQuorum); None without KRaft
     metadata_quorum: Callable[[ApiKey, Mapping[str, Any]], Awaitable[Mapping[str, Any]]] | None \

@@ -42,16 +42,20 @@ from strom.common.immediate import run_or_start
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
 from strom.config.listeners import advertised_listeners, default_listener
+from strom.config.registry import registry_endpoint
 from strom.config.topic import validate_topic_configs
 from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.streams_topology import NewTopic
 from strom.coordinator.runtime.commits import Commits
+from strom.coordinator.runtime.store import StateStore
 from strom.coordinator.share.config import ShareCoordinatorConfig
 from strom.coordinator.share.coordinator import ShareCoordinator
 from strom.coordinator.share.store import SHARE_STATE_TOPIC
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.registry.coordinator import RegistryCoordinator
+from strom.registry.state import SCHEMAS_TOPIC
 from strom.security.acl import Authorizer, parse_super_users
 from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
 from strom.storage.manager import LogManager
@@ -193,10 +197,37 @@ def wire_broker(node: Node, loop: asyncio.AbstractEventLoop,
     persister = RoutingPersister(node, share_coordinator)
     share_partitions, share_sessions = build_share_partitions(node, groups, persister, loop,
                                                               replicas)
-    return Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
-                     commits=commits, producer_ids=producer_ids, share_coordinator=share_coordinator,
-                     share_persister=persister, share_partitions=share_partitions,
-                     share_sessions=share_sessions)
+    broker = Broker.of(node, groups=groups, transactions=transactions, replicas=replicas,
+                       commits=commits, producer_ids=producer_ids,
+                       share_coordinator=share_coordinator, share_persister=persister,
+                       share_partitions=share_partitions, share_sessions=share_sessions)
+    broker.registry = build_registry(node, loop, commits)
+    return broker
+
+
+class SchemasTopicAdapter(InternalTopic):
+    """`_schemas`, the schema registry's store: one compacted partition (Confluent's
+    kafkastore.topic settings)."""
+
+    name = SCHEMAS_TOPIC
+
+    def settings(self) -> tuple[int, int, dict[str, str]]:
+        return (1, self.node.config.get("schema.registry.topic.replication.factor"),
+                {"cleanup.policy": "compact"})
+
+
+def build_registry(node: Node, loop: asyncio.AbstractEventLoop,
+                   commits: Commits) -> RegistryCoordinator | None:
+    """The schema registry's coordinator, when `schema.registry.listeners` is set: subscribed
+    to leadership of `_schemas`, its writes waiting for their commit like every coordinator's."""
+    if registry_endpoint(node.config.get("schema.registry.listeners")) is None:
+        return None
+    commits.register(SCHEMAS_TOPIC, node.config.get("schema.registry.timeout.ms"))
+    store = StateStore(SCHEMAS_TOPIC, SchemasTopicAdapter(node), node.now_ms, commits)
+    coordinator = RegistryCoordinator(
+        store, loop, max_schema_bytes=node.config.get("schema.registry.max.schema.bytes"))
+    follow_leadership(node, SCHEMAS_TOPIC, coordinator)
+    return coordinator
 
 
 class OffsetsTopicAdapter(InternalTopic):

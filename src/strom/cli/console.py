@@ -43,7 +43,7 @@ def console(
     from strom.console.app import create_app
     from strom.console.kafka import KafkaSource
     from strom.console.sampler import History, Sampler
-    from strom.console.server import bind, make_server
+    from strom.http.server import bind, make_server
 
     if not host.strip():
         raise UsageError("--host must not be empty")

@@ -25,6 +25,7 @@ from strom.config.defs import (
 )
 from strom.config.kraft import KRAFT_CONFIGS
 from strom.config.metrics import METRICS_CONFIGS
+from strom.config.registry import REGISTRY_CONFIGS
 from strom.config.security import SECURITY_CONFIGS
 from strom.config.topic import (
     BROKER_SYNONYMS,
@@ -423,6 +424,7 @@ BROKER_CONFIGS.add(
 BROKER_CONFIGS.add(*SECURITY_CONFIGS)
 BROKER_CONFIGS.add(*METRICS_CONFIGS)
 BROKER_CONFIGS.add(*KRAFT_CONFIGS)
+BROKER_CONFIGS.add(*REGISTRY_CONFIGS)
 
 
 @dataclass

@@ -1,11 +1,11 @@
 """KRaft configs (issue 30): Kafka 4.4's names, types and defaults.
 
 Strom runs controller-only KRaft nodes (``process.roles=controller``, a static quorum from
-``controller.quorum.voters``); the configs such a node acts on are ``implemented=True``. The
-others are accepted and named in a start-up WARN, as every unimplemented config is. A node with
-the broker role still runs without KRaft (it says so in a WARN). Values are checked as Kafka
-checks them (``controller.quorum.voters`` entries, roles, ranges), so a bad one is refused with
-one line.
+``controller.quorum.voters``) and combined nodes that are a quorum of one
+(``process.roles=broker,controller``); the configs they act on are ``implemented=True``. The
+others are accepted and named in a start-up WARN, as every unimplemented config is; a
+broker-only node is refused at start. Values are checked as Kafka checks them
+(``controller.quorum.voters`` entries, roles, ranges), so a bad one is refused with one line.
 """
 
 from __future__ import annotations

@@ -130,6 +130,28 @@ class Cluster:
             raise errors[0]
 
 
+def _wait_registered(brokers: list[BrokerProcess], timeout: float = 30.0) -> None:
+    """Every broker's metadata names all the brokers: serving ApiVersions comes before a
+    broker's registration reaches the others (a test creating a topic with replication factor
+    3 at once met "only 2 broker(s) are registered" in CI)."""
+    from confluent_kafka.admin import AdminClient
+
+    wanted = len(brokers)
+    deadline = time.monotonic() + timeout
+    for b in brokers:
+        admin = AdminClient({"bootstrap.servers": b.bootstrap})
+        while True:
+            try:
+                seen = len(admin.list_topics(timeout=5).brokers)
+            except Exception:  # not answering yet: poll again until the deadline
+                seen = 0
+            if seen >= wanted:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{b.name} sees {seen} of {wanted} brokers after {timeout}s")
+            time.sleep(0.05)  # poll interval, not synchronisation
+
+
 @pytest.fixture
 def make_cluster(zookeeper, tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
     label = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:30].strip("-")
@@ -157,6 +179,7 @@ def make_cluster(zookeeper, tmp_path_factory, request) -> Iterator[Callable[...,
             b.start(wait=False)
         for b in brokers:
             b.wait_ready()
+        _wait_registered(brokers)
         return cluster
 
     try:

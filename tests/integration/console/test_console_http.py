@@ -16,7 +16,7 @@ from strom.console.app import create_app
 from strom.console.cluster import ClusterInfo, GroupInfo, GroupSummary, TopicInfo
 from strom.console.records import RecordView
 from strom.console.sampler import History
-from strom.console.server import HEAD_TIMEOUT_S, make_server
+from strom.http.server import HEAD_TIMEOUT_S, make_server
 
 from ..broker import HOST, free_port
 from .console_process import ConsoleProcess, Reply, get, request

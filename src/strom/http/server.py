@@ -1,5 +1,5 @@
-"""Serving the app with uvicorn (h11: no hand-written HTTP parsing), hardened for a port that
-may face slow or hostile clients.
+"""Serving an ASGI app (the web console, the schema registry) with uvicorn (h11: no
+hand-written HTTP parsing), hardened for a port that may face slow or hostile clients.
 
 uvicorn closes idle keep-alive connections but waits forever for a request's head. Here a
 connection that has not sent a complete request head `HEAD_TIMEOUT_S` after it opened (or after

@@ -1,0 +1,48 @@
+"""The schema registry's configs: Strom's own (Kafka has no registry; Confluent's runs apart,
+with `listeners` and `kafkastore.*` settings). Off by default; `make run` turns it on."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from strom.config.defs import ConfigDef, ConfigError, ConfigType, at_least
+
+T = ConfigType
+
+
+def registry_endpoint(value: str | None) -> tuple[str, int] | None:
+    """``schema.registry.listeners`` as (host, port); None when empty (no registry)."""
+    value = (value or "").strip()
+    if not value:
+        return None
+    try:
+        parts = urlsplit(value)
+        port = parts.port
+    except ValueError:
+        port = None
+    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ConfigError(f"Invalid value {value} for configuration schema.registry.listeners: "
+                          "must look like http://HOST:PORT (empty: no schema registry)")
+    return parts.hostname, port
+
+
+def _check(name: str, value: Any) -> None:
+    registry_endpoint(value)
+
+
+REGISTRY_CONFIGS = (
+    ConfigDef("schema.registry.listeners", T.STRING, "",
+              "Strom's own: where the schema registry (Confluent's REST API) listens, "
+              "http://HOST:PORT; empty: no registry", _check, read_only=True),
+    ConfigDef("schema.registry.topic.replication.factor", T.SHORT, 3,
+              "Strom's own (Confluent's kafkastore.topic.replication.factor): replication "
+              "factor of the _schemas topic (1 on a single broker)", at_least(1),
+              read_only=True),
+    ConfigDef("schema.registry.timeout.ms", T.INT, 10000,
+              "Strom's own (Confluent's kafkastore.timeout.ms): how long a registry write waits "
+              "for its record to be committed", at_least(1), read_only=True),
+    ConfigDef("schema.registry.max.schema.bytes", T.INT, 1048576,
+              "Strom's own: the largest schema text the registry takes (42209 above it)",
+              at_least(1), read_only=True),
+)

@@ -1,0 +1,1 @@
+"""Schema Registry served by Strom: Confluent-compatible schemas, subjects and compatibility."""

@@ -1,0 +1,281 @@
+"""Confluent Schema Registry's REST API over a `Registry`, as a Starlette app.
+
+Paths, query parameters, bodies and error bodies are Confluent's (its API reference); what
+confluent-kafka's `SchemaRegistryClient` calls is all here. Every error is a JSON body with
+`error_code` and `message`: a registry error with its own code, a body that is not JSON with
+400, an unknown path with 404, anything unexpected with 500 and one logged line, never a
+traceback to the client.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from strom.registry import errors as err
+from strom.registry.formats import FORMATS
+from strom.registry.service import NewSchema, Registry, parse_version
+
+log = logging.getLogger("strom.registry.http")
+
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+MAX_BODY_BYTES = 4 * 1024 * 1024  # a schema (up to the registry's limit) and its JSON framing
+
+Handler = Callable[[Registry, Request], Awaitable[Any]]
+
+
+class _Json(JSONResponse):
+    media_type = CONTENT_TYPE
+
+
+def _flag(request: Request, name: str) -> bool:
+    return request.query_params.get(name, "false").lower() == "true"
+
+
+def _int(raw: str, what: str) -> int:
+    try:
+        return int(raw)
+    except ValueError:
+        raise err.RegistryError(404, 404, f"HTTP 404 Not Found ({what} {raw!r})") from None
+
+
+async def _body(request: Request) -> Any:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise err.RegistryError(413, 413, f"the request body is over {MAX_BODY_BYTES} bytes")
+    if not raw:
+        return {}
+    try:
+        return json.loads(raw)
+    except ValueError:
+        raise err.RegistryError(400, 400, "the request body is not JSON") from None
+
+
+def _subject(request: Request) -> str:
+    return str(request.path_params["subject"])
+
+
+# -- the routes -----------------------------------------------------------------------------
+
+
+async def root(reg: Registry, request: Request) -> Any:
+    return {}
+
+
+async def schema_types(reg: Registry, request: Request) -> Any:
+    return sorted(FORMATS)
+
+
+async def contexts(reg: Registry, request: Request) -> Any:
+    return ["."]
+
+
+async def list_schemas(reg: Registry, request: Request) -> Any:
+    q = request.query_params
+    return reg.schemas(prefix=q.get("subjectPrefix", ""), deleted=_flag(request, "deleted"),
+                       latest_only=_flag(request, "latestOnly"))
+
+
+async def schema_by_id(reg: Registry, request: Request) -> Any:
+    sid = _int(request.path_params["id"], "id")
+    return reg.schema_by_id(sid, request.query_params.get("subject"))
+
+
+async def schema_text_by_id(reg: Registry, request: Request) -> Any:
+    sid = _int(request.path_params["id"], "id")
+    return PlainTextResponse(reg.schema_by_id(sid, request.query_params.get("subject"))["schema"])
+
+
+async def schema_by_guid(reg: Registry, request: Request) -> Any:
+    return reg.schema_by_guid(str(request.path_params["guid"]))
+
+
+async def id_versions(reg: Registry, request: Request) -> Any:
+    return reg.id_versions(_int(request.path_params["id"], "id"), deleted=_flag(request, "deleted"))
+
+
+async def id_subjects(reg: Registry, request: Request) -> Any:
+    return reg.id_subjects(_int(request.path_params["id"], "id"), deleted=_flag(request, "deleted"))
+
+
+async def subjects(reg: Registry, request: Request) -> Any:
+    return reg.subjects(deleted=_flag(request, "deleted"),
+                        prefix=request.query_params.get("subjectPrefix", ""))
+
+
+async def lookup(reg: Registry, request: Request) -> Any:
+    found = reg.lookup(_subject(request), NewSchema.from_json(await _body(request)),
+                       normalize=_flag(request, "normalize"), deleted=_flag(request, "deleted"))
+    return found.to_json()
+
+
+async def delete_subject(reg: Registry, request: Request) -> Any:
+    return await reg.delete_subject(_subject(request), permanent=_flag(request, "permanent"))
+
+
+async def versions(reg: Registry, request: Request) -> Any:
+    return reg.versions(_subject(request), deleted=_flag(request, "deleted"))
+
+
+async def register(reg: Registry, request: Request) -> Any:
+    body = await _body(request)
+    new = NewSchema.from_json(body)
+    wanted_id = body.get("id") if isinstance(body.get("id"), int) and body["id"] > 0 else None
+    wanted_version = body.get("version") \
+        if isinstance(body.get("version"), int) and body["version"] > 0 else None
+    v = await reg.register(_subject(request), new, normalize=_flag(request, "normalize"),
+                           wanted_id=wanted_id, wanted_version=wanted_version)
+    return v.to_json()
+
+
+async def get_version(reg: Registry, request: Request) -> Any:
+    version = parse_version(request.path_params["version"])
+    return reg.version(_subject(request), version, deleted=_flag(request, "deleted")).to_json()
+
+
+async def get_version_schema(reg: Registry, request: Request) -> Any:
+    version = parse_version(request.path_params["version"])
+    v = reg.version(_subject(request), version, deleted=_flag(request, "deleted"))
+    return PlainTextResponse(v.schema)
+
+
+async def delete_version(reg: Registry, request: Request) -> Any:
+    version = parse_version(request.path_params["version"])
+    return await reg.delete_version(_subject(request), version,
+                                    permanent=_flag(request, "permanent"))
+
+
+async def referenced_by(reg: Registry, request: Request) -> Any:
+    return reg.referenced_by(_subject(request), parse_version(request.path_params["version"]))
+
+
+async def subject_metadata(reg: Registry, request: Request) -> Any:
+    wanted = dict(zip(request.query_params.getlist("key"),
+                      request.query_params.getlist("value"), strict=False))
+    return reg.metadata_version(_subject(request), wanted,
+                                deleted=_flag(request, "deleted")).to_json()
+
+
+async def compatibility(reg: Registry, request: Request) -> Any:
+    version = parse_version(request.path_params.get("version", "latest"))
+    problems = reg.test_compatibility(_subject(request), version,
+                                      NewSchema.from_json(await _body(request)),
+                                      normalize=_flag(request, "normalize"))
+    out: dict[str, Any] = {"is_compatible": not problems}
+    if _flag(request, "verbose"):
+        out["messages"] = problems
+    return out
+
+
+async def get_config(reg: Registry, request: Request) -> Any:
+    subject = request.path_params.get("subject")
+    return reg.config(subject, default_to_global=_flag(request, "defaultToGlobal"))
+
+
+async def put_config(reg: Registry, request: Request) -> Any:
+    return await reg.set_config(request.path_params.get("subject"), await _body(request))
+
+
+async def delete_config(reg: Registry, request: Request) -> Any:
+    return await reg.delete_config(request.path_params.get("subject"))
+
+
+async def get_mode(reg: Registry, request: Request) -> Any:
+    subject = request.path_params.get("subject")
+    return reg.mode(subject, default_to_global=_flag(request, "defaultToGlobal"))
+
+
+async def put_mode(reg: Registry, request: Request) -> Any:
+    return await reg.set_mode(request.path_params.get("subject"), await _body(request),
+                              force=_flag(request, "force"))
+
+
+async def delete_mode(reg: Registry, request: Request) -> Any:
+    return await reg.delete_mode(_subject(request))
+
+
+ROUTES: list[tuple[str, str, Handler]] = [
+    ("/", "GET", root),
+    ("/schemas", "GET", list_schemas),
+    ("/schemas/types", "GET", schema_types),
+    ("/schemas/ids/{id}", "GET", schema_by_id),
+    ("/schemas/ids/{id}/schema", "GET", schema_text_by_id),
+    ("/schemas/ids/{id}/versions", "GET", id_versions),
+    ("/schemas/ids/{id}/subjects", "GET", id_subjects),
+    ("/schemas/guids/{guid}", "GET", schema_by_guid),
+    ("/contexts", "GET", contexts),
+    ("/subjects", "GET", subjects),
+    ("/subjects/{subject:path}/versions/{version}/schema", "GET", get_version_schema),
+    ("/subjects/{subject:path}/versions/{version}/referencedby", "GET", referenced_by),
+    ("/subjects/{subject:path}/versions/{version}", "GET", get_version),
+    ("/subjects/{subject:path}/versions/{version}", "DELETE", delete_version),
+    ("/subjects/{subject:path}/versions", "GET", versions),
+    ("/subjects/{subject:path}/versions", "POST", register),
+    ("/subjects/{subject:path}/metadata", "GET", subject_metadata),
+    ("/subjects/{subject:path}", "POST", lookup),
+    ("/subjects/{subject:path}", "DELETE", delete_subject),
+    ("/compatibility/subjects/{subject:path}/versions/{version}", "POST", compatibility),
+    ("/compatibility/subjects/{subject:path}/versions", "POST", compatibility),
+    ("/config", "GET", get_config),
+    ("/config", "PUT", put_config),
+    ("/config", "DELETE", delete_config),
+    ("/config/{subject:path}", "GET", get_config),
+    ("/config/{subject:path}", "PUT", put_config),
+    ("/config/{subject:path}", "DELETE", delete_config),
+    ("/mode", "GET", get_mode),
+    ("/mode", "PUT", put_mode),
+    ("/mode/{subject:path}", "GET", get_mode),
+    ("/mode/{subject:path}", "PUT", put_mode),
+    ("/mode/{subject:path}", "DELETE", delete_mode),
+]
+
+
+def _endpoint(registry: Callable[[], Registry],
+              handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        try:
+            result = await handler(registry(), request)
+        except err.RegistryError as exc:
+            return _Json(exc.body(), status_code=exc.status)
+        except Exception:
+            log.exception("schema registry: %s %s failed", request.method, request.url.path)
+            return _Json({"error_code": 500, "message": "Internal Server Error"},
+                         status_code=500)
+        if isinstance(result, Response):
+            return result
+        return _Json(result)
+
+    return endpoint
+
+
+def _not_found(request: Request, exc: Exception) -> Response:
+    return _Json({"error_code": 404, "message": "HTTP 404 Not Found"}, status_code=404)
+
+
+def _not_allowed(request: Request, exc: Exception) -> Response:
+    return _Json({"error_code": 405, "message": "HTTP 405 Method Not Allowed"}, status_code=405)
+
+
+def registry_app(registry: Callable[[], Registry]) -> Starlette:
+    """The app; `registry()` gives the registry for each request (or raises RegistryError:
+    not loaded yet, not the writer)."""
+    # one Route per path, with every method the path serves
+    by_path: dict[str, dict[str, Handler]] = {}
+    for path, method, handler in ROUTES:
+        by_path.setdefault(path, {})[method] = handler
+    routes = []
+    for path, methods in by_path.items():
+        endpoints = {m: _endpoint(registry, h) for m, h in methods.items()}
+
+        async def dispatch(request: Request, endpoints: dict[str, Any] = endpoints) -> Response:
+            return await endpoints[request.method](request)
+
+        routes.append(Route(path, dispatch, methods=list(methods)))
+    return Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
