@@ -85,7 +85,8 @@ async def list_schemas(reg: Registry, request: Request) -> Any:
 
 async def schema_by_id(reg: Registry, request: Request) -> Any:
     sid = _int(request.path_params["id"], "id")
-    return reg.schema_by_id(sid, request.query_params.get("subject"))
+    return reg.schema_by_id(sid, request.query_params.get("subject"),
+                            request.query_params.get("format"))
 
 
 async def schema_text_by_id(reg: Registry, request: Request) -> Any:

@@ -168,14 +168,22 @@ class Registry:
             raise err.version_not_found(version)
         return found
 
-    def schema_by_id(self, sid: int, subject: str | None = None) -> Json:
+    def schema_by_id(self, sid: int, subject: str | None = None, fmt: str | None = None) -> Json:
+        """GET /schemas/ids/{id}; `fmt` "serialized" gives a Protobuf schema as the base64 of
+        its compiled file, which confluent-kafka's Protobuf deserializer asks for."""
         content = self.state.ids.get(sid)
         if content is None or not self.state.usages(sid, deleted=True):
             raise err.schema_not_found(f"Schema {sid} not found")
         if subject is not None and not any(v.subject == subject
                                            for v in self.state.usages(sid, deleted=True)):
             raise err.schema_not_found(f"Schema {sid} not found")
-        return content.to_json()
+        out = content.to_json()
+        if fmt == "serialized" and content.schema_type == "PROTOBUF":
+            parsed = self.parse(content.schema_type, content.schema, content.references)
+            serialized = getattr(parsed, "serialized", None)
+            if serialized is not None:
+                out["schema"] = serialized()
+        return out
 
     def schema_by_guid(self, guid: str) -> Json:
         sid = self.state.guids.get(guid)
