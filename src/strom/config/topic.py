@@ -38,6 +38,12 @@ def _throttled_replicas(name: str, value: Any) -> None:
 
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
 
+_STRATEGIES = "io.confluent.kafka.serializers.subject."
+TOPIC_NAME_STRATEGY = _STRATEGIES + "TopicNameStrategy"
+_SHORT_STRATEGIES = ("TopicNameStrategy", "RecordNameStrategy", "TopicRecordNameStrategy")
+# the class names Confluent's configs take, and their short forms
+SUBJECT_NAME_STRATEGIES = (*(_STRATEGIES + n for n in _SHORT_STRATEGIES), *_SHORT_STRATEGIES)
+
 TOPIC_CONFIGS = ConfigRegistry()
 TOPIC_CONFIGS.add(
     ConfigDef("cleanup.policy", T.LIST, ["delete"], "delete and/or compact old segments",
@@ -85,6 +91,18 @@ TOPIC_CONFIGS.add(
     ConfigDef("unclean.leader.election.enable", T.BOOLEAN, False, "allow out-of-sync replicas to lead"),
     ConfigDef("errors.deadletterqueue.group.enable", T.BOOLEAN, False,
               "whether share groups may use this topic as their dead-letter queue (KIP-1191)"),
+    # Broker-side schema validation, with Confluent Server's names (strom.broker.schema_check)
+    ConfigDef("confluent.key.schema.validation", T.BOOLEAN, False,
+              "Confluent Server's: every non-null key must carry the id of a schema registered "
+              "under the topic's key subject"),
+    ConfigDef("confluent.value.schema.validation", T.BOOLEAN, False,
+              "Confluent Server's: every non-null value must carry the id of a schema registered "
+              "under the topic's value subject"),
+    ConfigDef("confluent.key.subject.name.strategy", T.STRING, TOPIC_NAME_STRATEGY,
+              "Confluent Server's: how the key subject is named (TopicNameStrategy, "
+              "RecordNameStrategy, TopicRecordNameStrategy)", one_of(*SUBJECT_NAME_STRATEGIES)),
+    ConfigDef("confluent.value.subject.name.strategy", T.STRING, TOPIC_NAME_STRATEGY,
+              "Confluent Server's: how the value subject is named", one_of(*SUBJECT_NAME_STRATEGIES)),
     ConfigDef("message.downconversion.enable", T.BOOLEAN, True,
               "no-op, as in Kafka 4.0 and newer (no down-conversion)", implemented=False),
     # Tiered storage (KIP-405) is not implemented: remote.storage.enable=true is refused, as Kafka

@@ -26,6 +26,7 @@ from strom.broker.context import CloseConnection, RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.fetch import Endpoint, leader_hint
 from strom.broker.router import handles
+from strom.broker.schema_check import Checked, check_batch
 from strom.broker.txn_gate import (
     ProduceVerdicts,
     adds_partitions,
@@ -177,6 +178,9 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 result.error_code, result.error_message = verdict
                 continue
             try:
+                checked_schemas = Checked.of(topic.configs)
+                if checked_schemas is not None:  # only topics that ask for it are decoded
+                    check_batch(broker.registry, topic.name, checked_schemas, p.records)
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
             except StorageError as exc:
                 if stats is not None:

@@ -1,0 +1,87 @@
+"""Schema validation on produce (issue 31 point 4), with Confluent Server's topic configs and
+real serializers: a record must carry the id of a schema registered under the subject the
+topic's strategy names; a failing batch is refused whole with INVALID_RECORD."""
+
+from __future__ import annotations
+
+import json
+
+from confluent_kafka import KafkaError, Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from .. import clients as kc
+from .test_registry_api import V1, registry  # noqa: F401  (the fixture)
+
+OTHER = json.dumps({"type": "record", "name": "Other", "namespace": "shop",
+                    "fields": [{"name": "n", "type": "int"}]})
+
+
+def produce_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]]
+                ) -> list[KafkaError | None]:
+    """Each record's outcome (None: written), in one batch (linger, no retries)."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "retries": 0,
+                  "enable.idempotence": False})
+    out: list[KafkaError | None] = [None] * len(items)
+    done = [False] * len(items)
+
+    def report(i: int):
+        def cb(err, _msg) -> None:
+            out[i] = err
+            done[i] = True
+        return cb
+
+    for i, (key, value) in enumerate(items):
+        p.produce(topic, value=value, key=key, partition=0, on_delivery=report(i))
+    p.flush(30)
+    assert all(done)
+    return out
+
+
+def test_a_validated_topic_takes_only_registered_ids(registry) -> None:  # noqa: F811
+    broker, url = registry
+    client = SchemaRegistryClient({"url": url})
+    bs = broker.bootstrap
+    kc.create_topic(bs, "orders", 1, {"confluent.value.schema.validation": "true"})
+    ctx = SerializationContext("orders", MessageField.VALUE)
+    good = AvroSerializer(client, V1)({"user": "ada"}, ctx)  # registers orders-value
+    other_id = client.register_schema("elsewhere-value", Schema(OTHER, "AVRO"))
+    foreign = b"\x00" + other_id.to_bytes(4, "big") + b"\x02"
+
+    assert produce_all(bs, "orders", [(None, good), (b"k", None)]) == [None, None]  # + tombstone
+    assert kc.latest(bs, "orders") == 2
+    outcome = produce_all(bs, "orders", [(None, good), (None, b"plain text"), (None, foreign)])
+    # KIP-467: the failing records get INVALID_RECORD, the good one of their batch librdkafka's
+    # _INVALID_DIFFERENT_RECORD (it was not written either)
+    assert [e.code() if e is not None else None for e in outcome] == [
+        KafkaError._INVALID_DIFFERENT_RECORD, KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_RECORD]
+    assert kc.latest(bs, "orders") == 2  # nothing of the refused batch was written
+
+    # an unvalidated topic takes anything; turning validation off takes effect at once
+    kc.create_topic(bs, "free", 1)
+    assert produce_all(bs, "free", [(None, b"plain text")]) == [None]
+    admin = kc.admin(bs)
+    res = ConfigResource("topic", "orders", incremental_configs=[ConfigEntry(
+        "confluent.value.schema.validation", "false",
+        incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(20)
+    assert produce_all(bs, "orders", [(None, b"plain text")]) == [None]
+
+
+def test_keys_with_the_record_name_strategy(registry) -> None:  # noqa: F811
+    broker, url = registry
+    client = SchemaRegistryClient({"url": url})
+    bs = broker.bootstrap
+    kc.create_topic(bs, "keyed", 1, {
+        "confluent.key.schema.validation": "true",
+        "confluent.key.subject.name.strategy":
+            "io.confluent.kafka.serializers.subject.RecordNameStrategy"})
+    sid = client.register_schema("shop.Other", Schema(OTHER, "AVRO"))
+    key = b"\x00" + sid.to_bytes(4, "big") + b"\x02"
+    assert produce_all(bs, "keyed", [(key, b"any value")]) == [None]
+    wrong = client.register_schema("keyed-key", Schema(V1, "AVRO"))  # the topic strategy's
+    refused = produce_all(bs, "keyed", [(b"\x00" + wrong.to_bytes(4, "big") + b"\x02", b"v")])
+    assert refused[0] is not None and refused[0].code() == KafkaError.INVALID_RECORD
