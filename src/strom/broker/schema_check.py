@@ -8,6 +8,11 @@ serializers write it: magic byte 0 and a 4-byte id; magic byte 1 and the schema'
 or that guid form in the ``__value_schema_id`` / ``__key_schema_id`` header (Protobuf payloads
 also carry message indexes, which name the record for the record-name strategies).
 
+Strom's extension, per topic: ``strom.value.schema.validation.mode=decode`` (or the key's; the
+default ``id`` checks only the id, as Confluent Server does) also decodes the data under its
+schema: Avro with fastavro (the whole datum, nothing left over), JSON parsed and validated with
+jsonschema, Protobuf parsed as the message its indexes name.
+
 A batch with any record that fails is refused as a whole with INVALID_RECORD and one
 `record_errors` entry per failing record (KIP-467), so the producer fails only those records and
 nothing of the batch is written. Topics without validation are not decoded at all: the check is
@@ -16,9 +21,16 @@ two lookups in the topic's configs.
 
 from __future__ import annotations
 
+import io
+import json
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from struct import error as StructError
+from typing import Any
+
+import fastavro
+from jsonschema import validators
 
 from strom.record import CorruptRecordError, decode_records
 from strom.registry import errors as rerr
@@ -39,6 +51,8 @@ class Checked:
 
     key: str | None  # the key's strategy, None: keys are not checked
     value: str | None
+    decode_key: bool = False  # Strom's decode mode: the data must decode under its schema
+    decode_value: bool = False
 
     @classmethod
     def of(cls, configs: Mapping[str, str]) -> Checked | None:
@@ -50,7 +64,9 @@ class Checked:
             configs.get("confluent.key.subject.name.strategy", "TopicNameStrategy")
             if key else None,
             configs.get("confluent.value.subject.name.strategy", "TopicNameStrategy")
-            if value else None)
+            if value else None,
+            configs.get("strom.key.schema.validation.mode", "id") == "decode",
+            configs.get("strom.value.schema.validation.mode", "id") == "decode")
 
 
 def _schema_ref(data: bytes, headers: list[tuple[str, bytes | None]], header: str,
@@ -79,28 +95,61 @@ def _subject(strategy: str, topic: str, field: str, record_name: str | None) -> 
     return record_name if short == "RecordNameStrategy" else f"{topic}-{record_name}"
 
 
-def _record_name(registry: Registry, sid: int, data: bytes, start: int) -> str | None:
-    """The record's name under schema `sid`, for the record-name strategies: Avro's record
+_parsed_cache: dict[tuple[int, int], Any] = {}
+_PARSED_CACHE_SIZE = 1024
+
+
+def _parsed(registry: Registry, sid: int) -> Any:
+    """Schema `sid` parsed, cached (an id's content never changes; the cache is per registry
+    state, so a reloaded registry starts afresh)."""
+    key = (id(registry.state), sid)
+    found = _parsed_cache.get(key)
+    if found is None:
+        content = registry.state.ids[sid]
+        found = registry.parse(content.schema_type, content.schema, content.references)
+        if len(_parsed_cache) >= _PARSED_CACHE_SIZE:
+            _parsed_cache.clear()
+        _parsed_cache[key] = found
+    return found
+
+
+def _record_name(parsed: Any, schema_type: str, data: bytes, start: int) -> str | None:
+    """The record's name under its schema, for the record-name strategies: Avro's record
     name, the Protobuf message the payload's indexes name, JSON Schema's title."""
-    content = registry.state.ids.get(sid)
-    if content is None:
-        return None
-    try:
-        parsed = registry.parse(content.schema_type, content.schema, content.references)
-    except rerr.RegistryError:
-        return None
-    if content.schema_type == "PROTOBUF":
+    if schema_type == "PROTOBUF":
         indexes, _ = decode_message_indexes(data, start)
-        return str(parsed.message_name(indexes))  # type: ignore[attr-defined]
-    if content.schema_type == "AVRO":
+        return str(parsed.message_name(indexes))
+    if schema_type == "AVRO":
         name = getattr(parsed, "name", None)
         return name if isinstance(name, str) else None
-    title = getattr(parsed, "title", None)
+    value = getattr(parsed, "value", None)
+    title = value.get("title") if isinstance(value, dict) else None
     return title if isinstance(title, str) else None
 
 
-def _check_one(registry: Registry, topic: str, field: str, strategy: str, data: bytes,
-               headers: list[tuple[str, bytes | None]]) -> str | None:
+def _decode_error(parsed: Any, schema_type: str, data: bytes, start: int) -> str | None:
+    """Why the payload is not data of its schema (decode mode), or None."""
+    try:
+        if schema_type == "AVRO":
+            payload = io.BytesIO(data[start:])
+            fastavro.schemaless_reader(payload, parsed.fastavro_schema, None)
+            if payload.tell() != len(data) - start:
+                return f"{len(data) - start - payload.tell()} bytes left after the Avro datum"
+            return None
+        if schema_type == "PROTOBUF":
+            indexes, pos = decode_message_indexes(data, start)
+            parsed.check_payload(data[pos:], indexes)
+            return None
+        doc = json.loads(data[start:])
+        error = next(iter(validators.validator_for(parsed.value)(parsed.value).iter_errors(doc)),
+                     None)
+        return None if error is None else f"not valid JSON for its schema: {error.message}"
+    except (ValueError, EOFError, IndexError, TypeError, StructError) as exc:
+        return f"not {schema_type} data of its schema: {exc}"
+
+
+def _check_one(registry: Registry, topic: str, field: str, strategy: str, decode: bool,
+               data: bytes, headers: list[tuple[str, bytes | None]]) -> str | None:
     state = registry.state
     found = _schema_ref(data, headers, KEY_HEADER if field == "key" else VALUE_HEADER, state)
     if isinstance(found, str):
@@ -108,9 +157,13 @@ def _check_one(registry: Registry, topic: str, field: str, strategy: str, data: 
     sid, start = found
     if sid not in state.ids:
         return f"schema id {sid} is not registered"
+    by_name = strategy.rsplit(".", 1)[-1] != "TopicNameStrategy"
+    schema_type = state.ids[sid].schema_type
     try:
-        name = (_record_name(registry, sid, data, start)
-                if strategy.rsplit(".", 1)[-1] != "TopicNameStrategy" else None)
+        parsed = _parsed(registry, sid) if by_name or decode else None
+        name = _record_name(parsed, schema_type, data, start) if by_name else None
+    except rerr.RegistryError as exc:
+        return f"schema id {sid} cannot be parsed: {exc.message}"
     except ValueError as exc:
         return f"invalid Protobuf message indexes: {exc}"
     subject = _subject(strategy, topic, field, name)
@@ -118,7 +171,7 @@ def _check_one(registry: Registry, topic: str, field: str, strategy: str, data: 
         return f"schema id {sid} names no record for {strategy.rsplit('.', 1)[-1]}"
     if not any(v.subject == subject for v in state.usages(sid)):
         return f"schema id {sid} is not registered under subject {subject}"
-    return None
+    return _decode_error(parsed, schema_type, data, start) if decode else None
 
 
 def check_batch(coordinator: RegistryCoordinator | None, topic: str, checked: Checked,
@@ -138,14 +191,15 @@ def check_batch(coordinator: RegistryCoordinator | None, topic: str, checked: Ch
     errors: list[tuple[int, str]] = []
     for i, record in enumerate(records):
         headers = list(record.headers)
-        for field, strategy, data in (("key", checked.key, record.key),
-                                      ("value", checked.value, record.value)):
+        for field, strategy, decode, data in (
+                ("key", checked.key, checked.decode_key, record.key),
+                ("value", checked.value, checked.decode_value, record.value)):
             if strategy is None or data is None:
                 continue
             if registry is None:
                 why: str | None = f"cannot validate: {unavailable}"
             else:
-                why = _check_one(registry, topic, field, strategy, bytes(data), headers)
+                why = _check_one(registry, topic, field, strategy, decode, bytes(data), headers)
             if why is not None:
                 errors.append((i, f"{field}: {why}"))
                 break

@@ -103,6 +103,12 @@ TOPIC_CONFIGS.add(
               "RecordNameStrategy, TopicRecordNameStrategy)", one_of(*SUBJECT_NAME_STRATEGIES)),
     ConfigDef("confluent.value.subject.name.strategy", T.STRING, TOPIC_NAME_STRATEGY,
               "Confluent Server's: how the value subject is named", one_of(*SUBJECT_NAME_STRATEGIES)),
+    ConfigDef("strom.key.schema.validation.mode", T.STRING, "id",
+              "Strom's own: id (the key's schema id is checked, as Confluent Server does) or "
+              "decode (the key must also decode under that schema)", one_of("id", "decode")),
+    ConfigDef("strom.value.schema.validation.mode", T.STRING, "id",
+              "Strom's own: id (the value's schema id is checked, as Confluent Server does) or "
+              "decode (the value must also decode under that schema)", one_of("id", "decode")),
     ConfigDef("message.downconversion.enable", T.BOOLEAN, True,
               "no-op, as in Kafka 4.0 and newer (no down-conversion)", implemented=False),
     # Tiered storage (KIP-405) is not implemented: remote.storage.enable=true is refused, as Kafka

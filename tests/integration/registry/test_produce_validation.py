@@ -19,11 +19,11 @@ OTHER = json.dumps({"type": "record", "name": "Other", "namespace": "shop",
                     "fields": [{"name": "n", "type": "int"}]})
 
 
-def produce_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]]
-                ) -> list[KafkaError | None]:
+def produce_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]],
+                **conf: object) -> list[KafkaError | None]:
     """Each record's outcome (None: written), in one batch (linger, no retries)."""
     p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "retries": 0,
-                  "enable.idempotence": False})
+                  "enable.idempotence": False, **conf})
     out: list[KafkaError | None] = [None] * len(items)
     done = [False] * len(items)
 
@@ -85,3 +85,45 @@ def test_keys_with_the_record_name_strategy(registry) -> None:  # noqa: F811
     wrong = client.register_schema("keyed-key", Schema(V1, "AVRO"))  # the topic strategy's
     refused = produce_all(bs, "keyed", [(b"\x00" + wrong.to_bytes(4, "big") + b"\x02", b"v")])
     assert refused[0] is not None and refused[0].code() == KafkaError.INVALID_RECORD
+
+
+def test_compressed_and_idempotent_batches_are_validated(registry) -> None:  # noqa: F811
+    broker, url = registry
+    client = SchemaRegistryClient({"url": url})
+    bs = broker.bootstrap
+    kc.create_topic(bs, "packed", 1, {"confluent.value.schema.validation": "true"})
+    good = AvroSerializer(client, V1)({"user": "ada"},
+                                      SerializationContext("packed", MessageField.VALUE))
+    written = 0
+    for conf in ({"compression.type": codec} for codec in ("gzip", "snappy", "lz4", "zstd")):
+        assert produce_all(bs, "packed", [(None, good)] * 3, **conf) == [None] * 3
+        written += 3
+        refused = produce_all(bs, "packed", [(None, good), (None, b"\x00\x00\x00\x03\xe7x")],
+                              **conf)
+        assert refused[1] is not None and refused[1].code() == KafkaError.INVALID_RECORD, conf
+    idempotent = {"enable.idempotence": True, "retries": 3, "acks": "all"}
+    assert produce_all(bs, "packed", [(None, good)] * 2, **idempotent) == [None] * 2
+    written += 2
+    assert kc.latest(bs, "packed") == written  # no refused record was written
+
+
+def test_decode_mode_refuses_data_its_schema_cannot_read(registry) -> None:  # noqa: F811
+    """Strom's extension: strom.value.schema.validation.mode=decode also decodes the data."""
+    broker, url = registry
+    client = SchemaRegistryClient({"url": url})
+    bs = broker.bootstrap
+    kc.create_topic(bs, "strict", 1, {"confluent.value.schema.validation": "true",
+                                      "strom.value.schema.validation.mode": "decode"})
+    good = AvroSerializer(client, V1)({"user": "ada"},
+                                      SerializationContext("strict", MessageField.VALUE))
+    sid = int.from_bytes(good[1:5], "big")
+    garbage = b"\x00" + sid.to_bytes(4, "big") + b"\x7f"  # a string length past the end
+    trailing = good + b"extra"
+    assert produce_all(bs, "strict", [(None, good)]) == [None]
+    for bad in (garbage, trailing):
+        refused = produce_all(bs, "strict", [(None, bad)])
+        assert refused[0] is not None and refused[0].code() == KafkaError.INVALID_RECORD
+    # in the default id mode the same bytes pass: only the id is checked
+    kc.create_topic(bs, "lenient", 1, {"confluent.value.schema.validation": "true"})
+    client.register_schema("lenient-value", Schema(V1, "AVRO"))
+    assert produce_all(bs, "lenient", [(None, garbage)]) == [None]
