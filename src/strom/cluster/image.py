@@ -73,6 +73,8 @@ class BrokerInfo:
     port: int
     rack: str | None = None
     endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Strom's own: where this broker's schema registry answers (others forward to it)
+    registry_url: str | None = None
 
     def address(self, listener: str) -> tuple[str, int]:
         """(host, port) of the named listener; a broker without it (or one registered before

@@ -80,7 +80,8 @@ def broker_record(info: BrokerInfo) -> dict[str, Any]:
     """A broker is live (registered), at this address."""
     return {"type": "broker", "broker_id": info.broker_id, "host": info.host, "port": info.port,
             "rack": info.rack,
-            "endpoints": [[name, host, port] for name, (host, port) in info.endpoints.items()]}
+            "endpoints": [[name, host, port] for name, (host, port) in info.endpoints.items()],
+            "registry_url": info.registry_url}
 
 
 def remove_broker_record(broker_id: int) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
         endpoints = {name: (host, port) for name, host, port in record.get("endpoints") or []}
         image.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["host"],
                                                         record["port"], record.get("rack"),
-                                                        endpoints)
+                                                        endpoints, record.get("registry_url"))
         return Change("brokers_changed")
     if kind == "remove_broker":
         if image.brokers.pop(record["broker_id"], None) is None:

@@ -1,16 +1,20 @@
 """Confluent Schema Registry's REST API over a `Registry`, as a Starlette app.
 
 Paths, query parameters, bodies and error bodies are Confluent's (its API reference); what
-confluent-kafka's `SchemaRegistryClient` calls is all here. Every error is a JSON body with
-`error_code` and `message`: a registry error with its own code, a body that is not JSON with
+confluent-kafka's `SchemaRegistryClient` calls is all here. On a broker that is not the registry's
+writer (the leader of `_schemas`), every request is forwarded to the writer's registry, so each
+broker serves the same registry. Every error is a JSON body with `error_code` and `message`: a registry error with its own code, a body that is not JSON with
 400, an unknown path with 404, anything unexpected with 500 and one logged line, never a
 traceback to the client.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import urllib.error
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -238,12 +242,46 @@ ROUTES: list[tuple[str, str, Handler]] = [
 ]
 
 
-def _endpoint(registry: Callable[[], Registry],
+FORWARDED = "x-strom-forwarded"  # a forwarded request is never forwarded again
+FORWARD_TIMEOUT_S = 30.0
+
+Leader = Callable[[], str | None]
+
+
+async def _forward(url: str, request: Request) -> Response:
+    """The request as the registry at `url` (the writer) answers it."""
+    body = await request.body()
+    target = url.rstrip("/") + request.url.path + (f"?{request.url.query}"
+                                                   if request.url.query else "")
+
+    def call() -> tuple[int, bytes, str]:
+        req = urllib.request.Request(target, data=body or None, method=request.method,
+                                     headers={"Content-Type": CONTENT_TYPE, FORWARDED: "1"})
+        try:
+            with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S) as resp:
+                return resp.status, resp.read(), resp.headers.get("Content-Type", CONTENT_TYPE)
+        except urllib.error.HTTPError as e:
+            return e.code, e.read(), e.headers.get("Content-Type", CONTENT_TYPE)
+
+    try:
+        status, data, media = await asyncio.to_thread(call)
+    except (OSError, urllib.error.URLError) as exc:
+        return _Json({"error_code": 50003, "message": f"Error while forwarding the request to "
+                                                       f"the leader at {url}: {exc}"},
+                     status_code=500)
+    return Response(data, status_code=status, media_type=media)
+
+
+def _endpoint(registry: Callable[[], Registry], leader: Leader | None,
               handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
             result = await handler(registry(), request)
         except err.RegistryError as exc:
+            if exc.code == 50004 and leader is not None and FORWARDED not in request.headers:
+                url = leader()
+                if url is not None:
+                    return await _forward(url, request)
             return _Json(exc.body(), status_code=exc.status)
         except Exception:
             log.exception("schema registry: %s %s failed", request.method, request.url.path)
@@ -264,16 +302,17 @@ def _not_allowed(request: Request, exc: Exception) -> Response:
     return _Json({"error_code": 405, "message": "HTTP 405 Method Not Allowed"}, status_code=405)
 
 
-def registry_app(registry: Callable[[], Registry]) -> Starlette:
+def registry_app(registry: Callable[[], Registry], leader: Leader | None = None) -> Starlette:
     """The app; `registry()` gives the registry for each request (or raises RegistryError:
-    not loaded yet, not the writer)."""
+    not loaded yet, or 50004 on a broker that is not the writer, whose requests then go to the
+    registry at `leader()`, when it names one)."""
     # one Route per path, with every method the path serves
     by_path: dict[str, dict[str, Handler]] = {}
     for path, method, handler in ROUTES:
         by_path.setdefault(path, {})[method] = handler
     routes = []
     for path, methods in by_path.items():
-        endpoints = {m: _endpoint(registry, h) for m, h in methods.items()}
+        endpoints = {m: _endpoint(registry, leader, h) for m, h in methods.items()}
 
         async def dispatch(request: Request, endpoints: dict[str, Any] = endpoints) -> Response:
             return await endpoints[request.method](request)

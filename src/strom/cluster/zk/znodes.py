@@ -237,6 +237,8 @@ def encode_broker(info: BrokerInfo, timestamp_ms: int,
     }
     if info.rack is not None:
         obj["rack"] = info.rack
+    if info.registry_url is not None:  # Strom's own field (Kafka's readers ignore it)
+        obj["strom_schema_registry"] = info.registry_url
     return _dump(obj)
 
 
@@ -263,7 +265,9 @@ def decode_broker(broker_id: int, data: bytes, inter_broker: str = "PLAINTEXT") 
         host, port = chosen
     if not host or port is None or int(port) < 0:
         raise ValueError(f"broker {broker_id} registration has no usable endpoint: {data!r}")
-    return BrokerInfo(broker_id, host, int(port), obj.get("rack"), endpoints)
+    registry = obj.get("strom_schema_registry")
+    return BrokerInfo(broker_id, host, int(port), obj.get("rack"), endpoints,
+                      registry if isinstance(registry, str) else None)
 
 
 # -- /controller, /controller_epoch --------------------------------------------------------------
