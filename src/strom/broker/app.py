@@ -349,7 +349,7 @@ async def serve(config: BrokerConfig) -> None:
                                f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
     _advertise_chosen_ports(broker, config, servers)
     metrics = _start_metrics(broker, config, servers)
-    registry = start_registry_listener(broker)
+    registry = start_registry_listener(broker, securities)
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()

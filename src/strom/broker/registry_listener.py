@@ -6,25 +6,45 @@ later; the registry answers "unknown leader" until this broker leads the topic a
 it). A taken port stops the start-up with one line: the operator chose it. The registry's address
 is registered with the broker (`BrokerInfo.registry_url`), so a broker that is not the
 registry's writer forwards requests to the one that is.
+
+With ``schema.registry.authentication.method=BASIC`` every request carries HTTP basic
+credentials of a broker user (a SCRAM user, or a SASL/PLAIN user of a listener's JAAS config);
+with an authorizer, the broker's ACLs on a subject's topic decide what that user may do.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from strom.broker.core import Broker
 from strom.broker.wiring import SchemasTopicAdapter, StartupError
 from strom.config.registry import registry_endpoint
+from strom.http.auth import BasicAuth, PasswordCheck
 from strom.http.server import bind, make_server
 from strom.protocol.errors import KafkaError
-from strom.registry.http import registry_app
+from strom.registry.http import CONTENT_TYPE, Access, registry_app
 from strom.registry.state import SCHEMAS_TOPIC
+from strom.security.acl import CLUSTER_NAME
+from strom.security.acl import AclOperation as Op
+from strom.security.acl import ResourceType as Res
+from strom.security.listeners import ListenerSecurity
+from strom.security.principal import ANONYMOUS, KafkaPrincipal
+from strom.security.sasl.mechanisms import (
+    SCRAM_MECHANISMS,
+    AuthenticationFailed,
+    credential_from_salted_password,
+    salted_password,
+)
+from strom.security.scram_store import lookup_in
 
 log = logging.getLogger("strom.registry")
 
@@ -41,7 +61,65 @@ class RegistryListener:
             await asyncio.wait_for(self.task, 5.0)
 
 
-def start_registry_listener(broker: Broker) -> RegistryListener | None:
+def password_check(broker: Broker, securities: Sequence[ListenerSecurity]) -> PasswordCheck:
+    """The broker's users: SCRAM credentials (kafka-configs / AlterUserScramCredentials), then
+    the SASL/PLAIN users of its listeners' JAAS configs."""
+    lookup = lookup_in(lambda: broker.image.user_configs)
+    plain = [s.sasl.mechanisms["PLAIN"] for s in securities
+             if s.sasl is not None and "PLAIN" in s.sasl.mechanisms]
+
+    def check(user: str, password: str) -> bool:
+        for mechanism in SCRAM_MECHANISMS:
+            stored = lookup(user, mechanism)
+            if stored is None:
+                continue
+            salted = salted_password(mechanism, password, stored.salt, stored.iterations)
+            derived = credential_from_salted_password(mechanism, stored.salt, salted,
+                                                      stored.iterations)
+            if hmac.compare_digest(derived.stored_key, stored.stored_key):
+                return True
+        token = b"\0" + user.encode() + b"\0" + password.encode()
+        for new_exchange in plain:
+            exchange = new_exchange()
+            try:
+                exchange.evaluate(token)
+            except AuthenticationFailed:
+                continue
+            if exchange.complete:
+                return True
+        return False
+
+    return check
+
+
+def topic_of(subject: str) -> str:
+    """The topic a subject is about: TopicNameStrategy's ``<topic>-key`` / ``<topic>-value``,
+    else the subject itself (a record name)."""
+    for suffix in ("-key", "-value"):
+        if subject.endswith(suffix) and len(subject) > len(suffix):
+            return subject[: -len(suffix)]
+    return subject
+
+
+def acl_access(broker: Broker) -> Access | None:
+    """The broker's ACLs as the registry's access policy: reading a subject needs READ on its
+    topic, writing it WRITE, the global config and mode ALTER on the cluster."""
+    authorizer = broker.authorizer
+    if authorizer is None:
+        return None
+
+    def access(user: str | None, host: str, action: str, subject: str | None) -> bool:
+        principal = KafkaPrincipal.user(user) if user else ANONYMOUS
+        if action == "admin" or subject is None:
+            return authorizer.authorize(principal, host, Op.ALTER, Res.CLUSTER, CLUSTER_NAME)
+        op = Op.READ if action == "read" else Op.WRITE
+        return authorizer.authorize(principal, host, op, Res.TOPIC, topic_of(subject))
+
+    return access
+
+
+def start_registry_listener(broker: Broker, securities: Sequence[ListenerSecurity] = ()
+                            ) -> RegistryListener | None:
     coordinator = broker.registry
     endpoint = registry_endpoint(broker.config.get("schema.registry.listeners"))
     if coordinator is None or endpoint is None:
@@ -55,8 +133,15 @@ def start_registry_listener(broker: Broker) -> RegistryListener | None:
     topic = _SchemasTopic(broker)
     topic.ensure()
     bound_host, bound_port = sock.getsockname()[:2]
-    server = make_server(registry_app(coordinator.registry, lambda: _writer_url(broker, topic)),
-                         host, bound_port)
+    app: ASGIApp = registry_app(coordinator.registry, lambda: _writer_url(broker, topic),
+                                acl_access(broker))
+    if broker.config.get("schema.registry.authentication.method") == "BASIC":
+        app = BasicAuth(app, password_check(broker, securities), realm="Strom schema registry",
+                        media_type=CONTENT_TYPE)
+    elif broker.authorizer is not None:
+        log.warning("schema.registry.authentication.method is NONE while the broker has an "
+                    "authorizer: every registry request is User:ANONYMOUS's (set BASIC)")
+    server = make_server(app, host, bound_port)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]),
                                                   name="schema-registry")
     advertised = broker.info.host if bound_host in ("0.0.0.0", "::") else bound_host

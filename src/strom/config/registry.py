@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from strom.config.defs import ConfigDef, ConfigError, ConfigType, at_least
+from strom.config.defs import ConfigDef, ConfigError, ConfigType, at_least, one_of
 
 T = ConfigType
 
@@ -42,6 +42,11 @@ REGISTRY_CONFIGS = (
     ConfigDef("schema.registry.timeout.ms", T.INT, 10000,
               "Strom's own (Confluent's kafkastore.timeout.ms): how long a registry write waits "
               "for its record to be committed", at_least(1), read_only=True),
+    ConfigDef("schema.registry.authentication.method", T.STRING, "NONE",
+              "Strom's own (Confluent's authentication.method): NONE, or BASIC: HTTP basic "
+              "authentication with the broker's SCRAM users and SASL/PLAIN users; with an "
+              "authorizer, the broker's ACLs on a subject's topic decide what a user may do",
+              one_of("NONE", "BASIC")),
     ConfigDef("schema.registry.max.schema.bytes", T.INT, 1048576,
               "Strom's own: the largest schema text the registry takes (42209 above it)",
               at_least(1), read_only=True),

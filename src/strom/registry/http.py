@@ -6,6 +6,11 @@ writer (the leader of `_schemas`), every request is forwarded to the writer's re
 broker serves the same registry. Every error is a JSON body with `error_code` and `message`: a registry error with its own code, a body that is not JSON with
 400, an unknown path with 404, anything unexpected with 500 and one logged line, never a
 traceback to the client.
+
+With an access policy (the broker's ACLs), each request is checked for its user (set by the
+HTTP layer's authentication): reading a subject, writing it (register, delete, its config and
+mode) or administering the registry (global config and mode); lists show only what the user may
+read, and an id is found only through a subject the user may read.
 """
 
 from __future__ import annotations
@@ -33,6 +38,34 @@ CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 MAX_BODY_BYTES = 4 * 1024 * 1024  # a schema (up to the registry's limit) and its JSON framing
 
 Handler = Callable[[Registry, Request], Awaitable[Any]]
+# who may do what: (user or None, client host, "read" | "write" | "admin", subject or None)
+Access = Callable[[str | None, str, str, str | None], bool]
+
+
+def _user(request: Request) -> str | None:
+    return request.scope.get("state", {}).get("user")
+
+
+def _may(request: Request, action: str, subject: str | None) -> bool:
+    access: Access | None = getattr(request.app.state, "access", None)
+    host = request.client.host if request.client is not None else ""
+    return access is None or access(_user(request), host, action, subject)
+
+
+def _require(request: Request, action: str, subject: str | None) -> None:
+    """Confluent's 40301 when the user may not (checked only with an access policy)."""
+    if not _may(request, action, subject):
+        what = f"subject {subject}" if subject is not None else "the registry"
+        raise err.RegistryError(403, 40301, f"User {_user(request) or 'ANONYMOUS'} is denied "
+                                            f"operation {action} on {what}")
+
+
+def _readable_id(reg: Registry, request: Request, sid: int) -> None:
+    """An id is readable when one of the subjects using it is (else it is "not found")."""
+    if getattr(request.app.state, "access", None) is None:
+        return
+    if not any(_may(request, "read", v.subject) for v in reg.state.usages(sid, deleted=True)):
+        raise err.schema_not_found(f"Schema {sid} not found")
 
 
 class _Json(JSONResponse):
@@ -62,8 +95,11 @@ async def _body(request: Request) -> Any:
         raise err.RegistryError(400, 400, "the request body is not JSON") from None
 
 
-def _subject(request: Request) -> str:
-    return str(request.path_params["subject"])
+def _subject(request: Request, action: str = "read") -> str:
+    """The path's subject, once the user may `action` it."""
+    subject = str(request.path_params["subject"])
+    _require(request, action, subject)
+    return subject
 
 
 # -- the routes -----------------------------------------------------------------------------
@@ -83,36 +119,47 @@ async def contexts(reg: Registry, request: Request) -> Any:
 
 async def list_schemas(reg: Registry, request: Request) -> Any:
     q = request.query_params
-    return reg.schemas(prefix=q.get("subjectPrefix", ""), deleted=_flag(request, "deleted"),
-                       latest_only=_flag(request, "latestOnly"))
+    found = reg.schemas(prefix=q.get("subjectPrefix", ""), deleted=_flag(request, "deleted"),
+                        latest_only=_flag(request, "latestOnly"))
+    return [s for s in found if _may(request, "read", s["subject"])]
 
 
 async def schema_by_id(reg: Registry, request: Request) -> Any:
     sid = _int(request.path_params["id"], "id")
+    _readable_id(reg, request, sid)
     return reg.schema_by_id(sid, request.query_params.get("subject"),
                             request.query_params.get("format"))
 
 
 async def schema_text_by_id(reg: Registry, request: Request) -> Any:
     sid = _int(request.path_params["id"], "id")
+    _readable_id(reg, request, sid)
     return PlainTextResponse(reg.schema_by_id(sid, request.query_params.get("subject"))["schema"])
 
 
 async def schema_by_guid(reg: Registry, request: Request) -> Any:
+    sid = reg.state.guids.get(str(request.path_params["guid"]))
+    if sid is not None:
+        _readable_id(reg, request, sid)
     return reg.schema_by_guid(str(request.path_params["guid"]))
 
 
 async def id_versions(reg: Registry, request: Request) -> Any:
-    return reg.id_versions(_int(request.path_params["id"], "id"), deleted=_flag(request, "deleted"))
+    found = reg.id_versions(_int(request.path_params["id"], "id"),
+                            deleted=_flag(request, "deleted"))
+    return [v for v in found if _may(request, "read", v["subject"])]
 
 
 async def id_subjects(reg: Registry, request: Request) -> Any:
-    return reg.id_subjects(_int(request.path_params["id"], "id"), deleted=_flag(request, "deleted"))
+    found = reg.id_subjects(_int(request.path_params["id"], "id"),
+                            deleted=_flag(request, "deleted"))
+    return [s for s in found if _may(request, "read", s)]
 
 
 async def subjects(reg: Registry, request: Request) -> Any:
-    return reg.subjects(deleted=_flag(request, "deleted"),
-                        prefix=request.query_params.get("subjectPrefix", ""))
+    found = reg.subjects(deleted=_flag(request, "deleted"),
+                         prefix=request.query_params.get("subjectPrefix", ""))
+    return [s for s in found if _may(request, "read", s)]
 
 
 async def lookup(reg: Registry, request: Request) -> Any:
@@ -122,7 +169,8 @@ async def lookup(reg: Registry, request: Request) -> Any:
 
 
 async def delete_subject(reg: Registry, request: Request) -> Any:
-    return await reg.delete_subject(_subject(request), permanent=_flag(request, "permanent"))
+    return await reg.delete_subject(_subject(request, "write"),
+                                    permanent=_flag(request, "permanent"))
 
 
 async def versions(reg: Registry, request: Request) -> Any:
@@ -135,7 +183,7 @@ async def register(reg: Registry, request: Request) -> Any:
     wanted_id = body.get("id") if isinstance(body.get("id"), int) and body["id"] > 0 else None
     wanted_version = body.get("version") \
         if isinstance(body.get("version"), int) and body["version"] > 0 else None
-    v = await reg.register(_subject(request), new, normalize=_flag(request, "normalize"),
+    v = await reg.register(_subject(request, "write"), new, normalize=_flag(request, "normalize"),
                            wanted_id=wanted_id, wanted_version=wanted_version)
     return v.to_json()
 
@@ -153,7 +201,7 @@ async def get_version_schema(reg: Registry, request: Request) -> Any:
 
 async def delete_version(reg: Registry, request: Request) -> Any:
     version = parse_version(request.path_params["version"])
-    return await reg.delete_version(_subject(request), version,
+    return await reg.delete_version(_subject(request, "write"), version,
                                     permanent=_flag(request, "permanent"))
 
 
@@ -181,29 +229,40 @@ async def compatibility(reg: Registry, request: Request) -> Any:
 
 async def get_config(reg: Registry, request: Request) -> Any:
     subject = request.path_params.get("subject")
+    if subject is not None:
+        _require(request, "read", subject)
     return reg.config(subject, default_to_global=_flag(request, "defaultToGlobal"))
 
 
+def _scope(request: Request) -> str | None:
+    """The path's subject (its write needed), or None for the global scope (admin needed)."""
+    subject = request.path_params.get("subject")
+    _require(request, "write" if subject is not None else "admin", subject)
+    return subject
+
+
 async def put_config(reg: Registry, request: Request) -> Any:
-    return await reg.set_config(request.path_params.get("subject"), await _body(request))
+    return await reg.set_config(_scope(request), await _body(request))
 
 
 async def delete_config(reg: Registry, request: Request) -> Any:
-    return await reg.delete_config(request.path_params.get("subject"))
+    return await reg.delete_config(_scope(request))
 
 
 async def get_mode(reg: Registry, request: Request) -> Any:
     subject = request.path_params.get("subject")
+    if subject is not None:
+        _require(request, "read", subject)
     return reg.mode(subject, default_to_global=_flag(request, "defaultToGlobal"))
 
 
 async def put_mode(reg: Registry, request: Request) -> Any:
-    return await reg.set_mode(request.path_params.get("subject"), await _body(request),
+    return await reg.set_mode(_scope(request), await _body(request),
                               force=_flag(request, "force"))
 
 
 async def delete_mode(reg: Registry, request: Request) -> Any:
-    return await reg.delete_mode(_subject(request))
+    return await reg.delete_mode(_subject(request, "write"))
 
 
 ROUTES: list[tuple[str, str, Handler]] = [
@@ -255,8 +314,11 @@ async def _forward(url: str, request: Request) -> Response:
                                                    if request.url.query else "")
 
     def call() -> tuple[int, bytes, str]:
+        headers = {"Content-Type": CONTENT_TYPE, FORWARDED: "1"}
+        if "authorization" in request.headers:  # the writer authenticates the user again
+            headers["Authorization"] = request.headers["authorization"]
         req = urllib.request.Request(target, data=body or None, method=request.method,
-                                     headers={"Content-Type": CONTENT_TYPE, FORWARDED: "1"})
+                                     headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S) as resp:
                 return resp.status, resp.read(), resp.headers.get("Content-Type", CONTENT_TYPE)
@@ -302,7 +364,8 @@ def _not_allowed(request: Request, exc: Exception) -> Response:
     return _Json({"error_code": 405, "message": "HTTP 405 Method Not Allowed"}, status_code=405)
 
 
-def registry_app(registry: Callable[[], Registry], leader: Leader | None = None) -> Starlette:
+def registry_app(registry: Callable[[], Registry], leader: Leader | None = None,
+                 access: Access | None = None) -> Starlette:
     """The app; `registry()` gives the registry for each request (or raises RegistryError:
     not loaded yet, or 50004 on a broker that is not the writer, whose requests then go to the
     registry at `leader()`, when it names one)."""
@@ -318,4 +381,6 @@ def registry_app(registry: Callable[[], Registry], leader: Leader | None = None)
             return await endpoints[request.method](request)
 
         routes.append(Route(path, dispatch, methods=list(methods)))
-    return Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
+    app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
+    app.state.access = access
+    return app
