@@ -27,6 +27,8 @@ from starlette.types import ASGIApp
 
 from strom.broker.core import Broker
 from strom.broker.wiring import SchemasTopicAdapter, StartupError
+from strom.config.defs import ConfigError
+from strom.config.listeners import Listener
 from strom.config.registry import registry_endpoint
 from strom.http.auth import BasicAuth, PasswordCheck
 from strom.http.server import bind, make_server
@@ -36,7 +38,7 @@ from strom.registry.state import SCHEMAS_TOPIC
 from strom.security.acl import CLUSTER_NAME
 from strom.security.acl import AclOperation as Op
 from strom.security.acl import ResourceType as Res
-from strom.security.listeners import ListenerSecurity
+from strom.security.listeners import ListenerSecurity, ListenerSettings
 from strom.security.principal import ANONYMOUS, KafkaPrincipal
 from strom.security.sasl.mechanisms import (
     SCRAM_MECHANISMS,
@@ -45,8 +47,11 @@ from strom.security.sasl.mechanisms import (
     salted_password,
 )
 from strom.security.scram_store import lookup_in
+from strom.security.tls import client_context, server_context
 
 log = logging.getLogger("strom.registry")
+
+LISTENER = "SCHEMA_REGISTRY"  # the name its listener.name.<l>.ssl.* overrides use
 
 
 @dataclass
@@ -124,7 +129,15 @@ def start_registry_listener(broker: Broker, securities: Sequence[ListenerSecurit
     endpoint = registry_endpoint(broker.config.get("schema.registry.listeners"))
     if coordinator is None or endpoint is None:
         return None
-    host, port = endpoint
+    host, port, tls = endpoint
+    ssl_context = forward_tls = None
+    if tls:  # the broker's ssl.* settings, as a listener named SCHEMA_REGISTRY reads them
+        try:
+            settings = ListenerSettings(broker.config, Listener(LISTENER, host, port, "SSL"))
+            ssl_context = server_context(settings.get)
+            forward_tls = client_context(settings.get)  # to the other brokers' registries
+        except ConfigError as exc:
+            raise StartupError(f"schema.registry.listeners: {exc}") from None
     try:
         sock = bind(host, port)
     except OSError as exc:
@@ -134,19 +147,19 @@ def start_registry_listener(broker: Broker, securities: Sequence[ListenerSecurit
     topic.ensure()
     bound_host, bound_port = sock.getsockname()[:2]
     app: ASGIApp = registry_app(coordinator.registry, lambda: _writer_url(broker, topic),
-                                acl_access(broker))
+                                acl_access(broker), forward_tls)
     if broker.config.get("schema.registry.authentication.method") == "BASIC":
         app = BasicAuth(app, password_check(broker, securities), realm="Strom schema registry",
                         media_type=CONTENT_TYPE)
     elif broker.authorizer is not None:
         log.warning("schema.registry.authentication.method is NONE while the broker has an "
                     "authorizer: every registry request is User:ANONYMOUS's (set BASIC)")
-    server = make_server(app, host, bound_port)
+    server = make_server(app, host, bound_port, ssl_context)
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]),
                                                   name="schema-registry")
     advertised = broker.info.host if bound_host in ("0.0.0.0", "::") else bound_host
     shown = f"[{advertised}]" if ":" in advertised else advertised
-    url = f"http://{shown}:{bound_port}"
+    url = f"{'https' if tls else 'http'}://{shown}:{bound_port}"
     broker.info.registry_url = url  # registered with the broker: the others forward to it
     return RegistryListener(server, task, url)
 

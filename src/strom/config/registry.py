@@ -3,7 +3,7 @@ with `listeners` and `kafkastore.*` settings). Off by default; `make run` turns 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from strom.config.defs import ConfigDef, ConfigError, ConfigType, at_least, one_of
@@ -11,8 +11,14 @@ from strom.config.defs import ConfigDef, ConfigError, ConfigType, at_least, one_
 T = ConfigType
 
 
-def registry_endpoint(value: str | None) -> tuple[str, int] | None:
-    """``schema.registry.listeners`` as (host, port); None when empty (no registry)."""
+class RegistryEndpoint(NamedTuple):
+    host: str
+    port: int
+    tls: bool  # https: TLS with the broker's ssl.* settings (listener name SCHEMA_REGISTRY)
+
+
+def registry_endpoint(value: str | None) -> RegistryEndpoint | None:
+    """``schema.registry.listeners`` as (host, port, tls); None when empty (no registry)."""
     value = (value or "").strip()
     if not value:
         return None
@@ -21,10 +27,12 @@ def registry_endpoint(value: str | None) -> tuple[str, int] | None:
         port = parts.port
     except ValueError:
         port = None
-    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in ("", "/"):
+    if parts.scheme not in ("http", "https") or not parts.hostname or port is None \
+            or parts.path not in ("", "/"):
         raise ConfigError(f"Invalid value {value} for configuration schema.registry.listeners: "
-                          "must look like http://HOST:PORT (empty: no schema registry)")
-    return parts.hostname, port
+                          "must look like http://HOST:PORT or https://HOST:PORT (empty: no "
+                          "schema registry)")
+    return RegistryEndpoint(parts.hostname, port, parts.scheme == "https")
 
 
 def _check(name: str, value: Any) -> None:
@@ -34,7 +42,9 @@ def _check(name: str, value: Any) -> None:
 REGISTRY_CONFIGS = (
     ConfigDef("schema.registry.listeners", T.STRING, "",
               "Strom's own: where the schema registry (Confluent's REST API) listens, "
-              "http://HOST:PORT; empty: no registry", _check, read_only=True),
+              "http://HOST:PORT, or https://HOST:PORT with the broker's ssl.* settings "
+              "(overridable as listener.name.schema_registry.ssl.*); empty: no registry",
+              _check, read_only=True),
     ConfigDef("schema.registry.topic.replication.factor", T.SHORT, 3,
               "Strom's own (Confluent's kafkastore.topic.replication.factor): replication "
               "factor of the _schemas topic (1 on a single broker)", at_least(1),

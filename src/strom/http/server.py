@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -60,11 +61,17 @@ class HeadDeadlineH11(H11Protocol):
         self.transport.close()
 
 
-def make_server(app: ASGIApp, host: str, port: int) -> uvicorn.Server:
+def make_server(app: ASGIApp, host: str, port: int,
+                ssl_context: ssl.SSLContext | None = None) -> uvicorn.Server:
+    """The server; with `ssl_context` (built from the broker's ssl.* settings, as a
+    listener's) it serves HTTPS."""
     config = uvicorn.Config(app, host=host, port=port, http=HeadDeadlineH11, log_level="warning",
                             access_log=False, server_header=False, proxy_headers=False,
                             lifespan="off", limit_concurrency=MAX_CONNECTIONS,
                             timeout_keep_alive=5)
+    if ssl_context is not None:
+        config.load()  # uvicorn builds its own context only from files: ours replaces it
+        config.ssl = ssl_context
     return uvicorn.Server(config)
 
 

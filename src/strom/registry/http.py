@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import ssl
 import urllib.error
 import urllib.request
 from collections.abc import Awaitable, Callable
@@ -308,7 +309,9 @@ Leader = Callable[[], str | None]
 
 
 async def _forward(url: str, request: Request) -> Response:
-    """The request as the registry at `url` (the writer) answers it."""
+    """The request as the registry at `url` (the writer) answers it (over TLS with the
+    app's `forward_tls` context: the broker's trust store)."""
+    context: ssl.SSLContext | None = getattr(request.app.state, "forward_tls", None)
     body = await request.body()
     target = url.rstrip("/") + request.url.path + (f"?{request.url.query}"
                                                    if request.url.query else "")
@@ -320,7 +323,7 @@ async def _forward(url: str, request: Request) -> Response:
         req = urllib.request.Request(target, data=body or None, method=request.method,
                                      headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S) as resp:
+            with urllib.request.urlopen(req, timeout=FORWARD_TIMEOUT_S, context=context) as resp:
                 return resp.status, resp.read(), resp.headers.get("Content-Type", CONTENT_TYPE)
         except urllib.error.HTTPError as e:
             return e.code, e.read(), e.headers.get("Content-Type", CONTENT_TYPE)
@@ -365,7 +368,8 @@ def _not_allowed(request: Request, exc: Exception) -> Response:
 
 
 def registry_app(registry: Callable[[], Registry], leader: Leader | None = None,
-                 access: Access | None = None) -> Starlette:
+                 access: Access | None = None,
+                 forward_tls: ssl.SSLContext | None = None) -> Starlette:
     """The app; `registry()` gives the registry for each request (or raises RegistryError:
     not loaded yet, or 50004 on a broker that is not the writer, whose requests then go to the
     registry at `leader()`, when it names one)."""
@@ -383,4 +387,5 @@ def registry_app(registry: Callable[[], Registry], leader: Leader | None = None,
         routes.append(Route(path, dispatch, methods=list(methods)))
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.access = access
+    app.state.forward_tls = forward_tls
     return app

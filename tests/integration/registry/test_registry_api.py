@@ -35,7 +35,7 @@ def registry_url(broker: BrokerProcess, timeout: float = 10.0) -> str:
     deadline = time.monotonic() + timeout
     while True:
         last = broker.log_path.read_text(errors="replace").rsplit("=== start #", 1)[-1]
-        found = re.search(r"schema registry at (http://\S+)", last)
+        found = re.search(r"schema registry at (https?://\S+)", last)
         if found is not None:
             return found.group(1).rstrip(",")
         if time.monotonic() > deadline:

@@ -97,3 +97,34 @@ def test_basic_auth_with_plain_and_scram_users_and_topic_acls(make_broker) -> No
     # the SCRAM user authenticates too (no ACL: sees nothing)
     assert call(f"{url}/subjects", "carol", "carol-pw") == (200, [])
     assert call(f"{url}/subjects", "carol", "wrong")[0] == 401
+
+
+def test_https_with_the_brokers_tls_settings(make_broker, tmp_path) -> None:
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+
+    from ..security.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    server = ca.issue("registry", server=True, O="Strom Tests", CN="localhost")
+    broker = make_broker({"schema.registry.listeners": "https://127.0.0.1:0",
+                          "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.both),
+                          "metrics.listener": ""})
+    url = registry_url(broker)
+    assert url.startswith("https://")
+    client = SchemaRegistryClient({"url": url, "ssl.ca.location": str(ca.path)})
+    deadline = time.monotonic() + T
+    while True:  # _schemas is created and loaded
+        try:
+            assert client.register_schema("tls-value", Schema(V1, "AVRO")) > 0
+            break
+        except Exception:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)  # poll interval, not synchronisation
+    assert client.get_subjects() == ["tls-value"]
+    # plain HTTP to the TLS port gets no answer
+    try:
+        urllib.request.urlopen(url.replace("https://", "http://") + "/subjects", timeout=5)
+    except (urllib.error.URLError, ConnectionError) as exc:
+        assert exc is not None
+    else:
+        raise AssertionError("plain HTTP was answered on the TLS port")
