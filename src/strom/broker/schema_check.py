@@ -32,7 +32,7 @@ from typing import Any
 import fastavro
 from jsonschema import validators
 
-from strom.record import CorruptRecordError, decode_records
+from strom.record import CorruptRecordError, Record, decode_records
 from strom.registry import errors as rerr
 from strom.registry.coordinator import RegistryCoordinator
 from strom.registry.formats.protobuf import decode_message_indexes
@@ -178,6 +178,25 @@ def check_batch(coordinator: RegistryCoordinator | None, topic: str, checked: Ch
                 batch: bytes | bytearray | memoryview) -> None:
     """Raise InvalidRecordError naming every record whose key or value fails (see the module
     doc); a topic that validates while no registry is at hand refuses every record."""
+    _records, errors = find_invalid(coordinator, topic, checked, batch)
+    if errors:
+        raise refusal(errors)
+
+
+def refusal(errors: list[tuple[int, str]]) -> InvalidRecordError:
+    """The INVALID_RECORD answer naming `errors` (KIP-467), the message showing three."""
+    shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')"
+                      for i, m in errors[:MAX_SHOWN])
+    return InvalidRecordError(
+        f"One or more records have been rejected due to {len(errors)} record errors in "
+        f"total, and only showing the first three errors at most: [{shown}]",
+        record_errors=tuple(errors))
+
+
+def find_invalid(coordinator: RegistryCoordinator | None, topic: str, checked: Checked,
+                 batch: bytes | bytearray | memoryview
+                 ) -> tuple[list[Record], list[tuple[int, str]]]:
+    """The batch's records and the failing ones (batch index, why), in order."""
     try:
         registry = coordinator.registry() if coordinator is not None else None
     except rerr.RegistryError as exc:
@@ -187,7 +206,7 @@ def check_batch(coordinator: RegistryCoordinator | None, topic: str, checked: Ch
     try:
         records = decode_records(batch)
     except CorruptRecordError:
-        return  # the log's own checks refuse it with CORRUPT_MESSAGE
+        return [], []  # the log's own checks refuse it with CORRUPT_MESSAGE
     errors: list[tuple[int, str]] = []
     for i, record in enumerate(records):
         headers = list(record.headers)
@@ -203,10 +222,4 @@ def check_batch(coordinator: RegistryCoordinator | None, topic: str, checked: Ch
             if why is not None:
                 errors.append((i, f"{field}: {why}"))
                 break
-    if errors:
-        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')"
-                          for i, m in errors[:MAX_SHOWN])
-        raise InvalidRecordError(
-            f"One or more records have been rejected due to {len(errors)} record errors in "
-            f"total, and only showing the first three errors at most: [{shown}]",
-            record_errors=tuple(errors))
+    return records, errors

@@ -103,6 +103,10 @@ TOPIC_CONFIGS.add(
               "RecordNameStrategy, TopicRecordNameStrategy)", one_of(*SUBJECT_NAME_STRATEGIES)),
     ConfigDef("confluent.value.subject.name.strategy", T.STRING, TOPIC_NAME_STRATEGY,
               "Confluent Server's: how the value subject is named", one_of(*SUBJECT_NAME_STRATEGIES)),
+    ConfigDef("errors.deadletterqueue.topic.name", T.STRING, "",
+              "Strom's own at topic level: with schema validation, invalid records go to this "
+              "dead-letter topic (named with the broker's errors.deadletterqueue.topic.name."
+              "prefix) instead of failing their batch; empty: they fail it"),
     ConfigDef("strom.key.schema.validation.mode", T.STRING, "id",
               "Strom's own: id (the key's schema id is checked, as Confluent Server does) or "
               "decode (the key must also decode under that schema)", one_of("id", "decode")),

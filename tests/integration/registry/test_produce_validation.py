@@ -127,3 +127,49 @@ def test_decode_mode_refuses_data_its_schema_cannot_read(registry) -> None:  # n
     kc.create_topic(bs, "lenient", 1, {"confluent.value.schema.validation": "true"})
     client.register_schema("lenient-value", Schema(V1, "AVRO"))
     assert produce_all(bs, "lenient", [(None, garbage)]) == [None]
+
+
+def test_invalid_records_go_to_the_topics_dead_letter_topic(registry) -> None:  # noqa: F811
+    """Strom's extension: errors.deadletterqueue.topic.name on a validated topic diverts the
+    invalid records (headers naming topic, partition, reason and schema id) and writes the
+    rest; a dead-letter topic outside the broker's prefix refuses the batch instead."""
+    from confluent_kafka import Consumer
+
+    broker, url = registry
+    client = SchemaRegistryClient({"url": url})
+    bs = broker.bootstrap
+    kc.create_topic(bs, "dlq.events", 1)
+    kc.create_topic(bs, "events", 1, {"confluent.value.schema.validation": "true",
+                                      "errors.deadletterqueue.topic.name": "dlq.events"})
+    good = AvroSerializer(client, V1)({"user": "ada"},
+                                      SerializationContext("events", MessageField.VALUE))
+    foreign = b"\x00\x00\x00\x03\xe7x"  # id 999: not registered
+    outcome = produce_all(bs, "events", [(b"a", good), (b"b", b"plain"), (b"c", good),
+                                         (b"d", foreign)])
+    assert outcome == [None] * 4  # the producer is not blocked by the bad records
+    assert [m.value for m in kc.consume(bs, "events", 2)] == [good, good]
+    assert kc.latest(bs, "events") == 2
+    c = Consumer({"bootstrap.servers": bs, "group.id": "dlq-reader",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["dlq.events"])
+    letters = []
+    while len(letters) < 2:
+        m = c.poll(10)
+        assert m is not None, "the dead letters did not arrive"
+        if m.error() is None:
+            letters.append(m)
+    c.close()
+    assert [(m.key(), m.value()) for m in letters] == [(b"b", b"plain"), (b"d", foreign)]
+    headers = dict(letters[1].headers())
+    assert headers["__dlq.errors.topic"] == b"events"
+    assert headers["__dlq.errors.partition"] == b"0"
+    assert headers["__dlq.errors.schema.id"] == b"999"
+    assert b"not registered" in headers["__dlq.errors.message"]
+
+    # a dead-letter topic outside the prefix: the batch is refused, nothing is lost
+    kc.create_topic(bs, "parking", 1)
+    kc.create_topic(bs, "events2", 1, {"confluent.value.schema.validation": "true",
+                                       "errors.deadletterqueue.topic.name": "parking"})
+    refused = produce_all(bs, "events2", [(None, b"plain")])
+    assert refused[0] is not None and refused[0].code() == KafkaError.INVALID_RECORD
+    assert kc.latest(bs, "parking") == 0 and kc.latest(bs, "events2") == 0

@@ -26,7 +26,8 @@ from strom.broker.context import CloseConnection, RequestContext
 from strom.broker.core import Broker
 from strom.broker.handlers.fetch import Endpoint, leader_hint
 from strom.broker.router import handles
-from strom.broker.schema_check import Checked, check_batch
+from strom.broker.schema_check import Checked, find_invalid, refusal
+from strom.broker.schema_dlq import Diversion, divert, divertible
 from strom.broker.txn_gate import (
     ProduceVerdicts,
     adds_partitions,
@@ -114,7 +115,7 @@ async def _append_when_checked(broker: Broker, ctx: RequestContext, request: Pro
 
 
 def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
-                checked: ProduceVerdicts | None) -> bytes | Awaitable[bytes] | None:
+                checked: ProduceVerdicts | None) -> bytes | Awaitable[bytes | None] | None:
     """Append each partition's batch; `checked` holds the transaction coordinator's verdict
     on partitions whose batch opens a transaction (the others are absent)."""
     version = ctx.api_version
@@ -128,6 +129,7 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
     pending: list[tuple[tuple[str, int], int, ProducePartitionResponse]] = []
     flushes: list[tuple[asyncio.Future[None], ProducePartitionResponse]] = []
     endpoints: dict[int, Endpoint] = {}  # KIP-951: the endpoints of leaders named in answers
+    diversions: list[Diversion] = []  # batches whose invalid records go to a dead-letter topic
     authorizer = broker.authorizer
     stats = broker.stats
     for t in request.topics:
@@ -180,7 +182,15 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             try:
                 checked_schemas = Checked.of(topic.configs)
                 if checked_schemas is not None:  # only topics that ask for it are decoded
-                    check_batch(broker.registry, topic.name, checked_schemas, p.records)
+                    records, invalid = find_invalid(broker.registry, topic.name, checked_schemas,
+                                                    p.records)
+                    dlq = divertible(topic.configs, p.records) if invalid else None
+                    if dlq is not None:  # Strom's own: invalid records to a dead-letter topic
+                        diversions.append(Diversion(result, topic, p.index, state, log,
+                                                    p.records, records, invalid, dlq))
+                        continue
+                    if invalid:
+                        raise refusal(invalid)
                 appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
             except StorageError as exc:
                 if stats is not None:
@@ -207,6 +217,9 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
                 pending.append(((topic.name, p.index), appended.last_offset + 1, result))
         failed = failed or any(r.error_code for r in results)
         topics_out.append(ProduceTopicResponse(t.name, t.topic_id, results))
+    if diversions:
+        return _await_diversions(broker, ctx, diversions, acks, flushes, pending,
+                                 request.timeout_ms, version, topics_out, endpoints, failed)
     if acks == 0:
         if failed:  # Kafka closes the connection: the only way to tell an acks=0 producer
             raise CloseConnection()
@@ -217,6 +230,31 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
     if pending:
         return _await_replication(broker, ctx, pending, request.timeout_ms, version, topics_out,
                                   endpoints)
+    return encode_produce_response(version, topics_out, throttle_time_ms=ctx.throttle.ms,
+                                   node_endpoints=list(endpoints.values()) if endpoints else None)
+
+
+async def _await_diversions(broker: Broker, ctx: RequestContext, diversions: list[Diversion],
+                            acks: int, flushes: list, pending: list, timeout_ms: int,
+                            version: int, topics_out: list[ProduceTopicResponse],
+                            endpoints: dict[int, Endpoint], failed: bool) -> bytes | None:
+    """The batches with records for a dead-letter topic: those written first, then the valid
+    records (strom.broker.schema_dlq); then the answer as for every other batch."""
+    for d in diversions:
+        end = await divert(broker, d)
+        failed = failed or bool(d.result.error_code)
+        if end is not None and acks == -1 and broker.replicas is not None:
+            pending.append(((d.topic.name, d.partition), end, d.result))
+    if acks == 0:
+        if failed:
+            raise CloseConnection()
+        return None
+    if flushes:
+        return await _await_flushes(broker, ctx, flushes, pending, timeout_ms, version,
+                                    topics_out, endpoints)
+    if pending:
+        return await _await_replication(broker, ctx, pending, timeout_ms, version, topics_out,
+                                        endpoints)
     return encode_produce_response(version, topics_out, throttle_time_ms=ctx.throttle.ms,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 

@@ -118,7 +118,14 @@ class DeadLetterWriter:
                        (HEADER_MESSAGE, dead.reason.encode())]
             records.append(Record(i, now, None if source is None else source.key,
                                   None if source is None else source.value, headers))
-        batch = build_batch(records)
+        why = await self.deliver(name, target, build_batch(records), what)
+        if why is not None:
+            log.error("%s archived without a dead letter: %s", what, why)
+
+    async def deliver(self, name: str, target: int, batch: bytes, what: str) -> str | None:
+        """Write a batch of dead letters to `name`-`target` as an acks=-1 producer would,
+        retrying what a producer retries for at most `deadline_s`: None once written, else
+        why not (the caller says at ERROR what that means for its records)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.deadline_s
         backoff = BACKOFF_S
@@ -127,11 +134,9 @@ class DeadLetterWriter:
             if code == ErrorCode.NONE:
                 log.info("%s written to the dead-letter topic %s-%d%s", what, name, target,
                          where)
-                return
+                return None
             if code not in RETRIABLE or loop.time() + backoff > deadline:
-                log.error("%s archived without a dead letter: writing to %s-%d failed%s: %s",
-                          what, name, target, where, reason)
-                return
+                return f"writing to {name}-{target} failed{where}: {reason}"
             log.debug("%s: writing to %s-%d failed%s, retrying: %s", what, name, target, where,
                       reason)
             await asyncio.sleep(backoff)
