@@ -134,6 +134,19 @@ def test_errors_are_confluents_and_never_a_traceback(registry) -> None:
     big = json.dumps({"type": "enum", "name": "E", "symbols": [f"S{i}" for i in range(200_000)]})
     status, body = http(f"{url}/subjects/big/versions", "POST", {"schema": big})
     assert (status, body["error_code"]) == (422, 42209)
+    status, body = http(f"{url}/schemas/ids/99999999999999999999999")  # a huge id
+    assert (status, body["error_code"]) == (404, 40403)
+    status, body = http(f"{url}/schemas/ids/abc")
+    assert (status, body["error_code"]) == (404, 404)
+    status, body = http(f"{url}/subjects/s/versions", "POST", {
+        "schema": V1, "references": [{"name": "x.avsc", "subject": "nowhere", "version": 1}]})
+    assert (status, body["error_code"]) == (422, 42201)  # an unknown reference
+    status, body = http(f"{url}/subjects/s/versions", "POST", {"schema": V1, "schemaType": "XML"})
+    assert (status, body["error_code"]) == (422, 42201)
+    status, body = http(f"{url}/subjects/s/versions", "POST", ["not", "an", "object"])
+    assert (status, body["error_code"]) == (422, 422)
+    status, body = http(f"{url}/subjects/s/versions/99999999999")  # beyond 2^31-1
+    assert (status, body["error_code"]) == (422, 42202)
     assert http(f"{url}/schemas/types") == (200, ["AVRO", "JSON", "PROTOBUF"])
     assert http(f"{url}/contexts") == (200, ["."])
 
