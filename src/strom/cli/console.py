@@ -38,11 +38,16 @@ def console(
     bootstrap_server: BootstrapOpt = "localhost:9092",
     command_config: CommandConfigOpt = None,
     timeout: TimeoutOpt = 10.0,
+    registry_url: Annotated[str | None, typer.Option(
+        "--registry-url", help="A schema registry (Confluent's API, e.g. Strom's at "
+                               "http://localhost:8081): topic pages show their subjects, "
+                               "schemas and validation settings.")] = None,
 ) -> None:
     """Serve the web console: cluster, topics, records, consumer groups, an hour of charts."""
     from strom.console.app import create_app
     from strom.console.kafka import KafkaSource
     from strom.console.sampler import History, Sampler
+    from strom.console.schemas import RegistryReader
     from strom.http.server import bind, make_server
 
     if not host.strip():
@@ -61,7 +66,8 @@ def console(
         raise
     history = History(sample_interval)
     sampler = Sampler(source.observe, history)
-    app = create_app(source, history)
+    app = create_app(source, history,
+                     registry=RegistryReader(registry_url, timeout) if registry_url else None)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     out.print(f"Strom console on http://{shown}:{bound_port}/ for {bootstrap_server}",

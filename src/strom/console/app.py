@@ -39,6 +39,7 @@ from strom.console.cluster import (
 )
 from strom.console.records import RecordView, iso_time, parse_time
 from strom.console.sampler import History, Point
+from strom.console.schemas import RegistryReader, TopicSchemas
 from strom.console.svg import Chart, line_chart
 
 HERE = Path(__file__).parent
@@ -64,6 +65,7 @@ class Source(Protocol):
     def cluster(self) -> ClusterInfo: ...
     def topics(self) -> list[TopicInfo]: ...
     def topic(self, name: str) -> TopicInfo: ...
+    def topic_configs(self, name: str) -> dict[str, str]: ...
     def groups(self) -> list[GroupSummary]: ...
     def group(self, group_id: str) -> GroupInfo: ...
     def recent(self, topic: TopicInfo) -> list[RecordView]: ...
@@ -146,7 +148,8 @@ def _int_param(request: Request, name: str, maximum: int) -> int | None:
     return value
 
 
-def create_app(source: Source, history: History, *, title: str = "Strom console") -> Starlette:
+def create_app(source: Source, history: History, *, title: str = "Strom console",
+               registry: RegistryReader | None = None) -> Starlette:
     templates = _templates()
     limiter = anyio.CapacityLimiter(KAFKA_CALLS)
 
@@ -197,13 +200,20 @@ def create_app(source: Source, history: History, *, title: str = "Strom console"
             return f"at or after {iso_time(ms)}", found
         return "newest", await call(source.recent, info)
 
+    async def topic_schemas(name: str) -> TopicSchemas | None:
+        if registry is None:
+            return None
+        configs = await call(source.topic_configs, name)
+        return await call(registry.for_topic, name, configs)
+
     async def topic(request: Request) -> Response:
         info = await call(source.topic, request.path_params["name"])
         search, records = await read_records(request, info)
         chart = line_chart(f"Records in, {info.name}", "records/s",
                            {info.name: history.in_topic(info.name)}, time.time())
         return page(request, "topic.html", topic=info, records=records, search=search,
-                    chart=chart, query=request.query_params)
+                    chart=chart, query=request.query_params,
+                    schemas=await topic_schemas(info.name))
 
     async def groups(request: Request) -> Response:
         items = await call(source.groups)

@@ -24,7 +24,7 @@ from confluent_kafka import (
     KafkaException,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka.admin import AdminClient, ConfigResource, OffsetSpec
 
 from strom.cli.common import (
     INTERNAL_TOPICS,
@@ -183,6 +183,18 @@ class KafkaSource:
                 for p, pm in sorted(m.partitions.items()))
             infos.append(TopicInfo(m.topic, m.topic in INTERNAL_TOPICS, parts))
         return infos
+
+    def topic_configs(self, name: str) -> dict[str, str]:
+        """The topic's configs that are set on it (not defaults)."""
+        resource = ConfigResource("topic", name)
+        try:
+            entries = self._result(
+                self.admin.describe_configs([resource], **self._kwargs())[resource])
+        except KafkaException as exc:
+            raise SourceError(f"cannot describe the configs of {name}: "
+                              f"{kafka_error_text(exc)}") from None
+        return {n: e.value for n, e in entries.items()
+                if not e.is_default and e.value is not None}
 
     def log_sizes(self, leaders: dict[TP, int]) -> dict[TP, int] | None:
         """Bytes of each partition's leader replica (DescribeLogDirs to each leader); None when
