@@ -42,8 +42,12 @@ entries of this checkout, so ``compat/...`` and ``python -m bench`` resolve; fil
 stay in the run directory), ``zookeeper`` (Debian's ZooKeeper jar, which the page starts itself),
 ``kafka-tools`` (Kafka 4.4's jars in ``~/.cache/strom-compat``, fetched once as the Kafka tools
 tests do), ``spark`` (PySpark and Java; its JVMs get ``JAVA_TOOL_OPTIONS`` for C1-only compiling
-and the serial GC, which only shorten these short runs). A missing prerequisite fails the page,
-saying what to install, as the tests that use it do.
+and the serial GC, which only shorten these short runs), ``schema-registry`` (the page's broker
+serves the schema registry: ``localhost:8081`` is its address, also
+``$STROM_SCHEMA_REGISTRY_URL``). A missing prerequisite fails the page, saying what to install,
+as the tests that use it do. A setup that needs the page's broker configured its way names the
+settings in ``BROKER_SETTINGS``: the broker starts with them, and the setup gets the started
+broker.
 
 A command expected to fail is written so that success fails the script: ``exits N COMMAND``
 with the one-line function the page defines where it uses it, or ``if COMMAND; then exit 1; fi``
@@ -69,7 +73,7 @@ from pathlib import Path
 
 import pytest
 
-from ..broker import free_port
+from ..broker import BrokerProcess, free_port
 from ..kafka_tools import jars
 from ..kafka_tools.tools import MAIN_CLASSES
 
@@ -276,14 +280,14 @@ def output_mismatch(step: Step, printed: str) -> str | None:
 # --------------------------------------------------------------------------- what pages need
 
 
-def _checkout(run_dir: Path) -> dict[str, str]:
+def _checkout(run_dir: Path, broker: BrokerProcess) -> dict[str, str]:
     for entry in ROOT.iterdir():
         if entry.name not in (".git", ".venv") and not (run_dir / entry.name).exists():
             (run_dir / entry.name).symlink_to(entry)
     return {}
 
 
-def _zookeeper(run_dir: Path) -> dict[str, str]:
+def _zookeeper(run_dir: Path, broker: BrokerProcess) -> dict[str, str]:
     if not Path("/usr/share/java/zookeeper.jar").exists():
         pytest.fail("/usr/share/java/zookeeper.jar is missing: install Debian's zookeeper "
                     "package (make system-deps)")
@@ -292,7 +296,7 @@ def _zookeeper(run_dir: Path) -> dict[str, str]:
     return {}
 
 
-def _kafka_tools(run_dir: Path) -> dict[str, str]:
+def _kafka_tools(run_dir: Path, broker: BrokerProcess) -> dict[str, str]:
     missing = [t for t in (("java",) if jars.is_cached() else ("java", "mvn"))
                if shutil.which(t) is None]
     if missing:
@@ -301,21 +305,43 @@ def _kafka_tools(run_dir: Path) -> dict[str, str]:
     return {}
 
 
-def _spark(run_dir: Path) -> dict[str, str]:
+def _spark(run_dir: Path, broker: BrokerProcess) -> dict[str, str]:
     if importlib.util.find_spec("pyspark") is None or shutil.which("java") is None:
         pytest.fail("PySpark and Java are needed (pip install 'strom[spark]')")
     return {"JAVA_TOOL_OPTIONS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
 
 
+REGISTRY = "localhost:8081"  # the schema registry's address on a page (Confluent's port)
+REGISTRY_ENV = "STROM_SCHEMA_REGISTRY_URL"  # `strom schemas --registry-url`'s default
+
+
+def _schema_registry(run_dir: Path, broker: BrokerProcess) -> dict[str, str]:
+    """The page's broker serves the registry (on a port the OS chose, printed at start-up)."""
+    from ..registry.test_registry_api import registry_url, wait_ready
+
+    url = registry_url(broker)
+    wait_ready(url)
+    return {REGISTRY_ENV: url}
+
+
 SETUPS = {"checkout": _checkout, "zookeeper": _zookeeper, "kafka-tools": _kafka_tools,
-          "spark": _spark}
+          "spark": _spark, "schema-registry": _schema_registry}
+
+# What the page's broker starts with for a setup that needs it configured its way.
+BROKER_SETTINGS: dict[str, dict[str, object]] = {
+    "schema-registry": {"schema.registry.listeners": "http://127.0.0.1:0"}}
 
 
-def localize(script: str, bootstrap: str, metrics: str = "127.0.0.1:9404") -> str:
+def localize(script: str, bootstrap: str, metrics: str = "127.0.0.1:9404",
+             registry: str | None = None) -> str:
     """localhost:9092 becomes ``bootstrap``, localhost:9404 ``metrics`` (the test broker's
-    endpoint); every other port the page names a free port."""
+    endpoint) and, when the broker serves one, localhost:8081 ``registry`` (its schema
+    registry's host:port); every other port the page names a free port."""
     script = script.replace("localhost:9092", bootstrap).replace("localhost:9404", metrics)
     taken = {bootstrap.rsplit(":", 1)[1], metrics.rsplit(":", 1)[1]}
+    if registry is not None:
+        script = script.replace(REGISTRY, registry)
+        taken.add(registry.rsplit(":", 1)[1])
     for port in sorted({p for p in _PAGE_PORT.findall(script) if p not in taken}):
         script = re.sub(rf"(?<=[:=]){port}\b", str(free_port()), script)
     return script
@@ -441,6 +467,17 @@ def test_ports_are_replaced() -> None:
     assert out[3] == f"strom topics list -b localhost:{b}"
 
 
+def test_the_schema_registry_is_the_brokers() -> None:
+    """localhost:8081 is the registry of the page's broker when it serves one (the
+    schema-registry setup), else a port like any other the page names."""
+    script = "strom schemas list --registry-url http://localhost:8081\n"
+    assert localize(script, "127.0.0.1:40000", registry="127.0.0.1:40001") == \
+        "strom schemas list --registry-url http://127.0.0.1:40001\n"
+    elsewhere = localize(script, "127.0.0.1:40000")
+    assert re.fullmatch(r"strom schemas list --registry-url http://localhost:(\d+)\n",
+                        elsewhere) and ":8081" not in elsewhere, elsewhere
+
+
 def test_brokers_the_pages_start_have_their_own_metrics_port() -> None:
     """A broker a page starts must set ``metrics.listener`` (a port ``localize`` replaces):
     on the default, 127.0.0.1:9404, it would fail to start whenever another broker on the
@@ -559,14 +596,18 @@ def _params() -> list:
 
 @pytest.mark.parametrize("page", _params())
 def test_runnable_blocks(page: Page, make_broker, tmp_path) -> None:
-    broker = make_broker()
+    broker = make_broker({k: v for name in page.setups
+                          for k, v in BROKER_SETTINGS.get(name, {}).items()})
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "STROM_BOOTSTRAP_SERVER": broker.bootstrap}
+    env.pop(REGISTRY_ENV, None)  # only a page with the schema-registry setup has one
     for name in page.setups:
-        env.update(SETUPS[name](tmp_path))
+        env.update(SETUPS[name](tmp_path, broker))
     marker = f"@@docs-block-{secrets.token_hex(8)}@@"
+    registry = env[REGISTRY_ENV].removeprefix("http://") if REGISTRY_ENV in env else None
     script = localize(marked_script(page, marker), broker.bootstrap,
-                      broker.metrics_url.removeprefix("http://").removesuffix("/metrics"))
+                      broker.metrics_url.removeprefix("http://").removesuffix("/metrics"),
+                      registry)
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,
