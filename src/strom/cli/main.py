@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import importlib
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from strom.cli import configs, consume, dump_log, groups, pipeline, produce, topics
 from strom.cli.common import UsageError, error_line, handle_errors, parse_kv_list
 
 if TYPE_CHECKING:  # the click that typer vendors: its error hook is called with its errors
@@ -35,33 +35,68 @@ try:  # typer formats click usage errors through this hook when rich is installe
 except (ImportError, AttributeError):  # pragma: no cover - other typer versions keep their format
     pass
 
-app = typer.Typer(
-    name="strom",
-    help="Strom: a Kafka-compatible broker and its tools.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
+# Every command, by name: a sub-app (a group of commands) or a single command, and where it is.
+# A run imports only the one it names (the others cost tenths of a second at every start).
+_PARTS: tuple[tuple[str, str, str, bool], ...] = (
+    ("topics", "strom.cli.topics", "app", True),
+    ("configs", "strom.cli.configs", "app", True),
+    ("groups", "strom.cli.groups", "app", True),
+    ("pipeline", "strom.cli.pipeline", "app", True),
+    ("users", "strom.cli.users", "app", True),
+    ("acls", "strom.cli.acls", "app", True),
+    ("transactions", "strom.cli.transactions", "app", True),
+    ("quorum", "strom.cli.quorum", "app", True),
+    ("storage", "strom.cli.storage", "app", True),
+    ("schemas", "strom.cli.schemas", "app", True),
+    ("produce", "strom.cli.produce", "produce", False),
+    ("consume", "strom.cli.consume", "consume", False),
+    ("dump-log", "strom.cli.dump_log", "dump_log", False),
+    ("reassign-partitions", "strom.cli.reassign", "reassign_partitions", False),
+    ("leader-election", "strom.cli.leader_election", "leader_election", False),
+    ("console", "strom.cli.console", "console", False),
 )
-app.add_typer(topics.app, name="topics")
-app.add_typer(configs.app, name="configs")
-app.add_typer(groups.app, name="groups")
-app.add_typer(pipeline.app, name="pipeline")
-app.add_typer(importlib.import_module("strom.cli.users").app, name="users")
-app.add_typer(importlib.import_module("strom.cli.acls").app, name="acls")
-app.add_typer(importlib.import_module("strom.cli.transactions").app, name="transactions")
-app.add_typer(importlib.import_module("strom.cli.quorum").app, name="quorum")
-app.add_typer(importlib.import_module("strom.cli.storage").app, name="storage")
-app.add_typer(importlib.import_module("strom.cli.schemas").app, name="schemas")
-app.command("produce")(produce.produce)
-app.command("consume")(consume.consume)
-app.command("dump-log")(dump_log.dump_log)
-app.command("reassign-partitions")(
-    importlib.import_module("strom.cli.reassign").reassign_partitions)
-app.command("leader-election")(importlib.import_module("strom.cli.leader_election").leader_election)
-app.command("console")(importlib.import_module("strom.cli.console").console)
+_NAMES = frozenset(name for name, *_ in _PARTS) | {"broker"}
 
 
-@app.command("broker")
+def build(only: str | None = None) -> typer.Typer:
+    """The `strom` app with every command, or only the one named `only` (and `broker`)."""
+    app = typer.Typer(
+        name="strom",
+        help="Strom: a Kafka-compatible broker and its tools.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)  # a group even with one command: `strom broker ...` names it
+    for name, module, attribute, group in _PARTS:
+        if only is not None and name != only:
+            continue
+        target = getattr(importlib.import_module(module), attribute)
+        if group:
+            app.add_typer(target, name=name)
+        else:
+            app.command(name)(target)
+    app.command("broker")(broker)
+    return app
+
+
+def _root() -> None:
+    """Strom: a Kafka-compatible broker and its tools."""
+
+
+def main() -> None:
+    """The console script: builds only the command the arguments name (all for --help)."""
+    first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
+    build(first if first in _NAMES else None)()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`: the whole app (tests drive it with typer's runner)."""
+    if name == "app":
+        return build()
+    raise AttributeError(name)
+
+
 @handle_errors
 def broker(
     config_file: Annotated[
@@ -90,4 +125,4 @@ def broker(
 
 
 if __name__ == "__main__":  # pragma: no cover
-    app()
+    main()
