@@ -7,6 +7,7 @@ A :class:`BrokerSpec` says how to launch one kind of broker (Strom, Tansu, Kafka
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import signal
@@ -101,6 +102,31 @@ def strom_spec(
     return BrokerSpec(
         label=label, kind="strom", command=command, persistent=True, notes="disk storage"
     )
+
+
+@dataclass(frozen=True)
+class WithSchemaRegistry:
+    """A Strom :class:`Command` that also serves the schema registry at ``url``
+    (``schema.registry.listeners``, issue 31); see :func:`with_schema_registry`."""
+
+    inner: Command
+    url: str
+
+    def __call__(self, port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
+        return [*self.inner(port, data_dir, tls), "--override", f"schema.registry.listeners={self.url}"]
+
+
+def with_schema_registry(spec: BrokerSpec, url: str) -> BrokerSpec:
+    """``spec`` (a Strom's) with its schema registry listening at ``url``
+    (``http://127.0.0.1:PORT``), for the scenarios that validate records on produce."""
+    if spec.kind != "strom":
+        raise ValueError(f"{spec.label} serves no schema registry")
+    return dataclasses.replace(spec, command=WithSchemaRegistry(spec.command, url))
+
+
+def schema_registry_url(spec: BrokerSpec) -> str | None:
+    """Where a broker made by :func:`with_schema_registry` serves its registry; None: nowhere."""
+    return spec.command.url if isinstance(spec.command, WithSchemaRegistry) else None
 
 
 # Tansu 0.6.0's `broker --help` lists --cert and --key ("Transport Layer Security

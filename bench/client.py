@@ -8,6 +8,7 @@ the broker's CPU in between), and prints ``RESULT {json}`` when done.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -15,7 +16,7 @@ import struct
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Producer, TopicPartition
@@ -150,17 +151,30 @@ def _produce_and_purge(
     return elapsed
 
 
+def _values(job: Job, count: int) -> Iterator[bytes]:
+    """The ``count`` values a produce job sends: one random value of ``size`` bytes, over and
+    over; or, with ``avro`` (the schema id), a pool of Avro records framed as Confluent's
+    serializers do (bench/avro_records.py), serialized here once and cycled."""
+    if "avro" not in job:
+        return itertools.repeat(os.urandom(job["size"]), count)
+    from bench import avro_records
+
+    pool = avro_records.values(job["avro"], job.get("pool", avro_records.POOL), job["size"])
+    return itertools.islice(itertools.cycle(pool), count)
+
+
 def job_produce(job: Job) -> dict[str, Any]:
-    """Produce ``count`` records of ``size`` bytes as fast as the client goes, then flush."""
+    """Produce ``count`` records of ``size`` bytes as fast as the client goes, then flush
+    (random bytes, or with ``avro`` pre-serialized Avro records, see :func:`_values`)."""
     errors = _Errors()
     p = _producer(job, PRODUCER_THROUGHPUT, errors)
     topic, count = job["topic"], job["count"]
     _wait_metadata(p, topic)
-    value = os.urandom(job["size"])
+    stream = _values(job, count)
     _ready()
     produce, poll = p.produce, p.poll
     cpu0, t0 = time.process_time(), time.perf_counter()
-    for _ in range(count):
+    for value in stream:
         try:
             produce(topic, value)
         except BufferError:

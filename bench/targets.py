@@ -27,3 +27,8 @@ RATE_GOALS = (at_least(2.0, TANSU), at_least(1.0, KAFKA))
 RSS_GOALS = (Target("max", RSS_LIMIT_MB), at_most(0.25, KAFKA))
 # the same memory goal where no fixed ceiling applies (a 3-broker cluster's sum)
 RSS_VS_KAFKA = at_most(0.25, KAFKA)
+# issue 31: produce of 1 KiB Avro records to a schema-validated topic, against Kafka's MB/s on
+# an unvalidated topic (id mode, decode mode) and against Strom's own on an unvalidated one
+VALIDATED_ID_GOAL = at_least(1.0, KAFKA)
+VALIDATED_DECODE_GOAL = at_least(0.4, KAFKA)
+VALIDATED_VS_UNVALIDATED = Target("min", 0.8)
