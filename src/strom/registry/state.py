@@ -135,10 +135,27 @@ class RegistryState:
     configs: dict[str | None, Json] = field(default_factory=dict)
     modes: dict[str | None, str] = field(default_factory=dict)
     max_id: int = 0
+    generation: int = 0  # bumped by every applied record: what was derived from it is stale
+    _index: dict[int, frozenset[str]] = field(default_factory=dict, init=False, repr=False,
+                                              compare=False)
+    _index_generation: int = field(default=-1, init=False, repr=False, compare=False)
+
+    def live_subjects_of(self, sid: int) -> frozenset[str]:
+        """The subjects with a live version of id `sid` (cached until the next record)."""
+        if self._index_generation != self.generation:
+            index: dict[int, set[str]] = {}
+            for subject, versions in self.subjects.items():
+                for v in versions.values():
+                    if not v.deleted:
+                        index.setdefault(v.id, set()).add(subject)
+            self._index = {k: frozenset(v) for k, v in index.items()}
+            self._index_generation = self.generation
+        return self._index.get(sid, frozenset())
 
     # -- applying records ----------------------------------------------------------------------
 
     def apply(self, key: Json, value: Json | None) -> None:
+        self.generation += 1
         kind = key.get("keytype")
         subject = key.get("subject")
         if kind == "SCHEMA" and isinstance(subject, str):

@@ -49,6 +49,7 @@ from strom.record import (
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     RECORD_BATCH_OVERHEAD,
+    decode_records,
 )
 from strom.storage.errors import StorageError
 
@@ -182,12 +183,13 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             try:
                 checked_schemas = Checked.of(topic.configs)
                 if checked_schemas is not None:  # only topics that ask for it are decoded
-                    records, invalid = find_invalid(broker.registry, topic.name, checked_schemas,
-                                                    p.records)
+                    invalid = find_invalid(broker.registry, topic.name, checked_schemas,
+                                           p.records)
                     dlq = divertible(topic.configs, p.records) if invalid else None
                     if dlq is not None:  # Strom's own: invalid records to a dead-letter topic
                         diversions.append(Diversion(result, topic, p.index, state, log,
-                                                    p.records, records, invalid, dlq))
+                                                    p.records, decode_records(p.records),
+                                                    invalid, dlq))
                         continue
                     if invalid:
                         raise refusal(invalid)
