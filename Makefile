@@ -8,7 +8,7 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: run test unit integration lint format bench system-deps clean
 .PHONY: fuzz fuzz-seeds
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
-.PHONY: jepsen jepsen-kafka java-on-kafka test-kraft
+.PHONY: jepsen jepsen-kafka java-on-kafka test-kraft compat-registry
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,9 +19,9 @@ $(STAMP): pyproject.toml
 # Debian packages the tests drive (kcat; ZooKeeper for the cluster tests; iproute2 for the
 # network-namespace partition test; Chromium for the web console's browser test, driven by
 # Playwright, which never downloads a browser of its own; a JDK 17+ and Maven for Kafka's own
-# tools, the Java clients, Streams/Connect/MirrorMaker 2 and Spark's connector). Installed only
-# when missing; the cluster tests start their own private ZooKeeper server. Without apt-get,
-# one line says what to install.
+# tools, the Java clients, Streams/Connect/MirrorMaker 2 and Spark's connector; Node.js and npm
+# for Confluent's JavaScript schema-registry client). Installed only when missing; the cluster
+# tests start their own private ZooKeeper server. Without apt-get, one line says what to install.
 system-deps:
 	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	  test -f /usr/share/java/zookeeper.jar || missing="$$missing zookeeper"; \
@@ -30,9 +30,11 @@ system-deps:
 	  java_major=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
 	  [ "$${java_major:-0}" -ge 17 ] 2>/dev/null || missing="$$missing default-jdk-headless"; \
 	  command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
+	  command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	  command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	  if [ -n "$$missing" ]; then \
 	    if ! command -v apt-get >/dev/null 2>&1; then \
-	      echo "make: no apt-get on this machine: install$$missing (Debian's names: a JDK 17+, Maven, kcat, ZooKeeper's jar at /usr/share/java/zookeeper.jar, iproute2, Chromium at /usr/bin/chromium), then run make again" >&2; \
+	      echo "make: no apt-get on this machine: install$$missing (Debian's names: a JDK 17+, Maven, kcat, ZooKeeper's jar at /usr/share/java/zookeeper.jar, iproute2, Chromium at /usr/bin/chromium, nodejs, npm), then run make again" >&2; \
 	      exit 1; \
 	    fi; \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
@@ -60,7 +62,7 @@ PYTEST_WORKERS ?= 3
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 
 test: $(STAMP) system-deps lint
-	$(BIN)/pytest -q -p no:cacheprovider $(XDIST) tests
+	$(BIN)/pytest -q -p no:cacheprovider $(XDIST) -m "not confluent_suite" tests
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
@@ -130,6 +132,13 @@ JEPSEN_SECONDS ?= 600
 test-kraft: $(STAMP)
 	STROM_IT_KRAFT=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
 	  -m "not legacy_single_node" tests/integration/test_*.py
+
+# confluent-kafka-python's own schema-registry integration tests against Strom's registry
+# (their ByoFixture). Their test files are fetched from GitHub at the client's tag, or taken
+# from STROM_CKP_SOURCE=<a checkout of that tag>.
+compat-registry: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider -m confluent_suite \
+	  tests/integration/registry/test_confluent_python_suite.py
 
 jepsen: $(STAMP) system-deps
 	JEPSEN_SECONDS=$(JEPSEN_SECONDS) nice -n 10 $(BIN)/pytest -q -s -p no:cacheprovider \
