@@ -130,6 +130,16 @@ def make_servers(router: Router, config: BrokerConfig,
     ]
 
 
+async def _start_servers(servers: list[BrokerServer]) -> None:
+    """Listen on every listener; a port that cannot be had stops the start with one line."""
+    for server in servers:
+        try:
+            await server.start()
+        except OSError as e:
+            raise StartupError(f"cannot listen on {server.host}:{server.port}: "
+                               f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
+
+
 def _advertise_chosen_ports(broker: Broker, config: BrokerConfig,
                             servers: list[BrokerServer]) -> None:
     """A listener on port 0 is advertised with the port the OS chose (tests use this)."""
@@ -274,12 +284,7 @@ async def serve_controller(config: BrokerConfig) -> None:
     await node.start()
     servers = make_servers(node.router(), config, securities)
     try:
-        for server in servers:
-            try:
-                await server.start()
-            except OSError as e:
-                raise StartupError(f"cannot listen on {server.host}:{server.port}: "
-                                   f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
+        await _start_servers(servers)
     except BaseException:
         await _step("raft", node.stop())
         raise
@@ -341,12 +346,7 @@ async def serve(config: BrokerConfig) -> None:
                                 [s for s in securities if s.listener.name in names])
     else:
         servers = make_servers(router, config, securities)
-    for server in servers:
-        try:
-            await server.start()
-        except OSError as e:
-            raise StartupError(f"cannot listen on {server.host}:{server.port}: "
-                               f"{(e.strerror or str(e)).lower()}") from e  # fmt: skip
+    await _start_servers(servers)
     _advertise_chosen_ports(broker, config, servers)
     metrics = _start_metrics(broker, config, servers)
     registry = start_registry_listener(broker, securities)

@@ -11,8 +11,10 @@ from strom.config.defs import ConfigDef, ConfigError, ConfigType
 DEFAULT_METRICS_LISTENER = "http://127.0.0.1:9404"
 
 
-def metrics_endpoint(value: str | None) -> tuple[str, int] | None:
-    """``metrics.listener`` as (host, port); None when empty (metrics off)."""
+def http_endpoint(value: str | None, config: str, schemes: tuple[str, ...],
+                  paths: tuple[str, ...], shape: str) -> tuple[str, str, int] | None:
+    """An HTTP listener setting as (scheme, host, port); None when empty. Anything else is
+    one ConfigError naming the config and the `shape` it must have."""
     value = (value or "").strip()
     if not value:
         return None
@@ -21,12 +23,18 @@ def metrics_endpoint(value: str | None) -> tuple[str, int] | None:
         port = parts.port
     except ValueError:
         port = None
-    if parts.scheme != "http" or not parts.hostname or port is None or parts.path not in (
-            "", "/", "/metrics"):
-        raise ConfigError(
-            f"Invalid value {value} for configuration metrics.listener: must look like "
-            "http://HOST:PORT (empty turns the metrics endpoint off)")
-    return parts.hostname, port
+    if parts.scheme not in schemes or not parts.hostname or port is None \
+            or parts.path not in paths:
+        raise ConfigError(f"Invalid value {value} for configuration {config}: must look like "
+                          f"{shape}")
+    return parts.scheme, parts.hostname, port
+
+
+def metrics_endpoint(value: str | None) -> tuple[str, int] | None:
+    """``metrics.listener`` as (host, port); None when empty (metrics off)."""
+    found = http_endpoint(value, "metrics.listener", ("http",), ("", "/", "/metrics"),
+                          "http://HOST:PORT (empty turns the metrics endpoint off)")
+    return None if found is None else (found[1], found[2])
 
 
 def _check(name: str, value: Any) -> None:

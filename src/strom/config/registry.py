@@ -4,9 +4,9 @@ with `listeners` and `kafkastore.*` settings). Off by default; `make run` turns 
 from __future__ import annotations
 
 from typing import Any, NamedTuple
-from urllib.parse import urlsplit
 
-from strom.config.defs import ConfigDef, ConfigError, ConfigType, at_least, one_of
+from strom.config.defs import ConfigDef, ConfigType, at_least, one_of
+from strom.config.metrics import http_endpoint
 
 T = ConfigType
 
@@ -19,20 +19,9 @@ class RegistryEndpoint(NamedTuple):
 
 def registry_endpoint(value: str | None) -> RegistryEndpoint | None:
     """``schema.registry.listeners`` as (host, port, tls); None when empty (no registry)."""
-    value = (value or "").strip()
-    if not value:
-        return None
-    try:
-        parts = urlsplit(value)
-        port = parts.port
-    except ValueError:
-        port = None
-    if parts.scheme not in ("http", "https") or not parts.hostname or port is None \
-            or parts.path not in ("", "/"):
-        raise ConfigError(f"Invalid value {value} for configuration schema.registry.listeners: "
-                          "must look like http://HOST:PORT or https://HOST:PORT (empty: no "
-                          "schema registry)")
-    return RegistryEndpoint(parts.hostname, port, parts.scheme == "https")
+    found = http_endpoint(value, "schema.registry.listeners", ("http", "https"), ("", "/"),
+                          "http://HOST:PORT or https://HOST:PORT (empty: no schema registry)")
+    return None if found is None else RegistryEndpoint(found[1], found[2], found[0] == "https")
 
 
 def _check(name: str, value: Any) -> None:

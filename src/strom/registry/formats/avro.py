@@ -25,7 +25,6 @@ allows them; 1.11, like this parser, does not), and Confluent's custom logical t
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from typing import Any
 
 import fastavro
 
-from strom.registry.formats import jsontext
+from strom.registry.formats import base, jsontext
 from strom.registry.formats.base import Incompatibility, InvalidSchemaError, literal
 
 SCHEMA_TYPE = "AVRO"
@@ -799,12 +798,7 @@ class AvroSchema:
         return _Checker().check(self.root, writer.root)
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for part in (SCHEMA_TYPE, self.canonical(),
-                     *(f"{k}\0{v}" for k, v in sorted(self.references.items()))):
-            digest.update(part.encode())
-            digest.update(b"\1")
-        return digest.hexdigest()
+        return base.fingerprint(SCHEMA_TYPE, self.canonical(), self.references)
 
     def __repr__(self) -> str:
         return f"AvroSchema({self.canonical()})"

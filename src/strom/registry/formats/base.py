@@ -13,6 +13,7 @@ a template naming them `{reader}` and `{writer}`: `describe` and `render` fill t
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -121,3 +122,12 @@ class SchemaFormat(Protocol):
         """Parse `text`; `references` maps each reference's name to the referenced schema's
         text (every reference, transitively, dependencies first). Raises InvalidSchemaError."""
         ...
+
+
+def fingerprint(schema_type: str, canonical: str, references: Mapping[str, str]) -> str:
+    """A schema's identity: its type, canonical text and references (names and texts)."""
+    digest = hashlib.sha256()
+    for part in (schema_type, canonical, *(f"{k}\0{v}" for k, v in sorted(references.items()))):
+        digest.update(part.encode())
+        digest.update(b"\1")
+    return digest.hexdigest()

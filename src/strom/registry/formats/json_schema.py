@@ -53,7 +53,6 @@ read in the 2019-09 and 2020-12 drafts only, as in Confluent; ``contains``, ``pr
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -64,7 +63,7 @@ from urllib.parse import unquote, urljoin
 import jsonschema
 from jsonschema import validators
 
-from strom.registry.formats import jsontext
+from strom.registry.formats import base, jsontext
 from strom.registry.formats.base import Incompatibility, InvalidSchemaError, literal
 
 SCHEMA_TYPE = "JSON"
@@ -1213,12 +1212,7 @@ class JsonSchema:
         return out
 
     def fingerprint(self) -> str:
-        digest = hashlib.sha256()
-        for part in (SCHEMA_TYPE, self.canonical(),
-                     *(f"{k}\0{v}" for k, v in sorted(self.references.items()))):
-            digest.update(part.encode())
-            digest.update(b"\1")
-        return digest.hexdigest()
+        return base.fingerprint(SCHEMA_TYPE, self.canonical(), self.references)
 
     def __repr__(self) -> str:
         return f"JsonSchema({self.canonical()})"
