@@ -25,7 +25,6 @@ from strom.broker.handlers import quorum as quorum_handlers
 from strom.broker.metrics.collector import start_metrics
 from strom.broker.metrics.request_hook import RequestMetrics
 from strom.broker.quotas.request_hook import RequestQuota
-from strom.broker.registry_listener import start_registry_listener
 from strom.broker.replicas import run_replication
 from strom.broker.router import RequestHook, Router
 from strom.broker.server import BrokerServer
@@ -349,7 +348,11 @@ async def serve(config: BrokerConfig) -> None:
     await _start_servers(servers)
     _advertise_chosen_ports(broker, config, servers)
     metrics = _start_metrics(broker, config, servers)
-    registry = start_registry_listener(broker, securities)
+    registry = None
+    if broker.registry is not None:  # uvicorn and the registry's modules: only when it is on
+        from strom.broker.registry_listener import start_registry_listener
+
+        registry = start_registry_listener(broker, securities)
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from strom.broker.metrics.leader_ends import LeaderEnds
 from strom.broker.metrics.stats import BrokerStats
@@ -33,13 +33,16 @@ from strom.coordinator.share.state import Persister
 from strom.coordinator.transaction.coordinator import TransactionCoordinator
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.registry.coordinator import RegistryCoordinator
 from strom.security.acl import Authorizer
 from strom.security.client import ClientSecurity
 from strom.storage.manager import LogManager
 
 PREFETCH_BELOW = 100  # producer ids left in the block when the next one is asked for
 
+
+
+if TYPE_CHECKING:  # the registry's modules load only when it is on (wiring)
+    from strom.registry.coordinator import RegistryCoordinator
 
 @dataclass
 class Node:

@@ -27,18 +27,16 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from struct import error as StructError
-from typing import Any
-
-import fastavro
-from jsonschema import validators
+from typing import TYPE_CHECKING, Any
 
 from strom.record import CorruptRecordError, read_header, read_varint, records_section
 from strom.registry import errors as rerr
-from strom.registry.coordinator import RegistryCoordinator
-from strom.registry.formats.protobuf import decode_message_indexes
-from strom.registry.service import Registry
 from strom.registry.state import RegistryState
 from strom.storage.errors import InvalidRecordError
+
+if TYPE_CHECKING:  # the registry's formats load with the registry (strom.broker.wiring)
+    from strom.registry.coordinator import RegistryCoordinator
+    from strom.registry.service import Registry
 
 KEY_HEADER = "__key_schema_id"
 VALUE_HEADER = "__value_schema_id"
@@ -117,6 +115,8 @@ def _record_name(parsed: Any, schema_type: str, data: bytes, start: int) -> str 
     """The record's name under its schema, for the record-name strategies: Avro's record
     name, the Protobuf message the payload's indexes name, JSON Schema's title."""
     if schema_type == "PROTOBUF":
+        from strom.registry.formats.protobuf import decode_message_indexes
+
         indexes, _ = decode_message_indexes(data, start)
         return str(parsed.message_name(indexes))
     if schema_type == "AVRO":
@@ -129,6 +129,11 @@ def _record_name(parsed: Any, schema_type: str, data: bytes, start: int) -> str 
 
 def _decode_error(parsed: Any, schema_type: str, data: bytes, start: int) -> str | None:
     """Why the payload is not data of its schema (decode mode), or None."""
+    import fastavro
+    from jsonschema import validators
+
+    from strom.registry.formats.protobuf import decode_message_indexes
+
     try:
         if schema_type == "AVRO":
             payload = io.BytesIO(data[start:])

@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import strom
 from strom.broker.commit_gate import ReplicaCommits
@@ -54,8 +54,10 @@ from strom.coordinator.share.store import SHARE_STATE_TOPIC
 from strom.coordinator.transaction.coordinator import TransactionCoordinator, TxnConfig
 from strom.coordinator.transaction.store import TRANSACTION_STATE_TOPIC
 from strom.protocol.errors import ErrorCode, KafkaError
-from strom.registry.coordinator import RegistryCoordinator
 from strom.registry.state import SCHEMAS_TOPIC
+
+if TYPE_CHECKING:
+    from strom.registry.coordinator import RegistryCoordinator
 from strom.security.acl import Authorizer, parse_super_users
 from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
 from strom.storage.manager import LogManager
@@ -222,6 +224,9 @@ def build_registry(node: Node, loop: asyncio.AbstractEventLoop,
     to leadership of `_schemas`, its writes waiting for their commit like every coordinator's."""
     if registry_endpoint(node.config.get("schema.registry.listeners")) is None:
         return None
+    # its formats (fastavro, jsonschema, protobuf) load only on a broker that serves it
+    from strom.registry.coordinator import RegistryCoordinator
+
     commits.register(SCHEMAS_TOPIC, node.config.get("schema.registry.timeout.ms"))
     store = StateStore(SCHEMAS_TOPIC, SchemasTopicAdapter(node), node.now_ms, commits)
     coordinator = RegistryCoordinator(
