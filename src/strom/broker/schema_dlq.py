@@ -101,7 +101,8 @@ async def divert(broker: Broker, d: Diversion) -> int | None:
         d.result.record_errors = list(exc.record_errors)
         d.result.error_message = str(exc)
         return None
-    good = [r for i, r in enumerate(d.records) if i not in {j for j, _ in d.errors}]
+    invalid = {i for i, _ in d.errors}
+    good = [r for i, r in enumerate(d.records) if i not in invalid]
     if not good:
         d.result.base_offset = d.log.log_end_offset
         d.result.log_start_offset = d.log.log_start_offset

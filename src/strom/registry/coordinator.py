@@ -4,8 +4,9 @@ Like the group, transaction and share coordinators it runs on the coordinator ru
 (`strom.coordinator.runtime`): when this broker becomes the leader of `_schemas-0`, the
 partition is replayed into a fresh `RegistryState` a chunk at a time (the registry answers
 "loading" meanwhile); when leadership leaves, the state is dropped. A change is appended as
-Confluent's records and applied once the in-sync replicas have it (`Commits.wait`): one
-writer, so ids are unique, and nothing acknowledged is lost with a broker.
+Confluent's records, applied to the state with its append, and answered once the in-sync
+replicas have it (`Commits.wait`): one writer, so ids are unique, and nothing acknowledged is
+lost with a broker.
 
 A broker that does not lead `_schemas-0` has no registry state yet: its registry answers
 Confluent's 50004 (unknown leader). Serving reads on every broker and forwarding writes to
@@ -56,12 +57,15 @@ class _Journal:
             if exc.code in (ErrorCode.NOT_COORDINATOR, ErrorCode.NOT_LEADER_OR_FOLLOWER):
                 raise err.unknown_leader("this broker no longer leads _schemas") from None
             raise err.store_error(exc.message or exc.code.name) from None
+        # The state follows the log at once, as every coordinator's does: a write whose commit
+        # times out stays in the log (it commits later, or a new leader reloads without it),
+        # so the next id must already count it, or two schemas could get one id.
+        for key, value in records:
+            self._shard.state.apply(key, value)
         code = await self._store.commits.wait(SCHEMAS_TOPIC, PARTITION, last + 1)
         if code:
             raise err.store_timeout(f"the write to {SCHEMAS_TOPIC} was not committed "
                                     f"({ErrorCode(code).name})")
-        for key, value in records:
-            self._shard.state.apply(key, value)
 
 
 class RegistryCoordinator:
