@@ -353,6 +353,13 @@ async def serve(config: BrokerConfig) -> None:
         from strom.broker.registry_listener import start_registry_listener
 
         registry = start_registry_listener(broker, securities)
+    rest = None
+    if config.get("rest.listeners"):  # a process of its own, a client of this broker
+        from strom.broker.rest_listener import start_rest_listener
+
+        rest = start_rest_listener(broker, [s for s in servers if kraft is None or
+                                            s.security.listener.name not in
+                                            kraft.controller_listener_names])
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()
@@ -366,7 +373,8 @@ async def serve(config: BrokerConfig) -> None:
           f"(advertised {broker.info.host}:{broker.info.port}), data in {dirs}, "
           f"cluster id {broker.cluster_id}"
           + (f", metrics at {metrics.url}" if metrics is not None else "")
-          + (f", schema registry at {registry.url}" if registry is not None else ""), flush=True)
+          + (f", schema registry at {registry.url}" if registry is not None else "")
+          + (f", HTTP API at {rest.url}" if rest is not None else ""), flush=True)
     _SERVING.set()
     logs = broker.logs
     tasks = [
@@ -397,6 +405,8 @@ async def serve(config: BrokerConfig) -> None:
         moved = await cluster.controller.controlled_shutdown(
             config.get("zookeeper.session.timeout.ms") / 1000)
         log.info("controlled shutdown: %s", "leadership moved" if moved else "timed out")
+    if rest is not None:  # first: its in-flight requests still reach the listeners
+        await _step("HTTP API", rest.stop())
     for task in tasks:
         task.cancel()
     await _step("log cleaner", cleaner.stop())

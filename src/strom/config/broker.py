@@ -26,6 +26,7 @@ from strom.config.defs import (
 from strom.config.kraft import KRAFT_CONFIGS
 from strom.config.metrics import METRICS_CONFIGS
 from strom.config.registry import REGISTRY_CONFIGS
+from strom.config.rest import REST_CONFIGS
 from strom.config.security import SECURITY_CONFIGS
 from strom.config.topic import (
     BROKER_SYNONYMS,
@@ -425,6 +426,7 @@ BROKER_CONFIGS.add(*SECURITY_CONFIGS)
 BROKER_CONFIGS.add(*METRICS_CONFIGS)
 BROKER_CONFIGS.add(*KRAFT_CONFIGS)
 BROKER_CONFIGS.add(*REGISTRY_CONFIGS)
+BROKER_CONFIGS.add(*REST_CONFIGS)
 
 
 @dataclass
@@ -435,6 +437,7 @@ class BrokerConfig:
     dynamic_default: dict[str, Any] = field(default_factory=dict)
     dynamic_broker: dict[str, Any] = field(default_factory=dict)
     unknown: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, str] = field(default_factory=dict)  # as written: a helper process loads it too
 
     @classmethod
     def load(cls, path: Path | None = None, overrides: Mapping[str, str] | None = None) -> BrokerConfig:
@@ -444,7 +447,7 @@ class BrokerConfig:
         if path is not None:
             raw.update(read_properties(path))
         raw.update(overrides or {})
-        cfg = cls()
+        cfg = cls(raw=raw)
         for name, value in raw.items():
             if name in BROKER_CONFIGS:
                 cfg.static[name] = BROKER_CONFIGS.parse(name, value)

@@ -62,13 +62,15 @@ class HeadDeadlineH11(H11Protocol):
 
 
 def make_server(app: ASGIApp, host: str, port: int,
-                ssl_context: ssl.SSLContext | None = None) -> uvicorn.Server:
+                ssl_context: ssl.SSLContext | None = None, *,
+                max_connections: int = MAX_CONNECTIONS, keep_alive_s: float = 5.0
+                ) -> uvicorn.Server:
     """The server; with `ssl_context` (built from the broker's ssl.* settings, as a
     listener's) it serves HTTPS."""
     config = uvicorn.Config(app, host=host, port=port, http=HeadDeadlineH11, log_level="warning",
                             access_log=False, server_header=False, proxy_headers=False,
-                            lifespan="off", limit_concurrency=MAX_CONNECTIONS,
-                            timeout_keep_alive=5)
+                            lifespan="off", limit_concurrency=max_connections,
+                            timeout_keep_alive=max(1, round(keep_alive_s)))
     if ssl_context is not None:
         config.load()  # uvicorn builds its own context only from files: ours replaces it
         config.ssl = ssl_context

@@ -1,0 +1,160 @@
+"""The HTTP API (`rest.listeners`): a process of its own (`python -m strom.rest`), started,
+watched and stopped by the broker.
+
+The broker binds the HTTP port itself — a taken port is one clear start-up error, and requests
+that arrive while the process (re)starts wait in the socket's backlog — and hands the socket and
+its config to the process on stdin. The process reaches this broker as a Kafka client through a
+PLAINTEXT listener, or with basic authentication a SASL_PLAINTEXT one (PLAIN or SCRAM), so every
+HTTP request passes the broker's own checks and ACLs. If the process dies it is started again
+(an ERROR line says so); when the broker stops, closing the process's stdin stops it, and a
+broker killed with -9 takes it along the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from strom.broker.core import Broker
+from strom.broker.server import BrokerServer
+from strom.broker.wiring import StartupError
+from strom.config.defs import ConfigError
+from strom.config.listeners import Listener
+from strom.config.rest import rest_endpoint
+from strom.http.server import bind
+from strom.rest.settings import Handoff
+from strom.security.listeners import ListenerSettings
+from strom.security.tls import server_context
+
+log = logging.getLogger("strom.rest")
+
+LISTENER = "REST"  # the name its listener.name.<l>.ssl.* overrides use
+STOP_S = 10.0
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class RestListener:
+    handoff: Handoff
+    sock_holder: object  # the bound socket, kept open for restarts
+    url: str
+    process: subprocess.Popen[bytes] | None = None
+    task: asyncio.Task[None] | None = None
+    stopping: bool = False
+    restarts: int = field(default=0)
+
+    def spawn(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "strom.rest"], stdin=subprocess.PIPE,
+            pass_fds=[self.handoff.fd], close_fds=True)
+        assert self.process.stdin is not None
+        self.process.stdin.write(self.handoff.to_line().encode())
+        self.process.stdin.flush()
+
+    async def supervise(self) -> None:
+        backoff = 1.0
+        while not self.stopping:
+            process = self.process
+            assert process is not None
+            code = await asyncio.to_thread(process.wait)
+            if self.stopping:
+                return
+            log.error("the HTTP API's process (pid %d) exited with %s: starting it again in "
+                      "%.0f s", process.pid, code, backoff)
+            await asyncio.sleep(backoff)  # a back-off, not synchronisation
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            if self.stopping:
+                return
+            self.restarts += 1
+            self.spawn()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        process = self.process
+        if process is not None and process.poll() is None:
+            assert process.stdin is not None
+            with contextlib.suppress(OSError):
+                process.stdin.close()  # EOF: the process shuts down
+            try:
+                await asyncio.wait_for(asyncio.to_thread(process.wait), STOP_S)
+            except TimeoutError:
+                log.warning("the HTTP API's process (pid %d) did not stop in %.0f s: killed",
+                            process.pid, STOP_S)
+                process.kill()
+                await asyncio.to_thread(process.wait)
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task
+        close = getattr(self.sock_holder, "close", None)
+        if close is not None:
+            close()
+
+
+def _client_listener(servers: Sequence[BrokerServer], basic: bool
+                     ) -> tuple[BrokerServer, list[str]]:
+    """The broker listener the HTTP API connects through, with its SASL mechanisms."""
+    for server in servers:
+        listener = server.security.listener
+        sasl = server.security.sasl
+        if listener.tls:
+            continue
+        if basic and listener.sasl and sasl is not None:
+            mechanisms = [m for m in sasl.mechanisms if m in ("PLAIN", "SCRAM-SHA-256",
+                                                              "SCRAM-SHA-512")]
+            if mechanisms:
+                return server, mechanisms
+        if not basic and not listener.sasl:
+            return server, []
+    if basic:
+        raise StartupError("rest.authentication.method=BASIC needs a SASL_PLAINTEXT listener "
+                           "with PLAIN or SCRAM enabled: the HTTP API authenticates to the "
+                           "broker as each HTTP user")
+    raise StartupError("rest.listeners needs a PLAINTEXT listener to reach the broker through "
+                       "(or rest.authentication.method=BASIC with a SASL_PLAINTEXT one)")
+
+
+def start_rest_listener(broker: Broker, servers: Sequence[BrokerServer]) -> RestListener | None:
+    config = broker.config
+    endpoint = rest_endpoint(config.get("rest.listeners"))
+    if endpoint is None:
+        return None
+    host, port, tls = endpoint
+    basic = config.get("rest.authentication.method") == "BASIC"
+    server, mechanisms = _client_listener(servers, basic)
+    if tls:  # checked here, so a bad keystore is one start-up line, not a crash loop
+        try:
+            server_context(ListenerSettings(config, Listener(LISTENER, host, port, "SSL")).get)
+        except ConfigError as exc:
+            raise StartupError(f"rest.listeners: {exc}") from None
+    elif not basic and broker.authorizer is not None:
+        log.warning("rest.authentication.method is NONE while the broker has an authorizer: "
+                    "every HTTP request is User:ANONYMOUS's (set BASIC)")
+    try:
+        sock = bind(host, port)
+    except OSError as exc:
+        raise StartupError(f"cannot serve the HTTP API on {host}:{port} (rest.listeners): "
+                           f"{exc.strerror or exc}") from None
+    sock.set_inheritable(True)
+    bound_host, bound_port = sock.getsockname()[:2]
+    kafka_host = "127.0.0.1" if server.host in ("", "0.0.0.0") else \
+        "::1" if server.host == "::" else server.host
+    advertised = broker.info.host if bound_host in ("0.0.0.0", "::") else bound_host
+    shown = f"[{advertised}]" if ":" in advertised else advertised
+    url = f"{'https' if tls else 'http'}://{shown}:{bound_port}"
+    kafka_shown = f"[{kafka_host}]" if ":" in kafka_host else kafka_host
+    handoff = Handoff(config=dict(config.raw), fd=sock.fileno(),
+                      bootstrap=f"{kafka_shown}:{server.port}",
+                      security_protocol=server.security.listener.protocol,
+                      sasl_mechanisms=mechanisms, registry_url=broker.info.registry_url,
+                      public_url=url)
+    handoff.config["rest.listeners"] = f"{'https' if tls else 'http'}://{host}:{bound_port}"
+    rest = RestListener(handoff, sock, url)
+    rest.spawn()
+    rest.task = asyncio.get_running_loop().create_task(rest.supervise(), name="rest-supervisor")
+    return rest

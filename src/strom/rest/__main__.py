@@ -1,0 +1,3 @@
+from strom.rest.process import main
+
+main()

@@ -1,0 +1,62 @@
+"""The HTTP API's Starlette app: each endpoint module contributes `routes(ctx)` and its OpenAPI
+`PATHS`/`SCHEMAS`; errors of every kind leave as Confluent's error body."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from types import ModuleType
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from strom.rest import openapi
+from strom.rest.context import RestContext
+from strom.rest.errors import RestError, rest_error_handler
+
+log = logging.getLogger("strom.rest")
+
+MODULES = (
+    "strom.rest.v3.clusters",  # clusters and brokers
+    "strom.rest.v3.topics",  # topics, their configs and partitions
+    "strom.rest.v3.groups",  # consumer groups, consumers, lag
+    "strom.rest.v3.records",  # produce
+    "strom.rest.v2.consumers",  # v2 consumer instances
+    "strom.rest.share",  # Strom's own: share groups over HTTP
+    "strom.rest.sse",  # Strom's own: Server-Sent Events of a topic
+)
+
+
+def endpoint_modules() -> list[ModuleType]:
+    return [importlib.import_module(name) for name in MODULES]
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error_code": exc.status_code, "message": f"HTTP {exc.status_code} "
+                         f"{exc.detail}"}, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    log.error("%s %s failed: %r", request.method, request.url.path, exc, exc_info=exc)
+    return JSONResponse({"error_code": 500, "message": "Internal Server Error"}, status_code=500)
+
+
+def build_app(ctx: RestContext) -> Starlette:
+    modules = endpoint_modules()
+    doc = openapi.document(modules, ctx.settings.basic_auth)
+
+    async def root(request: Request) -> Response:
+        return JSONResponse({})
+
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(doc)
+
+    routes: list[BaseRoute] = [Route("/", root), Route("/openapi.json", openapi_json)]
+    for module in modules:
+        routes += module.routes(ctx)
+    return Starlette(routes=routes, exception_handlers={
+        RestError: rest_error_handler, HTTPException: _http_error, Exception: _unexpected})

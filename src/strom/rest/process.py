@@ -1,0 +1,83 @@
+"""The HTTP API's process: `python -m strom.rest`, started by the broker (never by hand).
+
+It reads the broker's `Handoff` from its first stdin line and serves on the socket the broker
+bound. When stdin closes — the broker stopped, or died — it shuts down: it never outlives its
+broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+
+from strom.http.auth import BasicAuth
+from strom.http.server import make_server
+from strom.rest.app import build_app
+from strom.rest.auth import SaslCheck
+from strom.rest.clients import ClientPool, run_periodically
+from strom.rest.context import RestContext
+from strom.rest.settings import Handoff, RestSettings
+
+log = logging.getLogger("strom.rest")
+LISTENER = "REST"  # the name its listener.name.<l>.ssl.* overrides use
+
+
+def _watch_parent() -> None:
+    while sys.stdin.buffer.read(4096):
+        pass
+    os.kill(os.getpid(), signal.SIGTERM)  # uvicorn shuts down gracefully on it
+
+
+async def serve(settings: RestSettings) -> None:
+    from starlette.types import ASGIApp
+
+    sasl = SaslCheck(settings.handoff.bootstrap, settings.handoff.sasl_mechanisms)
+    pool = ClientPool(settings.client_base(), sasl.mechanism_of)
+    ctx = RestContext(settings, pool)
+    app: ASGIApp = build_app(ctx)
+    if settings.basic_auth:
+        def check(user: str, password: str) -> bool:
+            if not sasl(user, password):
+                return False
+            pool.remember(user, password)
+            return True
+
+        app = BasicAuth(app, check, realm="Strom HTTP API")
+    ssl_context = None
+    if settings.tls:
+        from strom.config.listeners import Listener
+        from strom.security.listeners import ListenerSettings
+        from strom.security.tls import server_context
+
+        ssl_context = server_context(ListenerSettings(
+            settings.config, Listener(LISTENER, settings.host, settings.port, "SSL")).get)
+    server = make_server(app, settings.host, settings.port, ssl_context,
+                         max_connections=settings.max_connections,
+                         keep_alive_s=settings.idle_ms / 1000)
+    sock = socket.socket(fileno=settings.handoff.fd)
+    sweeper = asyncio.get_running_loop().create_task(run_periodically(60, pool.close_idle))
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        sweeper.cancel()
+        await asyncio.to_thread(pool.close)
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s [rest] %(name)s: %(message)s")
+    logging.getLogger("strom.config").setLevel(logging.ERROR)  # the broker warned already
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit("strom.rest: started without the broker's hand-off (it is started by a broker "
+                 "with rest.listeners set)")
+    settings = RestSettings.of(Handoff.from_line(line))
+    threading.Thread(target=_watch_parent, name="parent-watch", daemon=True).start()
+    import uvloop
+
+    uvloop.run(serve(settings))
