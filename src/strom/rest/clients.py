@@ -56,7 +56,16 @@ class ProducerBridge:
     async def send(self, topic: str, *, value: bytes | None, key: bytes | None,
                    partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
                    timestamp: int | None = None) -> Message:
-        """Queue one record; the future completes with its delivery report (raises RestError)."""
+        """Produce one record and wait for its delivery report (raises RestError)."""
+        return await (await self.submit(topic, value=value, key=key, partition=partition,
+                                         headers=headers, timestamp=timestamp))
+
+    async def submit(self, topic: str, *, value: bytes | None, key: bytes | None,
+                     partition: int | None = None,
+                     headers: list[tuple[str, bytes]] | None = None,
+                     timestamp: int | None = None) -> asyncio.Future[Message]:
+        """Queue one record (in call order: waits only while librdkafka's queue is full); the
+        future it returns completes with the record's delivery report (or RestError)."""
         future: asyncio.Future[Message] = self.loop.create_future()
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
@@ -80,7 +89,7 @@ class ProducerBridge:
                 await asyncio.sleep(0.005)  # poll interval, not synchronisation
             except KafkaException as exc:
                 raise rest_error_of(exc) from None
-        return await future
+        return future
 
     def close(self) -> None:
         self.producer.flush(10)

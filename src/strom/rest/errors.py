@@ -78,6 +78,7 @@ _KAFKA_TO_HTTP: dict[int, tuple[int, int]] = {  # Kafka code -> (status, error_c
     ErrorCode.MESSAGE_TOO_LARGE: (413, 413),
     ErrorCode.RECORD_LIST_TOO_LARGE: (413, 413),
     ErrorCode.INVALID_RECORD: (400, 40002),
+    ErrorCode.INVALID_TIMESTAMP: (400, 40002),
     ErrorCode.CORRUPT_MESSAGE: (400, 40002),
     ErrorCode.THROTTLING_QUOTA_EXCEEDED: (429, 429),
 }

@@ -69,8 +69,9 @@ async def serve(settings: RestSettings) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s [rest] %(name)s: %(message)s")
+    logging.basicConfig(level=os.environ.get("STROM_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
+                        format="%(asctime)s level=%(levelname)s logger=%(name)s "
+                               "pid=%(process)d msg=%(message)s")  # the broker's, in its log
     logging.getLogger("strom.config").setLevel(logging.ERROR)  # the broker warned already
     line = sys.stdin.readline()
     if not line:

@@ -44,10 +44,11 @@ stay in the run directory), ``zookeeper`` (Debian's ZooKeeper jar, which the pag
 tests do), ``spark`` (PySpark and Java; its JVMs get ``JAVA_TOOL_OPTIONS`` for C1-only compiling
 and the serial GC, which only shorten these short runs), ``schema-registry`` (the page's broker
 serves the schema registry: ``localhost:8081`` is its address, also
-``$STROM_SCHEMA_REGISTRY_URL``). A missing prerequisite fails the page, saying what to install,
-as the tests that use it do. A setup that needs the page's broker configured its way names the
-settings in ``BROKER_SETTINGS``: the broker starts with them, and the setup gets the started
-broker.
+``$STROM_SCHEMA_REGISTRY_URL``), ``http-api`` (the page's broker serves the HTTP API and the
+schema registry: ``localhost:8082`` is the HTTP API's address, also ``$STROM_REST_URL``). A
+missing prerequisite fails the page, saying what to install, as the tests that use it do. A
+setup that needs the page's broker configured its way names the settings in
+``BROKER_SETTINGS``: the broker starts with them, and the setup gets the started broker.
 
 A command expected to fail is written so that success fails the script: ``exits N COMMAND``
 with the one-line function the page defines where it uses it, or ``if COMMAND; then exit 1; fi``
@@ -324,24 +325,41 @@ def _schema_registry(run_dir: Path, broker: BrokerProcess) -> dict[str, str]:
     return {REGISTRY_ENV: url}
 
 
+REST = "localhost:8082"  # the HTTP API's address on a page (Confluent REST Proxy's port)
+REST_ENV = "STROM_REST_URL"
+
+
+def _http_api(run_dir: Path, broker: BrokerProcess) -> dict[str, str]:
+    """The page's broker serves the HTTP API (and the registry its schema formats use)."""
+    from ..rest.conftest import Rest, started_url, wait_answers
+
+    rest = Rest(started_url(broker, "HTTP API"), broker, started_url(broker, "schema registry"))
+    wait_answers(rest)
+    return {REST_ENV: rest.url, **_schema_registry(run_dir, broker)}
+
+
 SETUPS = {"checkout": _checkout, "zookeeper": _zookeeper, "kafka-tools": _kafka_tools,
-          "spark": _spark, "schema-registry": _schema_registry}
+          "spark": _spark, "schema-registry": _schema_registry, "http-api": _http_api}
 
 # What the page's broker starts with for a setup that needs it configured its way.
 BROKER_SETTINGS: dict[str, dict[str, object]] = {
-    "schema-registry": {"schema.registry.listeners": "http://127.0.0.1:0"}}
+    "schema-registry": {"schema.registry.listeners": "http://127.0.0.1:0"},
+    "http-api": {"schema.registry.listeners": "http://127.0.0.1:0",
+                 "rest.listeners": "http://127.0.0.1:0"}}
 
 
 def localize(script: str, bootstrap: str, metrics: str = "127.0.0.1:9404",
-             registry: str | None = None) -> str:
+             registry: str | None = None, rest: str | None = None) -> str:
     """localhost:9092 becomes ``bootstrap``, localhost:9404 ``metrics`` (the test broker's
-    endpoint) and, when the broker serves one, localhost:8081 ``registry`` (its schema
-    registry's host:port); every other port the page names a free port."""
+    endpoint) and, when the broker serves them, localhost:8081 ``registry`` (its schema
+    registry's host:port) and localhost:8082 ``rest`` (its HTTP API's); every other port the
+    page names a free port."""
     script = script.replace("localhost:9092", bootstrap).replace("localhost:9404", metrics)
     taken = {bootstrap.rsplit(":", 1)[1], metrics.rsplit(":", 1)[1]}
-    if registry is not None:
-        script = script.replace(REGISTRY, registry)
-        taken.add(registry.rsplit(":", 1)[1])
+    for page_address, address in ((REGISTRY, registry), (REST, rest)):
+        if address is not None:
+            script = script.replace(page_address, address)
+            taken.add(address.rsplit(":", 1)[1])
     for port in sorted({p for p in _PAGE_PORT.findall(script) if p not in taken}):
         script = re.sub(rf"(?<=[:=]){port}\b", str(free_port()), script)
     return script
@@ -601,13 +619,15 @@ def test_runnable_blocks(page: Page, make_broker, tmp_path) -> None:
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
            "STROM_BOOTSTRAP_SERVER": broker.bootstrap}
     env.pop(REGISTRY_ENV, None)  # only a page with the schema-registry setup has one
+    env.pop(REST_ENV, None)
     for name in page.setups:
         env.update(SETUPS[name](tmp_path, broker))
     marker = f"@@docs-block-{secrets.token_hex(8)}@@"
     registry = env[REGISTRY_ENV].removeprefix("http://") if REGISTRY_ENV in env else None
+    rest = env[REST_ENV].removeprefix("http://") if REST_ENV in env else None
     script = localize(marked_script(page, marker), broker.bootstrap,
                       broker.metrics_url.removeprefix("http://").removesuffix("/metrics"),
-                      registry)
+                      registry, rest)
     proc = subprocess.Popen(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True,

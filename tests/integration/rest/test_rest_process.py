@@ -1,0 +1,137 @@
+"""The HTTP API's process (issue 32 point 5): HTTP basic authentication with the broker's own
+users (SASL PLAIN from the JAAS config, SCRAM from the metadata) and the broker's ACLs through
+them; HTTPS with the broker's ssl.* settings; a process the broker restarts when it dies and
+that never outlives its broker, even one killed with -9."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import (
+    AclBinding,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    ResourcePatternType,
+    ResourceType,
+    ScramCredentialInfo,
+    ScramMechanism,
+    UserScramCredentialUpsertion,
+)
+
+from .. import clients as kc
+from ..broker import HOST, free_port
+from .conftest import REST_OVERRIDES, Rest, started_url, wait_answers
+
+USERS = {"admin": "admin-pw", "alice": "alice-pw"}
+JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
+        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
+T = 20.0
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(p) for p in text]
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(")")[-1].split()[0] == "Z")
+
+
+def wait_for(check, what: str, timeout: float = T):
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)  # poll interval, not synchronisation
+
+
+def test_basic_auth_runs_each_request_as_the_http_user(make_broker, unique_topic) -> None:
+    sasl_port = free_port()
+    broker = make_broker({
+        **REST_OVERRIDES,
+        "listeners": f"PLAINTEXT://{HOST}:{{port}},SASL_PLAINTEXT://{HOST}:{sasl_port}",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": JAAS,
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "super.users": "User:admin;User:ANONYMOUS",
+        "rest.authentication.method": "BASIC"})
+    url = started_url(broker, "HTTP API")
+    anonymous = Rest(url, broker, "")
+    assert anonymous.get("/v3/clusters") == (401, {"error_code": 401, "message": "Unauthorized"})
+    assert Rest(url, broker, "", auth=("alice", "wrong")).get("/v3/clusters")[0] == 401
+    admin_rest = Rest(url, broker, "", auth=("admin", "admin-pw"))
+    wait_answers(admin_rest)
+    topic = unique_topic("rest-acl")
+    kc.create_topic(broker.bootstrap, topic, 1)
+    record = {"value": {"type": "STRING", "data": "hello"}}
+    status, body = admin_rest.post(f"{admin_rest.v3}/topics/{topic}/records", record)
+    assert status == 200, body
+    alice = Rest(url, broker, "", auth=("alice", "alice-pw"))
+    status, body = alice.post(f"{admin_rest.v3}/topics/{topic}/records", record)
+    assert (status, body["error_code"]) == (403, 40301), body
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_acls([AclBinding(
+            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
+            op, AclPermissionType.ALLOW) for op in (AclOperation.WRITE,
+                                                     AclOperation.DESCRIBE)]).values():
+        future.result(T)
+    wait_for(lambda: alice.post(f"{admin_rest.v3}/topics/{topic}/records", record)[0] == 200,
+             "alice may write once the ACL reaches the authorizer")
+    # a SCRAM user authenticates through the broker too
+    admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
+        "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-pw")]
+    )["carol"].result(T)
+    carol = Rest(url, broker, "", auth=("carol", "carol-pw"))
+    wait_for(lambda: carol.get("/v3/clusters")[0] == 200, "carol authenticates")
+    status, body = carol.post(f"{admin_rest.v3}/topics/{topic}/records", record)
+    assert (status, body["error_code"]) == (403, 40301), body
+    assert Rest(url, broker, "", auth=("carol", "nope")).get("/v3/clusters")[0] == 401
+
+
+def test_https_with_the_brokers_tls_settings(make_broker, tmp_path) -> None:
+    import ssl
+    import urllib.request
+
+    from ..security.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    server = ca.issue("rest", server=True, O="Strom Tests", CN="localhost")
+    broker = make_broker({**REST_OVERRIDES, "rest.listeners": "https://127.0.0.1:0",
+                          "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.both)})
+    url = started_url(broker, "HTTP API")
+    assert url.startswith("https://")
+    context = ssl.create_default_context(cafile=str(ca.path))
+    context.check_hostname = False
+    with urllib.request.urlopen(url + "/v3/clusters", context=context, timeout=T) as resp:
+        assert resp.status == 200
+
+
+def test_the_broker_restarts_its_http_process_and_takes_it_along(make_broker) -> None:
+    broker = make_broker(REST_OVERRIDES)
+    rest = Rest(started_url(broker, "HTTP API"), broker, "")
+    wait_answers(rest)
+    assert broker.pid is not None
+    first = wait_for(lambda: children(broker.pid), "the HTTP API's process runs")
+    assert len(first) == 1
+    os.kill(first[0], signal.SIGKILL)
+    wait_for(lambda: "HTTP API's process" in broker.log_text(), "an ERROR line says it died")
+    assert "level=ERROR" in broker.log_text()
+    second = wait_for(lambda: [p for p in children(broker.pid) if p != first[0]],
+                      "it is started again")
+    wait_answers(rest)
+    broker.kill()  # kill -9: the process sees its stdin close and goes too
+    wait_for(lambda: not alive(second[0]), "the HTTP API's process exits with its broker")
