@@ -42,6 +42,10 @@ def console(
         "--registry-url", help="A schema registry (Confluent's API, e.g. Strom's at "
                                "http://localhost:8081): topic pages show their subjects, "
                                "schemas and validation settings.")] = None,
+    rest_url: Annotated[str | None, typer.Option(
+        "--rest-url", help="Strom's HTTP API (e.g. http://localhost:8082): the console links "
+                           "to its OpenAPI document, and each topic page to the topic's "
+                           "records and live event stream over HTTP.")] = None,
 ) -> None:
     """Serve the web console: cluster, topics, records, consumer groups, an hour of charts."""
     from strom.console.app import create_app
@@ -67,7 +71,8 @@ def console(
     history = History(sample_interval)
     sampler = Sampler(source.observe, history)
     app = create_app(source, history,
-                     registry=RegistryReader(registry_url, timeout) if registry_url else None)
+                     registry=RegistryReader(registry_url, timeout) if registry_url else None,
+                     rest_url=rest_url.rstrip("/") if rest_url else None)
     bound_host, bound_port = sock.getsockname()[:2]
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     out.print(f"Strom console on http://{shown}:{bound_port}/ for {bootstrap_server}",

@@ -149,7 +149,7 @@ def _int_param(request: Request, name: str, maximum: int) -> int | None:
 
 
 def create_app(source: Source, history: History, *, title: str = "Strom console",
-               registry: RegistryReader | None = None) -> Starlette:
+               registry: RegistryReader | None = None, rest_url: str | None = None) -> Starlette:
     templates = _templates()
     limiter = anyio.CapacityLimiter(KAFKA_CALLS)
 
@@ -160,6 +160,7 @@ def create_app(source: Source, history: History, *, title: str = "Strom console"
         context.setdefault("title", title)
         context.setdefault("now", iso_time(int(time.time() * 1000)))
         context.setdefault("interval", history.interval)
+        context.setdefault("rest_url", rest_url)
         return templates.TemplateResponse(request, name, context, status_code=status_code)
 
     def in_out_charts() -> list[Chart]:
@@ -211,9 +212,11 @@ def create_app(source: Source, history: History, *, title: str = "Strom console"
         search, records = await read_records(request, info)
         chart = line_chart(f"Records in, {info.name}", "records/s",
                            {info.name: history.in_topic(info.name)}, time.time())
+        cluster = await call(source.cluster) if rest_url else None  # for the v3 records URL
         return page(request, "topic.html", topic=info, records=records, search=search,
                     chart=chart, query=request.query_params,
-                    schemas=await topic_schemas(info.name))
+                    schemas=await topic_schemas(info.name),
+                    cluster_id=cluster.cluster_id if cluster is not None else None)
 
     async def groups(request: Request) -> Response:
         items = await call(source.groups)

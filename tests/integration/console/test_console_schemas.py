@@ -37,3 +37,19 @@ def test_a_topic_page_shows_its_schemas(make_broker, start_console) -> None:
                          "--timeout", "2")
     page = get(away.port, "/topics/clicks")
     assert page.status == 200 and "cannot read the schema registry" in page.text
+
+
+def test_pages_link_to_the_http_api(make_broker, start_console) -> None:
+    """With --rest-url (issue 32 point 7), the console links to the HTTP API's OpenAPI document
+    and each topic page to the topic's records and live event stream over HTTP."""
+    broker = make_broker({"metrics.listener": ""})
+    kc.create_topic(broker.bootstrap, "views", 1)
+    rest = "http://127.0.0.1:8082"
+    console = start_console(broker.bootstrap, "--rest-url", rest + "/")
+    page = get(console.port, "/topics/views")
+    assert page.status == 200
+    assert f'href="{rest}/openapi.json"' in page.text
+    assert f'href="{rest}/strom/v1/topics/views/events"' in page.text
+    assert f"POST {rest}/v3/clusters/" in page.text and "/topics/views/records" in page.text
+    plain = start_console(broker.bootstrap)
+    assert "HTTP API" not in get(plain.port, "/topics/views").text
