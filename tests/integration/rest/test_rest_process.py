@@ -135,3 +135,31 @@ def test_the_broker_restarts_its_http_process_and_takes_it_along(make_broker) ->
     wait_answers(rest)
     broker.kill()  # kill -9: the process sees its stdin close and goes too
     wait_for(lambda: not alive(second[0]), "the HTTP API's process exits with its broker")
+
+
+def test_stalled_http_clients_stall_nobody(rest_broker, rest) -> None:
+    """Connections that never finish their request head (and one that sends garbage) neither
+    stop the broker's Kafka clients nor other HTTP clients."""
+    import socket
+    from urllib.parse import urlsplit
+
+    from confluent_kafka import Producer
+
+    parts = urlsplit(rest.url)
+    stalled = []
+    try:
+        for _ in range(50):
+            sock = socket.create_connection((parts.hostname, parts.port), timeout=5)
+            sock.sendall(b"POST /v3/clusters HTTP/1.1\r\nHost: x\r\n")  # never ends its head
+            stalled.append(sock)
+        garbage = socket.create_connection((parts.hostname, parts.port), timeout=5)
+        garbage.sendall(b"\x16\x03\x01\x02\x00" + bytes(range(256)) * 4)
+        stalled.append(garbage)
+        producer = Producer({"bootstrap.servers": rest_broker.bootstrap})
+        producer.produce("stall-check", b"v")
+        assert producer.flush(10) == 0
+        status, _ = rest.get("/v3/clusters", timeout=10)
+        assert status == 200
+    finally:
+        for sock in stalled:
+            sock.close()
