@@ -161,6 +161,9 @@ class ClientPool:
         """Credentials that just passed the broker's check: the user's clients use them."""
         self._passwords[user] = password
 
+    def password_of(self, user: str) -> str | None:
+        return self._passwords.get(user)
+
     def config_for(self, user: str | None, **extra: Any) -> dict[str, Any]:
         conf = dict(self.base)
         if user is not None:
