@@ -436,7 +436,8 @@ def test_decode_errors(formats: Formats, registry: FakeRegistry) -> None:
 
 
 def test_formats_of_keeps_one_formats_per_user_and_password() -> None:
-    pool = SimpleNamespace(_passwords={"ada": "pw"})
+    passwords = {"ada": "pw"}
+    pool = SimpleNamespace(password_of=passwords.get)
     ctx = SimpleNamespace(settings=SimpleNamespace(handoff=SimpleNamespace(
         registry_url="http://127.0.0.1:1")), pool=pool,
         user=lambda request: request)
@@ -445,6 +446,6 @@ def test_formats_of_keeps_one_formats_per_user_and_password() -> None:
     assert formats_of(ctx, "ada") is first  # type: ignore[arg-type]
     anonymous = formats_of(ctx, None)  # type: ignore[arg-type]
     assert anonymous is not first and anonymous.auth is None
-    pool._passwords["ada"] = "new"
+    passwords["ada"] = "new"
     renewed = formats_of(ctx, "ada")  # type: ignore[arg-type]
     assert renewed is not first and renewed.auth == ("ada", "new")
