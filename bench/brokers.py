@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import shutil
 import signal
 import socket
@@ -127,6 +128,42 @@ def with_schema_registry(spec: BrokerSpec, url: str) -> BrokerSpec:
 def schema_registry_url(spec: BrokerSpec) -> str | None:
     """Where a broker made by :func:`with_schema_registry` serves its registry; None: nowhere."""
     return spec.command.url if isinstance(spec.command, WithSchemaRegistry) else None
+
+
+@dataclass(frozen=True)
+class WithRestApi:
+    """A Strom :class:`Command` that also serves the HTTP API (``rest.listeners``, issue 32) on
+    a port the broker picks; see :func:`with_rest_api` and :func:`rest_api_url`."""
+
+    inner: Command
+
+    def __call__(self, port: int, data_dir: Path, tls: TlsFiles | None = None) -> list[str]:
+        return [*self.inner(port, data_dir, tls), "--override", "rest.listeners=http://127.0.0.1:0"]
+
+
+def with_rest_api(spec: BrokerSpec) -> BrokerSpec:
+    """``spec`` (a Strom's) with its HTTP API on, for the scenarios that measure it."""
+    if spec.kind != "strom":
+        raise ValueError(f"{spec.label} serves no HTTP API")
+    return dataclasses.replace(spec, command=WithRestApi(spec.command))
+
+
+HTTP_API_AT = re.compile(r"HTTP API at (https?://[^\s,]+)")
+
+
+def http_api_url(log: str) -> str | None:
+    """The HTTP API's URL from a Strom broker's start-up line ("..., HTTP API at
+    http://HOST:PORT"); None when the log has none."""
+    found = HTTP_API_AT.search(log)
+    return found.group(1) if found else None
+
+
+def rest_api_url(broker: BrokerProcess) -> str | None:
+    """Where a broker made by :func:`with_rest_api` serves its HTTP API (the port it chose,
+    read from its start-up line); None for any other broker."""
+    if not isinstance(broker.spec.command, WithRestApi):
+        return None
+    return http_api_url(broker.log_text())
 
 
 # Tansu 0.6.0's `broker --help` lists --cert and --key ("Transport Layer Security
@@ -384,6 +421,12 @@ class BrokerProcess:
 
     def peak_rss_bytes(self) -> int:
         return procstat.peak_rss_bytes(self.pid)
+
+    def log_text(self) -> str:
+        """Everything the broker has logged since its last start."""
+        if self._log_path is None or not self._log_path.exists():
+            return ""
+        return self._log_path.read_text(errors="replace")
 
     def log_tail(self, lines: int = 15) -> str:
         if self._log_path is None or not self._log_path.exists():

@@ -488,6 +488,17 @@ def job_one_per_partition(job: Job) -> dict[str, Any]:
     }
 
 
+def _http_job(name: str) -> Callable[[Job], dict[str, Any]]:
+    """A job of bench/http_client.py (the http-1k scenario's HTTP clients), imported on use."""
+
+    def run(job: Job) -> dict[str, Any]:
+        from bench import http_client
+
+        return http_client.JOBS[name](job)
+
+    return run
+
+
 JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "ceiling": job_ceiling,
     "produce": job_produce,
@@ -497,6 +508,7 @@ JOBS: dict[str, Callable[[Job], dict[str, Any]]] = {
     "many_partitions": job_many_partitions,
     "churn": job_churn,
     "one_per_partition": job_one_per_partition,
+    **{name: _http_job(name) for name in ("http_produce", "http_load", "http_consume")},
 }
 
 

@@ -69,6 +69,7 @@ class Sizes:
     warmup_records: int  # 1 KiB records through each broker before a steady-state scenario
     cluster_records: int  # 1 KiB records through the 3-broker clusters (acks=all, RF=3)
     java_perf_records: int  # 1 KiB records per kafka-producer-perf-test run (java-perf-1k)
+    http_records: int  # 1 KiB records produced, then consumed, through the HTTP API (http-1k)
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
@@ -91,6 +92,7 @@ FULL = Sizes(
     warmup_records=200_000,
     cluster_records=150_000,
     java_perf_records=300_000,
+    http_records=100_000,
 )
 
 QUICK = Sizes(
@@ -110,4 +112,5 @@ QUICK = Sizes(
     warmup_records=30_000,
     cluster_records=30_000,
     java_perf_records=60_000,
+    http_records=20_000,
 )
