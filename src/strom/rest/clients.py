@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import hashlib
 import logging
 import threading
@@ -46,12 +47,22 @@ class ProducerBridge:
         self.loop = loop
         self.producer = Producer(conf)
         self._closed = threading.Event()
+        self._settled: list[tuple[asyncio.Future[Message], KafkaError | None, Message]] = []
         self._thread = threading.Thread(target=self._poll, name="rest-producer-poll", daemon=True)
         self._thread.start()
 
     def _poll(self) -> None:
+        """Delivery reports, handed to the event loop in one call per poll (not one per
+        record: a wake-up of the loop costs more than settling a future)."""
         while not self._closed.is_set():
             self.producer.poll(0.05)
+            if self._settled:
+                batch, self._settled = self._settled, []
+                self.loop.call_soon_threadsafe(_settle_all, batch)
+
+    def _delivered(self, future: asyncio.Future[Message], err: KafkaError | None,
+                   msg: Message) -> None:
+        self._settled.append((future, err, msg))  # on the polling thread, inside poll()
 
     async def send(self, topic: str, *, value: bytes | None, key: bytes | None,
                    partition: int | None = None, headers: list[tuple[str, bytes]] | None = None,
@@ -67,11 +78,8 @@ class ProducerBridge:
         """Queue one record (in call order: waits only while librdkafka's queue is full); the
         future it returns completes with the record's delivery report (or RestError)."""
         future: asyncio.Future[Message] = self.loop.create_future()
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            self.loop.call_soon_threadsafe(_settle, future, err, msg)
-
-        kwargs: dict[str, Any] = {"value": value, "key": key, "on_delivery": delivered}
+        kwargs: dict[str, Any] = {"value": value, "key": key,
+                                  "on_delivery": functools.partial(self._delivered, future)}
         if partition is not None:
             kwargs["partition"] = partition
         if headers:
@@ -97,13 +105,14 @@ class ProducerBridge:
         self._thread.join(1.0)
 
 
-def _settle(future: asyncio.Future[Message], err: KafkaError | None, msg: Message) -> None:
-    if future.done():
-        return
-    if err is not None:
-        future.set_exception(kafka_error(err.code(), err.str(), err.retriable()))
-    else:
-        future.set_result(msg)
+def _settle_all(batch: list[tuple[asyncio.Future[Message], KafkaError | None, Message]]) -> None:
+    for future, err, msg in batch:
+        if future.done():
+            continue
+        if err is not None:
+            future.set_exception(kafka_error(err.code(), err.str(), err.retriable()))
+        else:
+            future.set_result(msg)
 
 
 @dataclass
@@ -125,7 +134,7 @@ class UserClients:
     def producer(self) -> ProducerBridge:
         if self._producer is None:
             self._producer = ProducerBridge(
-                {**self.config, "acks": "all", "linger.ms": 1}, self.loop)
+                {**self.config, "acks": "all", "linger.ms": 5}, self.loop)
         return self._producer
 
     async def call(self, start: Callable[[AdminClient], concurrent.futures.Future[T]]) -> T:

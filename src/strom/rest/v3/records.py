@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from confluent_kafka import Message
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -116,17 +117,33 @@ class _Topics:
         return count
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Pending:
+    """A record handed to the producer, awaiting its delivery report."""
+
+    delivery: asyncio.Future[Message]
+    cluster_id: str
+    topic: str
+    key: Encoded
+    value: Encoded
+
+    def report(self, message: Message) -> dict[str, Any]:
+        _, ms = message.timestamp()
+        return {"error_code": 200, "cluster_id": self.cluster_id, "topic_name": self.topic,
+                "partition_id": message.partition(), "offset": message.offset(),
+                "timestamp": iso_timestamp(ms) if ms is not None and ms >= 0 else None,
+                "key": summary(self.key), "value": summary(self.value)}
+
+
 def routes(ctx: RestContext) -> list[BaseRoute]:
     topics = _Topics()
 
-    async def submit(request: Request, cluster_id: str, topic: str, record: Any,
-                     formats: Formats) -> asyncio.Future[dict[str, Any]]:
-        """Check and encode one record and hand it to the producer; the future completes with
-        its delivery report. Called in request order: records reach the log in that order."""
+    async def submit(clients: UserClients, user: str | None, cluster_id: str, topic: str,
+                     record: Any, formats: Formats) -> Pending:
+        """Check and encode one record and hand it to the producer. Called in request order:
+        records reach the log in that order."""
         if not isinstance(record, dict):
             raise bad_request("A record must be a JSON object")
-        user = ctx.user(request)
-        clients = ctx.clients(request)
         count = await topics.partitions(clients, user, topic)
         partition = record.get("partition_id")
         if partition is not None and (not isinstance(partition, int) or isinstance(
@@ -138,28 +155,22 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
             topic, value=value.data, key=key.data, partition=partition,
             headers=parse_headers(record.get("headers")),
             timestamp=parse_timestamp(record.get("timestamp")))
-
-        async def report() -> dict[str, Any]:
-            message = await delivery
-            _, ms = message.timestamp()
-            return {"error_code": 200, "cluster_id": cluster_id, "topic_name": topic,
-                    "partition_id": message.partition(), "offset": message.offset(),
-                    "timestamp": iso_timestamp(ms) if ms is not None and ms >= 0 else None,
-                    "key": summary(key), "value": summary(value)}
-
-        return asyncio.ensure_future(report())
+        return Pending(delivery, cluster_id, topic, key, value)
 
     async def produce(request: Request) -> Response:
         cluster_id = await ctx.check_cluster(request)
         topic = request.path_params["topic_name"]
         formats = formats_of(ctx, request)
+        user = ctx.user(request)
+        clients = ctx.clients(request)
         if request.headers.get("transfer-encoding", "").lower() == "chunked":
             return _StreamingProduce(
-                request, lambda record: submit(request, cluster_id, topic, record, formats),
+                request, lambda record: submit(clients, user, cluster_id, topic, record, formats),
                 ctx.settings.max_request_bytes)
         body = await ctx.read_json(request)
         try:
-            answer = await (await submit(request, cluster_id, topic, body, formats))
+            pending = await submit(clients, user, cluster_id, topic, body, formats)
+            answer = pending.report(await pending.delivery)
         except RestError as exc:
             return JSONResponse(exc.body(), status_code=exc.status)
         return JSONResponse(answer)
@@ -185,25 +196,28 @@ async def concatenated_json(chunks: AsyncIterator[bytes], limit: int
         buffer += text
         if "}" not in text and len(buffer) <= limit:
             continue  # a record (an object) cannot have ended in this chunk
+        pos = 0
         while True:
-            buffer = buffer.lstrip()
-            if not buffer:
+            pos = _SPACE.match(buffer, pos).end()  # type: ignore[union-attr]  # \s* always matches
+            if pos == len(buffer):
                 break
             try:
-                value, end = _DECODER.raw_decode(buffer)
+                value, pos_after = _DECODER.raw_decode(buffer, pos)
             except json.JSONDecodeError as exc:
-                if len(buffer) > limit:
+                if len(buffer) - pos > limit:
                     raise RestError(413, f"A record is larger than {limit} bytes "
                                     "(rest.max.request.bytes)") from None
                 if not _incomplete(buffer, exc):
                     raise bad_request(f"Malformed JSON in the stream: {exc.msg}") from None
                 break  # wait for more
             yield value
-            buffer = buffer[end:]
+            pos = pos_after
+        buffer = buffer[pos:]
     if buffer.strip() or pending:
         raise bad_request("The stream ended inside a record")
 
 
+_SPACE = re.compile(r"\s*")
 _LITERALS = ("true", "false", "null")
 _NUMBER_TAIL = re.compile(r"-|\d*[.eE][-+]?\d*")
 
@@ -221,7 +235,7 @@ class _StreamingProduce(Response):
     """Reads records and writes their reports at the same time, reports in request order."""
 
     def __init__(self, request: Request,
-                 submit: Callable[[Any], Awaitable[asyncio.Future[dict[str, Any]]]],
+                 submit: Callable[[Any], Awaitable[Pending]],
                  limit: int) -> None:
         super().__init__(media_type="application/json")
         self.request = request
@@ -231,8 +245,7 @@ class _StreamingProduce(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json")]})
-        reports: asyncio.Queue[asyncio.Future[dict[str, Any]] | RestError | None] = \
-            asyncio.Queue(IN_FLIGHT)
+        reports: asyncio.Queue[Pending | RestError | None] = asyncio.Queue(IN_FLIGHT)
 
         async def read() -> None:
             try:
@@ -240,40 +253,51 @@ class _StreamingProduce(Response):
                     try:
                         await reports.put(await self.submit(record))
                     except RestError as exc:  # this record's report; the stream goes on
-                        failed: asyncio.Future[dict[str, Any]] = \
-                            asyncio.get_running_loop().create_future()
-                        failed.set_result(exc.body())
-                        await reports.put(failed)
+                        await reports.put(exc)
             except RestError as exc:  # the stream itself is broken: its last report
                 await reports.put(exc)
+                await reports.put(None)
+                return
             except Exception as exc:  # the client went away mid-body
                 await reports.put(RestError(400, f"The request stream failed: {exc}"))
-            finally:
                 await reports.put(None)
+                return
+            await reports.put(None)
+
+        async def answer(item: Pending | RestError) -> bytes:
+            if isinstance(item, RestError):
+                return json.dumps(item.body()).encode() + b"\n"
+            try:
+                return json.dumps(item.report(await item.delivery)).encode() + b"\n"
+            except RestError as exc:
+                return json.dumps(exc.body()).encode() + b"\n"
 
         reader = asyncio.create_task(read())
         try:
-            while True:
+            done = False
+            while not done:
                 item = await reports.get()
                 if item is None:
                     break
-                if isinstance(item, RestError):
-                    body = item.body()
-                else:
-                    try:
-                        body = await item
-                    except RestError as exc:
-                        body = exc.body()
+                out = [await answer(item)]
+                # the reports already delivered go out in the same chunk
+                while not reports.empty() and len(out) < 1000:
+                    head = reports._queue[0]  # type: ignore[attr-defined]  # peek: FIFO deque
+                    if isinstance(head, Pending) and not head.delivery.done():
+                        break
+                    nxt = reports.get_nowait()
+                    if nxt is None:
+                        done = True
+                        break
+                    out.append(await answer(nxt))
                 await send({"type": "http.response.body", "more_body": True,
-                            "body": json.dumps(body).encode() + b"\n"})
-                if isinstance(item, RestError):
-                    break
+                            "body": b"".join(out)})
         finally:
             reader.cancel()
             while not reports.empty():
                 left = reports.get_nowait()
-                if isinstance(left, asyncio.Future):
-                    left.cancel()
+                if isinstance(left, Pending):
+                    left.delivery.cancel()
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
