@@ -15,6 +15,8 @@ import socket
 import sys
 import threading
 
+import uvicorn
+
 from strom.http.auth import BasicAuth
 from strom.http.server import make_server
 from strom.rest.app import build_app
@@ -59,6 +61,7 @@ async def serve(settings: RestSettings) -> None:
     server = make_server(app, settings.host, settings.port, ssl_context,
                          max_connections=settings.max_connections,
                          keep_alive_s=settings.idle_ms / 1000)
+    _close_first(server)
     sock = socket.socket(fileno=settings.handoff.fd)
     sweeper = asyncio.get_running_loop().create_task(run_periodically(60, pool.close_idle))
     try:
@@ -66,6 +69,21 @@ async def serve(settings: RestSettings) -> None:
     finally:
         sweeper.cancel()
         await asyncio.to_thread(pool.close)
+
+
+def _close_first(server: uvicorn.Server) -> None:
+    """On shutdown, end the event streams and close the share consumers (releasing what they
+    hold) before uvicorn waits for open connections: a stream never ends by itself."""
+    from strom.rest import share, sse
+
+    shutdown = server.shutdown
+
+    async def closing_shutdown(sockets: list[socket.socket] | None = None) -> None:
+        sse.stop_all()
+        await share.close_all()
+        await shutdown(sockets=sockets)
+
+    server.shutdown = closing_shutdown  # type: ignore[method-assign]  # uvicorn has no hook
 
 
 def main() -> None:
