@@ -191,7 +191,8 @@ async def register(reg: Registry, request: Request) -> Any:
 
 async def get_version(reg: Registry, request: Request) -> Any:
     version = parse_version(request.path_params["version"])
-    return reg.version(_subject(request), version, deleted=_flag(request, "deleted")).to_json()
+    found = reg.version(_subject(request), version, deleted=_flag(request, "deleted"))
+    return reg.version_json(found, request.query_params.get("format"))
 
 
 async def get_version_schema(reg: Registry, request: Request) -> Any:

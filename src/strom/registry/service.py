@@ -177,9 +177,19 @@ class Registry:
         if subject is not None and not any(v.subject == subject
                                            for v in self.state.usages(sid, deleted=True)):
             raise err.schema_not_found(f"Schema {sid} not found")
-        out = content.to_json()
-        if fmt == "serialized" and content.schema_type == "PROTOBUF":
-            parsed = self.parse(content.schema_type, content.schema, content.references)
+        return self.in_format(content.to_json(), content.schema_type, content.schema,
+                              content.references, fmt)
+
+    def version_json(self, v: SchemaVersion, fmt: str | None = None) -> Json:
+        """GET /subjects/{s}/versions/{v}, with `fmt` as for `schema_by_id`."""
+        return self.in_format(v.to_json(), v.schema_type, v.schema, v.references, fmt)
+
+    def in_format(self, out: Json, schema_type: str, schema: str,
+                  references: Sequence[Reference], fmt: str | None) -> Json:
+        """`out` with its schema in format `fmt`: "serialized" gives a Protobuf schema as the
+        base64 of its compiled file (confluent-kafka's Protobuf clients ask for it)."""
+        if fmt == "serialized" and schema_type == "PROTOBUF":
+            parsed = self.parse(schema_type, schema, references)
             serialized = getattr(parsed, "serialized", None)
             if serialized is not None:
                 out["schema"] = serialized()

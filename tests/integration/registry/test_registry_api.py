@@ -4,6 +4,7 @@ codes; its state in `_schemas`, kept across a kill -9."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -220,3 +221,9 @@ def test_json_and_protobuf_serializers(registry) -> None:
     assert back.user == "bob"
     stored = client.get_latest_version("clicks-pb-value").schema
     assert stored.schema_type == "PROTOBUF" and "message Click" in stored.schema_str
+    # ?format=serialized by subject version too (use.latest.version asks for it this way)
+    for path in ("subjects/clicks-pb-value/versions/latest", "subjects/clicks-pb-value/versions/1"):
+        status, body = http(f"{url}/{path}?format=serialized")
+        assert status == 200 and "message Click" not in body["schema"], body
+        parsed = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(body["schema"]))
+        assert [m.name for m in parsed.message_type] == ["Click"]
