@@ -63,6 +63,9 @@ def build(only: str | None = None) -> typer.Typer:
     app = typer.Typer(
         name="strom",
         help="Strom: a Kafka-compatible broker and its tools.",
+        epilog="Over HTTP: a broker with rest.listeners serves Confluent's REST API, share "
+               "groups and event streams (make run: http://127.0.0.1:8082, its OpenAPI "
+               "document at /openapi.json; docs/http.md).",
         no_args_is_help=True,
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
