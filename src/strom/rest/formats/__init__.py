@@ -343,7 +343,7 @@ def encode_plain(kind: str, data: Any, what: str) -> bytes | None:
         if not isinstance(data, str):
             raise RestError(400, f"BINARY {what} data must be a base64 string")
         try:
-            return base64.b64decode(data, validate=True)
+            return binascii.a2b_base64(data, strict_mode=True)  # strict: no stray bytes
         except (binascii.Error, ValueError):
             raise RestError(400, f"The {what}'s BINARY data is not valid base64") from None
     if kind == "STRING":

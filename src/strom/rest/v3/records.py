@@ -11,9 +11,9 @@ runs at the producer's batching speed, not one round trip per record.
 from __future__ import annotations
 
 import asyncio
-import base64
 import binascii
 import dataclasses
+import functools
 import json
 import re
 import time
@@ -39,9 +39,14 @@ NO_SUCH_PARTITION = "This server does not host this topic-partition."
 _DECODER = json.JSONDecoder()
 
 
+@functools.lru_cache(maxsize=64)
+def _iso_second(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.")
+
+
 def iso_timestamp(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.") + \
-        f"{ms % 1000:03d}Z"
+    """Epoch milliseconds as ISO 8601 (reports of one second share its formatting)."""
+    return f"{_iso_second(ms // 1000)}{ms % 1000:03d}Z"
 
 
 def parse_timestamp(value: Any) -> int | None:
@@ -73,7 +78,7 @@ def parse_headers(value: Any) -> list[tuple[str, bytes]]:
             headers.append((header["name"], b""))
             continue
         try:
-            headers.append((header["name"], base64.b64decode(str(raw), validate=True)))
+            headers.append((header["name"], binascii.a2b_base64(str(raw), strict_mode=True)))
         except (binascii.Error, ValueError):
             raise bad_request(f"header {header['name']!r}: value is not base64") from None
     return headers
@@ -84,11 +89,12 @@ def summary(encoded: Encoded) -> dict[str, Any] | None:
     if encoded.type is None:
         return None
     out: dict[str, Any] = {"type": encoded.type}
-    for f in dataclasses.fields(encoded):
-        if f.name not in ("data", "type", "size"):
-            value = getattr(encoded, f.name)
-            if value is not None:
-                out[f.name] = value
+    if encoded.subject is not None:
+        out["subject"] = encoded.subject
+    if encoded.schema_id is not None:
+        out["schema_id"] = encoded.schema_id
+    if encoded.schema_version is not None:
+        out["schema_version"] = encoded.schema_version
     out["size"] = encoded.size
     return out
 
@@ -163,6 +169,10 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
         formats = formats_of(ctx, request)
         user = ctx.user(request)
         clients = ctx.clients(request)
+        try:  # a topic that is not there (or not to be seen) fails the request, not each record
+            await topics.partitions(clients, user, topic)
+        except RestError as exc:
+            return JSONResponse(exc.body(), status_code=exc.status)
         if request.headers.get("transfer-encoding", "").lower() == "chunked":
             return _StreamingProduce(
                 request, lambda record: submit(clients, user, cluster_id, topic, record, formats),
