@@ -88,6 +88,8 @@ def kafka_error(code: int, message: str, retriable: bool = False) -> RestError:
     """A Kafka error as Confluent's REST Proxy reports it: the client's fault as 4xx, a
     retriable broker state as 50003, anything else as 50001."""
     found = _KAFKA_TO_HTTP.get(code)
+    if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+        message = "This server does not host this topic-partition."  # Confluent's wording
     if found is not None:
         return RestError(found[1], message, found[0])
     return RestError(KAFKA_RETRIABLE_ERROR if retriable else KAFKA_ERROR, message, 500)
