@@ -49,7 +49,8 @@ REST_CONFIGS = (
               "Strom's own: the largest request body (one record in streaming mode) the HTTP "
               "API takes; larger ones are answered 413", at_least(1024), read_only=True),
     ConfigDef("rest.max.records.per.request", T.INT, 10000,
-              "Strom's own: the most records one request may produce or fetch",
+              "Strom's own: the most records one read returns (v2 consumer records, share "
+              "group records); produce streams have no such cap",
               at_least(1), read_only=True),
     ConfigDef("rest.max.connections", T.INT, 1000,
               "Strom's own: open HTTP connections beyond this are answered 503",

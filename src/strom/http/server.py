@@ -2,9 +2,9 @@
 hand-written HTTP parsing), hardened for a port that may face slow or hostile clients.
 
 uvicorn closes idle keep-alive connections but waits forever for a request's head. Here a
-connection that has not sent a complete request head `HEAD_TIMEOUT_S` after it opened (or after
-its previous response) is closed, so stalled clients cannot pile up; past `MAX_CONNECTIONS`,
-uvicorn answers 503.
+connection that has not sent a complete request head `HEAD_TIMEOUT_S` after it opened (or its
+keep-alive idle time after its previous response) is closed, so stalled clients cannot pile up;
+past `max_connections`, uvicorn answers 503.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class HeadDeadlineH11(H11Protocol):
     """uvicorn's h11 protocol with a deadline for each request head."""
 
     _head_timer: asyncio.TimerHandle | None = None
+    idle_s = HEAD_TIMEOUT_S  # between requests: how long a kept-alive connection may idle
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # a stream transport, as in uvicorn's own
         super().connection_made(transport)
@@ -40,7 +41,7 @@ class HeadDeadlineH11(H11Protocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing():
-            self._arm()
+            self._arm(max(self.idle_s, HEAD_TIMEOUT_S))
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._head_timer is not None:
@@ -48,10 +49,10 @@ class HeadDeadlineH11(H11Protocol):
             self._head_timer = None
         super().connection_lost(exc)
 
-    def _arm(self) -> None:
+    def _arm(self, seconds: float = HEAD_TIMEOUT_S) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
-        self._head_timer = self.loop.call_later(HEAD_TIMEOUT_S, self._head_timeout)
+        self._head_timer = self.loop.call_later(seconds, self._head_timeout)
 
     def _head_timeout(self) -> None:
         self._head_timer = None
@@ -67,7 +68,8 @@ def make_server(app: ASGIApp, host: str, port: int,
                 ) -> uvicorn.Server:
     """The server; with `ssl_context` (built from the broker's ssl.* settings, as a
     listener's) it serves HTTPS."""
-    config = uvicorn.Config(app, host=host, port=port, http=HeadDeadlineH11, log_level="warning",
+    protocol = type("HeadDeadlineH11", (HeadDeadlineH11,), {"idle_s": keep_alive_s})
+    config = uvicorn.Config(app, host=host, port=port, http=protocol, log_level="warning",
                             access_log=False, server_header=False, proxy_headers=False,
                             lifespan="off", limit_concurrency=max_connections,
                             timeout_keep_alive=max(1, round(keep_alive_s)))

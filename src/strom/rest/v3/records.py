@@ -165,6 +165,10 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
 
     async def produce(request: Request) -> Response:
         cluster_id = await ctx.check_cluster(request)
+        media = request.headers.get("content-type", "application/json").split(";")[0].strip()
+        if media.lower() not in ("application/json", ""):
+            return JSONResponse({"error_code": 415, "message": "HTTP 415 Unsupported Media Type"},
+                                status_code=415)
         topic = request.path_params["topic_name"]
         formats = formats_of(ctx, request)
         user = ctx.user(request)
@@ -253,9 +257,9 @@ class _StreamingProduce(Response):
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"application/json")]})
         reports: asyncio.Queue[Pending | RestError | None] = asyncio.Queue(IN_FLIGHT)
+        started = False  # the response starts with the first report: reading the body first
+        # lets uvicorn answer "Expect: 100-continue" (curl -T waits a second for it otherwise)
 
         async def read() -> None:
             try:
@@ -300,6 +304,10 @@ class _StreamingProduce(Response):
                         done = True
                         break
                     out.append(await answer(nxt))
+                if not started:
+                    await send({"type": "http.response.start", "status": 200,
+                                "headers": [(b"content-type", b"application/json")]})
+                    started = True
                 await send({"type": "http.response.body", "more_body": True,
                             "body": b"".join(out)})
         finally:
@@ -308,6 +316,9 @@ class _StreamingProduce(Response):
                 left = reports.get_nowait()
                 if isinstance(left, Pending):
                     left.delivery.cancel()
+        if not started:  # an empty stream: no record, no report
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
