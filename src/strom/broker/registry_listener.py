@@ -154,7 +154,7 @@ def start_registry_listener(broker: Broker, securities: Sequence[ListenerSecurit
     elif broker.authorizer is not None:
         log.warning("schema.registry.authentication.method is NONE while the broker has an "
                     "authorizer: every registry request is User:ANONYMOUS's (set BASIC)")
-    server = make_server(app, host, bound_port, ssl_context)
+    server = make_server(app, host, bound_port, ssl_context, access_log="schema_registry")
     task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]),
                                                   name="schema-registry")
     advertised = broker.info.host if bound_host in ("0.0.0.0", "::") else bound_host

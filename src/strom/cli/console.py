@@ -77,7 +77,7 @@ def console(
     shown = f"[{bound_host}]" if ":" in bound_host else bound_host
     out.print(f"Strom console on http://{shown}:{bound_port}/ for {bootstrap_server}",
               markup=False)
-    server = make_server(app, host, bound_port)
+    server = make_server(app, host, bound_port, access_log="console")
     sampler.start()
     try:
         server.run(sockets=[sock])

@@ -17,6 +17,8 @@ import uvicorn
 from starlette.types import ASGIApp
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from strom.http.access import AccessLog
+
 HEAD_TIMEOUT_S = 5.0
 MAX_CONNECTIONS = 200
 
@@ -64,10 +66,13 @@ class HeadDeadlineH11(H11Protocol):
 
 def make_server(app: ASGIApp, host: str, port: int,
                 ssl_context: ssl.SSLContext | None = None, *,
-                max_connections: int = MAX_CONNECTIONS, keep_alive_s: float = 5.0
-                ) -> uvicorn.Server:
+                max_connections: int = MAX_CONNECTIONS, keep_alive_s: float = 5.0,
+                access_log: str | None = None) -> uvicorn.Server:
     """The server; with `ssl_context` (built from the broker's ssl.* settings, as a
-    listener's) it serves HTTPS."""
+    listener's) it serves HTTPS; with `access_log` (the listener's name) it logs each request
+    (`strom.http.access`)."""
+    if access_log is not None:
+        app = AccessLog(app, access_log)
     protocol = type("HeadDeadlineH11", (HeadDeadlineH11,), {"idle_s": keep_alive_s})
     config = uvicorn.Config(app, host=host, port=port, http=protocol, log_level="warning",
                             access_log=False, server_header=False, proxy_headers=False,

@@ -60,7 +60,7 @@ async def serve(settings: RestSettings) -> None:
             settings.config, Listener(LISTENER, settings.host, settings.port, "SSL")).get)
     server = make_server(app, settings.host, settings.port, ssl_context,
                          max_connections=settings.max_connections,
-                         keep_alive_s=settings.idle_ms / 1000)
+                         keep_alive_s=settings.idle_ms / 1000, access_log="rest")
     _close_first(server)
     sock = socket.socket(fileno=settings.handoff.fd)
     sweeper = asyncio.get_running_loop().create_task(run_periodically(60, pool.close_idle))

@@ -6,6 +6,7 @@ that never outlives its broker, even one killed with -9."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -100,6 +101,11 @@ def test_basic_auth_runs_each_request_as_the_http_user(make_broker, unique_topic
     status, body = carol.post(f"{admin_rest.v3}/topics/{topic}/records", record)
     assert (status, body["error_code"]) == (403, 40301), body
     assert Rest(url, broker, "", auth=("carol", "nope")).get("/v3/clusters")[0] == 401
+    # every request has its access log line, with its user (in the broker's log)
+    line = re.compile(rf"logger=strom\.http\.access\.rest .*msg=POST /v3/clusters/\S+/topics/"
+                      rf"{re.escape(topic)}/records 403 \d+ bytes [\d.]+ ms user=carol ")
+    wait_for(lambda: line.search(broker.log_path.read_text(errors="replace")),
+             "an access log line for carol's refused produce")
 
 
 def test_https_with_the_brokers_tls_settings(make_broker, tmp_path) -> None:
