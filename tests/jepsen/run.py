@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from ..integration.cluster.faults import replica_records, wait_for
@@ -95,6 +96,34 @@ def committed(workers: list[Worker]) -> int:
     return sum(w.committed() for w in workers)
 
 
+def create_topics(admin: AdminClient, target: Target, partitions: int,
+                  timeout: float = 60.0) -> None:
+    """The test's topics, once every broker is registered: the controller may count the
+    brokers a moment after the bootstrap broker does (INVALID_REPLICATION_FACTOR: asked
+    again until `timeout`)."""
+    wait_healthy(target, timeout)
+    deadline = time.monotonic() + timeout
+    left = list(TOPICS)
+    while left:
+        futures = admin.create_topics([NewTopic(t, partitions, 3,
+                                                config={"min.insync.replicas": "2"})
+                                       for t in left], operation_timeout=30)
+        retry = []
+        for topic, future in futures.items():
+            try:
+                future.result(40)
+            except KafkaException as e:
+                code = e.args[0].code() if e.args else None
+                if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                if code != KafkaError.INVALID_REPLICATION_FACTOR or time.monotonic() > deadline:
+                    raise
+                retry.append(topic)
+        left = retry
+        if left:
+            time.sleep(0.2)  # poll interval, not synchronisation
+
+
 def run(target: Target, settings: Settings, log: Callable[[str], None] = print,
         history_path: Path | None = None) -> Report:
     t0 = time.monotonic()
@@ -106,10 +135,7 @@ def run(target: Target, settings: Settings, log: Callable[[str], None] = print,
     bootstrap = target.bootstrap()
     admin = AdminClient({**CLIENT, "bootstrap.servers": bootstrap})
     n = settings.partitions
-    futures = admin.create_topics([NewTopic(t, n, 3, config={"min.insync.replicas": "2"})
-                                   for t in TOPICS], operation_timeout=30)
-    for f in futures.values():
-        f.result(40)
+    create_topics(admin, target, n)
     if not wait_healthy(target, 60):
         raise RuntimeError(f"{target.name}: the topics never got full ISRs")
 
