@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
+from bench.client import _ready
+
 Job = dict[str, Any]
 V2_JSON = "application/vnd.kafka.v2+json"
 V2_BINARY = "application/vnd.kafka.binary.v2+json"
@@ -222,14 +224,6 @@ class Consumed:
 
 
 # -- the client side ------------------------------------------------------------------------
-
-
-def _ready() -> None:
-    sys.stdout.write("READY\n")
-    sys.stdout.flush()
-    line = sys.stdin.readline()
-    if line.strip() != "GO":
-        raise SystemExit(f"expected GO, got {line!r}")
 
 
 def _host_port(url: str) -> tuple[str, int]:

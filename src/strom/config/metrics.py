@@ -3,12 +3,18 @@ Prometheus JMX exporter serves them); Strom serves the same names itself."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from strom.config.defs import ConfigDef, ConfigError, ConfigType
 
 DEFAULT_METRICS_LISTENER = "http://127.0.0.1:9404"
+
+
+class HttpListener(NamedTuple):
+    host: str
+    port: int
+    tls: bool  # https: TLS with the broker's ssl.* settings (listener.name.<name>.ssl.*)
 
 
 def http_endpoint(value: str | None, config: str, schemes: tuple[str, ...],
@@ -28,6 +34,14 @@ def http_endpoint(value: str | None, config: str, schemes: tuple[str, ...],
         raise ConfigError(f"Invalid value {value} for configuration {config}: must look like "
                           f"{shape}")
     return parts.scheme, parts.hostname, port
+
+
+def http_listener(value: str | None, config: str, what: str) -> HttpListener | None:
+    """An ``http://`` or ``https://`` listener setting (the schema registry's, the HTTP
+    API's); None when empty (`what` is off)."""
+    found = http_endpoint(value, config, ("http", "https"), ("", "/"),
+                          f"http://HOST:PORT or https://HOST:PORT (empty: no {what})")
+    return None if found is None else HttpListener(found[1], found[2], found[0] == "https")
 
 
 def metrics_endpoint(value: str | None) -> tuple[str, int] | None:

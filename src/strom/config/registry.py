@@ -3,25 +3,17 @@ with `listeners` and `kafkastore.*` settings). Off by default; `make run` turns 
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from strom.config.defs import ConfigDef, ConfigType, at_least, one_of
-from strom.config.metrics import http_endpoint
+from strom.config.metrics import HttpListener, http_listener
 
 T = ConfigType
 
 
-class RegistryEndpoint(NamedTuple):
-    host: str
-    port: int
-    tls: bool  # https: TLS with the broker's ssl.* settings (listener name SCHEMA_REGISTRY)
-
-
-def registry_endpoint(value: str | None) -> RegistryEndpoint | None:
+def registry_endpoint(value: str | None) -> HttpListener | None:
     """``schema.registry.listeners`` as (host, port, tls); None when empty (no registry)."""
-    found = http_endpoint(value, "schema.registry.listeners", ("http", "https"), ("", "/"),
-                          "http://HOST:PORT or https://HOST:PORT (empty: no schema registry)")
-    return None if found is None else RegistryEndpoint(found[1], found[2], found[0] == "https")
+    return http_listener(value, "schema.registry.listeners", "schema registry")
 
 
 def _check(name: str, value: Any) -> None:

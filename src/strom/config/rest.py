@@ -4,25 +4,17 @@ and its client settings. Off by default; `make run` turns it on."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
 from strom.config.defs import ConfigDef, ConfigType, at_least, one_of
-from strom.config.metrics import http_endpoint
+from strom.config.metrics import HttpListener, http_listener
 
 T = ConfigType
 
 
-class RestEndpoint(NamedTuple):
-    host: str
-    port: int
-    tls: bool  # https: TLS with the broker's ssl.* settings (listener name REST)
-
-
-def rest_endpoint(value: str | None) -> RestEndpoint | None:
+def rest_endpoint(value: str | None) -> HttpListener | None:
     """``rest.listeners`` as (host, port, tls); None when empty (no HTTP API)."""
-    found = http_endpoint(value, "rest.listeners", ("http", "https"), ("", "/"),
-                          "http://HOST:PORT or https://HOST:PORT (empty: no HTTP API)")
-    return None if found is None else RestEndpoint(found[1], found[2], found[0] == "https")
+    return http_listener(value, "rest.listeners", "HTTP API")
 
 
 def _check(name: str, value: Any) -> None:

@@ -25,11 +25,9 @@ from confluent_kafka.admin import (
 
 from .. import clients as kc
 from ..broker import HOST, free_port
+from ..registry.test_registry_security import JAAS  # users admin and alice, as there
 from .conftest import REST_OVERRIDES, Rest, started_url, wait_answers
 
-USERS = {"admin": "admin-pw", "alice": "alice-pw"}
-JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
-        + " ".join(f'user_{u}="{p}"' for u, p in USERS.items()) + ";")
 T = 20.0
 
 
