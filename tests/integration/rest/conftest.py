@@ -1,5 +1,5 @@
-"""One broker per test file (per xdist worker) serving the HTTP API and the schema registry,
-and a small HTTP client for Confluent's JSON bodies."""
+"""One broker per xdist worker serving the HTTP API and the schema registry, shared by this
+package's test files, and a small HTTP client for Confluent's JSON bodies."""
 
 from __future__ import annotations
 
@@ -107,9 +107,22 @@ def wait_answers(rest: Rest, timeout: float = 30.0) -> None:
         time.sleep(0.05)  # poll interval, not synchronisation
 
 
+@pytest.fixture(scope="package")
+def shared_rest_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the files of this package an xdist worker runs (a file that needs other
+    settings, or that damages its broker, overrides `rest_broker` with a broker of its own)."""
+    from ..conftest import _Launcher
+
+    launcher = _Launcher(tmp_path_factory, "rest-shared")
+    try:
+        yield launcher(REST_OVERRIDES)
+    finally:
+        launcher.stop_all()
+
+
 @pytest.fixture(scope="module")
-def rest_broker(make_module_broker) -> BrokerProcess:
-    return make_module_broker(REST_OVERRIDES)
+def rest_broker(shared_rest_broker: BrokerProcess) -> BrokerProcess:
+    return shared_rest_broker
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,15 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
+
+@pytest.fixture(scope="module")
+def rest_broker(make_module_broker):
+    """A broker of its own: the fuzzer deletes topics (`_schemas` too) and changes configs."""
+    from .conftest import REST_OVERRIDES
+
+    return make_module_broker(REST_OVERRIDES)
+
+
 BUDGET_S = 45.0  # the whole fuzz run, all operations together
 EXAMPLES = 12  # per operation
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,

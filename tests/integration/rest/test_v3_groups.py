@@ -12,9 +12,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from ..broker import BrokerProcess
 from ..clients import admin, create_topic
-from .conftest import REST_OVERRIDES
 
 # the fields of Confluent's documented response examples (api/v3/openapi.yaml,
 # GetConsumerGroupResponse, GetConsumerResponse, GetConsumerAssignmentResponse,
@@ -35,12 +33,6 @@ CONFLUENT_LAG_SUMMARY = {"kind", "metadata", "cluster_id", "consumer_group_id",
                          "max_lag_consumer", "max_lag_partition"}
 RECORDS = {0: 5, 1: 3, 2: 2}  # records per partition
 COMMITTED = {0: 2, 1: 3, 2: 0}  # -> lag 3, 0, 2
-
-
-@pytest.fixture(scope="module")
-def rest_broker(make_module_broker) -> BrokerProcess:
-    # a group of one member need not wait for others to join
-    return make_module_broker({**REST_OVERRIDES, "group.initial.rebalance.delay.ms": "0"})
 
 
 @dataclass
