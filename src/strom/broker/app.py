@@ -360,6 +360,13 @@ async def serve(config: BrokerConfig) -> None:
         rest = start_rest_listener(broker, [s for s in servers if kraft is None or
                                             s.security.listener.name not in
                                             kraft.controller_listener_names])
+    lake = None
+    if config.get("iceberg.enable"):  # the lake writer: a process of its own, a client too
+        from strom.broker.lake_listener import start_lake_listener
+
+        lake = start_lake_listener(broker, [s for s in servers if kraft is None or
+                                            s.security.listener.name not in
+                                            kraft.controller_listener_names])
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()
@@ -407,6 +414,8 @@ async def serve(config: BrokerConfig) -> None:
         log.info("controlled shutdown: %s", "leadership moved" if moved else "timed out")
     if rest is not None:  # first: its in-flight requests still reach the listeners
         await _step("HTTP API", rest.stop())
+    if lake is not None:  # it commits what it read, then exits
+        await _step("lake writer", lake.stop())
     for task in tasks:
         task.cancel()
     await _step("log cleaner", cleaner.stop())

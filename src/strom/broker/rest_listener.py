@@ -12,15 +12,12 @@ broker killed with -9 takes it along the same way.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import subprocess
-import sys
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from strom.broker.core import Broker
+from strom.broker.helper_process import HelperProcess
 from strom.broker.server import BrokerServer
 from strom.broker.wiring import StartupError
 from strom.config.defs import ConfigError
@@ -35,62 +32,16 @@ log = logging.getLogger("strom.rest")
 
 LISTENER = "REST"  # the name its listener.name.<l>.ssl.* overrides use
 STOP_S = 10.0
-MAX_BACKOFF_S = 30.0
 
 
 @dataclass
 class RestListener:
-    handoff: Handoff
+    helper: HelperProcess
     sock_holder: object  # the bound socket, kept open for restarts
     url: str
-    process: subprocess.Popen[bytes] | None = None
-    task: asyncio.Task[None] | None = None
-    stopping: bool = False
-    restarts: int = field(default=0)
-
-    def spawn(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "strom.rest"], stdin=subprocess.PIPE,
-            pass_fds=[self.handoff.fd], close_fds=True)
-        assert self.process.stdin is not None
-        self.process.stdin.write(self.handoff.to_line().encode())
-        self.process.stdin.flush()
-
-    async def supervise(self) -> None:
-        backoff = 1.0
-        while not self.stopping:
-            process = self.process
-            assert process is not None
-            code = await asyncio.to_thread(process.wait)
-            if self.stopping:
-                return
-            log.error("the HTTP API's process (pid %d) exited with %s: starting it again in "
-                      "%.0f s", process.pid, code, backoff)
-            await asyncio.sleep(backoff)  # a back-off, not synchronisation
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
-            if self.stopping:
-                return
-            self.restarts += 1
-            self.spawn()
 
     async def stop(self) -> None:
-        self.stopping = True
-        process = self.process
-        if process is not None and process.poll() is None:
-            assert process.stdin is not None
-            with contextlib.suppress(OSError):
-                process.stdin.close()  # EOF: the process shuts down
-            try:
-                await asyncio.wait_for(asyncio.to_thread(process.wait), STOP_S)
-            except TimeoutError:
-                log.warning("the HTTP API's process (pid %d) did not stop in %.0f s: killed",
-                            process.pid, STOP_S)
-                process.kill()
-                await asyncio.to_thread(process.wait)
-        if self.task is not None:
-            self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self.task
+        await self.helper.stop()
         close = getattr(self.sock_holder, "close", None)
         if close is not None:
             close()
@@ -154,7 +105,7 @@ def start_rest_listener(broker: Broker, servers: Sequence[BrokerServer]) -> Rest
                       sasl_mechanisms=mechanisms, registry_url=broker.info.registry_url,
                       public_url=url)
     handoff.config["rest.listeners"] = f"{'https' if tls else 'http'}://{host}:{bound_port}"
-    rest = RestListener(handoff, sock, url)
-    rest.spawn()
-    rest.task = asyncio.get_running_loop().create_task(rest.supervise(), name="rest-supervisor")
-    return rest
+    helper = HelperProcess("the HTTP API's process", "strom.rest", handoff.to_line(), log,
+                           stop_s=STOP_S, pass_fds=[handoff.fd])
+    helper.start()
+    return RestListener(helper, sock, url)

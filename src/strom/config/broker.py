@@ -24,6 +24,7 @@ from strom.config.defs import (
     one_of,
 )
 from strom.config.kraft import KRAFT_CONFIGS
+from strom.config.lake import LAKE_CONFIGS
 from strom.config.metrics import METRICS_CONFIGS
 from strom.config.registry import REGISTRY_CONFIGS
 from strom.config.rest import REST_CONFIGS
@@ -427,6 +428,7 @@ BROKER_CONFIGS.add(*METRICS_CONFIGS)
 BROKER_CONFIGS.add(*KRAFT_CONFIGS)
 BROKER_CONFIGS.add(*REGISTRY_CONFIGS)
 BROKER_CONFIGS.add(*REST_CONFIGS)
+BROKER_CONFIGS.add(*LAKE_CONFIGS)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from typing import Any
 
 from strom.config.broker import BROKER_CONFIGS, BrokerConfig
 from strom.config.defs import ConfigError
+from strom.config.lake import CATALOG_PREFIX
 from strom.config.listeners import (
     advertised_listeners,
     inter_broker_listener,
@@ -81,6 +82,8 @@ def check_startup(config: BrokerConfig) -> None:
                         name)
     for name in config.unknown:
         base = listener_base(name, names)
+        if base is None and name.startswith(CATALOG_PREFIX):
+            continue  # handed to pyiceberg's catalog as it is (strom.lake.settings)
         if base is None:
             log.warning("config %s is not used by Strom", name)
         elif not BROKER_CONFIGS[base].implemented:

@@ -113,6 +113,17 @@ TOPIC_CONFIGS.add(
     ConfigDef("strom.value.schema.validation.mode", T.STRING, "id",
               "Strom's own: id (the value's schema id is checked, as Confluent Server does) or "
               "decode (the value must also decode under that schema)", one_of("id", "decode")),
+    # Iceberg topics (strom.lake): Strom's own
+    ConfigDef("iceberg.mode", T.STRING, "disabled",
+              "Strom's own: with the broker's iceberg.enable, key_value appends every record "
+              "to the Iceberg table <iceberg.namespace>.<topic> (partition, offset, timestamp, "
+              "key, value, headers); value_schema decodes the values into the value column "
+              "with the Avro schema registered under <topic>-value (a value that does not "
+              "decode holds its partition back, reported); disabled: no table",
+              one_of("disabled", "key_value", "value_schema")),
+    ConfigDef("iceberg.commit.interval.ms", T.LONG, 60000,
+              "Strom's own: how often the records read from an Iceberg topic are committed to "
+              "its table (one snapshot per commit)", at_least(100)),
     ConfigDef("message.downconversion.enable", T.BOOLEAN, True,
               "no-op, as in Kafka 4.0 and newer (no down-conversion)", implemented=False),
     # Tiered storage (KIP-405) is not implemented: remote.storage.enable=true is refused, as Kafka

@@ -1,0 +1,79 @@
+"""A helper process of the broker (the HTTP API's, the lake writer's): `python -m <module>`,
+handed one line on its stdin, started again with a back-off when it dies (an ERROR line says
+so), stopped by closing its stdin — which a broker killed with -9 closes too, so a helper never
+outlives its broker."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class HelperProcess:
+    what: str  # for log lines: "the HTTP API's process"
+    module: str  # run as python -m <module>
+    handoff: str  # the first line on its stdin
+    log: logging.Logger
+    stop_s: float = 10.0  # how long it may take to exit once its stdin is closed
+    pass_fds: Sequence[int] = ()
+    process: subprocess.Popen[bytes] | None = None
+    task: asyncio.Task[None] | None = None
+    stopping: bool = False
+    restarts: int = field(default=0)
+
+    def start(self) -> None:
+        self.spawn()
+        self.task = asyncio.get_running_loop().create_task(
+            self.supervise(), name=f"{self.module}-supervisor")
+
+    def spawn(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", self.module], stdin=subprocess.PIPE,
+            pass_fds=list(self.pass_fds), close_fds=True)
+        assert self.process.stdin is not None
+        self.process.stdin.write(self.handoff.encode())
+        self.process.stdin.flush()
+
+    async def supervise(self) -> None:
+        backoff = 1.0
+        while not self.stopping:
+            process = self.process
+            assert process is not None
+            code = await asyncio.to_thread(process.wait)
+            if self.stopping:
+                return
+            self.log.error("%s (pid %d) exited with %s: starting it again in %.0f s",
+                           self.what, process.pid, code, backoff)
+            await asyncio.sleep(backoff)  # a back-off, not synchronisation
+            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            if self.stopping:
+                return
+            self.restarts += 1
+            self.spawn()
+
+    async def stop(self) -> None:
+        self.stopping = True
+        process = self.process
+        if process is not None and process.poll() is None:
+            assert process.stdin is not None
+            with contextlib.suppress(OSError):
+                process.stdin.close()  # EOF: the process shuts down
+            try:
+                await asyncio.wait_for(asyncio.to_thread(process.wait), self.stop_s)
+            except TimeoutError:
+                self.log.warning("%s (pid %d) did not stop in %.0f s: killed", self.what,
+                                 process.pid, self.stop_s)
+                process.kill()
+                await asyncio.to_thread(process.wait)
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self.task

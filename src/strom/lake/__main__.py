@@ -1,0 +1,3 @@
+from strom.lake.process import main
+
+main()

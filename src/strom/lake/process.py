@@ -1,0 +1,330 @@
+"""The lake writer's process: `python -m strom.lake`, started by the broker (never by hand).
+
+It reads the broker's `Handoff` from its first stdin line, then loops: every few seconds it
+reads the topics' `iceberg.*` configs again (AdminClient), it reads the Iceberg topics' records
+with one consumer (assign(), no group, read_committed) and every `iceberg.commit.interval.ms`
+appends what a topic gave to its table (strom.lake.writer). When stdin closes (the broker
+stopped, or died) it commits what it holds and exits: it never outlives its broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
+
+from strom.lake.mapping import Batch, Row
+from strom.lake.settings import Handoff, LakeSettings
+
+log = logging.getLogger("strom.lake")
+
+POLL_S = 0.2
+MAX_POLL = 10_000
+MAX_BATCH_ROWS = 500_000  # a commit comes before the interval ends beyond these
+MAX_BATCH_BYTES = 64 << 20
+MODES = ("key_value", "value_schema")
+INTERNAL = ("__consumer_offsets", "__transaction_state", "__share_group_state", "_schemas")
+
+
+@dataclass
+class TopicConfig:
+    mode: str
+    interval_ms: int
+    leaders: dict[int, int]  # partition -> its leader's id
+
+
+def owned(config: TopicConfig, broker_id: int | None) -> frozenset[int]:
+    """The partitions this broker's writer writes: those it leads (each broker of a cluster
+    writes its own; the table's offsets are per partition)."""
+    return frozenset(p for p, leader in config.leaders.items()
+                     if broker_id is None or leader == broker_id)
+
+
+@dataclass
+class TopicState:
+    table: Any  # strom.lake.writer.TopicTable
+    interval_s: float
+    partitions: frozenset[int]  # the ones this writer writes
+    due: float
+    batch: Batch = field(default_factory=Batch)
+    failed: bool = False  # the last commit failed: read again from the table's offsets
+    mode: str = "key_value"
+    decoder: Any = None  # strom.lake.value_schema.ValueSchema in value_schema mode
+
+
+def row_of(message: Message) -> Row:
+    _, ts = message.timestamp()
+    headers = []
+    for name, value in message.headers() or []:  # type: ignore[str-unpack]
+        headers.append((name, value.encode() if isinstance(value, str) else value))
+    partition, offset = message.partition(), message.offset()
+    assert partition is not None and offset is not None
+    return Row(partition, offset, max(ts, 0), message.key(), message.value(),
+               tuple(headers))
+
+
+class LakeWriter:
+    def __init__(self, settings: LakeSettings, stop: threading.Event, catalog: Any,
+                 admin: Any, consumer: Any) -> None:
+        self.settings = settings
+        self.stop = stop
+        self.catalog = catalog  # pyiceberg's
+        self.admin = admin
+        self.consumer = consumer
+        self.topics: dict[str, TopicState] = {}
+        self.warned: set[str] = set()
+
+    @classmethod
+    def connect(cls, settings: LakeSettings, stop: threading.Event) -> LakeWriter:
+        from strom.lake.writer import open_catalog
+
+        base = settings.client_base()
+        consumer = Consumer({**base, "group.id": "strom-lake", "enable.auto.commit": False,
+                             "enable.auto.offset.store": False,
+                             "isolation.level": "read_committed",
+                             "auto.offset.reset": "earliest"})
+        return cls(settings, stop, open_catalog(settings), AdminClient(base), consumer)
+
+    # -- which topics ---------------------------------------------------------------------
+
+    def discover(self) -> dict[str, TopicConfig]:
+        metadata = self.admin.list_topics(timeout=10)
+        partitions = {name: {p: m.leader for p, m in t.partitions.items()}
+                      for name, t in metadata.topics.items()
+                      if t.error is None and name not in INTERNAL}
+        if not partitions:
+            return {}
+        futures = self.admin.describe_configs(
+            [ConfigResource(ConfigResource.Type.TOPIC, name) for name in partitions],
+            request_timeout=10)
+        found = {}
+        for resource, future in futures.items():
+            try:
+                entries = future.result()
+            except KafkaException:
+                continue  # deleted meanwhile
+            mode = entries["iceberg.mode"].value if "iceberg.mode" in entries else "disabled"
+            interval = entries.get("iceberg.commit.interval.ms")
+            found[resource.name] = TopicConfig(
+                mode or "disabled", int(interval.value) if interval is not None else 60000,
+                partitions[resource.name])
+        return found
+
+    def refresh(self) -> None:
+        found = self.discover()
+        for topic in list(self.topics):
+            config = found.get(topic)
+            if config is None or config.mode != self.topics[topic].mode:
+                log.info("topic %s is no longer an Iceberg topic in %s mode", topic,
+                         self.topics[topic].mode)
+                self.flush(topic)
+                self._unassign(topic)
+                del self.topics[topic]
+        for topic, config in found.items():
+            if config.mode not in MODES:
+                continue
+            state = self.topics.get(topic)
+            if state is None:
+                self.start(topic, config)
+                continue
+            state.interval_s = config.interval_ms / 1000
+            mine = owned(config, self.settings.broker_id)
+            if mine != state.partitions:  # leaders moved, or partitions were added
+                log.info("topic %s: this writer now writes partitions %s", topic, sorted(mine))
+                self.flush(topic)
+                state.partitions = mine
+                if not state.failed:
+                    self._unassign(topic)
+                    state.failed = True  # read again from the table's offsets
+                    self.flush(topic)
+
+    def start(self, topic: str, config: TopicConfig) -> None:
+        from strom.lake.writer import TopicTable
+
+        decoder = None
+        if config.mode == "value_schema":
+            decoder = self.value_schema(topic)
+            if decoder is None:
+                return  # tried again at the next refresh
+        table = TopicTable(self.catalog, self.settings.namespace, topic,
+                           decoder.type if decoder is not None else None)
+        state = TopicState(table, config.interval_ms / 1000,
+                           owned(config, self.settings.broker_id),
+                           time.monotonic() + config.interval_ms / 1000, mode=config.mode,
+                           decoder=decoder)
+        self.topics[topic] = state
+        try:
+            offsets = table.open()
+        except Exception:
+            log.exception("topic %s: cannot open its Iceberg table %s: trying again", topic,
+                          table.name)
+            state.failed = True
+            return
+        log.info("topic %s -> Iceberg table %s, from offsets %s", topic, table.name,
+                 offsets or "the start")
+        self._assign(topic, state, offsets)
+
+    def value_schema(self, topic: str) -> Any:
+        """The topic's value schema from the registry (None, and an ERROR line once, if
+        there is none that makes a table)."""
+        from strom.lake.value_schema import Unsupported, ValueSchema
+
+        url = self.settings.handoff.registry_url
+        try:
+            if url is None:
+                raise Unsupported("the broker serves no schema registry "
+                                  "(schema.registry.listeners)")
+            decoder = ValueSchema(url, f"{topic}-value")
+        except (Unsupported, OSError, ValueError, KeyError) as exc:
+            if topic not in self.warned:
+                self.warned.add(topic)
+                log.error("topic %s: iceberg.mode=value_schema needs an Avro schema registered "
+                          "under %s-value: %s (its table waits for one)", topic, topic, exc)
+            return None
+        self.warned.discard(topic)
+        return decoder
+
+    def decode(self, topic: str, state: TopicState) -> dict[int, int]:
+        """Decodes the batch's values; a partition's first value that does not decode ends
+        what the batch takes of that partition (it is read again, and reported, after the
+        commit: never skipped). The offsets of those values."""
+        from strom.lake.value_schema import Undecodable
+
+        bad: dict[int, int] = {}
+        rows = []
+        for row in state.batch.rows:
+            if row.partition in bad:
+                continue
+            try:
+                rows.append(replace(row, decoded=state.decoder.decode(row.value)))
+            except Undecodable as exc:
+                bad[row.partition] = row.offset
+                log.error("topic %s: the value at partition %d offset %d does not decode with "
+                          "its value schema (%s): that partition's records wait from there "
+                          "(not written, not skipped)", topic, row.partition, row.offset, exc)
+        state.batch.rows = rows
+        for partition, offset in bad.items():
+            state.batch.cut(partition, offset)
+        return bad
+
+    def _assign(self, topic: str, state: TopicState, offsets: dict[int, int]) -> None:
+        state.batch.owned = state.partitions
+        state.batch.clear(offsets)
+        if state.partitions:
+            self.consumer.incremental_assign([
+                TopicPartition(topic, p, offsets.get(p, OFFSET_BEGINNING))
+                for p in sorted(state.partitions)])
+
+    def _unassign(self, topic: str) -> None:
+        mine = [tp for tp in self.consumer.assignment() if tp.topic == topic]
+        if mine:
+            self.consumer.incremental_unassign(mine)
+
+    # -- commits --------------------------------------------------------------------------
+
+    def flush(self, topic: str) -> None:
+        from strom.lake.writer import Fenced
+
+        state = self.topics[topic]
+        if state.failed:  # read again from what the table holds
+            try:
+                offsets = state.table.open() if state.table.table is None else \
+                    state.table.offsets()
+            except Exception as exc:
+                log.error("topic %s: the Iceberg table %s is still out of reach: %s", topic,
+                          state.table.name, exc)
+                return
+            state.failed = False
+            self._assign(topic, state, offsets)
+            return
+        if not state.batch:
+            return
+        bad = self.decode(topic, state) if state.decoder is not None else {}
+        if not state.batch:  # nothing decoded: read again from where the batch started
+            self._unassign(topic)
+            self._assign(topic, state, state.batch.base)
+            return
+        count = len(state.batch)
+        try:
+            covered = state.table.commit(state.batch)
+        except Fenced as fenced:
+            log.warning("topic %s: the Iceberg table %s was written by another writer (it "
+                        "covers %s, this batch started from %s): reading again from there",
+                        topic, state.table.name, fenced.offsets, state.batch.base)
+            self._unassign(topic)
+            self._assign(topic, state, fenced.offsets)
+            return
+        except Exception:
+            log.exception("topic %s: committing %d records to the Iceberg table %s failed: "
+                          "they are read again", topic, count, state.table.name)
+            self._unassign(topic)
+            state.batch.clear(state.batch.base)
+            state.failed = True
+            return
+        state.batch.clear(covered)
+        if bad:  # read the undecodable values again (and report them) next time
+            self._unassign(topic)
+            self._assign(topic, state, covered)
+        log.debug("topic %s: %d records committed to %s", topic, count, state.table.name)
+
+    # -- the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        next_refresh = 0.0
+        try:
+            while not self.stop.is_set():
+                now = time.monotonic()
+                if now >= next_refresh:
+                    next_refresh = now + self.settings.refresh_s
+                    try:
+                        self.refresh()
+                    except Exception as exc:
+                        log.error("reading the topics' iceberg.* configs failed: %s", exc)
+                for message in self.consumer.consume(MAX_POLL, POLL_S):
+                    if message.error() is not None:
+                        log.warning("reading %s: %s", message.topic(), message.error())
+                        continue
+                    state = self.topics.get(message.topic() or "")
+                    if state is not None and not state.failed:
+                        state.batch.add(row_of(message))
+                now = time.monotonic()
+                for topic, state in list(self.topics.items()):
+                    if now >= state.due or len(state.batch) >= MAX_BATCH_ROWS \
+                            or state.batch.size >= MAX_BATCH_BYTES:  # a bound on memory
+                        state.due = now + state.interval_s
+                        self.flush(topic)
+            for topic in list(self.topics):  # stopping: commit what was read
+                self.flush(topic)
+        finally:
+            self.consumer.close()
+
+
+def _watch_parent(stop: threading.Event) -> None:
+    while sys.stdin.buffer.read(4096):
+        pass
+    stop.set()
+
+
+def main() -> None:
+    logging.basicConfig(level=os.environ.get("STROM_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
+                        format="%(asctime)s level=%(levelname)s logger=%(name)s "
+                               "pid=%(process)d msg=%(message)s")  # the broker's, in its log
+    logging.getLogger("strom.config").setLevel(logging.ERROR)  # the broker warned already
+    line = sys.stdin.readline()
+    if not line:
+        sys.exit("strom.lake: started without the broker's hand-off (it is started by a broker "
+                 "with iceberg.enable=true)")
+    settings = LakeSettings.of(Handoff.from_line(line))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    threading.Thread(target=_watch_parent, args=(stop,), name="parent-watch",
+                     daemon=True).start()
+    LakeWriter.connect(settings, stop).run()

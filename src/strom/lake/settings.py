@@ -1,0 +1,80 @@
+"""What the broker hands the lake writer (one JSON line on its stdin), and the settings the
+writer derives from it: the broker's config as written and how to reach the broker."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from strom.config.broker import BrokerConfig
+from strom.config.lake import CATALOG_PREFIX
+
+# iceberg.catalog.* configs Strom reads itself; the others go to pyiceberg as they are
+_OWN = ("type", "uri", "warehouse", "name")
+
+
+@dataclass
+class Handoff:
+    config: dict[str, str]  # the broker's properties as written (file plus overrides)
+    bootstrap: str  # host:port of the broker's PLAINTEXT listener this process connects to
+    security_protocol: str = "PLAINTEXT"
+    registry_url: str | None = None  # the broker's schema registry, if it serves one
+
+    def to_line(self) -> str:
+        return json.dumps(asdict(self)) + "\n"
+
+    @classmethod
+    def from_line(cls, line: str) -> Handoff:
+        return cls(**json.loads(line))
+
+
+@dataclass
+class LakeSettings:
+    handoff: Handoff
+    catalog_name: str
+    catalog_properties: dict[str, str]  # pyiceberg's SqlCatalog properties
+    namespace: str
+    broker_id: int | None = None  # the partitions it leads are this writer's
+    refresh_s: float = 2.0  # how often the topics' iceberg.* configs are read again
+
+    @classmethod
+    def of(cls, handoff: Handoff) -> LakeSettings:
+        config = BrokerConfig.load(None, handoff.config)
+        return cls(handoff, config.get("iceberg.catalog.name"),
+                   catalog_properties(config), config.get("iceberg.namespace"),
+                   config.broker_id)
+
+    def client_base(self) -> dict[str, Any]:
+        """librdkafka settings of this process's clients."""
+        return {"bootstrap.servers": self.handoff.bootstrap,
+                "security.protocol": self.handoff.security_protocol,
+                "client.id": "strom-lake", "log_level": 3}
+
+
+def catalog_properties(config: BrokerConfig) -> dict[str, str]:
+    """pyiceberg catalog properties: uri and warehouse (defaulting to files under the first log
+    dir), schema version v1 (the one Spark's JdbcCatalog shares), and every other
+    iceberg.catalog.<name> as <name>."""
+    base = Path(config.log_dirs[0]).absolute() / "iceberg"
+    uri = config.get("iceberg.catalog.uri") or f"sqlite:///{base / 'catalog.db'}"
+    warehouse = config.get("iceberg.catalog.warehouse") or (base / "warehouse").as_uri()
+    props = {"type": config.get("iceberg.catalog.type"), "uri": uri, "warehouse": warehouse,
+             "schema_version": "v1"}
+    for name, value in {**config.raw, **config.unknown}.items():
+        if name.startswith(CATALOG_PREFIX) and name[len(CATALOG_PREFIX):] not in _OWN:
+            props[name[len(CATALOG_PREFIX):]] = value
+    return props
+
+
+def local_catalog_paths(props: dict[str, str]) -> list[Path]:
+    """Directories a local catalog needs before it opens (the SQLite file's, the warehouse)."""
+    paths = []
+    uri = props.get("uri", "")
+    if uri.startswith("sqlite:///"):
+        paths.append(Path(uri[len("sqlite:///"):]).parent)
+    warehouse = props.get("warehouse", "")
+    if warehouse.startswith("file://"):
+        paths.append(Path(warehouse[len("file://"):]))
+    return paths

@@ -1,0 +1,199 @@
+"""`iceberg.mode=value_schema`: the table's `value` column takes the type of the topic's value
+schema in Strom's registry (the latest version of `<topic>-value` when the writer starts; Avro
+only so far), and each value is decoded into it: with the schema its own id names (Confluent's
+framing: a zero byte, a 4-byte id) read as the latest one (Avro schema resolution).
+
+Avro to Iceberg: boolean, int, long, float, double, bytes, string; enum as string; fixed as
+fixed; record as struct; array as list; map as map with string keys; a union of null and one
+type as that type, optional; logical types date, timestamp-millis/-micros (timestamptz),
+decimal and uuid (as string). Anything else (other unions, recursive records, schema
+references, JSON Schema or Protobuf values) is refused when the table is made."""
+
+from __future__ import annotations
+
+import io
+import json
+import urllib.parse
+import urllib.request
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import fastavro
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FixedType,
+    FloatType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    MapType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
+
+TIMEOUT_S = 10.0
+FIRST_ID = 100  # field ids of the value's columns (the table's own are below)
+
+
+class Unsupported(Exception):
+    """The value schema has no Iceberg type here."""
+
+
+class Undecodable(Exception):
+    """A value that does not decode with the schema its id names."""
+
+
+_PRIMITIVES: dict[str, Callable[[], IcebergType]] = {
+    "boolean": BooleanType, "int": IntegerType, "long": LongType, "float": FloatType,
+    "double": DoubleType, "bytes": BinaryType, "string": StringType,
+}
+
+
+class _Types:
+    def __init__(self) -> None:
+        self.next_id = FIRST_ID
+        self.named: dict[str, Any] = {}
+        self.open: set[str] = set()
+
+    def new_id(self) -> int:
+        self.next_id += 1
+        return self.next_id - 1
+
+    def convert(self, node: Any, space: str | None = None) -> tuple[IcebergType, bool]:
+        """The Iceberg type of an Avro schema node, and whether a value is required."""
+        if isinstance(node, list):
+            members = [m for m in node if m != "null"]
+            if len(members) != 1:
+                raise Unsupported(f"a union of {json.dumps(node)} (only null and one type)")
+            return self.convert(members[0], space)[0], len(members) == len(node)
+        if isinstance(node, str):
+            if node in _PRIMITIVES:
+                return _PRIMITIVES[node](), True
+            if node == "null":
+                raise Unsupported("a null column")
+            full = node if "." in node or space is None else f"{space}.{node}"
+            found = self.named.get(full, self.named.get(node))
+            if found is None:
+                raise Unsupported(f"the type {node!r} (not defined before)")
+            if full in self.open or node in self.open:
+                raise Unsupported(f"the recursive type {node!r}")
+            return self.convert(found, space)
+        if not isinstance(node, dict):
+            raise Unsupported(f"the schema {json.dumps(node)}")
+        kind = node.get("type")
+        logical = node.get("logicalType")
+        if kind == "int" and logical == "date":
+            return DateType(), True
+        if kind == "long" and logical in ("timestamp-millis", "timestamp-micros"):
+            return TimestamptzType(), True
+        if kind in ("bytes", "fixed") and logical == "decimal":
+            if kind == "fixed":
+                self._define(node, space)
+            return DecimalType(int(node["precision"]), int(node.get("scale", 0))), True
+        if kind == "string" and logical == "uuid":
+            return StringType(), True
+        if kind in _PRIMITIVES:
+            return _PRIMITIVES[kind](), True
+        if kind == "enum":
+            self._define(node, space)
+            return StringType(), True
+        if kind == "fixed":
+            self._define(node, space)
+            return FixedType(int(node["size"])), True
+        if kind == "array":
+            element, required = self.convert(node["items"], space)
+            return ListType(self.new_id(), element, element_required=required), True
+        if kind == "map":
+            value, required = self.convert(node["values"], space)
+            return MapType(self.new_id(), StringType(), self.new_id(), value,
+                           value_required=required), True
+        if kind == "record":
+            full = self._define(node, space)
+            inner = full.rpartition(".")[0] or None
+            self.open.add(full)
+            fields = []
+            for field in node.get("fields", []):
+                ftype, required = self.convert(field["type"], inner)
+                fields.append(NestedField(self.new_id(), field["name"], ftype,
+                                          required=required))
+            self.open.discard(full)
+            return StructType(*fields), True
+        if isinstance(kind, (dict, list, str)):
+            return self.convert(kind, space)
+        raise Unsupported(f"the schema {json.dumps(node)}")
+
+    def _define(self, node: dict[str, Any], space: str | None) -> str:
+        name = str(node["name"])
+        space = node.get("namespace", space)
+        full = name if "." in name or not space else f"{space}.{name}"
+        self.named[full] = node
+        return full
+
+
+def iceberg_type(schema: Any) -> IcebergType:
+    """The value column's type for an Avro schema (parsed JSON)."""
+    return _Types().convert(schema)[0]
+
+
+def _plain(value: Any) -> Any:
+    """fastavro's values as pyarrow takes them (uuid as text)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    return value
+
+
+class ValueSchema:
+    """A topic's value schema from the registry, and the decoder of its values."""
+
+    def __init__(self, registry_url: str, subject: str) -> None:
+        self.url = registry_url.rstrip("/")
+        latest = self._get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")
+        if latest.get("schemaType", "AVRO") != "AVRO":
+            raise Unsupported(f"{latest.get('schemaType')} values (only Avro so far)")
+        if latest.get("references"):
+            raise Unsupported("schema references")
+        self.schema = json.loads(latest["schema"])
+        self.type = iceberg_type(self.schema)
+        self.reader = fastavro.parse_schema(self.schema)
+        self.writers: dict[int, Any] = {int(latest["id"]): self.reader}
+
+    def _get(self, path: str) -> dict[str, Any]:
+        with urllib.request.urlopen(self.url + path, timeout=TIMEOUT_S) as answer:
+            found: dict[str, Any] = json.loads(answer.read())
+            return found
+
+    def writer(self, schema_id: int) -> Any:
+        found = self.writers.get(schema_id)
+        if found is None:
+            try:
+                text = self._get(f"/schemas/ids/{schema_id}")
+            except OSError as exc:
+                raise Undecodable(f"schema id {schema_id}: {exc}") from None
+            if text.get("schemaType", "AVRO") != "AVRO":
+                raise Undecodable(f"schema id {schema_id} is not Avro")
+            found = self.writers[schema_id] = fastavro.parse_schema(json.loads(text["schema"]))
+        return found
+
+    def decode(self, data: bytes | None) -> Any:
+        if data is None:
+            return None
+        if len(data) < 5 or data[0] != 0:
+            raise Undecodable("no schema id (Confluent's framing: a zero byte, a 4-byte id)")
+        writer = self.writer(int.from_bytes(data[1:5], "big"))
+        try:
+            return _plain(fastavro.schemaless_reader(io.BytesIO(data[5:]), writer,
+                                                     self.reader))
+        except Exception as exc:
+            raise Undecodable(f"{type(exc).__name__}: {exc}") from None

@@ -1,0 +1,158 @@
+"""A topic's Iceberg table, written with pyiceberg (imported only in the lake writer's process).
+
+`TopicTable.commit` appends a batch only if the table still covers exactly the offsets the batch
+starts from, and commits without pyiceberg's retries (`commit.retry.num-retries=0`): pyiceberg
+would otherwise re-apply an append on top of a concurrent one, and a second writer of the table
+(a zombie writer, a restarted one) would duplicate rows. A conflict raises `Fenced` with the
+table's offsets, from which the caller reads again."""
+
+from __future__ import annotations
+
+import logging
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.transforms import DayTransform
+from pyiceberg.types import (
+    BinaryType,
+    IcebergType,
+    IntegerType,
+    ListType,
+    LongType,
+    NestedField,
+    StringType,
+    StructType,
+    TimestamptzType,
+)
+
+from strom.lake.mapping import (
+    OFFSETS_PROPERTY,
+    RETRIES_PROPERTY,
+    TOPIC_PROPERTY,
+    Batch,
+    arrow_table,
+    format_offsets,
+    parse_offsets,
+    row_dicts,
+)
+from strom.lake.settings import LakeSettings, local_catalog_paths
+
+log = logging.getLogger("strom.lake")
+
+KEY_VALUE_SCHEMA = Schema(
+    NestedField(1, "partition", IntegerType(), required=True),
+    NestedField(2, "offset", LongType(), required=True),
+    NestedField(3, "timestamp", TimestamptzType(), required=True),
+    NestedField(4, "key", BinaryType(), required=False),
+    NestedField(5, "value", BinaryType(), required=False),
+    NestedField(6, "headers", ListType(
+        element_id=7, element_required=True, element_type=StructType(
+            NestedField(8, "name", StringType(), required=True),
+            NestedField(9, "value", BinaryType(), required=False))), required=False),
+)
+COMMIT_ATTEMPTS = 3
+BY_DAY = PartitionSpec(PartitionField(source_id=3, field_id=1000, transform=DayTransform(),
+                                      name="timestamp_day"))
+
+
+def table_schema(value_type: IcebergType | None) -> Schema:
+    """key_value's columns, or with a `value` column of the value schema's type."""
+    if value_type is None:
+        return KEY_VALUE_SCHEMA
+    return Schema(*(NestedField(5, "value", value_type, required=False) if f.field_id == 5
+                    else f for f in KEY_VALUE_SCHEMA.fields))
+
+
+class Fenced(Exception):
+    """The table moved on without this writer: its offsets are not the batch's base."""
+
+    def __init__(self, offsets: dict[int, int]) -> None:
+        super().__init__(f"the table covers {format_offsets(offsets)}")
+        self.offsets = offsets
+
+
+def open_catalog(settings: LakeSettings) -> Catalog:
+    props = dict(settings.catalog_properties)
+    for path in local_catalog_paths(props):
+        path.mkdir(parents=True, exist_ok=True)
+    props.pop("type", None)  # sql: the only type so far
+    catalog = SqlCatalog(settings.catalog_name, **props)
+    catalog.create_namespace_if_not_exists(settings.namespace)
+    return catalog
+
+
+def snapshot_offsets(table: Table) -> dict[int, int]:
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return {}
+    return parse_offsets(snapshot.summary.additional_properties)
+
+
+class TopicTable:
+    def __init__(self, catalog: Catalog, namespace: str, topic: str,
+                 value_type: IcebergType | None = None) -> None:
+        self.value_type = value_type  # None: key_value (the value as bytes)
+        self.catalog = catalog
+        self.identifier = (namespace, topic)
+        self.topic = topic
+        self.table: Table | None = None
+
+    @property
+    def name(self) -> str:
+        return ".".join(self.identifier)
+
+    def open(self) -> dict[int, int]:
+        """Loads (or creates) the table; the offsets it covers."""
+        try:
+            table = self.catalog.load_table(self.identifier)
+        except NoSuchTableError:
+            try:
+                table = self.catalog.create_table(
+                    self.identifier, table_schema(self.value_type), partition_spec=BY_DAY,
+                    properties={RETRIES_PROPERTY: "0", TOPIC_PROPERTY: self.topic})
+                log.info("created the Iceberg table %s for topic %s", self.name, self.topic)
+            except TableAlreadyExistsError:  # another writer was first
+                table = self.catalog.load_table(self.identifier)
+        if table.properties.get(RETRIES_PROPERTY) != "0":
+            with table.transaction() as tx:
+                tx.set_properties({RETRIES_PROPERTY: "0"})
+        self.table = table
+        return snapshot_offsets(table)
+
+    def offsets(self) -> dict[int, int]:
+        """The offsets the table covers now (read again from the catalog)."""
+        assert self.table is not None
+        self.table.refresh()
+        return snapshot_offsets(self.table)
+
+    def commit(self, batch: Batch) -> dict[int, int]:
+        """Appends the batch as one snapshot; the offsets the table then covers. Raises Fenced
+        when the table does not cover exactly the batch's base offsets for its partitions.
+
+        A conflict with a concurrent commit is not retried by pyiceberg (which would re-apply
+        the append blindly) but here, after the offsets are checked again: one by a writer of
+        other partitions does not fence this one."""
+        if self.table is None:
+            self.open()
+        for _ in range(COMMIT_ATTEMPTS):
+            stored = self.offsets()
+            if not batch.fits(stored):
+                raise Fenced(stored)
+            covered = batch.offsets(stored)
+            assert self.table is not None
+            rows = arrow_table(batch.rows) if self.value_type is None else \
+                pa.Table.from_pylist(row_dicts(batch.rows),
+                                     schema=schema_to_pyarrow(self.table.schema()))
+            try:
+                self.table.append(rows,
+                                  snapshot_properties={OFFSETS_PROPERTY: format_offsets(covered)})
+            except CommitFailedException:
+                continue
+            return covered
+        raise Fenced(self.offsets())

@@ -1,0 +1,206 @@
+"""Iceberg topics (issue 33 point 2): with iceberg.enable the broker runs a lake writer that
+appends an iceberg.mode=key_value topic's records to the table <iceberg.namespace>.<topic>,
+one row per record, exactly once across kill -9 of the broker and of the writer itself (each
+snapshot's summary records the offsets it covers); a topic altered to key_value becomes a table
+from its first record; one left disabled has none; value_schema mode decodes Avro values into
+a typed value column and holds back (and reports) a value that does not decode."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import fastavro
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from strom.lake.settings import Handoff
+
+from .. import clients as kc
+from ..rest.conftest import started_url
+
+T = 20.0
+
+
+def _catalog(tmp_path: Path) -> dict[str, str]:
+    return {"iceberg.catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
+            "iceberg.catalog.warehouse": (tmp_path / "warehouse").as_uri()}
+
+
+def _messages(start: int, count: int) -> list[kc.Msg]:
+    return [kc.Msg(f"k{i}".encode(), f"v{i}".encode(), [("n", f"{i}".encode())],
+                   partition=i % 2) for i in range(start, start + count)]
+
+
+def _rows(catalog: SqlCatalog, topic: str) -> tuple[list[dict], dict[str, int] | None]:
+    try:
+        table = catalog.load_table(("strom", topic))
+    except NoSuchTableError:
+        return [], None
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return [], None
+    offsets = snapshot.summary["strom.offsets"] if snapshot.summary is not None else None
+    return table.scan().to_arrow().to_pylist(), json.loads(offsets) if offsets else None
+
+
+def _wait_exactly(catalog: SqlCatalog, topic: str, delivered: list[kc.Msg]) -> list[dict]:
+    """Until the table holds every delivered record once (and nothing else)."""
+    want = {(m.partition, m.offset): m for m in delivered}
+    ends: dict[str, int] = {}
+    for m in delivered:
+        assert m.partition is not None and m.offset is not None
+        ends[str(m.partition)] = max(ends.get(str(m.partition), 0), m.offset + 1)
+    deadline = time.monotonic() + T
+    while True:
+        rows, offsets = _rows(catalog, topic)
+        keys = [(r["partition"], r["offset"]) for r in rows]
+        assert len(keys) == len(set(keys)), "a record was written twice"
+        assert set(keys) <= set(want), "a row that was never produced"
+        if len(keys) == len(want):
+            assert offsets == ends
+            return rows
+        assert time.monotonic() < deadline, f"{len(keys)} of {len(want)} records in the table"
+        time.sleep(0.2)  # poll interval, not synchronisation
+
+
+def _writer_pid(broker_pid: int) -> int:
+    deadline = time.monotonic() + T
+    while True:
+        for task in Path(f"/proc/{broker_pid}/task").iterdir():
+            for child in (task / "children").read_text().split():
+                if b"strom.lake" in Path(f"/proc/{child}/cmdline").read_bytes():
+                    return int(child)
+        assert time.monotonic() < deadline, "the lake writer's process runs"
+        time.sleep(0.05)  # poll interval, not synchronisation
+
+
+def _set_key_value(bootstrap: str, topic: str) -> None:
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET)
+        for name, value in (("iceberg.mode", "key_value"), ("iceberg.commit.interval.ms", "300"))])
+    admin = kc.admin(bootstrap)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(T)
+
+
+def test_records_land_in_the_table_exactly_once_across_kill_9(make_broker, unique_topic,
+                                                             tmp_path) -> None:
+    broker = make_broker({"iceberg.enable": "true", **_catalog(tmp_path)})
+    topic = unique_topic("lake")
+    plain = unique_topic("plain")
+    later = unique_topic("later")
+    kc.create_topic(broker.bootstrap, topic, 2, {"iceberg.mode": "key_value",
+                                                 "iceberg.commit.interval.ms": "500"})
+    kc.create_topic(broker.bootstrap, plain, 1)
+    kc.create_topic(broker.bootstrap, later, 2)
+    delivered = kc.produce(broker.bootstrap, topic, _messages(0, 200))
+    kc.produce(broker.bootstrap, plain, _messages(0, 2)[:1])
+    delivered_later = kc.produce(broker.bootstrap, later, _messages(0, 30))
+    catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path}/catalog.db",
+                         warehouse=(tmp_path / "warehouse").as_uri())
+    rows = _wait_exactly(catalog, topic, delivered)
+    _set_key_value(broker.bootstrap, later)  # an Iceberg topic from now on, from its start
+    delivered_later += kc.produce(broker.bootstrap, later, _messages(30, 30))
+    by_offset = {(r["partition"], r["offset"]): r for r in rows}
+    for m in delivered:
+        row = by_offset[(m.partition, m.offset)]
+        assert (row["key"], row["value"]) == (m.key, m.value)
+        assert row["headers"] == [{"name": "n", "value": m.headers[0][1]}]
+        assert row["timestamp"].timestamp() * 1000 == pytest.approx(m.timestamp, abs=1)
+    table = catalog.load_table(("strom", topic))
+    assert str(table.spec().fields[0].transform) == "day"
+    with pytest.raises(NoSuchTableError):  # iceberg.mode is disabled by default
+        catalog.load_table(("strom", plain))
+    _wait_exactly(catalog, later, delivered_later)
+
+    delivered += kc.produce(broker.bootstrap, topic, _messages(200, 300))
+    broker.restart(kill=True)  # kill -9 mid-stream: the writer goes with it
+    delivered += kc.produce(broker.bootstrap, topic, _messages(500, 100))
+    _wait_exactly(catalog, topic, delivered)
+
+    assert broker.pid is not None
+    writer = _writer_pid(broker.pid)
+    delivered += kc.produce(broker.bootstrap, topic, _messages(600, 200))
+    os.kill(writer, signal.SIGKILL)  # the broker starts it again; it resumes from the table
+    delivered += kc.produce(broker.bootstrap, topic, _messages(800, 100))
+    _wait_exactly(catalog, topic, delivered)
+    assert "lake writer's process" in broker.log_text()
+
+    # a second writer of the same tables (as a zombie would be): each record is still written
+    # once, whichever commits first
+    handoff = Handoff(dict(broker.overrides), broker.bootstrap)
+    rogue_log = (tmp_path / "rogue.log").open("wb")
+    rogue = subprocess.Popen([sys.executable, "-m", "strom.lake"], stdin=subprocess.PIPE,
+                             stderr=rogue_log)
+    try:
+        assert rogue.stdin is not None
+        rogue.stdin.write(handoff.to_line().encode())
+        rogue.stdin.flush()
+        deadline = time.monotonic() + T
+        while f"topic {topic} -> Iceberg table".encode() not in \
+                (tmp_path / "rogue.log").read_bytes():
+            assert time.monotonic() < deadline, "the second writer reads the topic"
+            time.sleep(0.05)  # poll interval, not synchronisation
+        for start in range(900, 1300, 100):
+            delivered += kc.produce(broker.bootstrap, topic, _messages(start, 100))
+        _wait_exactly(catalog, topic, delivered)
+    finally:
+        if rogue.stdin is not None:
+            rogue.stdin.close()  # EOF: it commits what it holds (fenced if stale) and exits
+        assert rogue.wait(T) == 0
+        rogue_log.close()
+    _wait_exactly(catalog, topic, delivered)
+
+
+
+ORDER = {"type": "record", "name": "Order", "fields": [
+    {"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"]}]}
+
+
+def _avro(schema_id: int, value: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(ORDER), value)
+    return b"\0" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+def test_value_schema_mode_decodes_values_into_columns(make_broker, unique_topic,
+                                                       tmp_path) -> None:
+    broker = make_broker({"iceberg.enable": "true", **_catalog(tmp_path),
+                          "schema.registry.listeners": "http://127.0.0.1:0",
+                          "schema.registry.topic.replication.factor": "1"})
+    registry = started_url(broker, "schema registry")
+    topic = unique_topic("typed")
+    request = urllib.request.Request(
+        f"{registry}/subjects/{topic}-value/versions", method="POST",
+        data=json.dumps({"schema": json.dumps(ORDER)}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(request, timeout=T) as answer:
+        schema_id = json.loads(answer.read())["id"]
+    kc.create_topic(broker.bootstrap, topic, 1, {"iceberg.mode": "value_schema",
+                                                 "iceberg.commit.interval.ms": "300"})
+    good = [kc.Msg(b"k", _avro(schema_id, {"id": i, "note": None if i % 2 else f"n{i}"}))
+            for i in range(20)]
+    delivered = kc.produce(broker.bootstrap, topic, [*good, kc.Msg(b"k", b"not avro"),
+                                                     *good[:2]])
+    catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path}/catalog.db",
+                         warehouse=(tmp_path / "warehouse").as_uri())
+    deadline = time.monotonic() + T
+    while True:  # the 20 good ones; the bad one and those after it wait, reported
+        rows, offsets = _rows(catalog, topic)
+        if len(rows) == 20 and "does not decode" in broker.log_text():
+            break
+        assert len(rows) <= 20 and time.monotonic() < deadline, f"{len(rows)} rows"
+        time.sleep(0.2)  # poll interval, not synchronisation
+    assert offsets == {"0": delivered[20].offset}
+    rows.sort(key=lambda r: r["offset"])
+    assert [r["value"] for r in rows[:2]] == [{"id": 0, "note": "n0"}, {"id": 1, "note": None}]

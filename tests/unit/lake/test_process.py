@@ -1,0 +1,113 @@
+"""The lake writer's commit loop, on a real SQLite catalog with a stand-in consumer: a batch is
+committed with its offsets; a writer fenced by another reads again from the table's offsets; a
+failed commit drops nothing — the records are read again once the table answers."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+from strom.lake.mapping import Batch, Row
+from strom.lake.process import LakeWriter, TopicConfig
+from strom.lake.settings import Handoff, LakeSettings
+from strom.lake.writer import TopicTable, open_catalog
+
+TOPIC = "events"
+
+
+class Assignments:
+    """What a consumer's assign calls leave: partition -> the offset it reads from."""
+
+    def __init__(self) -> None:
+        self.reading: dict[int, int] = {}
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            self.reading[tp.partition] = tp.offset
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        for tp in tps:
+            del self.reading[tp.partition]
+
+    def assignment(self) -> list[TopicPartition]:
+        return [TopicPartition(TOPIC, p, o) for p, o in self.reading.items()]
+
+
+def _writer(tmp_path: Path, broker_id: int | None = 0) -> tuple[LakeWriter, Assignments]:
+    settings = LakeSettings.of(Handoff({"log.dirs": str(tmp_path)}, "127.0.0.1:9092"))
+    settings.broker_id = broker_id
+    consumer = Assignments()
+    return LakeWriter(settings, threading.Event(), open_catalog(settings), None, consumer), \
+        consumer
+
+
+def _read(writer: LakeWriter, partition: int, offsets: range) -> None:
+    for offset in offsets:
+        writer.topics[TOPIC].batch.add(Row(partition, offset, 1_700_000_000_000, None, b"v"))
+
+
+def _rows(writer: LakeWriter) -> list[tuple[int, int]]:
+    table = writer.topics[TOPIC].table.table
+    table.refresh()
+    return sorted((r["partition"], r["offset"]) for r in table.scan().to_arrow().to_pylist())
+
+
+def test_commits_resume_and_fencing(tmp_path: Path) -> None:
+    writer, consumer = _writer(tmp_path)
+    writer.start(TOPIC, TopicConfig("key_value", 500, {0: 0, 1: 0, 2: 7}))  # 2: another's
+    assert consumer.reading == {0: OFFSET_BEGINNING, 1: OFFSET_BEGINNING}
+    _read(writer, 0, range(0, 3))
+    writer.flush(TOPIC)
+    assert _rows(writer) == [(0, 0), (0, 1), (0, 2)]
+
+    other = TopicTable(writer.catalog, writer.settings.namespace, TOPIC)  # a second writer
+    other.open()
+    batch = Batch()
+    batch.clear({0: 3})
+    batch.add(Row(0, 3, 1_700_000_000_000, None, b"v"))
+    other.commit(batch)
+    _read(writer, 0, range(3, 5))  # the same record, read by this writer too
+    writer.flush(TOPIC)  # fenced: reads again from the table's offsets
+    assert consumer.reading == {0: 4, 1: OFFSET_BEGINNING}
+    assert _rows(writer) == [(0, o) for o in range(4)]
+    _read(writer, 0, range(4, 5))
+    writer.flush(TOPIC)
+    assert _rows(writer) == [(0, o) for o in range(5)]
+
+
+def test_a_failed_commit_drops_nothing(tmp_path: Path, monkeypatch) -> None:
+    writer, consumer = _writer(tmp_path)
+    writer.start(TOPIC, TopicConfig("key_value", 500, {0: 0}))
+    _read(writer, 0, range(0, 2))
+    writer.flush(TOPIC)
+    state = writer.topics[TOPIC]
+
+    def unreachable(batch: Batch) -> dict[int, int]:
+        raise OSError("the catalog is out of reach")
+
+    monkeypatch.setattr(state.table, "commit", unreachable)
+    _read(writer, 0, range(2, 6))
+    writer.flush(TOPIC)
+    assert state.failed and consumer.reading == {}  # not read while the table is out of reach
+    monkeypatch.undo()
+    writer.flush(TOPIC)  # the table answers: read again from what it holds
+    assert not state.failed and consumer.reading == {0: 2}
+    _read(writer, 0, range(2, 6))
+    writer.flush(TOPIC)
+    assert _rows(writer) == [(0, o) for o in range(6)]
+
+
+def test_partitions_that_move_to_another_leader_are_left_to_it(tmp_path: Path) -> None:
+    writer, consumer = _writer(tmp_path)
+    writer.start(TOPIC, TopicConfig("key_value", 500, {0: 0, 1: 0}))
+    _read(writer, 1, range(0, 2))
+
+    def discover() -> dict[str, TopicConfig]:
+        return {TOPIC: TopicConfig("key_value", 500, {0: 0, 1: 5})}
+
+    writer.discover = discover  # type: ignore[method-assign]
+    writer.refresh()  # what was read of partition 1 is committed first
+    assert consumer.reading == {0: OFFSET_BEGINNING}
+    assert _rows(writer) == [(1, 0), (1, 1)]
