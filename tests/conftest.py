@@ -51,7 +51,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 # minutes with every open issue's tests need about 3,400 s of test time on 3 workers: these
 # budgets are a ratchet on the way there.
 SUITE_BUDGETS_S: dict[str, float] = {
-    "tests/unit/": 205,
+    "tests/unit/": 215,  # + the HTTP API's formats and the lake writer's units (issues 32, 33)
     "tests/integration/": 700,  # the files directly in tests/integration
     "tests/integration/cluster/": 1000,  # KRaft's tests (issue 30) come in under this too
     "tests/integration/spark/": 490,

@@ -2,6 +2,8 @@
 
     strom pipeline run derived-feed -b HOST:PORT [--source clicks] [--trigger available-now]
     strom pipeline run lake-load -b HOST:PORT --topic clicks --output /data/lake/clicks
+    strom pipeline run lake-load -b HOST:PORT --topic clicks --target iceberg \
+        [--catalog-uri out/lake/catalog.db --warehouse out/lake/warehouse] [--schema-registry URL]
     strom pipeline generate-clicks -b HOST:PORT --rate 1000 --orgs 20 [--count N]
 
 PySpark is imported only by `run`, so the rest of the CLI starts as fast as before.
@@ -85,6 +87,32 @@ def run(
     kafka: Annotated[
         list[str] | None, typer.Option("--kafka", help="A client setting k=v (repeatable).")
     ] = None,
+    target: Annotated[str, typer.Option("--target", help="lake-load: parquet (a directory) or "
+                                        "iceberg (a table).")] = "parquet",
+    catalog: Annotated[str, typer.Option("--catalog", help="lake-load iceberg: the catalog "
+                                         "name (readers of the SQLite file use the same).")
+                       ] = "lake",
+    catalog_type: Annotated[str, typer.Option("--catalog-type", help="lake-load iceberg: jdbc "
+                                              "(a SQLite file) or rest.")] = "jdbc",
+    catalog_uri: Annotated[
+        str | None, typer.Option("--catalog-uri", help="lake-load iceberg: the SQLite file "
+                                 "(default out/lake/catalog.db) or the REST catalog's URL.")
+    ] = None,
+    warehouse: Annotated[str, typer.Option("--warehouse", help="lake-load iceberg: where data "
+                                           "files go.")] = "out/lake/warehouse",
+    namespace: Annotated[str, typer.Option("--namespace", help="lake-load iceberg: the table's "
+                                           "namespace.")] = "strom",
+    table: Annotated[str | None, typer.Option("--table", help="lake-load iceberg: the table "
+                                              "name (default: the topic's).")] = None,
+    schema_registry: Annotated[
+        str | None, typer.Option("--schema-registry", help="lake-load iceberg: decode values "
+                                 "with the topic's Avro value schema from this registry.")
+    ] = None,
+    columns: Annotated[
+        str | None, typer.Option("--columns", help="lake-load iceberg: declared value columns "
+                                 "of JSON values (Spark DDL), else raw bytes.")] = None,
+    include_headers: Annotated[bool, typer.Option("--include-headers", help="lake-load "
+                                                  "iceberg: a headers column.")] = False,
     master: Annotated[str, typer.Option("--master", help="Spark master.")] = "local[2]",
     conf: Annotated[list[str] | None, typer.Option("--conf", help="A Spark setting k=v "
                                                    "(repeatable).")] = None,
@@ -116,6 +144,13 @@ def run(
             out.print(f"{q.name}: {len(q.recentProgress)} batches, {rows} input rows", markup=False)
         return
 
+    if target == "iceberg":
+        _run_iceberg_load(bootstrap_server, source, catalog, catalog_type, catalog_uri, warehouse,
+                          namespace, table, schema_registry, columns, include_headers,
+                          min_partitions, client, master, conf)
+        return
+    if target != "parquet":
+        raise UsageError("--target must be parquet or iceberg")
     from strom.pipelines.lake_load import LakeLoadConfig
     from strom.pipelines.lake_load import run as run_load
 
@@ -129,6 +164,40 @@ def run(
         return
     out.print(f"lake-load {result.load_id}: {result.records} records in {result.files} files "
               f"to {cfg_load.output} in {result.seconds:.1f}s", markup=False)
+
+
+def _run_iceberg_load(bootstrap: str, topic: str, catalog: str, catalog_type: str,
+                      catalog_uri: str | None, warehouse: str, namespace: str, table: str | None,
+                      schema_registry: str | None, columns: str | None, include_headers: bool,
+                      min_partitions: int | None, client: dict[str, str], master: str,
+                      conf: list[str] | None) -> None:
+    from strom.pipelines.iceberg_load import IcebergLoadConfig, IcebergLoadError, spark_conf
+    from strom.pipelines.iceberg_load import run as run_iceberg
+
+    if catalog_type not in ("jdbc", "rest"):
+        raise UsageError("--catalog-type must be jdbc or rest")
+    cfg = IcebergLoadConfig(
+        bootstrap_servers=bootstrap, topic=topic, catalog=catalog, catalog_type=catalog_type,
+        catalog_uri=catalog_uri, warehouse=warehouse, namespace=namespace, table=table,
+        schema_registry_url=schema_registry, columns=columns, include_headers=include_headers,
+        min_partitions=min_partitions, kafka=client)
+    try:
+        settings = spark_conf(cfg, parse_kv_list(conf, "conf"))
+        try:
+            from strom.spark.session import local_session
+        except ImportError as e:  # pragma: no cover - depends on the install
+            raise CliError(f"PySpark is not installed ({e})") from None
+        spark = local_session("strom-lake-load", master, settings)
+        err.print(f"lake-load: {topic} -> {cfg.qualified}", markup=False)
+        result = run_iceberg(spark, cfg)
+    except IcebergLoadError as e:
+        raise CliError(str(e)) from None
+    if not result.committed:
+        out.print(f"lake-load: nothing new in {topic} since the last commit to {cfg.qualified}",
+                  markup=False)
+        return
+    out.print(f"lake-load: {result.records} records to {cfg.qualified} in snapshot "
+              f"{result.snapshot_id} in {result.seconds:.1f}s", markup=False)
 
 
 # --------------------------------------------------------------------------------------------

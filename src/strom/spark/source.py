@@ -25,12 +25,21 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import (
-    ReadAllAvailable,
-    ReadLimit,
-    ReadMaxRows,
-    SupportsTriggerAvailableNow,
-)
+
+try:
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # PySpark 4.1: no admission control for Python stream sources yet
+    from strom.spark.compat41 import (  # type: ignore[assignment]
+        ReadAllAvailable,
+        ReadLimit,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 
 from strom.spark.admin import OffsetReader
 from strom.spark.arrow import arrow_schema, schema_ddl
@@ -198,7 +207,13 @@ class StromStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest, self._latest_at = latest, now
         return dict(latest)
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: ReadLimit | None = None) -> dict:
+        if start is None:
+            # PySpark 4.1 asks with no arguments (no admission control): everything available
+            # (maxOffsetsPerTrigger / minOffsetsPerTrigger cannot be honoured there)
+            self._latest = self.offsets.latest(self.offsets.partitions())
+            self._latest_at = time.monotonic()
+            return to_json_dict(self._latest)
         begin = from_json_dict(start)
         if self._available_now:
             if self._target is None:

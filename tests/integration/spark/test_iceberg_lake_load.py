@@ -1,0 +1,213 @@
+"""The lake load into Apache Iceberg (issue 33 point 1): `strom pipeline run lake-load --target
+iceberg` writes a topic into an Iceberg table through Spark's Iceberg runtime, in the SQLite
+catalog pyiceberg reads too, exactly once across restarts and a kill -9 of the driver.
+
+Maven Central serves Iceberg's Spark runtime for Spark 4.1 at the newest, and it does not load
+on the project's PySpark 4.3: the pipeline runs in a virtualenv with PySpark 4.1.4
+(compat/spark_iceberg.py, cached under ~/.cache/strom-compat after the first run), with Strom
+from the repository's src. Each run is a `strom` CLI process there (a driver on local[2]); the
+table is read back with pyiceberg's SqlCatalog on the same SQLite file, in that virtualenv too.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import signal
+import subprocess
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import fastavro
+import pytest
+
+from ..registry.test_registry_api import http, registry_url, wait_ready
+from .conftest import create_topic, produce, wait_for
+
+_PATH = Path(__file__).resolve().parents[3] / "compat" / "spark_iceberg.py"
+_spec = importlib.util.spec_from_file_location("compat_spark_iceberg", _PATH)
+assert _spec is not None and _spec.loader is not None
+spark_iceberg = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(spark_iceberg)
+
+# A fresh machine makes the virtualenv (PyPI) and fetches the jars (Maven) in the first test.
+pytestmark = ([pytest.mark.timeout(spark_iceberg.INSTALL_TIMEOUT + spark_iceberg.dist.FETCH_TIMEOUT)]
+              if not spark_iceberg.is_cached() else [pytest.mark.timeout(300)])
+
+SCHEMA = {"type": "record", "name": "Click", "namespace": "shop", "fields": [
+    {"name": "user", "type": "string"},
+    {"name": "n", "type": "long"},
+    {"name": "at", "type": {"type": "long", "logicalType": "timestamp-millis"}},
+    {"name": "tags", "type": {"type": "array", "items": "string"}},
+    {"name": "note", "type": ["null", "string"], "default": None},
+]}
+DAY_MS = 86_400_000
+T0 = 1_795_000_000_000 - 1_795_000_000_000 % DAY_MS  # a UTC midnight in 2026
+
+READ_TABLE = """
+import json, sys
+from pyiceberg.catalog.sql import SqlCatalog
+db, warehouse, name = sys.argv[1:4]
+catalog = SqlCatalog("lake", uri=f"sqlite:///{db}", warehouse=warehouse)
+table = catalog.load_table(name)
+rows = table.scan(selected_fields=("partition", "offset", "timestamp", "value")).to_arrow()
+values = rows.column("value").to_pylist()
+print(json.dumps({
+    "spec": [[str(f.transform), table.schema().find_column_name(f.source_id)]
+             for f in table.spec().fields],
+    "value_fields": [f.name for f in table.schema().find_field("value").field_type.fields],
+    "rows": [[p, o, t.isoformat(), v["user"], v["n"], v["tags"], v["note"]]
+             for p, o, t, v in zip(rows.column("partition").to_pylist(),
+                                   rows.column("offset").to_pylist(),
+                                   rows.column("timestamp").to_pylist(), values)],
+    "snapshots": [dict(s.summary.additional_properties) for s in table.snapshots()],
+}))
+"""
+
+
+@pytest.fixture(scope="module")
+def env() -> tuple[Path, list[Path]]:
+    return spark_iceberg.ensure_all()  # a missing tool or failed install fails here, one line
+
+
+@pytest.fixture(scope="module")
+def registry(make_module_broker) -> tuple[Any, str]:
+    broker = make_module_broker({"schema.registry.listeners": "http://127.0.0.1:0",
+                                 "metrics.listener": ""})
+    url = registry_url(broker)
+    wait_ready(url)
+    return broker, url
+
+
+def _avro(schema_id: int, record: dict[str, Any]) -> bytes:
+    buf = io.BytesIO()
+    fastavro.schemaless_writer(buf, fastavro.parse_schema(SCHEMA), record)
+    return b"\x00" + schema_id.to_bytes(4, "big") + buf.getvalue()
+
+
+def _records(schema_id: int, first: int, count: int) -> list[dict[str, Any]]:
+    out = []
+    for i in range(first, first + count):
+        ts = T0 + (i % 3) * DAY_MS + i  # three days: three table partitions
+        value = _avro(schema_id, {"user": f"u{i % 7}", "n": i, "at": ts,
+                                  "tags": [f"t{i % 2}"], "note": None if i % 2 else f"n{i}"})
+        out.append({"key": str(i).encode(), "value": value, "partition": i % 2, "timestamp": ts})
+    return out
+
+
+def _load_cmd(python: Path, jars: list[Path], bootstrap: str, topic: str, base: Path,
+              registry: str) -> list[str]:
+    conf = {"spark.jars": ",".join(str(j) for j in jars),
+            "spark.sql.shuffle.partitions": "2",
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
+    cmd = [str(python), "-c", "from strom.cli.main import main; main()",
+           "pipeline", "run", "lake-load", "-b", bootstrap, "--topic", topic,
+           "--target", "iceberg", "--catalog-uri", str(base / "catalog.db"),
+           "--warehouse", str(base / "warehouse"), "--schema-registry", registry,
+           "--master", "local[2]"]
+    for k, v in conf.items():
+        cmd += ["--conf", f"{k}={v}"]
+    return cmd
+
+
+def _run_load(cmd: list[str], python: Path, base: Path) -> str:
+    began = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=base,
+                          env=spark_iceberg.child_env(python), stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, f"lake-load failed:\n{proc.stdout}\n{proc.stderr[-4000:]}"
+    print(f"lake-load run: {time.monotonic() - began:.1f}s: {proc.stdout.strip()}")
+    return proc.stdout
+
+
+def _read_table(python: Path, base: Path, topic: str) -> dict[str, Any]:
+    proc = subprocess.run(
+        [str(python), "-c", READ_TABLE, str(base / "catalog.db"),
+         (base / "warehouse").as_uri(), f"strom.{topic.replace('-', '_').replace('.', '_')}"],
+        capture_output=True, text=True, timeout=120, env=spark_iceberg.child_env(python))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads(proc.stdout)
+
+
+def _data_files(base: Path) -> int:
+    return sum(1 for _ in (base / "warehouse").rglob("*.parquet"))
+
+
+def _check(table: dict[str, Any], total: int) -> None:
+    """Every produced record (two partitions, offsets from 0) exactly once, decoded."""
+    keys = Counter((p, o) for p, o, *_ in table["rows"])
+    assert not [k for k, n in keys.items() if n > 1], "records written twice"
+    assert sorted(keys) == sorted((i % 2, i // 2) for i in range(total))
+    for p, o, ts, user, n, tags, note in table["rows"]:
+        i = 2 * o + p
+        assert (n, user, tags, note) == (i, f"u{i % 7}", [f"t{i % 2}"],
+                                         None if i % 2 else f"n{i}")
+        assert datetime.fromisoformat(ts) == datetime.fromtimestamp(
+            (T0 + (i % 3) * DAY_MS + i) / 1000, UTC)
+    last = [s for s in table["snapshots"] if "strom.offsets" in s][-1]
+    assert json.loads(last["strom.offsets"]) == {
+        table["topic"]: {"0": (total + 1) // 2, "1": total // 2}}
+
+
+def test_lake_load_into_iceberg_exactly_once(env, registry, unique_topic, tmp_path) -> None:
+    python, jars = env
+    broker, url = registry
+    bs = broker.bootstrap
+    topic = unique_topic("ice")
+    create_topic(bs, topic, 2)
+    status, body = http(f"{url}/subjects/{topic}-value/versions", "POST",
+                        {"schema": json.dumps(SCHEMA)})
+    assert status == 200, body
+    schema_id = body["id"]
+    cmd = _load_cmd(python, jars, bs, topic, tmp_path, url)
+
+    # run 1: the table is made (value columns from the registered schema, days(timestamp))
+    produce(bs, topic, _records(schema_id, 0, 3000))
+    out = _run_load(cmd, python, tmp_path)
+    assert "3000 records" in out, out
+    table = _read_table(python, tmp_path, topic) | {"topic": topic}
+    assert table["spec"] == [["day", "timestamp"]]
+    assert table["value_fields"] == ["user", "n", "at", "tags", "note"]
+    assert len(table["snapshots"]) == 1
+    _check(table, 3000)
+
+    # run 2 is killed (-9, the driver and its JVM) once it has written data files, before or
+    # after its commit; run 3 then loads whatever is not committed, once
+    began = time.monotonic()
+    produce(bs, topic, _records(schema_id, 3000, 12_000))
+    print(f"produce 12k: {time.monotonic() - began:.1f}s")
+    files_before = _data_files(tmp_path)
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=spark_iceberg.child_env(python),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for(lambda: _data_files(tmp_path) > files_before or proc.poll() is not None,
+                 "run 2 writing data files", timeout=180, interval=0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    wait_for(lambda: not _group_alive(proc.pid), "run 2's processes gone", timeout=30)
+    print(f"run 2 killed after {time.monotonic() - began:.1f}s")
+    began = time.monotonic()
+    killed = _read_table(python, tmp_path, topic) | {"topic": topic}
+    assert len(killed["rows"]) in (3000, 15_000)
+    print(f"read: {time.monotonic() - began:.1f}s, {len(killed['rows'])} rows after the kill")
+
+    produce(bs, topic, _records(schema_id, 15_000, 2000))
+    out = _run_load(cmd, python, tmp_path)
+    table = _read_table(python, tmp_path, topic) | {"topic": topic}
+    _check(table, 17_000)
+
+    assert "nothing new" not in out and "records" in out, out
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
