@@ -10,9 +10,7 @@ stopped, or died) it commits what it holds and exits: it never outlives its brok
 from __future__ import annotations
 
 import logging
-import os
 import signal
-import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -21,6 +19,7 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from strom.common.helper_child import start_child, watch_parent
 from strom.lake.mapping import Batch, Row
 from strom.lake.settings import Handoff, LakeSettings
 
@@ -307,24 +306,10 @@ class LakeWriter:
             self.consumer.close()
 
 
-def _watch_parent(stop: threading.Event) -> None:
-    while sys.stdin.buffer.read(4096):
-        pass
-    stop.set()
-
-
 def main() -> None:
-    logging.basicConfig(level=os.environ.get("STROM_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
-                        format="%(asctime)s level=%(levelname)s logger=%(name)s "
-                               "pid=%(process)d msg=%(message)s")  # the broker's, in its log
-    logging.getLogger("strom.config").setLevel(logging.ERROR)  # the broker warned already
-    line = sys.stdin.readline()
-    if not line:
-        sys.exit("strom.lake: started without the broker's hand-off (it is started by a broker "
-                 "with iceberg.enable=true)")
+    line = start_child("strom.lake", "iceberg.enable=true")
     settings = LakeSettings.of(Handoff.from_line(line))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    threading.Thread(target=_watch_parent, args=(stop,), name="parent-watch",
-                     daemon=True).start()
+    watch_parent(stop.set)
     LakeWriter.connect(settings, stop).run()

@@ -3,11 +3,11 @@ writer derives from it: the broker's config as written and how to reach the brok
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strom.common.helper_child import JsonLine
 from strom.config.broker import BrokerConfig
 from strom.config.lake import CATALOG_PREFIX
 
@@ -16,18 +16,11 @@ _OWN = ("type", "uri", "warehouse", "name")
 
 
 @dataclass
-class Handoff:
+class Handoff(JsonLine):
     config: dict[str, str]  # the broker's properties as written (file plus overrides)
     bootstrap: str  # host:port of the broker's PLAINTEXT listener this process connects to
     security_protocol: str = "PLAINTEXT"
     registry_url: str | None = None  # the broker's schema registry, if it serves one
-
-    def to_line(self) -> str:
-        return json.dumps(asdict(self)) + "\n"
-
-    @classmethod
-    def from_line(cls, line: str) -> Handoff:
-        return cls(**json.loads(line))
 
 
 @dataclass

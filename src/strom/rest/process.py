@@ -12,11 +12,10 @@ import logging
 import os
 import signal
 import socket
-import sys
-import threading
 
 import uvicorn
 
+from strom.common.helper_child import start_child, watch_parent
 from strom.http.auth import BasicAuth
 from strom.http.server import make_server
 from strom.rest.app import build_app
@@ -27,12 +26,6 @@ from strom.rest.settings import Handoff, RestSettings
 
 log = logging.getLogger("strom.rest")
 LISTENER = "REST"  # the name its listener.name.<l>.ssl.* overrides use
-
-
-def _watch_parent() -> None:
-    while sys.stdin.buffer.read(4096):
-        pass
-    os.kill(os.getpid(), signal.SIGTERM)  # uvicorn shuts down gracefully on it
 
 
 async def serve(settings: RestSettings) -> None:
@@ -87,16 +80,9 @@ def _close_first(server: uvicorn.Server) -> None:
 
 
 def main() -> None:
-    logging.basicConfig(level=os.environ.get("STROM_LOG_LEVEL", "INFO").upper(), stream=sys.stderr,
-                        format="%(asctime)s level=%(levelname)s logger=%(name)s "
-                               "pid=%(process)d msg=%(message)s")  # the broker's, in its log
-    logging.getLogger("strom.config").setLevel(logging.ERROR)  # the broker warned already
-    line = sys.stdin.readline()
-    if not line:
-        sys.exit("strom.rest: started without the broker's hand-off (it is started by a broker "
-                 "with rest.listeners set)")
+    line = start_child("strom.rest", "rest.listeners set")
     settings = RestSettings.of(Handoff.from_line(line))
-    threading.Thread(target=_watch_parent, name="parent-watch", daemon=True).start()
+    watch_parent(lambda: os.kill(os.getpid(), signal.SIGTERM))  # uvicorn stops gracefully on it
     import uvloop
 
     uvloop.run(serve(settings))

@@ -3,16 +3,16 @@ as written, the listening socket's descriptor, and how to reach the broker as a 
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
+from strom.common.helper_child import JsonLine
 from strom.config.broker import BrokerConfig
 from strom.config.rest import rest_endpoint
 
 
 @dataclass
-class Handoff:
+class Handoff(JsonLine):
     config: dict[str, str]  # the broker's properties as written (file plus overrides)
     fd: int  # the listening socket, bound by the broker
     bootstrap: str  # host:port of the broker's listener this process connects to
@@ -20,13 +20,6 @@ class Handoff:
     sasl_mechanisms: list[str] = field(default_factory=list)  # enabled on that listener
     registry_url: str | None = None  # the broker's schema registry, if it serves one
     public_url: str = ""  # as printed at start-up
-
-    def to_line(self) -> str:
-        return json.dumps(asdict(self)) + "\n"
-
-    @classmethod
-    def from_line(cls, line: str) -> Handoff:
-        return cls(**json.loads(line))
 
 
 @dataclass
