@@ -44,10 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from strom.pipelines.lake_load import plan_offsets, source_options
 from strom.spark import FORMAT, register
-from strom.spark.admin import OffsetReader
 from strom.spark.offsets import PartitionOffsets, from_json_dict, to_json_dict
-from strom.spark.options import parse_source_options
 
 log = logging.getLogger("strom.pipelines")
 
@@ -364,29 +363,10 @@ def committed_offsets(spark: Any, cfg: IcebergLoadConfig) -> PartitionOffsets:
     return {}
 
 
-def _source_options(cfg: IcebergLoadConfig) -> dict[str, str]:
-    opts = {"kafka.bootstrap.servers": cfg.bootstrap_servers, "subscribe": cfg.topic}
-    opts.update({f"kafka.{k}": v for k, v in cfg.kafka.items()})
-    return opts
-
-
 def plan(cfg: IcebergLoadConfig, done: PartitionOffsets
          ) -> tuple[PartitionOffsets, PartitionOffsets]:
     """(start, end) of the next run: after the committed offsets (or earliest) to the end now."""
-    reader = OffsetReader(parse_source_options(_source_options(cfg), streaming=False))
-    try:
-        tps = reader.partitions(fresh=True)
-        end = reader.latest(tps)
-        start = {tp: off for tp, off in done.items() if tp in end}
-        start.update(reader.earliest([tp for tp in tps if tp not in done]))
-    finally:
-        reader.close()
-    for tp, off in list(start.items()):
-        if off > end[tp]:  # the partition was truncated or recreated since the last load
-            log.warning("%s-%d: loaded up to %d but the partition now ends at %d; restarting "
-                        "from its earliest offset", tp[0], tp[1], off, end[tp])
-            start[tp] = -2
-    return start, end
+    return plan_offsets(source_options(cfg.bootstrap_servers, cfg.topic, cfg.kafka), done)
 
 
 def run(spark: Any, cfg: IcebergLoadConfig) -> IcebergLoadResult:

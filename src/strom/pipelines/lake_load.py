@@ -138,31 +138,38 @@ def recover(output: Path | str) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def _source_options(cfg: LakeLoadConfig) -> dict[str, str]:
-    opts = {"kafka.bootstrap.servers": cfg.bootstrap_servers, "subscribe": cfg.topic}
-    opts.update({f"kafka.{k}": v for k, v in cfg.kafka.items()})
+def source_options(bootstrap_servers: str, topic: str, kafka: dict[str, str]) -> dict[str, str]:
+    """The `strom` source's options for reading `topic` (client settings as ``kafka.*``)."""
+    opts = {"kafka.bootstrap.servers": bootstrap_servers, "subscribe": topic}
+    opts.update({f"kafka.{k}": v for k, v in kafka.items()})
     return opts
 
 
-def plan(cfg: LakeLoadConfig) -> tuple[PartitionOffsets, PartitionOffsets]:
-    """(start, end) of the next run: after the last load (or earliest) up to the end now."""
-    options = parse_source_options(_source_options(cfg), streaming=False)
-    reader = OffsetReader(options)
+def plan_offsets(options: dict[str, str], done: PartitionOffsets
+                 ) -> tuple[PartitionOffsets, PartitionOffsets]:
+    """(start, end) of a load: after what `done` says was loaded (or from the earliest offset)
+    up to the end now. A partition that now ends before its loaded offset was truncated or
+    recreated: it starts again from its earliest offset."""
+    reader = OffsetReader(parse_source_options(options, streaming=False))
     try:
         tps = reader.partitions(fresh=True)
         end = reader.latest(tps)
-        done = loaded_offsets(cfg.output)
-        new = [tp for tp in tps if tp not in done]
         start = {tp: off for tp, off in done.items() if tp in end}
-        start.update(reader.earliest(new))
+        start.update(reader.earliest([tp for tp in tps if tp not in done]))
     finally:
         reader.close()
     for tp, off in list(start.items()):
-        if off > end[tp]:  # the partition was truncated or recreated since the last load
+        if off > end[tp]:
             log.warning("%s-%d: loaded up to %d but the partition now ends at %d; restarting "
                         "from its earliest offset", tp[0], tp[1], off, end[tp])
             start[tp] = -2
     return start, end
+
+
+def plan(cfg: LakeLoadConfig) -> tuple[PartitionOffsets, PartitionOffsets]:
+    """(start, end) of the next run: after the last load (or earliest) up to the end now."""
+    return plan_offsets(source_options(cfg.bootstrap_servers, cfg.topic, cfg.kafka),
+                        loaded_offsets(cfg.output))
 
 
 def run(spark: Any, cfg: LakeLoadConfig) -> LoadResult:
