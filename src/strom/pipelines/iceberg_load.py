@@ -44,8 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from strom.pipelines.lake_load import plan_offsets, source_options
-from strom.spark import FORMAT, register
+from strom.pipelines.lake_load import batch_reader, plan_offsets, source_options
+from strom.spark import register
 from strom.spark.offsets import PartitionOffsets, from_json_dict, to_json_dict
 
 log = logging.getLogger("strom.pipelines")
@@ -387,22 +387,9 @@ def run(spark: Any, cfg: IcebergLoadConfig) -> IcebergLoadResult:
     if not todo:
         return IcebergLoadResult(cfg.qualified, start, end, 0, None, time.monotonic() - began)
 
-    assign: dict[str, list[int]] = {}
-    for topic, partition in sorted(end):
-        assign.setdefault(topic, []).append(partition)
-    reader = (spark.read.format(FORMAT)
-              .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
-              .option("assign", json.dumps(assign))
-              .option("startingOffsets", json.dumps(to_json_dict(start)))
-              .option("endingOffsets", json.dumps(to_json_dict(end)))
-              .option("failOnDataLoss", str(cfg.fail_on_data_loss).lower())
-              .option("includeHeaders", str(cfg.include_headers).lower()))
-    if cfg.min_partitions:
-        reader = reader.option("minPartitions", str(cfg.min_partitions))
-    for key, value in cfg.kafka.items():
-        reader = reader.option(f"kafka.{key}", value)
     extra = ["headers"] if cfg.include_headers else []
-    df = reader.load().select("partition", "offset", "timestamp", "key", "value", *extra)
+    df = batch_reader(spark, cfg, start, end).load().select(
+        "partition", "offset", "timestamp", "key", "value", *extra)
     if decoder is not None:
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType

@@ -166,6 +166,26 @@ def plan_offsets(options: dict[str, str], done: PartitionOffsets
     return start, end
 
 
+def batch_reader(spark: Any, cfg: Any, start: PartitionOffsets, end: PartitionOffsets) -> Any:
+    """A batch read of the `strom` source from `start` to `end` with a load's settings
+    (`cfg`: bootstrap_servers, fail_on_data_loss, include_headers, min_partitions, kafka)."""
+    assign: dict[str, list[int]] = {}
+    for topic, partition in sorted(end):
+        assign.setdefault(topic, []).append(partition)
+    reader = (spark.read.format(FORMAT)
+              .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
+              .option("assign", json.dumps(assign))
+              .option("startingOffsets", json.dumps(to_json_dict(start)))
+              .option("endingOffsets", json.dumps(to_json_dict(end)))
+              .option("failOnDataLoss", str(cfg.fail_on_data_loss).lower())
+              .option("includeHeaders", str(cfg.include_headers).lower()))
+    if cfg.min_partitions:
+        reader = reader.option("minPartitions", str(cfg.min_partitions))
+    for key, value in cfg.kafka.items():
+        reader = reader.option(f"kafka.{key}", value)
+    return reader
+
+
 def plan(cfg: LakeLoadConfig) -> tuple[PartitionOffsets, PartitionOffsets]:
     """(start, end) of the next run: after the last load (or earliest) up to the end now."""
     return plan_offsets(source_options(cfg.bootstrap_servers, cfg.topic, cfg.kafka),
@@ -187,21 +207,7 @@ def run(spark: Any, cfg: LakeLoadConfig) -> LoadResult:
 
     load_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{uuid.uuid4().hex[:8]}"
     staging = output / STAGING_DIR / load_id
-    assign: dict[str, list[int]] = {}
-    for topic, partition in sorted(end):
-        assign.setdefault(topic, []).append(partition)
-    reader = (spark.read.format(FORMAT)
-              .option("kafka.bootstrap.servers", cfg.bootstrap_servers)
-              .option("assign", json.dumps(assign))
-              .option("startingOffsets", json.dumps(to_json_dict(start)))
-              .option("endingOffsets", json.dumps(to_json_dict(end)))
-              .option("failOnDataLoss", str(cfg.fail_on_data_loss).lower())
-              .option("includeHeaders", str(cfg.include_headers).lower()))
-    if cfg.min_partitions:
-        reader = reader.option("minPartitions", str(cfg.min_partitions))
-    for key, value in cfg.kafka.items():
-        reader = reader.option(f"kafka.{key}", value)
-    df = reader.load().withColumn("date", F.to_date("timestamp"))
+    df = batch_reader(spark, cfg, start, end).load().withColumn("date", F.to_date("timestamp"))
     df.write.partitionBy("date").mode("error").parquet(str(staging))
     records = sum(
         pq_rows(p) for p in staging.rglob("*.parquet"))
