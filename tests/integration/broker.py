@@ -110,16 +110,20 @@ class BrokerProcess:
         return self.wait_metrics_url()
 
     def wait_metrics_url(self, timeout: float = 10.0) -> str:
-        """The metrics endpoint of the running broker, from its start-up line (printed once
-        it serves: polled for up to ``timeout``)."""
+        """The metrics endpoint of the running broker, from its start-up line."""
+        return self.started_url("metrics", timeout)
+
+    def started_url(self, what: str, timeout: float = 10.0) -> str:
+        """An HTTP endpoint's address from this start's start-up line ("<what> at URL", printed
+        once it serves: polled for up to ``timeout``)."""
         deadline = time.monotonic() + timeout
         while True:
             last = self.log_path.read_text(errors="replace").rsplit("=== start #", 1)[-1]
-            found = re.search(r"metrics at (http://\S+/metrics)", last)
+            found = re.search(rf"{what} at (https?://[^\s,]+)", last)
             if found is not None:
                 return found.group(1)
             if time.monotonic() > deadline:
-                raise RuntimeError(f"{self.name} printed no metrics endpoint ({self.log_path})")
+                raise RuntimeError(f"{self.name} printed no {what} endpoint ({self.log_path})")
             time.sleep(0.05)  # poll interval, not synchronisation
 
     @property

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -33,15 +32,7 @@ BREAKING = json.dumps({"type": "record", "name": "Click", "namespace": "shop", "
 
 def registry_url(broker: BrokerProcess, timeout: float = 10.0) -> str:
     """The registry's address, from the broker's start-up line (port 0: the OS chose it)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        last = broker.log_path.read_text(errors="replace").rsplit("=== start #", 1)[-1]
-        found = re.search(r"schema registry at (https?://\S+)", last)
-        if found is not None:
-            return found.group(1).rstrip(",")
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no schema registry address in {broker.log_path}")
-        time.sleep(0.05)  # poll interval, not synchronisation
+    return broker.started_url("schema registry", timeout)
 
 
 def http(url: str, method: str = "GET", body: Any = None, raw: bytes | None = None

@@ -4,7 +4,6 @@ package's test files, and a small HTTP client for Confluent's JSON bodies."""
 from __future__ import annotations
 
 import json
-import re
 import time
 import urllib.error
 import urllib.request
@@ -22,16 +21,7 @@ REST_OVERRIDES = {"rest.listeners": "http://127.0.0.1:0",
 
 
 def started_url(broker: BrokerProcess, what: str, timeout: float = 10.0) -> str:
-    """An HTTP endpoint's address from the broker's start-up line ("<what> at URL")."""
-    deadline = time.monotonic() + timeout
-    while True:
-        last = broker.log_path.read_text(errors="replace").rsplit("=== start #", 1)[-1]
-        found = re.search(rf"{what} at (https?://[^\s,]+)", last)
-        if found is not None:
-            return found.group(1)
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} address in {broker.log_path}")
-        time.sleep(0.05)  # poll interval, not synchronisation
+    return broker.started_url(what, timeout)
 
 
 @dataclass
