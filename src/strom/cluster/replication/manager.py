@@ -81,6 +81,10 @@ class ReplicaManager:
         self.fetchers: dict[int, ReplicaFetcher] = {}
         self._followed: dict[Key, int] = {}  # partition -> leader id we fetch it from
         self._isr_in_flight: set[Key] = set()
+        # Replicas this leader asked to add to an ISR, counted for the high watermark until the
+        # image shows a partition epoch of at least the first number (Kafka's "maximal ISR",
+        # KIP-497): the controller may already have them in the ISR, and may elect one of them.
+        self._isr_maximal: dict[Key, tuple[int, frozenset[int]]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._retired: set[ReplicaFetcher] = set()  # stopping in the background
         self._started = False
@@ -175,6 +179,7 @@ class ReplicaManager:
             self._become_follower(key, state, plog)
 
     def _stop_all_roles(self, key: Key) -> None:
+        self._isr_maximal.pop(key, None)
         if self.leaders.pop(key, None) is not None:
             plog = self._get_log(*key)
             if plog is not None:
@@ -191,6 +196,7 @@ class ReplicaManager:
             # learns where (Kafka's leader epoch start offset).
             if state.leader_epoch > plog.latest_epoch:
                 plog.epochs.assign(state.leader_epoch, plog.log_end_offset)
+            self._isr_maximal.pop(key, None)  # a previous term's expansion
             current = LeaderState(self.broker_id, state.replicas, state.leader_epoch,
                                   plog.log_end_offset, now)
             self.leaders[key] = current
@@ -210,6 +216,7 @@ class ReplicaManager:
 
     def _become_follower(self, key: Key, state: PartitionState, plog: PartitionLog) -> None:
         plog.on_append = None
+        self._isr_maximal.pop(key, None)
         if key in self.leaders:
             del self.leaders[key]
             self.waiters.notify(key)  # delayed produces learn they lost leadership
@@ -314,13 +321,28 @@ class ReplicaManager:
         leader = self.leaders.get(key)
         if leader is None:
             return
-        isr = state.isr if self.broker_id in state.isr else [*state.isr, self.broker_id]
+        isr = self._hw_isr(key, state)
         alone = all(r == self.broker_id for r in isr)
         plog.hw_follows_leo = alone
         hw = plog.log_end_offset if alone else leader.high_watermark(isr, plog.log_end_offset)
         if hw != UNKNOWN_OFFSET and hw > plog.high_watermark:
             plog.high_watermark = hw
             self.waiters.notify(key)
+
+    def _hw_isr(self, key: Key, state: PartitionState) -> list[int]:
+        """The replicas the high watermark waits for: the ISR the image shows, this leader, and
+        replicas an expansion sent or committed but not yet in the image. Without the last, a
+        leader could count a record committed that an added replica lacks, and the controller
+        could elect that replica (an acknowledged record lost after a reassignment)."""
+        isr = state.isr if self.broker_id in state.isr else [*state.isr, self.broker_id]
+        maximal = self._isr_maximal.get(key)
+        if maximal is None:
+            return isr
+        if state.partition_epoch >= maximal[0]:
+            del self._isr_maximal[key]  # the image has caught up with the change
+            return isr
+        extra = [r for r in maximal[1] if r not in isr and r in state.replicas]
+        return [*isr, *extra] if extra else isr
 
     def check_isr(self) -> None:
         """Periodic: drop followers that have lagged for longer than replica.lag.time.max.ms."""
@@ -342,17 +364,27 @@ class ReplicaManager:
         if alter is None:
             return
         self._isr_in_flight.add(key)
+        added = frozenset(isr) - set(state.isr)
+        if added:  # counted at once: the write may commit before its answer arrives
+            self._isr_maximal[key] = (state.partition_epoch + 1, added)
 
         async def run() -> None:
             try:
                 result = alter(key[0], key[1], state.leader_epoch, state.partition_epoch, isr)
                 if asyncio.iscoroutine(result) or isinstance(result, asyncio.Future):
-                    await result
+                    result = await result
+                lead = self.leaders.get(key)
+                if added and isinstance(result, PartitionState) and lead is not None and \
+                        lead.leader_epoch == state.leader_epoch:
+                    self._isr_maximal[key] = (result.partition_epoch, added)
                 if len(isr) < len(state.isr):
                     self.isr_shrinks += 1
                 elif len(isr) > len(state.isr):
                     self.isr_expands += 1
             except KafkaError as exc:
+                # refused: nothing was written, so the replicas it would have added do not count
+                if added and self._isr_maximal.get(key, (0, None))[1] is added:
+                    del self._isr_maximal[key]
                 log.info("ISR change of %s-%d to %s refused: %s", key[0], key[1], isr, exc)
             except Exception:
                 log.exception("ISR change of %s-%d to %s failed", key[0], key[1], isr)
