@@ -24,6 +24,14 @@ from dataclasses import dataclass
 from strom.broker.core import Broker
 from strom.broker.schema_check import refusal
 from strom.cluster.image import PartitionState, TopicState
+from strom.common.dead_letters import (
+    DLQ_TOPIC_CONFIG,
+    PREFIX_CONFIG,
+    naming_refusal,
+    schema_id_header,
+    source_headers,
+    target_partition,
+)
 from strom.protocol.produce import ProducePartitionResponse
 from strom.record import Record, build_batch, read_header
 from strom.storage.errors import StorageError
@@ -31,11 +39,6 @@ from strom.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
-DLQ_TOPIC_CONFIG = "errors.deadletterqueue.topic.name"
-HEADER_TOPIC = "__dlq.errors.topic"
-HEADER_PARTITION = "__dlq.errors.partition"
-HEADER_MESSAGE = "__dlq.errors.message"
-HEADER_SCHEMA_ID = "__dlq.errors.schema.id"
 
 
 @dataclass
@@ -65,12 +68,6 @@ def divertible(configs: dict[str, str], batch: memoryview) -> str | None:
     return dlq
 
 
-def _schema_id(value: bytes | None) -> bytes | None:
-    if value is not None and len(value) >= 5 and value[0] == 0:
-        return str(int.from_bytes(value[1:5], "big")).encode()
-    return None
-
-
 async def divert(broker: Broker, d: Diversion) -> int | None:
     """Write the dead letters, then the valid records; fills `d.result` and returns the offset
     the valid records end at (for acks=all), or None when nothing was appended."""
@@ -82,15 +79,11 @@ async def divert(broker: Broker, d: Diversion) -> int | None:
         letters = []
         for n, (i, message) in enumerate(sorted(bad.items())):
             r = d.records[i]
-            headers = [*r.headers, (HEADER_TOPIC, d.topic.name.encode()),
-                       (HEADER_PARTITION, str(d.partition).encode()),
-                       (HEADER_MESSAGE, message.encode())]
-            sid = _schema_id(r.value)
-            if sid is not None:
-                headers.append((HEADER_SCHEMA_ID, sid))
+            headers = [*r.headers, *source_headers(d.topic.name, d.partition, message),
+                       *schema_id_header(r.value)]
             letters.append(Record(n, r.timestamp if r.timestamp >= 0 else now, r.key, r.value,
                                   headers))
-        target = d.partition % len(broker.image.topics[d.dlq].partitions)
+        target = target_partition(d.partition, len(broker.image.topics[d.dlq].partitions))
         why = await broker.share_partitions.dead_letters.deliver(
             d.dlq, target, build_batch(letters), what)
     if why is not None:
@@ -127,10 +120,9 @@ async def divert(broker: Broker, d: Diversion) -> int | None:
 
 def _refused(broker: Broker, dlq: str) -> str | None:
     """Why the dead-letter topic cannot take records (the share groups' naming rule)."""
-    prefix = broker.config.get("errors.deadletterqueue.topic.name.prefix") or ""
-    if not dlq.startswith(prefix):
-        return (f"the dead-letter topic {dlq!r} does not start with "
-                f"errors.deadletterqueue.topic.name.prefix {prefix!r}")
+    why = naming_refusal(dlq, broker.config.get(PREFIX_CONFIG) or "")
+    if why is not None:
+        return why
     topic = broker.image.topics.get(dlq)
     if topic is None or not topic.partitions:
         return f"the dead-letter topic {dlq!r} does not exist"

@@ -80,6 +80,11 @@ class Batch:
         self.rows = [r for r in self.rows if r.partition != partition or r.offset < offset]
         self.next[partition] = offset
 
+    def moved(self) -> bool:
+        """Whether a commit would cover more than the base (records read, even if none of
+        them is a row: all went to a dead-letter topic)."""
+        return any(o != self.base.get(p) for p, o in self.next.items())
+
     def offsets(self, stored: Mapping[int, int] | None = None) -> dict[int, int]:
         """What the table covers once this batch is committed on top of `stored`."""
         return {**(stored or {}), **self.base, **self.next}

@@ -19,7 +19,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
+from strom.common.dead_letters import DLQ_TOPIC_CONFIG
 from strom.common.helper_child import start_child, watch_parent
+from strom.lake.dead_letters import DeadLetterSender
 from strom.lake.mapping import Batch, Row
 from strom.lake.settings import Handoff, LakeSettings
 
@@ -38,6 +40,7 @@ class TopicConfig:
     mode: str
     interval_ms: int
     leaders: dict[int, int]  # partition -> its leader's id
+    dlq: str = ""  # errors.deadletterqueue.topic.name: where undecodable values go
 
 
 def owned(config: TopicConfig, broker_id: int | None) -> frozenset[int]:
@@ -57,6 +60,7 @@ class TopicState:
     failed: bool = False  # the last commit failed: read again from the table's offsets
     mode: str = "key_value"
     decoder: Any = None  # strom.lake.value_schema.ValueSchema in value_schema mode
+    dlq: str = ""
 
 
 def row_of(message: Message) -> Row:
@@ -80,6 +84,7 @@ class LakeWriter:
         self.consumer = consumer
         self.topics: dict[str, TopicState] = {}
         self.warned: set[str] = set()
+        self.dead_letters = DeadLetterSender(settings.client_base(), settings.dlq_prefix, admin)
 
     @classmethod
     def connect(cls, settings: LakeSettings, stop: threading.Event) -> LakeWriter:
@@ -112,9 +117,10 @@ class LakeWriter:
                 continue  # deleted meanwhile
             mode = entries["iceberg.mode"].value if "iceberg.mode" in entries else "disabled"
             interval = entries.get("iceberg.commit.interval.ms")
+            dlq = entries.get(DLQ_TOPIC_CONFIG)
             found[resource.name] = TopicConfig(
                 mode or "disabled", int(interval.value) if interval is not None else 60000,
-                partitions[resource.name])
+                partitions[resource.name], dlq.value or "" if dlq is not None else "")
         return found
 
     def refresh(self) -> None:
@@ -135,6 +141,7 @@ class LakeWriter:
                 self.start(topic, config)
                 continue
             state.interval_s = config.interval_ms / 1000
+            state.dlq = config.dlq
             mine = owned(config, self.settings.broker_id)
             if mine != state.partitions:  # leaders moved, or partitions were added
                 log.info("topic %s: this writer now writes partitions %s", topic, sorted(mine))
@@ -158,7 +165,7 @@ class LakeWriter:
         state = TopicState(table, config.interval_ms / 1000,
                            owned(config, self.settings.broker_id),
                            time.monotonic() + config.interval_ms / 1000, mode=config.mode,
-                           decoder=decoder)
+                           decoder=decoder, dlq=config.dlq)
         self.topics[topic] = state
         try:
             offsets = table.open()
@@ -192,23 +199,31 @@ class LakeWriter:
         return decoder
 
     def decode(self, topic: str, state: TopicState) -> dict[int, int]:
-        """Decodes the batch's values; a partition's first value that does not decode ends
-        what the batch takes of that partition (it is read again, and reported, after the
-        commit: never skipped). The offsets of those values."""
+        """Decodes the batch's values. Those that do not decode go to the topic's dead-letter
+        topic when it has one; a partition's first value that neither decodes nor reaches a
+        dead-letter topic ends what the batch takes of that partition (it is read again, and
+        reported, after the commit: never skipped). The offsets of those values."""
         from strom.lake.value_schema import Undecodable
 
-        bad: dict[int, int] = {}
+        undecoded: list[tuple[Row, str]] = []
+        stopped: set[int] = set()  # partitions cut at their first undecodable value
         rows = []
         for row in state.batch.rows:
-            if row.partition in bad:
+            if row.partition in stopped:
                 continue
             try:
                 rows.append(replace(row, decoded=state.decoder.decode(row.value)))
             except Undecodable as exc:
-                bad[row.partition] = row.offset
-                log.error("topic %s: the value at partition %d offset %d does not decode with "
-                          "its value schema (%s): that partition's records wait from there "
-                          "(not written, not skipped)", topic, row.partition, row.offset, exc)
+                undecoded.append((row, f"the value does not decode with its value schema: "
+                                       f"{exc}"))
+                if not state.dlq:
+                    stopped.add(row.partition)
+                    log.error("topic %s: the value at partition %d offset %d does not decode "
+                              "with its value schema (%s), and the topic has no %s: that "
+                              "partition's records wait from there (not written, not skipped)",
+                              topic, row.partition, row.offset, exc, DLQ_TOPIC_CONFIG)
+        bad = ({row.partition: row.offset for row, _ in reversed(undecoded)} if not state.dlq
+               else self.dead_letters.send(topic, state.dlq, undecoded))
         state.batch.rows = rows
         for partition, offset in bad.items():
             state.batch.cut(partition, offset)
@@ -247,7 +262,8 @@ class LakeWriter:
         if not state.batch:
             return
         bad = self.decode(topic, state) if state.decoder is not None else {}
-        if not state.batch:  # nothing decoded: read again from where the batch started
+        if not state.batch and not state.batch.moved():  # nothing decoded nor dead-lettered:
+            # read again from where the batch started
             self._unassign(topic)
             self._assign(topic, state, state.batch.base)
             return
@@ -304,6 +320,7 @@ class LakeWriter:
                 self.flush(topic)
         finally:
             self.consumer.close()
+            self.dead_letters.close()
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from strom.common.dead_letters import PREFIX_CONFIG
 from strom.common.helper_child import JsonLine
 from strom.config.broker import BrokerConfig
 from strom.config.lake import CATALOG_PREFIX
@@ -31,13 +32,14 @@ class LakeSettings:
     namespace: str
     broker_id: int | None = None  # the partitions it leads are this writer's
     refresh_s: float = 2.0  # how often the topics' iceberg.* configs are read again
+    dlq_prefix: str = "dlq."  # errors.deadletterqueue.topic.name.prefix: allowed DLQ names
 
     @classmethod
     def of(cls, handoff: Handoff) -> LakeSettings:
         config = BrokerConfig.load(None, handoff.config)
         return cls(handoff, config.get("iceberg.catalog.name"),
                    catalog_properties(config), config.get("iceberg.namespace"),
-                   config.broker_id)
+                   config.broker_id, dlq_prefix=config.get(PREFIX_CONFIG) or "")
 
     def client_base(self) -> dict[str, Any]:
         """librdkafka settings of this process's clients."""

@@ -27,7 +27,18 @@ from typing import Protocol
 from strom.broker.share.partition import DeadLetter
 from strom.broker.share.settings import ShareSettings
 from strom.cluster.client import BrokerClients, BrokerConnectionError
-from strom.cluster.image import MetadataImage
+from strom.cluster.image import MetadataImage, TopicState
+from strom.common.dead_letters import (
+    GROUP_ENABLE,
+    HEADER_DELIVERY_COUNT,
+    HEADER_GROUP,
+    HEADER_MESSAGE,
+    HEADER_OFFSET,
+    HEADER_PARTITION,
+    HEADER_TOPIC,
+    naming_refusal,
+    target_partition,
+)
 from strom.common.waiters import WaiterRegistry
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, ProtocolError
@@ -39,13 +50,6 @@ from strom.storage.validator import ORIGIN_COORDINATOR
 log = logging.getLogger(__name__)
 
 READ_BYTES = 1 << 20  # as Kafka: dead letters are usually single records
-HEADER_TOPIC = "__dlq.errors.topic"
-HEADER_PARTITION = "__dlq.errors.partition"
-HEADER_OFFSET = "__dlq.errors.offset"
-HEADER_GROUP = "__dlq.errors.group"
-HEADER_DELIVERY_COUNT = "__dlq.errors.delivery.count"
-HEADER_MESSAGE = "__dlq.errors.message"
-GROUP_ENABLE = "errors.deadletterqueue.group.enable"  # the topic config that permits a DLQ
 PRODUCE_VERSION = 9  # topics by name, flexible
 BACKOFF_S = 0.1
 MAX_BACKOFF_S = 1.0
@@ -64,6 +68,14 @@ class Logs(Protocol):
     waiters: WaiterRegistry
 
     def get(self, topic: str, partition: int) -> PartitionLog | None: ...
+
+
+def _absent_or_closed(name: str, dlq: TopicState | None) -> str | None:
+    if dlq is None or not dlq.partitions:
+        return f"the dead-letter topic {name!r} does not exist"
+    if str(dlq.configs.get(GROUP_ENABLE, "false")).lower() != "true":
+        return f"the topic {name!r} does not allow it ({GROUP_ENABLE} is not true)"
+    return None
 
 
 class DeadLetterWriter:
@@ -95,18 +107,11 @@ class DeadLetterWriter:
                 f"{topic}-{partition} ({dead.reason})")
         name = settings.dlq_topic
         dlq = self.image.topics.get(name) if name else None
-        refused = None
-        if not name.startswith(settings.dlq_prefix):
-            refused = (f"the dead-letter topic {name!r} does not start with "
-                       f"errors.deadletterqueue.topic.name.prefix {settings.dlq_prefix!r}")
-        elif dlq is None or not dlq.partitions:
-            refused = f"the dead-letter topic {name!r} does not exist"
-        elif str(dlq.configs.get(GROUP_ENABLE, "false")).lower() != "true":
-            refused = f"the topic {name!r} does not allow it ({GROUP_ENABLE} is not true)"
+        refused = naming_refusal(name, settings.dlq_prefix) or _absent_or_closed(name, dlq)
         if refused is not None or dlq is None:
             log.error("%s archived without a dead letter: %s", what, refused)
             return
-        target = partition % len(dlq.partitions)
+        target = target_partition(partition, len(dlq.partitions))
         now = self.now_ms()
         copies = self._source_records(topic, partition, dead) if settings.dlq_copy_record else {}
         records = []
