@@ -203,27 +203,35 @@ class LakeWriter:
         topic when it has one; a partition's first value that neither decodes nor reaches a
         dead-letter topic ends what the batch takes of that partition (it is read again, and
         reported, after the commit: never skipped). The offsets of those values."""
-        from strom.lake.value_schema import Undecodable
+        from strom.lake.value_schema import RegistryUnavailable, Undecodable
 
         undecoded: list[tuple[Row, str]] = []
-        stopped: set[int] = set()  # partitions cut at their first undecodable value
+        stopped: dict[int, int] = {}  # partition -> the offset whose value waits
         rows = []
         for row in state.batch.rows:
             if row.partition in stopped:
                 continue
             try:
                 rows.append(replace(row, decoded=state.decoder.decode(row.value)))
+            except RegistryUnavailable as exc:
+                stopped[row.partition] = row.offset
+                log.error("topic %s: the value at partition %d offset %d cannot be decoded now "
+                          "(%s): that partition's records wait from there", topic,
+                          row.partition, row.offset, exc)
             except Undecodable as exc:
                 undecoded.append((row, f"the value does not decode with its value schema: "
                                        f"{exc}"))
                 if not state.dlq:
-                    stopped.add(row.partition)
+                    stopped[row.partition] = row.offset
                     log.error("topic %s: the value at partition %d offset %d does not decode "
                               "with its value schema (%s), and the topic has no %s: that "
                               "partition's records wait from there (not written, not skipped)",
                               topic, row.partition, row.offset, exc, DLQ_TOPIC_CONFIG)
-        bad = ({row.partition: row.offset for row, _ in reversed(undecoded)} if not state.dlq
-               else self.dead_letters.send(topic, state.dlq, undecoded))
+        bad = dict(stopped)
+        if state.dlq:  # (without one, each partition's first undecodable value is in stopped)
+            for partition, offset in self.dead_letters.send(topic, state.dlq,
+                                                            undecoded).items():
+                bad[partition] = min(offset, bad.get(partition, offset))
         state.batch.rows = rows
         for partition, offset in bad.items():
             state.batch.cut(partition, offset)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
@@ -48,7 +49,12 @@ class Unsupported(Exception):
 
 
 class Undecodable(Exception):
-    """A value that does not decode with the schema its id names."""
+    """A value that does not decode with the schema its id names (or names no schema)."""
+
+
+class RegistryUnavailable(Exception):
+    """The schema a value names cannot be fetched now: the value waits (a registry outage
+    must not send good records to a dead-letter topic)."""
 
 
 _PRIMITIVES: dict[str, Callable[[], IcebergType]] = {
@@ -179,8 +185,12 @@ class ValueSchema:
         if found is None:
             try:
                 text = self._get(f"/schemas/ids/{schema_id}")
+            except urllib.error.HTTPError as exc:
+                if exc.code == 404:
+                    raise Undecodable(f"schema id {schema_id} is not registered") from None
+                raise RegistryUnavailable(f"schema id {schema_id}: {exc}") from None
             except OSError as exc:
-                raise Undecodable(f"schema id {schema_id}: {exc}") from None
+                raise RegistryUnavailable(f"schema id {schema_id}: {exc}") from None
             if text.get("schemaType", "AVRO") != "AVRO":
                 raise Undecodable(f"schema id {schema_id} is not Avro")
             found = self.writers[schema_id] = fastavro.parse_schema(json.loads(text["schema"]))

@@ -111,3 +111,68 @@ def test_partitions_that_move_to_another_leader_are_left_to_it(tmp_path: Path) -
     writer.refresh()  # what was read of partition 1 is committed first
     assert consumer.reading == {0: OFFSET_BEGINNING}
     assert _rows(writer) == [(1, 0), (1, 1)]
+
+
+class Values:
+    """A stand-in value schema: b"bad" does not decode, b"down" names a schema the registry
+    cannot serve now; anything else decodes to itself."""
+
+    def decode(self, value: bytes | None) -> bytes | None:
+        from strom.lake.value_schema import RegistryUnavailable, Undecodable
+
+        if value == b"bad":
+            raise Undecodable("not Avro")
+        if value == b"down":
+            raise RegistryUnavailable("the registry is out of reach")
+        return value
+
+
+class Letters:
+    """A stand-in dead-letter sender: records what it was given; refuses the offsets listed."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self.refuse: set[int] = set()
+
+    def send(self, topic: str, dlq: str, bad: list[tuple[Row, str]]) -> dict[int, int]:
+        failed = [row.offset for row, _ in bad if row.offset in self.refuse]
+        self.sent += [row.offset for row, _ in bad if row.offset not in self.refuse]
+        return {0: min(failed)} if failed else {}
+
+
+def _read_values(writer: LakeWriter, values: dict[int, bytes]) -> None:
+    for offset, value in values.items():
+        writer.topics[TOPIC].batch.add(Row(0, offset, 1_700_000_000_000, None, value))
+
+
+def test_undecodable_values_go_to_the_dead_letter_topic_and_nothing_else_is_skipped(
+        tmp_path: Path) -> None:
+    writer, consumer = _writer(tmp_path)
+    writer.start(TOPIC, TopicConfig("key_value", 500, {0: 0}, dlq="dlq.events"))
+    state = writer.topics[TOPIC]
+    state.decoder = Values()
+    letters = Letters()
+    writer.dead_letters = letters  # type: ignore[assignment]
+    _read_values(writer, {0: b"a", 1: b"bad", 2: b"b"})
+    writer.flush(TOPIC)
+    assert _rows(writer) == [(0, 0), (0, 2)] and letters.sent == [1]
+    assert state.table.offsets() == {0: 3}
+    # only dead letters: the table's offsets still move past them (an empty commit)
+    _read_values(writer, {3: b"bad", 4: b"bad"})
+    writer.flush(TOPIC)
+    assert letters.sent == [1, 3, 4] and state.table.offsets() == {0: 5}
+    # a schema the registry cannot serve now holds its record back (no dead letter), and a
+    # refused dead letter does too: each is read again after the commit
+    _read_values(writer, {5: b"c", 6: b"down", 7: b"bad"})
+    writer.flush(TOPIC)
+    assert letters.sent == [1, 3, 4] and state.table.offsets() == {0: 6}
+    assert consumer.reading == {0: 6}
+    letters.refuse = {7}
+    _read_values(writer, {6: b"d", 7: b"bad", 8: b"e"})
+    writer.flush(TOPIC)
+    assert state.table.offsets() == {0: 7} and consumer.reading == {0: 7}
+    letters.refuse = set()
+    _read_values(writer, {7: b"bad", 8: b"e"})
+    writer.flush(TOPIC)
+    assert letters.sent == [1, 3, 4, 7] and state.table.offsets() == {0: 9}
+    assert _rows(writer) == [(0, o) for o in (0, 2, 5, 6, 8)]
