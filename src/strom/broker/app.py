@@ -364,9 +364,15 @@ async def serve(config: BrokerConfig) -> None:
     if config.get("iceberg.enable"):  # the lake writer: a process of its own, a client too
         from strom.broker.lake_listener import start_lake_listener
 
-        lake = start_lake_listener(broker, [s for s in servers if kraft is None or
-                                            s.security.listener.name not in
-                                            kraft.controller_listener_names])
+        started = start_lake_listener(broker, [s for s in servers if kraft is None or
+                                               s.security.listener.name not in
+                                               kraft.controller_listener_names])
+        if started is not None:
+            lake, status = started
+            if metrics is not None:
+                from strom.broker.lake_listener import LakeCollector
+
+                metrics.registry.register(LakeCollector(status))
     if cluster is not None and broker.replicas is not None:  # others may fetch from us now:
         await cluster.controller.register()  # register, then take part
         cluster.controller.start()

@@ -1,7 +1,8 @@
 """A helper process of the broker (the HTTP API's, the lake writer's): `python -m <module>`,
 handed one line on its stdin, started again with a back-off when it dies (an ERROR line says
 so), stopped by closing its stdin — which a broker killed with -9 closes too, so a helper never
-outlives its broker."""
+outlives its broker. A helper may report on its stdout, one line at a time (`on_line`, called
+on a reading thread of its own): the lake writer's lag reaches the broker's metrics that way."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import contextlib
 import logging
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 MAX_BACKOFF_S = 30.0
@@ -24,6 +26,7 @@ class HelperProcess:
     log: logging.Logger
     stop_s: float = 10.0  # how long it may take to exit once its stdin is closed
     pass_fds: Sequence[int] = ()
+    on_line: Callable[[str], None] | None = None  # each line the helper writes on its stdout
     process: subprocess.Popen[bytes] | None = None
     task: asyncio.Task[None] | None = None
     stopping: bool = False
@@ -37,10 +40,23 @@ class HelperProcess:
     def spawn(self) -> None:
         self.process = subprocess.Popen(
             [sys.executable, "-m", self.module], stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE if self.on_line is not None else None,
             pass_fds=list(self.pass_fds), close_fds=True)
         assert self.process.stdin is not None
         self.process.stdin.write(self.handoff.encode())
         self.process.stdin.flush()
+        if self.on_line is not None:
+            threading.Thread(target=self._read_lines, args=(self.process, self.on_line),
+                             name=f"{self.module}-lines", daemon=True).start()
+
+    def _read_lines(self, process: subprocess.Popen[bytes],
+                    on_line: Callable[[str], None]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:  # ends when the process exits
+            try:
+                on_line(line.decode(errors="replace"))
+            except Exception:
+                self.log.exception("a line from %s could not be taken: %r", self.what, line)
 
     async def supervise(self) -> None:
         backoff = 1.0

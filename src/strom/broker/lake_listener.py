@@ -5,13 +5,21 @@ It reaches this broker as a Kafka client through a PLAINTEXT listener and gets t
 config on stdin. If it dies it is started again (an ERROR line says so): it resumes from what
 its tables hold. When the broker stops, closing the process's stdin makes it commit what it has
 read and exit; a broker killed with -9 takes it along the same way.
+
+Every second or so it reports each Iceberg topic's lag, commit failures and last commit on its
+stdout (one JSON line); the broker serves them with its own metrics (`LakeCollector`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from strom.broker.core import Broker
 from strom.broker.helper_process import HelperProcess
@@ -24,6 +32,46 @@ log = logging.getLogger("strom.lake")
 STOP_S = 30.0  # it commits what it holds before it exits
 
 
+class LakeStatus:
+    """The lake writer's latest report: topic -> {"lag_records", "commit_failures",
+    "last_commit_s"} (replaced whole by each report; a line that is not one is ignored)."""
+
+    def __init__(self) -> None:
+        self.topics: dict[str, dict[str, Any]] = {}
+
+    def take(self, line: str) -> None:
+        try:
+            report = json.loads(line)
+        except ValueError:
+            return
+        if isinstance(report, dict) and isinstance(report.get("lake"), dict):
+            self.topics = report["lake"]
+
+
+class LakeCollector(Collector):
+    def __init__(self, status: LakeStatus) -> None:
+        self.status = status
+
+    def collect(self) -> Iterator[Metric]:
+        lag = GaugeMetricFamily("strom_lake_lag_records", "records of an Iceberg topic not in "
+                                "its table yet (high watermark minus the table's offsets, "
+                                "summed over the partitions this broker writes)",
+                                labels=["topic"])
+        failures = CounterMetricFamily("strom_lake_commit_failures", "commits to an Iceberg "
+                                       "topic's table that failed (retried with a back-off)",
+                                       labels=["topic"])
+        last = GaugeMetricFamily("strom_lake_last_commit_timestamp_seconds", "when the lake "
+                                 "writer last committed to the topic's table (Unix time)",
+                                 labels=["topic"])
+        for topic, t in sorted(self.status.topics.items()):
+            if t.get("lag_records") is not None:
+                lag.add_metric([topic], float(t["lag_records"]))
+            failures.add_metric([topic], float(t.get("commit_failures", 0)))
+            if t.get("last_commit_s") is not None:
+                last.add_metric([topic], float(t["last_commit_s"]))
+        yield from (lag, failures, last)
+
+
 def _plaintext(servers: Sequence[BrokerServer]) -> BrokerServer:
     for server in servers:
         listener = server.security.listener
@@ -33,7 +81,8 @@ def _plaintext(servers: Sequence[BrokerServer]) -> BrokerServer:
                        "the topics through it")
 
 
-def start_lake_listener(broker: Broker, servers: Sequence[BrokerServer]) -> HelperProcess | None:
+def start_lake_listener(broker: Broker, servers: Sequence[BrokerServer]
+                        ) -> tuple[HelperProcess, LakeStatus] | None:
     config = broker.config
     if not config.get("iceberg.enable"):
         return None
@@ -48,7 +97,8 @@ def start_lake_listener(broker: Broker, servers: Sequence[BrokerServer]) -> Help
     shown = f"[{host}]" if ":" in host else host
     handoff = Handoff(config=dict(config.raw), bootstrap=f"{shown}:{server.port}",
                       registry_url=broker.info.registry_url)
+    status = LakeStatus()
     lake = HelperProcess("the lake writer's process", "strom.lake", handoff.to_line(), log,
-                         stop_s=STOP_S)
+                         stop_s=STOP_S, on_line=status.take)
     lake.start()
-    return lake
+    return lake, status

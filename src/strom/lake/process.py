@@ -9,8 +9,10 @@ stopped, or died) it commits what it holds and exits: it never outlives its brok
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field, replace
@@ -28,6 +30,8 @@ from strom.lake.settings import Handoff, LakeSettings
 log = logging.getLogger("strom.lake")
 
 POLL_S = 0.2
+REPORT_S = 1.0  # how often the lag is reported to the broker (a line on stdout)
+MAX_BACKOFF_S = 60.0
 MAX_POLL = 10_000
 MAX_BATCH_ROWS = 500_000  # a commit comes before the interval ends beyond these
 MAX_BATCH_BYTES = 64 << 20
@@ -61,6 +65,10 @@ class TopicState:
     mode: str = "key_value"
     decoder: Any = None  # strom.lake.value_schema.ValueSchema in value_schema mode
     dlq: str = ""
+    failures: int = 0  # commits (or reopenings) that failed, for the broker's metrics
+    backoff_s: float = 0.0  # after a failure: the wait before the next try, doubling
+    last_commit_s: float | None = None  # Unix time of the last commit
+    lag: int | None = None  # records not in the table yet (None: not known yet)
 
 
 def row_of(message: Message) -> Row:
@@ -261,8 +269,9 @@ class LakeWriter:
                 offsets = state.table.open() if state.table.table is None else \
                     state.table.offsets()
             except Exception as exc:
-                log.error("topic %s: the Iceberg table %s is still out of reach: %s", topic,
-                          state.table.name, exc)
+                self._back_off(state)
+                log.error("topic %s: the Iceberg table %s is still out of reach: %s (next try "
+                          "in %.0f s)", topic, state.table.name, exc, state.backoff_s)
                 return
             state.failed = False
             self._assign(topic, state, offsets)
@@ -286,25 +295,71 @@ class LakeWriter:
             self._assign(topic, state, fenced.offsets)
             return
         except Exception:
+            self._back_off(state)
             log.exception("topic %s: committing %d records to the Iceberg table %s failed: "
-                          "they are read again", topic, count, state.table.name)
+                          "they are read again (next try in %.0f s)", topic, count,
+                          state.table.name, state.backoff_s)
             self._unassign(topic)
             state.batch.clear(state.batch.base)
             state.failed = True
             return
+        state.backoff_s = 0.0
+        state.last_commit_s = time.time()
         state.batch.clear(covered)
         if bad:  # read the undecodable values again (and report them) next time
             self._unassign(topic)
             self._assign(topic, state, covered)
         log.debug("topic %s: %d records committed to %s", topic, count, state.table.name)
 
+    def _back_off(self, state: TopicState) -> None:
+        """A failed commit or reopening: the next try waits longer each time (up to a minute;
+        never less than the topic's interval)."""
+        state.failures += 1
+        state.backoff_s = min(max(state.backoff_s * 2, state.interval_s, 1.0), MAX_BACKOFF_S)
+        state.due = time.monotonic() + state.backoff_s
+
+    # -- the broker's metrics -----------------------------------------------------------------
+
+    def measure_lag(self, topic: str, state: TopicState) -> None:
+        """Records not in the table yet: each written partition's high watermark minus what
+        the table covers. The consumer's cached high watermarks while it reads the topic; the
+        broker is asked while it does not (the table is out of reach)."""
+        total = 0
+        for partition in state.partitions:
+            tp = TopicPartition(topic, partition)
+            try:
+                low, high = self.consumer.get_watermark_offsets(
+                    tp, timeout=1.0, cached=not state.failed)
+            except (KafkaException, AttributeError):
+                return
+            if high is None or high < 0:
+                return  # not known yet
+            total += max(high - state.batch.base.get(partition, max(low, 0)), 0)
+        state.lag = total
+
+    def report(self) -> None:
+        """One line on stdout for the broker: each Iceberg topic's lag, failures, last commit."""
+        topics = {}
+        for topic, state in self.topics.items():
+            self.measure_lag(topic, state)
+            topics[topic] = {"lag_records": state.lag, "commit_failures": state.failures,
+                             "last_commit_s": state.last_commit_s}
+        sys.stdout.write(json.dumps({"lake": topics}) + "\n")
+        sys.stdout.flush()
+
     # -- the loop -------------------------------------------------------------------------
 
     def run(self) -> None:
-        next_refresh = 0.0
+        next_refresh = next_report = 0.0
         try:
             while not self.stop.is_set():
                 now = time.monotonic()
+                if now >= next_report:
+                    next_report = now + REPORT_S
+                    try:
+                        self.report()
+                    except (OSError, ValueError) as exc:  # the broker's end is gone: stopping
+                        log.debug("no report: %s", exc)
                 if now >= next_refresh:
                     next_refresh = now + self.settings.refresh_s
                     try:

@@ -127,6 +127,7 @@ class MetricsServer:
     """Serves a registry on host:port from a daemon thread until `stop`."""
 
     def __init__(self, registry: CollectorRegistry, host: str, port: int) -> None:
+        self.registry = registry  # collectors added later are served too
         self._server = make_server(host, port, metrics_app(registry), server_class=_BoundedServer6 if ":" in host else _BoundedServer,
                                    handler_class=_QuietHandler)
         self.host = host

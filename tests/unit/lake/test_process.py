@@ -4,9 +4,12 @@ failed commit drops nothing — the records are read again once the table answer
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from strom.lake.mapping import Batch, Row
@@ -176,3 +179,35 @@ def test_undecodable_values_go_to_the_dead_letter_topic_and_nothing_else_is_skip
     writer.flush(TOPIC)
     assert letters.sent == [1, 3, 4, 7] and state.table.offsets() == {0: 9}
     assert _rows(writer) == [(0, o) for o in (0, 2, 5, 6, 8)]
+
+
+def test_lag_failures_and_back_off_are_reported(tmp_path: Path, monkeypatch, capsys) -> None:
+    writer, consumer = _writer(tmp_path)
+    high = {0: 10, 1: 4}
+    consumer.get_watermark_offsets = lambda tp, timeout, cached: (0, high[tp.partition])  # type: ignore[attr-defined]
+    writer.start(TOPIC, TopicConfig("key_value", 500, {0: 0, 1: 0}))
+    state = writer.topics[TOPIC]
+    _read(writer, 0, range(0, 6))
+    writer.flush(TOPIC)
+    writer.report()
+    report = json.loads(capsys.readouterr().out)["lake"][TOPIC]
+    assert report["lag_records"] == 4 + 4 and report["commit_failures"] == 0
+    assert report["last_commit_s"] == pytest.approx(time.time(), abs=60)
+
+    def unreachable(batch: Batch) -> dict[int, int]:
+        raise OSError("the catalog is out of reach")
+
+    monkeypatch.setattr(state.table, "commit", unreachable)
+    monkeypatch.setattr(state.table, "offsets", lambda: unreachable(state.batch))
+    _read(writer, 0, range(6, 8))
+    writer.flush(TOPIC)
+    high[0] = 30  # the topic grows while the table is out of reach
+    backoffs = [state.backoff_s]
+    for _ in range(4):
+        writer.flush(TOPIC)
+        backoffs.append(state.backoff_s)
+    assert backoffs == [1.0, 2.0, 4.0, 8.0, 16.0]
+    assert state.due > time.monotonic() + 15
+    writer.report()
+    report = json.loads(capsys.readouterr().out)["lake"][TOPIC]
+    assert report["lag_records"] == 24 + 4 and report["commit_failures"] == 5
