@@ -21,8 +21,11 @@ log = logging.getLogger("strom.rest")
 
 MODULES = (
     "strom.rest.v3.clusters",  # clusters and brokers
+    "strom.rest.v3.configs",  # broker and cluster configs, every topic's (before topics:
+    # its /topics/-/configs would otherwise be taken for a topic named "-")
     "strom.rest.v3.topics",  # topics, their configs and partitions
     "strom.rest.v3.groups",  # consumer groups, consumers, lag
+    "strom.rest.v3.acls",  # ACLs
     "strom.rest.v3.records",  # produce
     "strom.rest.v2.consumers",  # v2 consumer instances
     "strom.rest.share",  # Strom's own: share groups over HTTP

@@ -12,12 +12,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka.admin import (
-    AclBinding,
-    AclOperation,
-    AclPermissionType,
     AdminClient,
-    ResourcePatternType,
-    ResourceType,
     ScramCredentialInfo,
     ScramMechanism,
     UserScramCredentialUpsertion,
@@ -82,14 +77,27 @@ def test_basic_auth_runs_each_request_as_the_http_user(make_broker, unique_topic
     alice = Rest(url, broker, "", auth=("alice", "alice-pw"))
     status, body = alice.post(f"{admin_rest.v3}/topics/{topic}/records", record)
     assert (status, body["error_code"]) == (403, 40301), body
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    for future in admin.create_acls([AclBinding(
-            ResourceType.TOPIC, topic, ResourcePatternType.LITERAL, "User:alice", "*",
-            op, AclPermissionType.ALLOW) for op in (AclOperation.WRITE,
-                                                     AclOperation.DESCRIBE)]).values():
-        future.result(T)
+    # the admin grants alice WRITE and DESCRIBE over HTTP (ACLs: Confluent's v3 bodies)
+    grant = {"resource_type": "TOPIC", "resource_name": topic, "pattern_type": "LITERAL",
+             "principal": "User:alice", "host": "*", "permission": "ALLOW"}
+    assert alice.post(f"{admin_rest.v3}/acls", {**grant, "operation": "READ"})[0] == 403
+    assert admin_rest.post(f"{admin_rest.v3}/acls", {**grant, "operation": "WRITE"}) == \
+        (201, None)
+    assert admin_rest.post(f"{admin_rest.v3}/acls:batch", {"data": [
+        {**grant, "operation": "DESCRIBE"}, {**grant, "operation": "READ"}]}) == (201, None)
+    status, body = admin_rest.post(f"{admin_rest.v3}/acls", {**grant, "operation": "ANY"})
+    assert status == 400, body
+    status, found = admin_rest.get(f"{admin_rest.v3}/acls?principal=User:alice")
+    assert status == 200 and found["kind"] == "KafkaAclList", found
+    assert sorted(a["operation"] for a in found["data"]) == ["DESCRIBE", "READ", "WRITE"]
+    assert {k: found["data"][0][k] for k in grant} == grant
+    assert found["data"][0]["kind"] == "KafkaAcl"
+    status, gone = admin_rest.delete(f"{admin_rest.v3}/acls?resource_type=TOPIC&"
+                                     f"resource_name={topic}&operation=READ")
+    assert status == 200 and [a["operation"] for a in gone["data"]] == ["READ"], gone
     wait_for(lambda: alice.post(f"{admin_rest.v3}/topics/{topic}/records", record)[0] == 200,
              "alice may write once the ACL reaches the authorizer")
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     # a SCRAM user authenticates through the broker too
     admin.alter_user_scram_credentials([UserScramCredentialUpsertion(
         "carol", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"carol-pw")]

@@ -21,6 +21,7 @@ from confluent_kafka.admin import (
     ConfigEntry,
     ConfigResource,
     ConfigSource,
+    NewPartitions,
     NewTopic,
 )
 from starlette.requests import Request
@@ -306,6 +307,26 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
         return JSONResponse(out, status_code=200 if validate_only else 201,
                             headers={"Location": out["metadata"]["self"]})
 
+    async def update_topic(request: Request) -> Response:
+        """PATCH {"partitions_count": n}: more partitions (Kafka never takes any away)."""
+        cluster_id = await ctx.check_cluster(request)
+        name = request.path_params["topic_name"]
+        body = await ctx.read_json(request, required=False)
+        if not isinstance(body, dict) or not is_int(body.get("partitions_count")):
+            raise invalid_payload("partitions_count is required and must be an integer.")
+        count = body["partitions_count"]
+        clients = ctx.clients(request)
+        desc = await describe_topic(clients, name)
+        if count != len(desc.partitions):
+            try:
+                new = NewPartitions(name, count)
+            except (ValueError, TypeError, OverflowError) as exc:
+                raise RestError(BAD_REQUEST_KAFKA, str(exc), 400) from None
+            await admin_call(clients, lambda admin: admin.create_partitions(
+                [new], operation_timeout=ADMIN_OPERATION_S)[name])
+            desc = await describe_topic(clients, name)
+        return JSONResponse(described_body(request, cluster_id, desc))
+
     async def delete_topic(request: Request) -> Response:
         await ctx.check_cluster(request)
         name = request.path_params["topic_name"]
@@ -433,7 +454,7 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
     partition = one + "/partitions/{partition_id:int}"
     return [
         by_method(topics, GET=list_topics, POST=create_topic),
-        by_method(one, GET=get_topic, DELETE=delete_topic),
+        by_method(one, GET=get_topic, PATCH=update_topic, DELETE=delete_topic),
         by_method(one + "/configs", GET=list_configs),
         by_method(one + "/configs:alter", POST=alter_configs),
         by_method(one + "/configs/{name}", GET=get_config, PUT=update_config,
@@ -560,6 +581,10 @@ SCHEMAS: dict[str, Any] = {
             "type": "object", "required": ["name"], "properties": {
                 "name": {"type": "string"}, "value": {"type": ["string", "null"]}}}},
         "validate_only": {"type": "boolean"}}},
+    "UpdatePartitionCountRequest": {"type": "object", "required": ["partitions_count"],
+                                    "properties": {"partitions_count": {
+                                        "type": "integer", "minimum": 1,
+                                        "maximum": 2**31 - 1}}},
     "ConfigSynonym": {"type": "object", "required": ["name", "source"], "properties": {
         "name": {"type": "string"}, "value": {"type": ["string", "null"]}, "source": _SOURCE}},
     "TopicConfig": _obj("KafkaTopicConfig", [
@@ -629,6 +654,10 @@ PATHS: dict[str, Any] = {
             CLUSTER_ID, _TOPIC, {"name": "include_authorized_operations", "in": "query",
                                  "required": False, "schema": {"type": "boolean"}}],
             {"200": ok("Topic")}, errors=(400, 401, 403, 404, 500)),
+        "patch": _op("updateKafkaTopicPartitionCount", "Raise the topic's partition count",
+                     [CLUSTER_ID, _TOPIC], {"200": ok("Topic")},
+                     errors=(400, 401, 403, 404, 413, 422, 500),
+                     requestBody=_body("UpdatePartitionCountRequest")),
         "delete": _op("deleteKafkaTopic", "Delete a topic", [CLUSTER_ID, _TOPIC], _NO_CONTENT,
                       errors=(400, 401, 403, 404, 429, 500)),
     },
