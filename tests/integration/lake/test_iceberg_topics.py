@@ -23,6 +23,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 
+from strom.lake import duckdb as lake_duckdb
 from strom.lake.settings import Handoff
 
 from .. import clients as kc
@@ -51,6 +52,14 @@ def _rows(catalog: SqlCatalog, topic: str) -> tuple[list[dict], dict[str, int] |
         return [], None
     offsets = snapshot.summary["strom.offsets"] if snapshot.summary is not None else None
     return table.scan().to_arrow().to_pylist(), json.loads(offsets) if offsets else None
+
+
+def _duckdb_rows(catalog: SqlCatalog, topic: str) -> list[dict]:
+    """The table's rows as DuckDB reads them (from its current metadata file, extensions from
+    their wheels), by partition and offset."""
+    table = catalog.load_table(("strom", topic))
+    read = lake_duckdb.scan(lake_duckdb.connect(), table.metadata_location)
+    return read.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()
 
 
 def _wait_exactly(catalog: SqlCatalog, topic: str, delivered: list[kc.Msg]) -> list[dict]:
@@ -159,7 +168,10 @@ def test_records_land_in_the_table_exactly_once_across_kill_9(make_broker, uniqu
             rogue.stdin.close()  # EOF: it commits what it holds (fenced if stale) and exits
         assert rogue.wait(T) == 0
         rogue_log.close()
-    _wait_exactly(catalog, topic, delivered)
+    rows = _wait_exactly(catalog, topic, delivered)
+    # DuckDB reads the same table (every snapshot's files, from both writers) as pyiceberg
+    assert _duckdb_rows(catalog, topic) == sorted(rows, key=lambda r: (r["partition"],
+                                                                        r["offset"]))
 
 
 
@@ -204,3 +216,32 @@ def test_value_schema_mode_decodes_values_into_columns(make_broker, unique_topic
     assert offsets == {"0": delivered[20].offset}
     rows.sort(key=lambda r: r["offset"])
     assert [r["value"] for r in rows[:2]] == [{"id": 0, "note": "n0"}, {"id": 1, "note": None}]
+    assert _duckdb_rows(catalog, topic) == rows  # the typed value column in DuckDB too
+
+    # given a dead-letter topic, the value that does not decode goes there, with where it came
+    # from and why, and the records after it reach the table (exactly once still)
+    dlq = f"dlq.{topic}"
+    kc.create_topic(broker.bootstrap, dlq, 1)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("errors.deadletterqueue.topic.name", dlq,
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin = kc.admin(broker.bootstrap)  # (kept: librdkafka ends requests of a dropped handle)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(T)
+    deadline = time.monotonic() + T
+    while True:
+        rows, offsets = _rows(catalog, topic)
+        if offsets == {"0": delivered[-1].offset + 1}:
+            break
+        assert time.monotonic() < deadline, f"offsets {offsets}"
+        time.sleep(0.2)  # poll interval, not synchronisation
+    assert sorted(r["offset"] for r in rows) == [m.offset for m in delivered
+                                                 if m.value != b"not avro"]
+    [letter] = kc.consume(broker.bootstrap, dlq, 1)
+    assert (letter.key, letter.value) == (b"k", b"not avro")
+    headers = dict(letter.headers)
+    assert headers["__dlq.errors.topic"] == topic.encode()
+    assert (headers["__dlq.errors.partition"], headers["__dlq.errors.offset"]) == \
+        (b"0", str(delivered[20].offset).encode())
+    assert b"does not decode" in (headers["__dlq.errors.message"] or b"")
+    assert "went to the dead-letter topic" in broker.log_text()

@@ -26,6 +26,8 @@ from typing import Any
 import fastavro
 import pytest
 
+from strom.lake import duckdb as lake_duckdb
+
 from ..registry.test_registry_api import http, registry_url, wait_ready
 from .conftest import create_topic, produce, wait_for
 
@@ -66,6 +68,7 @@ print(json.dumps({
                                    rows.column("offset").to_pylist(),
                                    rows.column("timestamp").to_pylist(), values)],
     "snapshots": [dict(s.summary.additional_properties) for s in table.snapshots()],
+    "metadata_location": table.metadata_location,
 }))
 """
 
@@ -131,6 +134,15 @@ def _read_table(python: Path, base: Path, topic: str) -> dict[str, Any]:
         capture_output=True, text=True, timeout=120, env=spark_iceberg.child_env(python))
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout)
+
+
+def _duckdb_rows(metadata_location: str) -> list[list[Any]]:
+    """The table's rows as DuckDB reads them (in this process, its iceberg extension from the
+    wheel), in READ_TABLE's shape."""
+    read = lake_duckdb.scan(lake_duckdb.connect(), metadata_location,
+                            ("partition", "offset", "timestamp", "value"))
+    return [[r["partition"], r["offset"], r["timestamp"].isoformat(), r["value"]["user"],
+             r["value"]["n"], r["value"]["tags"], r["value"]["note"]] for r in read.to_pylist()]
 
 
 def _data_files(base: Path) -> int:
@@ -201,6 +213,10 @@ def test_lake_load_into_iceberg_exactly_once(env, registry, unique_topic, tmp_pa
     out = _run_load(cmd, python, tmp_path)
     table = _read_table(python, tmp_path, topic) | {"topic": topic}
     _check(table, 17_000)
+    # DuckDB reads the table Spark wrote, row for row as pyiceberg does
+    began = time.monotonic()
+    assert sorted(_duckdb_rows(table["metadata_location"])) == sorted(table["rows"])
+    print(f"DuckDB read: {time.monotonic() - began:.1f}s")
 
     assert "nothing new" not in out and "records" in out, out
 

@@ -3,9 +3,11 @@ with the schema their id names, and a value that does not decode held back, not 
 
 from __future__ import annotations
 
+import email.message
 import io
 import json
 import threading
+import urllib.error
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -27,7 +29,13 @@ from pyiceberg.types import (
 from strom.lake.mapping import Row
 from strom.lake.process import LakeWriter, TopicConfig
 from strom.lake.settings import Handoff, LakeSettings
-from strom.lake.value_schema import Undecodable, Unsupported, ValueSchema, iceberg_type
+from strom.lake.value_schema import (
+    RegistryUnavailable,
+    Undecodable,
+    Unsupported,
+    ValueSchema,
+    iceberg_type,
+)
 from strom.lake.writer import open_catalog
 
 SCHEMA = {"type": "record", "name": "Order", "namespace": "shop", "fields": [
@@ -95,8 +103,10 @@ def registry(monkeypatch: pytest.MonkeyPatch) -> None:
     }
 
     def get(self: ValueSchema, path: str) -> dict[str, Any]:
+        if path == "/schemas/ids/5":
+            raise OSError("connection refused")  # the registry is out of reach
         if path not in answers:
-            raise OSError(f"404 {path}")
+            raise urllib.error.HTTPError(path, 404, "Not Found", email.message.Message(), None)
         return answers[path]
 
     monkeypatch.setattr(ValueSchema, "_get", get)
@@ -117,6 +127,8 @@ def test_values_decode_with_the_schema_their_id_names(registry: None) -> None:
     for bad in (b"plain text", _framed(9, OLD, old), b"\0\0\0\0\2\xff"):
         with pytest.raises(Undecodable):
             schema.decode(bad)
+    with pytest.raises(RegistryUnavailable):  # waits: not a value to dead-letter
+        schema.decode(_framed(5, OLD, old))
 
 
 def test_a_value_that_does_not_decode_is_held_back(tmp_path: Path, registry: None) -> None:
