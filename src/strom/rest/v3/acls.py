@@ -73,26 +73,18 @@ def _text(field: str, raw: Any, *, filtering: bool) -> Any:  # (None matches any
     return raw
 
 
-def binding_of(fields: dict[str, Any]) -> AclBinding:
-    return AclBinding(
-        _enum("resource_type", fields.get("resource_type"), filtering=False),
-        _text("resource_name", fields.get("resource_name"), filtering=False),
-        _enum("pattern_type", fields.get("pattern_type"), filtering=False),
-        _text("principal", fields.get("principal"), filtering=False),
-        _text("host", fields.get("host"), filtering=False),
-        _enum("operation", fields.get("operation"), filtering=False),
-        _enum("permission", fields.get("permission"), filtering=False))
+def _args(fields: Mapping[str, Any], filtering: bool) -> list[Any]:
+    """AclBinding's (or, filtering, AclBindingFilter's) arguments, in their order."""
+    return [(_enum if name in ENUMS else _text)(name, fields.get(name), filtering=filtering)
+            for name in FIELDS]
+
+
+def binding_of(fields: Mapping[str, Any]) -> AclBinding:
+    return AclBinding(*_args(fields, False))
 
 
 def filter_of(fields: Mapping[str, Any]) -> AclBindingFilter:
-    return AclBindingFilter(
-        _enum("resource_type", fields.get("resource_type"), filtering=True),
-        _text("resource_name", fields.get("resource_name"), filtering=True),
-        _enum("pattern_type", fields.get("pattern_type"), filtering=True),
-        _text("principal", fields.get("principal"), filtering=True),
-        _text("host", fields.get("host"), filtering=True),
-        _enum("operation", fields.get("operation"), filtering=True),
-        _enum("permission", fields.get("permission"), filtering=True))
+    return AclBindingFilter(*_args(fields, True))
 
 
 def _name(value: Any) -> str:

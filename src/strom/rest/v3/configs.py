@@ -28,25 +28,11 @@ from strom.rest.v3.topics import (
     BAD_REQUEST_KAFKA,
     by_method,
     describe_topics,
+    entry_fields,
     invalid_payload,
     parse_alter_batch,
     q,
-    source_name,
-    synonyms,
 )
-
-
-def entry_fields(entry: ConfigEntry) -> dict[str, Any]:
-    """What every config body of Confluent's has, whatever it belongs to."""
-    return {
-        "name": entry.name,
-        "value": None if entry.is_sensitive else entry.value,
-        "is_default": bool(entry.is_default),
-        "is_read_only": bool(entry.is_read_only),
-        "is_sensitive": bool(entry.is_sensitive),
-        "source": source_name(entry.source),
-        "synonyms": synonyms(entry),
-    }
 
 
 async def describe(clients: UserClients, resource: ConfigResource) -> dict[str, ConfigEntry]:

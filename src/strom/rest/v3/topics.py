@@ -141,6 +141,19 @@ def synonyms(entry: ConfigEntry) -> list[dict[str, Any]]:
     return rows
 
 
+def entry_fields(entry: ConfigEntry) -> dict[str, Any]:
+    """What every config body of Confluent's has, whatever it belongs to (topic, broker)."""
+    return {
+        "name": entry.name,
+        "value": None if entry.is_sensitive else entry.value,
+        "is_default": bool(entry.is_default),
+        "is_read_only": bool(entry.is_read_only),
+        "is_sensitive": bool(entry.is_sensitive),
+        "source": source_name(entry.source),
+        "synonyms": synonyms(entry),
+    }
+
+
 def routes(ctx: RestContext) -> list[BaseRoute]:
     def base(request: Request, cluster_id: str) -> str:
         return ctx.url(request, cluster_path(cluster_id))
@@ -215,13 +228,7 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
                 url, crn(cluster_id, f"topic={topic}", f"config={entry.name}")),
             "cluster_id": cluster_id,
             "topic_name": topic,
-            "name": entry.name,
-            "value": None if entry.is_sensitive else entry.value,
-            "is_default": bool(entry.is_default),
-            "is_read_only": bool(entry.is_read_only),
-            "is_sensitive": bool(entry.is_sensitive),
-            "source": source_name(entry.source),
-            "synonyms": synonyms(entry),
+            **entry_fields(entry),
         }
 
     # -- topics --------------------------------------------------------------------------
