@@ -64,8 +64,9 @@ SUITE_BUDGETS_S: dict[str, float] = {
     "tests/integration/quotas/": 75,
     "tests/integration/console/": 60,
     "tests/integration/registry/": 90,  # issue 31 (its cluster test counts under cluster/)
-    "tests/integration/rest/": 90,
-    "tests/integration/lake/": 45,  # issue 33's Iceberg topics (its Spark tests count under spark/)  # issue 32 asks for 60 s: 51 s alone, more under load
+    "tests/integration/rest/": 90,  # issue 32 asks for 60 s in all (its docs page included)
+    "tests/integration/lake/": 65,  # issue 33's Iceberg topics, REST catalog included (its
+    # Spark test counts under spark/; the REST catalog's first build fetches 80 MB with Maven)
     "tests/integration/metrics/": 65,
 }
 _spent: dict[str, float] = {}

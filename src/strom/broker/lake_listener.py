@@ -25,7 +25,7 @@ from strom.broker.core import Broker
 from strom.broker.helper_process import HelperProcess
 from strom.broker.server import BrokerServer
 from strom.broker.wiring import StartupError
-from strom.lake.settings import Handoff
+from strom.lake.settings import CatalogConfigError, Handoff, catalog_properties
 
 log = logging.getLogger("strom.lake")
 
@@ -86,6 +86,10 @@ def start_lake_listener(broker: Broker, servers: Sequence[BrokerServer]
     config = broker.config
     if not config.get("iceberg.enable"):
         return None
+    try:
+        catalog_properties(config)  # refused here, not in a writer process restarted forever
+    except CatalogConfigError as exc:
+        raise StartupError(str(exc)) from None
     missing = [m for m in ("pyiceberg", "pyiceberg_core", "sqlalchemy", "pyarrow")
                if importlib.util.find_spec(m) is None]  # found, not imported
     if missing:

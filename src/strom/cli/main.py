@@ -48,6 +48,7 @@ _PARTS: tuple[tuple[str, str, str, bool], ...] = (
     ("quorum", "strom.cli.quorum", "app", True),
     ("storage", "strom.cli.storage", "app", True),
     ("schemas", "strom.cli.schemas", "app", True),
+    ("lake", "strom.cli.lake", "app", True),
     ("produce", "strom.cli.produce", "produce", False),
     ("consume", "strom.cli.consume", "consume", False),
     ("dump-log", "strom.cli.dump_log", "dump_log", False),

@@ -16,6 +16,10 @@ from strom.config.lake import CATALOG_PREFIX
 _OWN = ("type", "uri", "warehouse", "name")
 
 
+class CatalogConfigError(ValueError):
+    """The iceberg.catalog.* configs name no catalog the lake writer can open (one line)."""
+
+
 @dataclass
 class Handoff(JsonLine):
     config: dict[str, str]  # the broker's properties as written (file plus overrides)
@@ -28,7 +32,7 @@ class Handoff(JsonLine):
 class LakeSettings:
     handoff: Handoff
     catalog_name: str
-    catalog_properties: dict[str, str]  # pyiceberg's SqlCatalog properties
+    catalog_properties: dict[str, str]  # pyiceberg's, with the type (sql, rest) as "type"
     namespace: str
     broker_id: int | None = None  # the partitions it leads are this writer's
     refresh_s: float = 2.0  # how often the topics' iceberg.* configs are read again
@@ -49,22 +53,44 @@ class LakeSettings:
 
 
 def catalog_properties(config: BrokerConfig) -> dict[str, str]:
-    """pyiceberg catalog properties: uri and warehouse (defaulting to files under the first log
-    dir), schema version v1 (the one Spark's JdbcCatalog shares), and every other
-    iceberg.catalog.<name> as <name>."""
-    base = Path(config.log_dirs[0]).absolute() / "iceberg"
-    uri = config.get("iceberg.catalog.uri") or f"sqlite:///{base / 'catalog.db'}"
-    warehouse = config.get("iceberg.catalog.warehouse") or (base / "warehouse").as_uri()
-    props = {"type": config.get("iceberg.catalog.type"), "uri": uri, "warehouse": warehouse,
-             "schema_version": "v1"}
+    """pyiceberg catalog properties, with the type (sql or rest) under "type", and every other
+    iceberg.catalog.<name> as <name> (credential, token, a REST catalog's headers, ...).
+
+    sql: uri and warehouse default to files under the first log dir; schema version v1 (the
+    one Spark's JdbcCatalog shares). rest: uri is the catalog's http(s) URL, required (raises
+    CatalogConfigError); the warehouse is passed only if set (the REST server may choose)."""
+    kind = config.get("iceberg.catalog.type")
+    if kind == "rest":
+        props = {"type": kind, "uri": rest_uri(config.get("iceberg.catalog.uri"))}
+        if config.get("iceberg.catalog.warehouse"):
+            props["warehouse"] = config.get("iceberg.catalog.warehouse")
+    else:
+        base = Path(config.log_dirs[0]).absolute() / "iceberg"
+        uri = config.get("iceberg.catalog.uri") or f"sqlite:///{base / 'catalog.db'}"
+        warehouse = config.get("iceberg.catalog.warehouse") or (base / "warehouse").as_uri()
+        props = {"type": kind, "uri": uri, "warehouse": warehouse, "schema_version": "v1"}
     for name, value in {**config.raw, **config.unknown}.items():
         if name.startswith(CATALOG_PREFIX) and name[len(CATALOG_PREFIX):] not in _OWN:
             props[name[len(CATALOG_PREFIX):]] = value
     return props
 
 
+def rest_uri(uri: str) -> str:
+    """A REST catalog's iceberg.catalog.uri, checked: an http:// or https:// URL."""
+    if not uri:
+        raise CatalogConfigError("iceberg.catalog.type=rest needs iceberg.catalog.uri, the "
+                                 "REST catalog's URL (e.g. http://127.0.0.1:8181)")
+    if not uri.lower().startswith(("http://", "https://")):
+        raise CatalogConfigError(f"iceberg.catalog.type=rest needs an http:// or https:// "
+                                 f"iceberg.catalog.uri, not {uri!r}")
+    return uri
+
+
 def local_catalog_paths(props: dict[str, str]) -> list[Path]:
-    """Directories a local catalog needs before it opens (the SQLite file's, the warehouse)."""
+    """Directories a local catalog needs before it opens (the SQLite file's, the warehouse);
+    none for a REST catalog (its server makes its own)."""
+    if props.get("type") == "rest":
+        return []
     paths = []
     uri = props.get("uri", "")
     if uri.startswith("sqlite:///"):

@@ -9,15 +9,18 @@ table's offsets, from which the caller reads again."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.transforms import DayTransform
 from pyiceberg.types import (
     BinaryType,
@@ -77,21 +80,68 @@ class Fenced(Exception):
         self.offsets = offsets
 
 
+class NoOffsets(Exception):
+    """The table has records but no snapshot of its current history says which offsets they
+    cover: resuming from the start would write every record twice."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"the Iceberg table {name} has records but no snapshot in its current history "
+            f"records the offsets they cover ({OFFSETS_PROPERTY}: the snapshot that did was "
+            "expired, or something else wrote the table): not writing it (from the start, "
+            "every record would be there twice)")
+
+
+def sql_catalog(name: str, properties: Mapping[str, str]) -> SqlCatalog:
+    props = dict(properties)
+    props.pop("type", None)  # strom.lake.settings' catalog type, not SqlCatalog's
+    return SqlCatalog(name, **props)
+
+
+def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
+    """The catalog strom.lake.settings.catalog_properties describe: pyiceberg's RestCatalog
+    for type rest, its SqlCatalog otherwise."""
+    if properties.get("type") == "rest":
+        props = dict(properties)
+        props.pop("type")
+        return RestCatalog(name, **props)
+    return sql_catalog(name, properties)
+
+
 def open_catalog(settings: LakeSettings) -> Catalog:
     props = dict(settings.catalog_properties)
     for path in local_catalog_paths(props):
         path.mkdir(parents=True, exist_ok=True)
-    props.pop("type", None)  # sql: the only type so far
-    catalog = SqlCatalog(settings.catalog_name, **props)
+    catalog = load_catalog(settings.catalog_name, props)
     catalog.create_namespace_if_not_exists(settings.namespace)
     return catalog
 
 
+def offsets_snapshot(table: Table) -> Snapshot | None:
+    """The newest snapshot of the table's current history (the current one, its parent, ...)
+    whose summary records `strom.offsets`: the current one after a commit of the writer or
+    `strom lake maintain`, an older one after a commit that does not record them (Spark's
+    rewrite_data_files, a delete). None if there is none. (The Spark load,
+    strom.pipelines.iceberg_load.committed_offsets, walks the same way through Iceberg's Java
+    API: it runs in PySpark's venv on py4j objects, without pyiceberg.)"""
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
+        if snapshot.summary is not None and snapshot.summary.get(OFFSETS_PROPERTY):
+            return snapshot
+    return None
+
+
 def snapshot_offsets(table: Table) -> dict[int, int]:
-    snapshot = table.current_snapshot()
-    if snapshot is None or snapshot.summary is None:
-        return {}
-    return parse_offsets(snapshot.summary.additional_properties)
+    """The next offset per partition the table covers ({} for a table without records).
+    Raises NoOffsets for a table with records whose history says nothing of offsets."""
+    found = offsets_snapshot(table)
+    if found is not None:
+        assert found.summary is not None
+        return parse_offsets(found.summary.additional_properties)
+    current = table.current_snapshot()
+    if current is not None and current.summary is not None \
+            and int(current.summary.get("total-records") or 0) > 0:
+        raise NoOffsets(".".join(table.name()))
+    return {}
 
 
 class TopicTable:

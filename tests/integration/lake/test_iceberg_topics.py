@@ -28,30 +28,12 @@ from strom.lake.settings import Handoff
 
 from .. import clients as kc
 from ..rest.conftest import started_url
-
-T = 20.0
+from .tables import T, messages, table_rows, wait_exactly
 
 
 def _catalog(tmp_path: Path) -> dict[str, str]:
     return {"iceberg.catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
             "iceberg.catalog.warehouse": (tmp_path / "warehouse").as_uri()}
-
-
-def _messages(start: int, count: int) -> list[kc.Msg]:
-    return [kc.Msg(f"k{i}".encode(), f"v{i}".encode(), [("n", f"{i}".encode())],
-                   partition=i % 2) for i in range(start, start + count)]
-
-
-def _rows(catalog: SqlCatalog, topic: str) -> tuple[list[dict], dict[str, int] | None]:
-    try:
-        table = catalog.load_table(("strom", topic))
-    except NoSuchTableError:
-        return [], None
-    snapshot = table.current_snapshot()
-    if snapshot is None:
-        return [], None
-    offsets = snapshot.summary["strom.offsets"] if snapshot.summary is not None else None
-    return table.scan().to_arrow().to_pylist(), json.loads(offsets) if offsets else None
 
 
 def _duckdb_rows(catalog: SqlCatalog, topic: str) -> list[dict]:
@@ -60,26 +42,6 @@ def _duckdb_rows(catalog: SqlCatalog, topic: str) -> list[dict]:
     table = catalog.load_table(("strom", topic))
     read = lake_duckdb.scan(lake_duckdb.connect(), table.metadata_location)
     return read.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()
-
-
-def _wait_exactly(catalog: SqlCatalog, topic: str, delivered: list[kc.Msg]) -> list[dict]:
-    """Until the table holds every delivered record once (and nothing else)."""
-    want = {(m.partition, m.offset): m for m in delivered}
-    ends: dict[str, int] = {}
-    for m in delivered:
-        assert m.partition is not None and m.offset is not None
-        ends[str(m.partition)] = max(ends.get(str(m.partition), 0), m.offset + 1)
-    deadline = time.monotonic() + T
-    while True:
-        rows, offsets = _rows(catalog, topic)
-        keys = [(r["partition"], r["offset"]) for r in rows]
-        assert len(keys) == len(set(keys)), "a record was written twice"
-        assert set(keys) <= set(want), "a row that was never produced"
-        if len(keys) == len(want):
-            assert offsets == ends
-            return rows
-        assert time.monotonic() < deadline, f"{len(keys)} of {len(want)} records in the table"
-        time.sleep(0.2)  # poll interval, not synchronisation
 
 
 def _writer_pid(broker_pid: int) -> int:
@@ -112,14 +74,14 @@ def test_records_land_in_the_table_exactly_once_across_kill_9(make_broker, uniqu
                                                  "iceberg.commit.interval.ms": "500"})
     kc.create_topic(broker.bootstrap, plain, 1)
     kc.create_topic(broker.bootstrap, later, 2)
-    delivered = kc.produce(broker.bootstrap, topic, _messages(0, 200))
-    kc.produce(broker.bootstrap, plain, _messages(0, 2)[:1])
-    delivered_later = kc.produce(broker.bootstrap, later, _messages(0, 30))
+    delivered = kc.produce(broker.bootstrap, topic, messages(0, 200))
+    kc.produce(broker.bootstrap, plain, messages(0, 2)[:1])
+    delivered_later = kc.produce(broker.bootstrap, later, messages(0, 30))
     catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path}/catalog.db",
                          warehouse=(tmp_path / "warehouse").as_uri())
-    rows = _wait_exactly(catalog, topic, delivered)
+    rows = wait_exactly(catalog, topic, delivered)
     _set_key_value(broker.bootstrap, later)  # an Iceberg topic from now on, from its start
-    delivered_later += kc.produce(broker.bootstrap, later, _messages(30, 30))
+    delivered_later += kc.produce(broker.bootstrap, later, messages(30, 30))
     by_offset = {(r["partition"], r["offset"]): r for r in rows}
     for m in delivered:
         row = by_offset[(m.partition, m.offset)]
@@ -130,19 +92,19 @@ def test_records_land_in_the_table_exactly_once_across_kill_9(make_broker, uniqu
     assert str(table.spec().fields[0].transform) == "day"
     with pytest.raises(NoSuchTableError):  # iceberg.mode is disabled by default
         catalog.load_table(("strom", plain))
-    _wait_exactly(catalog, later, delivered_later)
+    wait_exactly(catalog, later, delivered_later)
 
-    delivered += kc.produce(broker.bootstrap, topic, _messages(200, 300))
+    delivered += kc.produce(broker.bootstrap, topic, messages(200, 300))
     broker.restart(kill=True)  # kill -9 mid-stream: the writer goes with it
-    delivered += kc.produce(broker.bootstrap, topic, _messages(500, 100))
-    _wait_exactly(catalog, topic, delivered)
+    delivered += kc.produce(broker.bootstrap, topic, messages(500, 100))
+    wait_exactly(catalog, topic, delivered)
 
     assert broker.pid is not None
     writer = _writer_pid(broker.pid)
-    delivered += kc.produce(broker.bootstrap, topic, _messages(600, 200))
+    delivered += kc.produce(broker.bootstrap, topic, messages(600, 200))
     os.kill(writer, signal.SIGKILL)  # the broker starts it again; it resumes from the table
-    delivered += kc.produce(broker.bootstrap, topic, _messages(800, 100))
-    _wait_exactly(catalog, topic, delivered)
+    delivered += kc.produce(broker.bootstrap, topic, messages(800, 100))
+    wait_exactly(catalog, topic, delivered)
     assert "lake writer's process" in broker.log_text()
 
     # a second writer of the same tables (as a zombie would be): each record is still written
@@ -161,14 +123,14 @@ def test_records_land_in_the_table_exactly_once_across_kill_9(make_broker, uniqu
             assert time.monotonic() < deadline, "the second writer reads the topic"
             time.sleep(0.05)  # poll interval, not synchronisation
         for start in range(900, 1300, 100):
-            delivered += kc.produce(broker.bootstrap, topic, _messages(start, 100))
-        _wait_exactly(catalog, topic, delivered)
+            delivered += kc.produce(broker.bootstrap, topic, messages(start, 100))
+        wait_exactly(catalog, topic, delivered)
     finally:
         if rogue.stdin is not None:
             rogue.stdin.close()  # EOF: it commits what it holds (fenced if stale) and exits
         assert rogue.wait(T) == 0
         rogue_log.close()
-    rows = _wait_exactly(catalog, topic, delivered)
+    rows = wait_exactly(catalog, topic, delivered)
     # DuckDB reads the same table (every snapshot's files, from both writers) as pyiceberg
     assert _duckdb_rows(catalog, topic) == sorted(rows, key=lambda r: (r["partition"],
                                                                         r["offset"]))
@@ -208,7 +170,7 @@ def test_value_schema_mode_decodes_values_into_columns(make_broker, unique_topic
                          warehouse=(tmp_path / "warehouse").as_uri())
     deadline = time.monotonic() + T
     while True:  # the 20 good ones; the bad one and those after it wait, reported
-        rows, offsets = _rows(catalog, topic)
+        rows, offsets = table_rows(catalog, topic)
         if len(rows) == 20 and "does not decode" in broker.log_text():
             break
         assert len(rows) <= 20 and time.monotonic() < deadline, f"{len(rows)} rows"
@@ -230,7 +192,7 @@ def test_value_schema_mode_decodes_values_into_columns(make_broker, unique_topic
         future.result(T)
     deadline = time.monotonic() + T
     while True:
-        rows, offsets = _rows(catalog, topic)
+        rows, offsets = table_rows(catalog, topic)
         if offsets == {"0": delivered[-1].offset + 1}:
             break
         assert time.monotonic() < deadline, f"offsets {offsets}"

@@ -1,0 +1,52 @@
+"""What the Iceberg topic tests share: the records they produce, and a wait until a table holds
+every delivered record exactly once (whatever catalog reaches it)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from .. import clients as kc
+
+T = 20.0
+
+
+def messages(start: int, count: int) -> list[kc.Msg]:
+    return [kc.Msg(f"k{i}".encode(), f"v{i}".encode(), [("n", f"{i}".encode())],
+                   partition=i % 2) for i in range(start, start + count)]
+
+
+def table_rows(catalog: Catalog, topic: str) -> tuple[list[dict], dict[str, int] | None]:
+    """The table's rows and its current snapshot's strom.offsets (nothing before a commit)."""
+    try:
+        table = catalog.load_table(("strom", topic))
+    except NoSuchTableError:
+        return [], None
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return [], None
+    offsets = snapshot.summary["strom.offsets"] if snapshot.summary is not None else None
+    return table.scan().to_arrow().to_pylist(), json.loads(offsets) if offsets else None
+
+
+def wait_exactly(catalog: Catalog, topic: str, delivered: list[kc.Msg]) -> list[dict]:
+    """Until the table holds every delivered record once (and nothing else)."""
+    want = {(m.partition, m.offset) for m in delivered}
+    ends: dict[str, int] = {}
+    for m in delivered:
+        assert m.partition is not None and m.offset is not None
+        ends[str(m.partition)] = max(ends.get(str(m.partition), 0), m.offset + 1)
+    deadline = time.monotonic() + T
+    while True:
+        found, offsets = table_rows(catalog, topic)
+        keys = [(r["partition"], r["offset"]) for r in found]
+        assert len(keys) == len(set(keys)), "a record was written twice"
+        assert set(keys) <= want, "a row that was never produced"
+        if len(keys) == len(want):
+            assert offsets == ends
+            return found
+        assert time.monotonic() < deadline, f"{len(keys)} of {len(want)} records in the table"
+        time.sleep(0.2)  # poll interval, not synchronisation
