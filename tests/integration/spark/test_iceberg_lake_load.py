@@ -5,8 +5,10 @@ catalog pyiceberg reads too, exactly once across restarts and a kill -9 of the d
 Maven Central serves Iceberg's Spark runtime for Spark 4.1 at the newest, and it does not load
 on the project's PySpark 4.3: the pipeline runs in a virtualenv with PySpark 4.1.4
 (compat/spark_iceberg.py, cached under ~/.cache/strom-compat after the first run), with Strom
-from the repository's src. Each run is a `strom` CLI process there (a driver on local[2]); the
-table is read back with pyiceberg's SqlCatalog on the same SQLite file, in that virtualenv too.
+from the repository's src. The runs go to a standalone Spark cluster started from that PySpark
+(a master and a worker on 127.0.0.1: executors in JVMs of their own, their Python workers in the
+virtualenv); each run's driver is a `strom` CLI process there. The table is read back with
+pyiceberg's SqlCatalog on the same SQLite file, in that virtualenv too, and with DuckDB.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +33,7 @@ from strom.lake import duckdb as lake_duckdb
 
 from ..registry.test_registry_api import http, registry_url, wait_ready
 from .conftest import create_topic, produce, wait_for
+from .standalone import DAEMON_JVM, Cluster
 
 _PATH = Path(__file__).resolve().parents[3] / "compat" / "spark_iceberg.py"
 _spec = importlib.util.spec_from_file_location("compat_spark_iceberg", _PATH)
@@ -79,6 +83,27 @@ def env() -> tuple[Path, list[Path]]:
 
 
 @pytest.fixture(scope="module")
+def spark41(env: tuple[Path, list[Path]], tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[Cluster]:
+    """A standalone master and worker started from the virtualenv's PySpark 4.1 (its executors
+    and Python workers run there too)."""
+    python, _ = env
+    home = subprocess.run([str(python), "-c", "import os, pyspark; "
+                           "print(os.path.dirname(pyspark.__file__))"], capture_output=True,
+                          text=True, check=True, env=spark_iceberg.child_env(python),
+                          timeout=60).stdout.strip()
+    cluster = Cluster(tmp_path_factory.mktemp("spark41"), home=Path(home), python=str(python),
+                      env=spark_iceberg.child_env(python), cores=2)
+    try:
+        cluster.start_worker()
+        wait_for(lambda: cluster.alive_workers() == 1, "a PySpark 4.1 master and worker",
+                 timeout=90)
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture(scope="module")
 def registry(make_module_broker) -> tuple[Any, str]:
     broker = make_module_broker({"schema.registry.listeners": "http://127.0.0.1:0",
                                  "metrics.listener": ""})
@@ -104,15 +129,17 @@ def _records(schema_id: int, first: int, count: int) -> list[dict[str, Any]]:
 
 
 def _load_cmd(python: Path, jars: list[Path], bootstrap: str, topic: str, base: Path,
-              registry: str) -> list[str]:
+              registry: str, master: str) -> list[str]:
     conf = {"spark.jars": ",".join(str(j) for j in jars),
             "spark.sql.shuffle.partitions": "2",
-            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"}
+            "spark.driver.extraJavaOptions": DAEMON_JVM,
+            "spark.executor.extraJavaOptions": DAEMON_JVM,
+            "spark.executor.memory": "512m", "spark.cores.max": "2"}
     cmd = [str(python), "-c", "from strom.cli.main import main; main()",
            "pipeline", "run", "lake-load", "-b", bootstrap, "--topic", topic,
            "--target", "iceberg", "--catalog-uri", str(base / "catalog.db"),
            "--warehouse", str(base / "warehouse"), "--schema-registry", registry,
-           "--master", "local[2]"]
+           "--master", master]
     for k, v in conf.items():
         cmd += ["--conf", f"{k}={v}"]
     return cmd
@@ -165,7 +192,8 @@ def _check(table: dict[str, Any], total: int) -> None:
         table["topic"]: {"0": (total + 1) // 2, "1": total // 2}}
 
 
-def test_lake_load_into_iceberg_exactly_once(env, registry, unique_topic, tmp_path) -> None:
+def test_lake_load_into_iceberg_exactly_once(env, spark41, registry, unique_topic,
+                                             tmp_path) -> None:
     python, jars = env
     broker, url = registry
     bs = broker.bootstrap
@@ -175,7 +203,7 @@ def test_lake_load_into_iceberg_exactly_once(env, registry, unique_topic, tmp_pa
                         {"schema": json.dumps(SCHEMA)})
     assert status == 200, body
     schema_id = body["id"]
-    cmd = _load_cmd(python, jars, bs, topic, tmp_path, url)
+    cmd = _load_cmd(python, jars, bs, topic, tmp_path, url, spark41.url)
 
     # run 1: the table is made (value columns from the registered schema, days(timestamp))
     produce(bs, topic, _records(schema_id, 0, 3000))

@@ -11,144 +11,25 @@ consumers.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import re
-import signal
-import subprocess
 import sys
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from ..broker import free_port
-from .conftest import consume_all, create_topic, descendants, produce, wait_for
+from .conftest import consume_all, create_topic, produce, wait_for
+from .standalone import Cluster, Proc
 
 JOB = Path(__file__).with_name("cluster_job.py")
 RECORDS = 20_000
 SOURCE_PARTITIONS = 2  # one task per executor and micro-batch
 MAX_OFFSETS = 4_000  # five micro-batches
-DAEMON_JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 # 60-80 s measured on the 2-core machine at load average 5 (other test runs beside it): nine
 # JVMs and their Python workers start in this test.
 pytestmark = pytest.mark.timeout(300)
-
-
-def start_time(pid: int) -> str | None:
-    """The kernel's start time of ``pid`` (None once it is gone): with it a PID that was
-    reused by another process is never signalled."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-
-
-def tree(pid: int) -> dict[int, str | None]:
-    """``pid`` and the processes below it, each with its start time."""
-    return {p: start_time(p) for p in descendants(pid)}
-
-
-def kill_tree(processes: dict[int, str | None]) -> None:
-    """SIGKILL the processes of a ``tree`` that are still the same processes."""
-    for p, started in processes.items():
-        if started is not None and start_time(p) == started:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(p, signal.SIGKILL)
-
-
-class Proc:
-    """A process of the cluster with its log in a file."""
-
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], logdir: Path) -> None:
-        self.name = name
-        self.work_dir = logdir
-        self.log_path = logdir / f"{name}.log"
-        self.log: IO[bytes] = open(self.log_path, "ab")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=env, cwd=logdir)
-
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def log_tail(self, chars: int = 3000) -> str:
-        return self.log_path.read_text(errors="replace")[-chars:]
-
-    def kill9(self) -> None:
-        kill_tree(tree(self.proc.pid))
-        self.proc.wait(30)
-
-    def stop(self) -> None:
-        """SIGTERM (a worker then stops its executors), SIGKILL what is left after a deadline."""
-        if self.alive():
-            processes = tree(self.proc.pid)
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(20)
-            kill_tree(processes)
-            self.proc.wait(30)
-        self.log.close()
-
-
-class Cluster:
-    """A standalone master and its workers (1 core, 1 GiB each), started with spark-class."""
-
-    def __init__(self, workdir: Path) -> None:
-        import pyspark
-
-        self.workdir = workdir
-        self.home = Path(pyspark.__file__).resolve().parent
-        self.src = str(Path(__import__("strom").__file__).resolve().parents[1])
-        self.env = dict(os.environ, SPARK_HOME=str(self.home), SPARK_LOCAL_IP="127.0.0.1",
-                        PYSPARK_PYTHON=sys.executable, PYTHONPATH=self.src,
-                        SPARK_DAEMON_MEMORY="256m", SPARK_DAEMON_JAVA_OPTS=DAEMON_JVM)
-        self.port, self.ui = free_port(), free_port()
-        self.url = f"spark://127.0.0.1:{self.port}"
-        self.procs: list[Proc] = []
-        self.workers: list[Proc] = []
-        self.master = self._start("master", "org.apache.spark.deploy.master.Master",
-                                  "--host", "127.0.0.1", "--port", str(self.port),
-                                  "--webui-port", str(self.ui))
-
-    def _start(self, name: str, cls: str, *args: str) -> Proc:
-        cmd = [str(self.home / "bin" / "spark-class"), cls, *args]
-        proc = Proc(name, cmd, self.env, self.workdir)
-        self.procs.append(proc)
-        return proc
-
-    def start_worker(self) -> Proc:
-        n = len(self.workers)
-        work = self.workdir / f"worker-{n}"
-        work.mkdir()
-        worker = self._start(f"worker-{n}", "org.apache.spark.deploy.worker.Worker", self.url,
-                             "--host", "127.0.0.1", "--cores", "1", "--memory", "1g",
-                             "--webui-port", str(free_port()), "--work-dir", str(work))
-        worker.work_dir = work
-        self.workers.append(worker)
-        return worker
-
-    def state(self) -> dict[str, Any]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ui}/json/", timeout=5) as r:
-            return json.load(r)
-
-    def alive_workers(self) -> int:
-        return sum(1 for w in self.state()["workers"] if w["state"] == "ALIVE")
-
-    def driver_env(self) -> dict[str, str]:
-        return dict(self.env)
-
-    def stop(self) -> None:
-        for proc in reversed(self.procs):
-            proc.stop()
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.log_tail()}" for p in self.procs)
 
 
 @pytest.fixture(scope="module")
