@@ -154,7 +154,13 @@ def _produce_and_purge(
 def _values(job: Job, count: int) -> Iterator[bytes]:
     """The ``count`` values a produce job sends: one random value of ``size`` bytes, over and
     over; or, with ``avro`` (the schema id), a pool of Avro records framed as Confluent's
-    serializers do (bench/avro_records.py), serialized here once and cycled."""
+    serializers do (bench/avro_records.py), serialized here once and cycled; or, with
+    ``json``, a pool of JSON objects of the same events (bench/json_records.py), cycled."""
+    if job.get("json"):
+        from bench import json_records
+
+        pool = json_records.values(job.get("pool", json_records.POOL), job["size"])
+        return itertools.islice(itertools.cycle(pool), count)
     if "avro" not in job:
         return itertools.repeat(os.urandom(job["size"]), count)
     from bench import avro_records
@@ -165,7 +171,7 @@ def _values(job: Job, count: int) -> Iterator[bytes]:
 
 def job_produce(job: Job) -> dict[str, Any]:
     """Produce ``count`` records of ``size`` bytes as fast as the client goes, then flush
-    (random bytes, or with ``avro`` pre-serialized Avro records, see :func:`_values`)."""
+    (random bytes, or with ``avro``/``json`` pre-serialized records, see :func:`_values`)."""
     errors = _Errors()
     p = _producer(job, PRODUCER_THROUGHPUT, errors)
     topic, count = job["topic"], job["count"]

@@ -70,6 +70,8 @@ class Sizes:
     cluster_records: int  # 1 KiB records through the 3-broker clusters (acks=all, RF=3)
     java_perf_records: int  # 1 KiB records per kafka-producer-perf-test run (java-perf-1k)
     http_records: int  # 1 KiB records produced, then consumed, through the HTTP API (http-1k)
+    iceberg_records: int  # 1 KiB records per phase of iceberg-1k (each lake topic, Spark load)
+    iceberg_lag_s: float  # how long iceberg-1k's paced producer runs for the lag to a table row
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
@@ -93,6 +95,8 @@ FULL = Sizes(
     cluster_records=150_000,
     java_perf_records=300_000,
     http_records=100_000,
+    iceberg_records=200_000,
+    iceberg_lag_s=20.0,
 )
 
 QUICK = Sizes(
@@ -113,4 +117,6 @@ QUICK = Sizes(
     cluster_records=30_000,
     java_perf_records=60_000,
     http_records=20_000,
+    iceberg_records=40_000,
+    iceberg_lag_s=8.0,
 )

@@ -35,3 +35,6 @@ VALIDATED_VS_UNVALIDATED = Target("min", 0.8)
 # issue 32: Kafka-protocol produce while HTTP produce runs at half its measured maximum, against
 # the same produce alone, on one broker in one run
 HTTP_LOAD_COST_GOAL = Target("min", 0.9)
+# issue 33: Kafka-protocol produce (and consume) while the lake writer writes Iceberg tables,
+# against the same without, on one broker in one run
+ICEBERG_LOAD_COST_GOAL = Target("min", 0.9)
