@@ -34,7 +34,10 @@ REPORT_S = 1.0  # how often the lag is reported to the broker (a line on stdout)
 MAX_BACKOFF_S = 60.0
 MAX_POLL = 10_000
 MAX_BATCH_ROWS = 500_000  # a commit comes before the interval ends beyond these
-MAX_BATCH_BYTES = 64 << 20
+# Measured with 200k 1 KiB records: 16 MiB batches peak at about 475 MB of RSS where 64 MiB
+# peaked at 780 MB, and load faster (3.1 s against 4.2 s): pyiceberg's write copies a batch a
+# few times over. (Capping librdkafka's prefetch to match saved 70 MB more but halved the rate.)
+MAX_BATCH_BYTES = 16 << 20
 MODES = ("key_value", "value_schema")
 INTERNAL = ("__consumer_offsets", "__transaction_state", "__share_group_state", "_schemas")
 
