@@ -23,8 +23,14 @@ Spark's offset JSON) go into that commit's snapshot summary, as ``strom.offsets`
 starts from the summary of the newest snapshot in the table's current history that has one.
 The Iceberg commit is atomic (a compare-and-swap of the table's metadata location in the
 catalog), so a run that dies before it leaves only unreferenced data files, and its records are
-loaded again by the next run; one that dies after it has nothing left to do. Two runs at the
-same time on one table are not fenced against each other: run one at a time.
+loaded again by the next run; one that dies after it has nothing left to do.
+
+Two runs at the same time on one table are fenced: a run writes to a branch of its own
+(``strom_load_<id>``, made at the main branch's snapshot it planned from), then fast-forwards
+main to it, which Iceberg refuses unless main is still an ancestor of the branch. A run that
+lost the race leaves nothing in main (its branch is dropped) and fails with FencedLoad: the
+next run plans again from what main holds. A branch a killed run left behind is dropped by a
+later run once it is an hour old.
 
 This module imports only the standard library and Strom's Spark helpers at import time, and
 runs on PySpark 4.1 (the newest Spark Iceberg publishes a runtime for) as well as 4.3.
@@ -39,6 +45,7 @@ import re
 import time
 import urllib.parse
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +63,10 @@ ICEBERG_RUNTIME = "org.apache.iceberg:iceberg-spark-runtime-4.1_2.13:1.12.0"
 SQLITE_JDBC = "org.xerial:sqlite-jdbc:3.54.1.0"
 META_COLUMNS = ("partition INT, offset BIGINT, timestamp TIMESTAMP, key BINARY")
 HEADERS_COLUMN = "headers ARRAY<STRUCT<key: STRING, value: BINARY>>"
+
+
+BRANCH_PREFIX = "strom_load_"
+STALE_BRANCH_MS = 3_600_000  # a run's branch older than this was left by a killed run
 
 
 class IcebergLoadError(RuntimeError):
@@ -363,6 +374,48 @@ def committed_offsets(spark: Any, cfg: IcebergLoadConfig) -> PartitionOffsets:
     return {}
 
 
+class FencedLoad(IcebergLoadError):
+    """Another run committed to the table after this one planned: nothing of this run is in
+    the table."""
+
+
+def _base_snapshot(table: Any) -> int:
+    """The main branch's snapshot a run branches from (an empty table gets an empty snapshot
+    first, recording no offsets, so that there is one)."""
+    current = table.currentSnapshot()
+    if current is None:
+        table.newAppend().set(OFFSETS_PROPERTY, "{}").commit()
+        table.refresh()
+        current = table.currentSnapshot()
+    return int(current.snapshotId())
+
+
+def _drop_stale_branches(table: Any, now_ms: int) -> None:
+    """Branches of killed runs (their data files stay until snapshots expire)."""
+    stale = [name for name, ref in dict(table.refs()).items()
+             if str(name).startswith(BRANCH_PREFIX) and ref.isBranch()
+             and now_ms - table.snapshot(ref.snapshotId()).timestampMillis() > STALE_BRANCH_MS]
+    for name in stale:
+        try:
+            table.manageSnapshots().removeBranch(name).commit()
+            log.warning("dropped the branch %s a killed load left behind", name)
+        except Exception as exc:  # another run dropped it first
+            log.info("branch %s not dropped: %s", name, exc)
+
+
+def _fast_forward(spark: Any, cfg: IcebergLoadConfig, branch: str) -> None:
+    """main := the branch's head, if main is still an ancestor of it (else FencedLoad)."""
+    table = _java_table(spark, cfg)
+    try:
+        table.manageSnapshots().fastForwardBranch("main", branch).commit()
+    except Exception as exc:  # py4j's wrapper of Iceberg's ValidationException
+        text = str(exc)
+        if "ancestor" not in text and "ValidationException" not in text:
+            raise
+        raise FencedLoad(f"{cfg.qualified}: another load committed while this one ran; "
+                         "nothing of this run is in the table: run again") from None
+
+
 def plan(cfg: IcebergLoadConfig, done: PartitionOffsets
          ) -> tuple[PartitionOffsets, PartitionOffsets]:
     """(start, end) of the next run: after the committed offsets (or earliest) to the end now."""
@@ -381,6 +434,9 @@ def run(spark: Any, cfg: IcebergLoadConfig) -> IcebergLoadResult:
     if _java_table(spark, cfg) is None:
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {cfg.catalog}.{cfg.namespace}")
         spark.sql(table_ddl(cfg, value_type))
+    table = _java_table(spark, cfg)
+    _drop_stale_branches(table, int(time.time() * 1000))
+    base = _base_snapshot(table)  # before the offsets: they are read from it or its parents
     start, end = plan(cfg, committed_offsets(spark, cfg))
     log.info("%s: planned in %.1fs", cfg.qualified, time.monotonic() - began)
     todo = {tp: off for tp, off in end.items() if off > start.get(tp, off) or start.get(tp) == -2}
@@ -402,10 +458,19 @@ def run(spark: Any, cfg: IcebergLoadConfig) -> IcebergLoadResult:
     elif value_type != "BINARY":
         df = df.withColumn("value", F.from_json(F.col("value").cast("string"), value_type))
     log.info("loading %s from %s to %s", cfg.qualified, to_json_dict(start), to_json_dict(end))
-    (df.writeTo(cfg.qualified)
-       .option(f"snapshot-property.{OFFSETS_PROPERTY}", json.dumps(to_json_dict(end)))
-       .option(f"snapshot-property.{START_PROPERTY}", json.dumps(to_json_dict(start)))
-       .append())
+    branch = f"{BRANCH_PREFIX}{uuid.uuid4().hex[:12]}"
+    table.manageSnapshots().createBranch(branch, base).commit()
+    try:
+        (df.writeTo(f"{cfg.qualified}.branch_{branch}")
+           .option(f"snapshot-property.{OFFSETS_PROPERTY}", json.dumps(to_json_dict(end)))
+           .option(f"snapshot-property.{START_PROPERTY}", json.dumps(to_json_dict(start)))
+           .append())
+        _fast_forward(spark, cfg, branch)
+    finally:
+        try:
+            _java_table(spark, cfg).manageSnapshots().removeBranch(branch).commit()
+        except Exception as exc:  # dropped later, once stale
+            log.warning("branch %s of this load not dropped: %s", branch, exc)
     log.info("%s: committed in %.1fs", cfg.qualified, time.monotonic() - began)
     snap = _java_table(spark, cfg).currentSnapshot()
     return IcebergLoadResult(cfg.qualified, start, end,

@@ -1,6 +1,7 @@
 """The lake load into Apache Iceberg (issue 33 point 1): `strom pipeline run lake-load --target
 iceberg` writes a topic into an Iceberg table through Spark's Iceberg runtime, in the SQLite
-catalog pyiceberg reads too, exactly once across restarts and a kill -9 of the driver.
+catalog pyiceberg reads too, exactly once across restarts, a kill -9 of the driver and two runs
+at once (the one that loses the race is fenced).
 
 Maven Central serves Iceberg's Spark runtime for Spark 4.1 at the newest, and it does not load
 on the project's PySpark 4.3: the pipeline runs in a virtualenv with PySpark 4.1.4
@@ -205,41 +206,52 @@ def test_lake_load_into_iceberg_exactly_once(env, spark41, registry, unique_topi
     schema_id = body["id"]
     cmd = _load_cmd(python, jars, bs, topic, tmp_path, url, spark41.url)
 
-    # run 1: the table is made (value columns from the registered schema, days(timestamp))
-    produce(bs, topic, _records(schema_id, 0, 3000))
-    out = _run_load(cmd, python, tmp_path)
-    assert "3000 records" in out, out
-    table = _read_table(python, tmp_path, topic) | {"topic": topic}
-    assert table["spec"] == [["day", "timestamp"]]
-    assert table["value_fields"] == ["user", "n", "at", "tags", "note"]
-    assert len(table["snapshots"]) == 1
-    _check(table, 3000)
-
-    # run 2 is killed (-9, the driver and its JVM) once it has written data files, before or
-    # after its commit; run 3 then loads whatever is not committed, once
+    # run 1 makes the table (value columns from the registered schema, days(timestamp)) and
+    # is killed (-9, the driver and its JVM) once it has written data files, before or after
+    # its commit; runs 2 and 3 then load whatever is not committed, once
     began = time.monotonic()
-    produce(bs, topic, _records(schema_id, 3000, 12_000))
-    print(f"produce 12k: {time.monotonic() - began:.1f}s")
+    produce(bs, topic, _records(schema_id, 0, 15_000))
+    print(f"produce 15k: {time.monotonic() - began:.1f}s")
     files_before = _data_files(tmp_path)
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=spark_iceberg.child_env(python),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_for(lambda: _data_files(tmp_path) > files_before or proc.poll() is not None,
-                 "run 2 writing data files", timeout=180, interval=0.02)
+                 "run 1 writing data files", timeout=180, interval=0.02)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(30)
-    wait_for(lambda: not _group_alive(proc.pid), "run 2's processes gone", timeout=30)
-    print(f"run 2 killed after {time.monotonic() - began:.1f}s")
+    wait_for(lambda: not _group_alive(proc.pid), "run 1's processes gone", timeout=30)
+    print(f"run 1 killed after {time.monotonic() - began:.1f}s")
     began = time.monotonic()
     killed = _read_table(python, tmp_path, topic) | {"topic": topic}
-    assert len(killed["rows"]) in (3000, 15_000)
+    assert len(killed["rows"]) in (0, 15_000)
     print(f"read: {time.monotonic() - began:.1f}s, {len(killed['rows'])} rows after the kill")
 
+    # runs 2 and 3 start together from what the table holds: one commits; the other either
+    # finds nothing new or, having planned the same records, is fenced (its branch never
+    # reaches main), so each record is still in the table once
     produce(bs, topic, _records(schema_id, 15_000, 2000))
-    out = _run_load(cmd, python, tmp_path)
+    began = time.monotonic()
+    logs = [(tmp_path / f"run{n}.out", tmp_path / f"run{n}.err") for n in (2, 3)]
+    runs = []
+    for out_path, err_path in logs:  # (files: a full pipe must not stall a run)
+        with out_path.open("w") as o, err_path.open("w") as e:
+            runs.append(subprocess.Popen(cmd, cwd=tmp_path, env=spark_iceberg.child_env(python),
+                                         stdout=o, stderr=e, stdin=subprocess.DEVNULL))
+    outcomes = [(r.wait(240), o.read_text(), e.read_text())
+                for r, (o, e) in zip(runs, logs, strict=True)]
+    print(f"runs 2 and 3: {time.monotonic() - began:.1f}s: {outcomes}")
+    committed = [o for code, o, _ in outcomes if code == 0 and "records to" in o]
+    assert len(committed) == 1, outcomes
+    out = committed[0]
+    for code, o, e in outcomes:
+        assert (code == 0 and ("records to" in o or "nothing new" in o)) or \
+            (code != 0 and "another load committed while this one ran" in e), (code, o, e)
     table = _read_table(python, tmp_path, topic) | {"topic": topic}
+    assert table["spec"] == [["day", "timestamp"]]
+    assert table["value_fields"] == ["user", "n", "at", "tags", "note"]
     _check(table, 17_000)
     # DuckDB reads the table Spark wrote, row for row as pyiceberg does
     began = time.monotonic()
