@@ -106,7 +106,9 @@ TOPIC_CONFIGS.add(
     ConfigDef("errors.deadletterqueue.topic.name", T.STRING, "",
               "Strom's own at topic level: with schema validation, invalid records go to this "
               "dead-letter topic (named with the broker's errors.deadletterqueue.topic.name."
-              "prefix) instead of failing their batch; empty: they fail it"),
+              "prefix) instead of failing their batch; in iceberg.mode=value_schema, values "
+              "that do not decode go there instead of holding their partition back; empty: "
+              "neither"),
     ConfigDef("strom.key.schema.validation.mode", T.STRING, "id",
               "Strom's own: id (the key's schema id is checked, as Confluent Server does) or "
               "decode (the key must also decode under that schema)", one_of("id", "decode")),
@@ -118,8 +120,10 @@ TOPIC_CONFIGS.add(
               "Strom's own: with the broker's iceberg.enable, key_value appends every record "
               "to the Iceberg table <iceberg.namespace>.<topic> (partition, offset, timestamp, "
               "key, value, headers); value_schema decodes the values into the value column "
-              "with the Avro schema registered under <topic>-value (a value that does not "
-              "decode holds its partition back, reported); disabled: no table",
+              "with the schema (Avro, JSON Schema or Protobuf) registered under <topic>-value "
+              "(a value that does not decode goes to the topic's "
+              "errors.deadletterqueue.topic.name, or holds its partition back, reported); "
+              "disabled: no table",
               one_of("disabled", "key_value", "value_schema")),
     ConfigDef("iceberg.commit.interval.ms", T.LONG, 60000,
               "Strom's own: how often the records read from an Iceberg topic are committed to "

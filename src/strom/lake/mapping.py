@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 OFFSETS_PROPERTY = "strom.offsets"  # snapshot summary: {"<partition>": <next offset>, ...}
 TOPIC_PROPERTY = "strom.topic"
 RETRIES_PROPERTY = "commit.retry.num-retries"  # pyiceberg's; 0: a conflict is never re-applied
 
 
-@dataclass(frozen=True)
-class Row:
+class Row(NamedTuple):
+    """One record as read (a tuple: the writer makes one per record, so it must be cheap)."""
+
     partition: int
     offset: int
     timestamp_ms: int

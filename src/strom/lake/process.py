@@ -15,7 +15,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
@@ -75,14 +75,12 @@ class TopicState:
 
 
 def row_of(message: Message) -> Row:
-    _, ts = message.timestamp()
-    headers = []
-    for name, value in message.headers() or []:  # type: ignore[str-unpack]
-        headers.append((name, value.encode() if isinstance(value, str) else value))
-    partition, offset = message.partition(), message.offset()
-    assert partition is not None and offset is not None
-    return Row(partition, offset, max(ts, 0), message.key(), message.value(),
-               tuple(headers))
+    """(Hot: once per record.)"""
+    found: Any = message.headers()  # librdkafka's (name, value) pairs, or None
+    headers = tuple((name, value.encode() if isinstance(value, str) else value)
+                    for name, value in found) if found else ()
+    return Row(message.partition(), message.offset(),  # type: ignore[arg-type]  # (set: read)
+               max(message.timestamp()[1], 0), message.key(), message.value(), headers)
 
 
 class LakeWriter:
@@ -203,8 +201,9 @@ class LakeWriter:
         except (Unsupported, OSError, ValueError, KeyError) as exc:
             if topic not in self.warned:
                 self.warned.add(topic)
-                log.error("topic %s: iceberg.mode=value_schema needs an Avro schema registered "
-                          "under %s-value: %s (its table waits for one)", topic, topic, exc)
+                log.error("topic %s: iceberg.mode=value_schema needs a schema (Avro, JSON Schema "
+                          "or Protobuf) registered under %s-value that makes a table: %s (its "
+                          "table waits for one)", topic, topic, exc)
             return None
         self.warned.discard(topic)
         return decoder
@@ -223,7 +222,7 @@ class LakeWriter:
             if row.partition in stopped:
                 continue
             try:
-                rows.append(replace(row, decoded=state.decoder.decode(row.value)))
+                rows.append(row._replace(decoded=state.decoder.decode(row.value)))
             except RegistryUnavailable as exc:
                 stopped[row.partition] = row.offset
                 log.error("topic %s: the value at partition %d offset %d cannot be decoded now "

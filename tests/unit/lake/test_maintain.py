@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import decimal
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -135,7 +134,7 @@ def test_typed_values_come_back_the_same(tmp_path: Path) -> None:
             value = {"id": offset, "tags": ["a", str(offset)], "attrs": {"k": offset},
                      "note": None if offset % 2 else "x", "day": dt.date(2024, 1, 1),
                      "amount": decimal.Decimal("12.34"), "inner": {"x": offset / 2}}
-            batch.add(replace(Row(0, offset, T0, b"k", b"raw"), decoded=value))
+            batch.add(Row(0, offset, T0, b"k", b"raw")._replace(decoded=value))
         offsets = writer.commit(batch)
     assert writer.table is not None
     before = _rows(writer.table)

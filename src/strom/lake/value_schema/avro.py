@@ -1,21 +1,16 @@
-"""`iceberg.mode=value_schema`: the table's `value` column takes the type of the topic's value
-schema in Strom's registry (the latest version of `<topic>-value` when the writer starts; Avro
-only so far), and each value is decoded into it: with the schema its own id names (Confluent's
-framing: a zero byte, a 4-byte id) read as the latest one (Avro schema resolution).
+"""Avro values: the schema's Iceberg type, and values decoded by fastavro with the schema their
+id names read as the latest one (Avro schema resolution).
 
 Avro to Iceberg: boolean, int, long, float, double, bytes, string; enum as string; fixed as
 fixed; record as struct; array as list; map as map with string keys; a union of null and one
 type as that type, optional; logical types date, timestamp-millis/-micros (timestamptz),
 decimal and uuid (as string). Anything else (other unions, recursive records, schema
-references, JSON Schema or Protobuf values) is refused when the table is made."""
+references) is refused when the table is made."""
 
 from __future__ import annotations
 
 import io
 import json
-import urllib.error
-import urllib.parse
-import urllib.request
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -40,22 +35,7 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-TIMEOUT_S = 10.0
-FIRST_ID = 100  # field ids of the value's columns (the table's own are below)
-
-
-class Unsupported(Exception):
-    """The value schema has no Iceberg type here."""
-
-
-class Undecodable(Exception):
-    """A value that does not decode with the schema its id names (or names no schema)."""
-
-
-class RegistryUnavailable(Exception):
-    """The schema a value names cannot be fetched now: the value waits (a registry outage
-    must not send good records to a dead-letter topic)."""
-
+from .common import Ids, Undecodable, Unsupported
 
 _PRIMITIVES: dict[str, Callable[[], IcebergType]] = {
     "boolean": BooleanType, "int": IntegerType, "long": LongType, "float": FloatType,
@@ -63,15 +43,11 @@ _PRIMITIVES: dict[str, Callable[[], IcebergType]] = {
 }
 
 
-class _Types:
+class _Types(Ids):
     def __init__(self) -> None:
-        self.next_id = FIRST_ID
+        super().__init__()
         self.named: dict[str, Any] = {}
         self.open: set[str] = set()
-
-    def new_id(self) -> int:
-        self.next_id += 1
-        return self.next_id - 1
 
     def convert(self, node: Any, space: str | None = None) -> tuple[IcebergType, bool]:
         """The Iceberg type of an Avro schema node, and whether a value is required."""
@@ -160,50 +136,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-class ValueSchema:
-    """A topic's value schema from the registry, and the decoder of its values."""
+class AvroValues:
+    """Avro values (`Values`): decoded with their writer schema, read as the latest one."""
 
-    def __init__(self, registry_url: str, subject: str) -> None:
-        self.url = registry_url.rstrip("/")
-        latest = self._get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")
-        if latest.get("schemaType", "AVRO") != "AVRO":
-            raise Unsupported(f"{latest.get('schemaType')} values (only Avro so far)")
-        if latest.get("references"):
-            raise Unsupported("schema references")
-        self.schema = json.loads(latest["schema"])
+    def __init__(self, registered: dict[str, Any], references: dict[str, str]) -> None:
+        self.schema = json.loads(registered["schema"])
         self.type = iceberg_type(self.schema)
         self.reader = fastavro.parse_schema(self.schema)
-        self.writers: dict[int, Any] = {int(latest["id"]): self.reader}
 
-    def _get(self, path: str) -> dict[str, Any]:
-        with urllib.request.urlopen(self.url + path, timeout=TIMEOUT_S) as answer:
-            found: dict[str, Any] = json.loads(answer.read())
-            return found
-
-    def writer(self, schema_id: int) -> Any:
-        found = self.writers.get(schema_id)
-        if found is None:
-            try:
-                text = self._get(f"/schemas/ids/{schema_id}")
-            except urllib.error.HTTPError as exc:
-                if exc.code == 404:
-                    raise Undecodable(f"schema id {schema_id} is not registered") from None
-                raise RegistryUnavailable(f"schema id {schema_id}: {exc}") from None
-            except OSError as exc:
-                raise RegistryUnavailable(f"schema id {schema_id}: {exc}") from None
-            if text.get("schemaType", "AVRO") != "AVRO":
-                raise Undecodable(f"schema id {schema_id} is not Avro")
-            found = self.writers[schema_id] = fastavro.parse_schema(json.loads(text["schema"]))
-        return found
-
-    def decode(self, data: bytes | None) -> Any:
-        if data is None:
-            return None
-        if len(data) < 5 or data[0] != 0:
-            raise Undecodable("no schema id (Confluent's framing: a zero byte, a 4-byte id)")
-        writer = self.writer(int.from_bytes(data[1:5], "big"))
+    def writer(self, registered: dict[str, Any], references: dict[str, str]) -> Any:
         try:
-            return _plain(fastavro.schemaless_reader(io.BytesIO(data[5:]), writer,
-                                                     self.reader))
+            return fastavro.parse_schema(json.loads(registered["schema"]))
+        except Exception as exc:
+            raise Undecodable(f"its schema does not parse: {exc}") from None
+
+    def decode(self, writer: Any, payload: bytes) -> Any:
+        try:
+            return _plain(fastavro.schemaless_reader(io.BytesIO(payload), writer, self.reader))
         except Exception as exc:
             raise Undecodable(f"{type(exc).__name__}: {exc}") from None
