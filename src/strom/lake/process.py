@@ -208,6 +208,44 @@ class LakeWriter:
         self.warned.discard(topic)
         return decoder
 
+    def evolve(self, topic: str, state: TopicState) -> None:
+        """Follows a new version of the topic's value schema: the table is widened to it (new
+        optional columns) and values are then decoded into its shape. A version the table
+        cannot take (a changed type, a shape without a column type) is refused: its values
+        wait, with an ERROR line, and nothing is dropped silently."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        decoder = state.decoder
+        try:
+            latest, version = decoder.latest_now()
+        except (OSError, ValueError, KeyError):
+            return  # the registry is out of reach: values that need it wait in decode
+        if latest == decoder.latest_id or latest in decoder.held:
+            return
+        subject = f"{topic}-value"
+        why = None
+        new = self.value_schema(topic)
+        if new is None:
+            why = "it has no table type (see the line above)"
+        else:
+            try:
+                state.table.evolve(new.type)
+            except CommitFailedException:
+                return  # another writer committed meanwhile: next time
+            except Exception as exc:
+                why = f"{type(exc).__name__}: {exc}"
+        if why is not None:
+            decoder.held[latest] = (f"version {version} of {subject} (schema id {latest}) does "
+                                    f"not fit the table {state.table.name}: {why}")
+            log.error("topic %s: the table %s cannot take version %s of %s (schema id %d): %s; "
+                      "values written with it wait (not written, not skipped) until the table "
+                      "or the subject changes", topic, state.table.name, version, subject,
+                      latest, why)
+            return
+        log.info("topic %s: the table %s now follows version %s of %s (schema id %d)", topic,
+                 state.table.name, version, subject, latest)
+        state.decoder = new
+
     def decode(self, topic: str, state: TopicState) -> dict[int, int]:
         """Decodes the batch's values. Those that do not decode go to the topic's dead-letter
         topic when it has one; a partition's first value that neither decodes nor reaches a
@@ -280,6 +318,8 @@ class LakeWriter:
             return
         if not state.batch:
             return
+        if state.decoder is not None:
+            self.evolve(topic, state)
         bad = self.decode(topic, state) if state.decoder is not None else {}
         if not state.batch and not state.batch.moved():  # nothing decoded nor dead-lettered:
             # read again from where the batch started

@@ -175,6 +175,17 @@ class TopicTable:
         self.table = table
         return snapshot_offsets(table)
 
+    def evolve(self, value_type: IcebergType) -> None:
+        """Widens the table to a new version of the value schema: new fields become optional
+        columns, allowed promotions (int to long, float to double) apply; anything else (a
+        changed type) raises, and the table stays as it is. A concurrent commit raises
+        CommitFailedException (retries are off): try again later."""
+        assert self.table is not None
+        with self.table.update_schema() as update:
+            update.union_by_name(table_schema(value_type))
+        self.table.refresh()
+        self.value_type = value_type
+
     def offsets(self) -> dict[int, int]:
         """The offsets the table covers now (read again from the catalog)."""
         assert self.table is not None

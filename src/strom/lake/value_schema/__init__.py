@@ -19,8 +19,8 @@ from typing import Any
 from .avro import iceberg_type
 from .common import FIRST_ID, RegistryUnavailable, Undecodable, Unsupported, Values
 
-__all__ = ["FIRST_ID", "TIMEOUT_S", "RegistryUnavailable", "Undecodable", "Unsupported",
-           "ValueSchema", "iceberg_type"]
+__all__ = ["FIRST_ID", "TIMEOUT_S", "RegistryUnavailable", "TableBehind", "Undecodable",
+           "Unsupported", "ValueSchema", "iceberg_type"]
 
 TIMEOUT_S = 10.0
 
@@ -41,12 +41,21 @@ def _values(kind: str) -> Any:
     raise Unsupported(f"{kind} values")
 
 
+class TableBehind(RegistryUnavailable):
+    """A value written with a version of the subject the table could not take: it waits (an
+    ERROR line said why) until the table or the subject changes."""
+
+
 class ValueSchema:
     """A topic's value schema from the registry, and the decoder of its values."""
 
     def __init__(self, registry_url: str, subject: str) -> None:
         self.url = registry_url.rstrip("/")
-        latest = self._get(f"/subjects/{urllib.parse.quote(subject, safe='')}/versions/latest")
+        self.subject = subject
+        self.held: dict[int, str] = {}  # schema ids whose values wait, and why
+        latest = self._get(self._latest_path())
+        self.latest_id = int(latest["id"])
+        self.version = latest.get("version")
         self.kind = str(latest.get("schemaType", "AVRO"))
         cls = _values(self.kind)
         if latest.get("references") and self.kind != "PROTOBUF":
@@ -59,6 +68,15 @@ class ValueSchema:
         except Undecodable as exc:
             raise Unsupported(str(exc)) from None
         self.writers: dict[int, Any] = {int(latest["id"]): writer}
+
+    def _latest_path(self) -> str:
+        return f"/subjects/{urllib.parse.quote(self.subject, safe='')}/versions/latest"
+
+    def latest_now(self) -> tuple[int, Any]:
+        """(schema id, version) of the subject's latest version now (OSError when the registry
+        cannot be reached)."""
+        latest = self._get(self._latest_path())
+        return int(latest["id"]), latest.get("version")
 
     def _get(self, path: str) -> dict[str, Any]:
         with urllib.request.urlopen(self.url + path, timeout=TIMEOUT_S) as answer:
@@ -109,5 +127,7 @@ class ValueSchema:
             return None
         if len(data) < 5 or data[0] != 0:
             raise Undecodable("no schema id (Confluent's framing: a zero byte, a 4-byte id)")
-        writer = self.writer(int.from_bytes(data[1:5], "big"))
-        return self.values.decode(writer, data[5:])
+        schema_id = int.from_bytes(data[1:5], "big")
+        if schema_id in self.held:
+            raise TableBehind(self.held[schema_id])
+        return self.values.decode(self.writer(schema_id), data[5:])
