@@ -36,15 +36,26 @@ from ..registry.test_registry_api import http, registry_url, wait_ready
 from .conftest import create_topic, produce, wait_for
 from .standalone import DAEMON_JVM, Cluster
 
-_PATH = Path(__file__).resolve().parents[3] / "compat" / "spark_iceberg.py"
-_spec = importlib.util.spec_from_file_location("compat_spark_iceberg", _PATH)
-assert _spec is not None and _spec.loader is not None
-spark_iceberg = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(spark_iceberg)
+
+def _compat(name: str) -> Any:
+    """A module of compat/ (not a package: loaded by path)."""
+    path = Path(__file__).resolve().parents[3] / "compat" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"compat_{name}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+spark_iceberg = _compat("spark_iceberg")
+iceberg_rest = _compat("iceberg_rest")  # Iceberg's REST catalog on 127.0.0.1 (built on first use)
 
 # A fresh machine makes the virtualenv (PyPI) and fetches the jars (Maven) in the first test.
-pytestmark = ([pytest.mark.timeout(spark_iceberg.INSTALL_TIMEOUT + spark_iceberg.dist.FETCH_TIMEOUT)]
-              if not spark_iceberg.is_cached() else [pytest.mark.timeout(300)])
+pytestmark = [pytest.mark.timeout(
+    300 + (0 if spark_iceberg.is_cached() else
+           spark_iceberg.INSTALL_TIMEOUT + spark_iceberg.dist.FETCH_TIMEOUT)
+    + (0 if iceberg_rest.is_cached() else
+       iceberg_rest.dist.FETCH_TIMEOUT + iceberg_rest.COMPILE_TIMEOUT))]
 
 SCHEMA = {"type": "record", "name": "Click", "namespace": "shop", "fields": [
     {"name": "user", "type": "string"},
@@ -130,7 +141,9 @@ def _records(schema_id: int, first: int, count: int) -> list[dict[str, Any]]:
 
 
 def _load_cmd(python: Path, jars: list[Path], bootstrap: str, topic: str, base: Path,
-              registry: str, master: str) -> list[str]:
+              registry: str, master: str, rest: str | None = None) -> list[str]:
+    """The load's command: the catalog in base/catalog.db through Spark's JdbcCatalog, or
+    through a REST catalog server over that file."""
     conf = {"spark.jars": ",".join(str(j) for j in jars),
             "spark.sql.shuffle.partitions": "2",
             "spark.driver.extraJavaOptions": DAEMON_JVM,
@@ -138,7 +151,8 @@ def _load_cmd(python: Path, jars: list[Path], bootstrap: str, topic: str, base: 
             "spark.executor.memory": "512m", "spark.cores.max": "2"}
     cmd = [str(python), "-c", "from strom.cli.main import main; main()",
            "pipeline", "run", "lake-load", "-b", bootstrap, "--topic", topic,
-           "--target", "iceberg", "--catalog-uri", str(base / "catalog.db"),
+           "--target", "iceberg", "--catalog-uri", rest or str(base / "catalog.db"),
+           "--catalog-type", "rest" if rest else "jdbc",
            "--warehouse", str(base / "warehouse"), "--schema-registry", registry,
            "--master", master]
     for k, v in conf.items():
@@ -194,7 +208,7 @@ def _check(table: dict[str, Any], total: int) -> None:
 
 
 def test_lake_load_into_iceberg_exactly_once(env, spark41, registry, unique_topic,
-                                             tmp_path) -> None:
+                                             tmp_path, request) -> None:
     python, jars = env
     broker, url = registry
     bs = broker.bootstrap
@@ -205,6 +219,11 @@ def test_lake_load_into_iceberg_exactly_once(env, spark41, registry, unique_topi
     assert status == 200, body
     schema_id = body["id"]
     cmd = _load_cmd(python, jars, bs, topic, tmp_path, url, spark41.url)
+    # the same catalog served by Iceberg's REST handler (our launcher, 127.0.0.1)
+    rest_url, rest_proc = iceberg_rest.start_rest_catalog(
+        tmp_path / "catalog.db", (tmp_path / "warehouse").as_uri(), "lake")
+    request.addfinalizer(lambda: iceberg_rest.stop_rest_catalog(rest_proc))
+    cmd_rest = _load_cmd(python, jars, bs, topic, tmp_path, url, spark41.url, rest_url)
 
     # run 1 makes the table (value columns from the registered schema, days(timestamp)) and
     # is killed (-9, the driver and its JVM) once it has written data files, before or after
@@ -229,17 +248,19 @@ def test_lake_load_into_iceberg_exactly_once(env, spark41, registry, unique_topi
     assert len(killed["rows"]) in (0, 15_000)
     print(f"read: {time.monotonic() - began:.1f}s, {len(killed['rows'])} rows after the kill")
 
-    # runs 2 and 3 start together from what the table holds: one commits; the other either
-    # finds nothing new or, having planned the same records, is fenced (its branch never
-    # reaches main), so each record is still in the table once
+    # runs 2 and 3 start together from what the table holds, one through the JdbcCatalog and
+    # one through the REST catalog: one commits; the other either finds nothing new or, having
+    # planned the same records, is fenced (its branch never reaches main), so each record is
+    # still in the table once
     produce(bs, topic, _records(schema_id, 15_000, 2000))
     began = time.monotonic()
     logs = [(tmp_path / f"run{n}.out", tmp_path / f"run{n}.err") for n in (2, 3)]
     runs = []
     for out_path, err_path in logs:  # (files: a full pipe must not stall a run)
         with out_path.open("w") as o, err_path.open("w") as e:
-            runs.append(subprocess.Popen(cmd, cwd=tmp_path, env=spark_iceberg.child_env(python),
-                                         stdout=o, stderr=e, stdin=subprocess.DEVNULL))
+            runs.append(subprocess.Popen(cmd if not runs else cmd_rest, cwd=tmp_path,
+                                         env=spark_iceberg.child_env(python), stdout=o,
+                                         stderr=e, stdin=subprocess.DEVNULL))
     outcomes = [(r.wait(240), o.read_text(), e.read_text())
                 for r, (o, e) in zip(runs, logs, strict=True)]
     print(f"runs 2 and 3: {time.monotonic() - began:.1f}s: {outcomes}")
