@@ -118,7 +118,13 @@ def test_partitions_that_move_to_another_leader_are_left_to_it(tmp_path: Path) -
 
 class Values:
     """A stand-in value schema: b"bad" does not decode, b"down" names a schema the registry
-    cannot serve now; anything else decodes to itself."""
+    cannot serve now; anything else decodes to itself. Its subject has one version."""
+
+    latest_id = 1
+    held: dict[int, str] = {}
+
+    def latest_now(self) -> tuple[int, int]:
+        return self.latest_id, 1
 
     def decode(self, value: bytes | None) -> bytes | None:
         from strom.lake.value_schema import RegistryUnavailable, Undecodable
