@@ -4,12 +4,17 @@ handler and servlet over a JdbcCatalog on a SQLite file, run by our launcher on 
 (compat/iceberg_rest.py; its classpath fetched with Maven and the launcher compiled on first
 use, cached under ~/.cache/strom-compat). The rows land exactly once, and the same table is
 read through REST and, directly, through pyiceberg's SqlCatalog on the server's SQLite file: one
-catalog reachable both ways. A REST catalog without iceberg.catalog.uri is refused at start."""
+catalog reachable both ways. While the catalog is away, commits fail with ERROR lines and the
+broker's metrics show the failures and the lag rising; once it is back, every record is in the
+table once. A REST catalog without iceberg.catalog.uri is refused at start."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
+import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -44,10 +49,11 @@ def rest_catalog(tmp_path: Path) -> Iterator[dict[str, Any]]:
         pytest.skip(str(exc))
     db, warehouse = tmp_path / "catalog.db", (tmp_path / "warehouse").as_uri()
     url, proc = iceberg_rest.start_rest_catalog(db, warehouse, NAME)
+    server = {"url": url, "db": db, "warehouse": warehouse, "proc": proc}
     try:
-        yield {"url": url, "db": db, "warehouse": warehouse}
+        yield server
     finally:
-        iceberg_rest.stop_rest_catalog(proc)
+        iceberg_rest.stop_rest_catalog(server["proc"])
 
 
 def _by_offset(rows: list[dict]) -> dict[tuple[int, int], tuple[bytes, bytes]]:
@@ -57,7 +63,8 @@ def _by_offset(rows: list[dict]) -> dict[tuple[int, int], tuple[bytes, bytes]]:
 def test_the_lake_writer_writes_through_a_rest_catalog(make_broker, unique_topic,
                                                        rest_catalog) -> None:
     broker = make_broker({"iceberg.enable": "true", "iceberg.catalog.type": "rest",
-                          "iceberg.catalog.uri": rest_catalog["url"]})
+                          "iceberg.catalog.uri": rest_catalog["url"],
+                          "metrics.listener": "http://127.0.0.1:0"})
     topic = unique_topic("lake")
     kc.create_topic(broker.bootstrap, topic, 2, {"iceberg.mode": "key_value",
                                                  "iceberg.commit.interval.ms": "300"})
@@ -77,6 +84,34 @@ def test_the_lake_writer_writes_through_a_rest_catalog(make_broker, unique_topic
     assert _by_offset(direct.scan().to_arrow().to_pylist()) == _by_offset(rows)
     assert str(direct.spec().fields[0].transform) == "day"
     assert not (broker.data_dir / "iceberg").exists(), "no local SQL catalog besides"
+
+    # the catalog goes away: commits fail, with ERROR lines; the broker's metrics show the
+    # failures and the lag; once it is back, every record is in the table once
+    iceberg_rest.stop_rest_catalog(rest_catalog["proc"])
+    delivered += kc.produce(broker.bootstrap, topic, messages(60, 30))
+    metrics = broker.started_url("metrics")
+
+    def lake_metrics() -> dict[str, float]:
+        with urllib.request.urlopen(metrics, timeout=T) as answer:
+            text = answer.read().decode()
+        return {m.group(1): float(m.group(2)) for m in re.finditer(
+            rf'^(strom_lake_\w+)\{{topic="{re.escape(topic)}"\}} (\S+)$', text, re.M)}
+
+    deadline = time.monotonic() + T
+    while not (lake_metrics().get("strom_lake_commit_failures_total", 0) >= 1
+               and lake_metrics().get("strom_lake_lag_records", 0) >= 30):
+        assert time.monotonic() < deadline, lake_metrics()
+        time.sleep(0.2)  # poll interval, not synchronisation
+    assert "failed: they are read again" in broker.log_text() or \
+        "still out of reach" in broker.log_text()
+    port = int(rest_catalog["url"].rsplit(":", 1)[1])
+    _, rest_catalog["proc"] = iceberg_rest.start_rest_catalog(
+        rest_catalog["db"], rest_catalog["warehouse"], NAME, port=port)
+    wait_exactly(rest, topic, delivered)
+    deadline = time.monotonic() + T
+    while lake_metrics().get("strom_lake_lag_records") != 0:
+        assert time.monotonic() < deadline, lake_metrics()
+        time.sleep(0.2)  # poll interval, not synchronisation
 
 
 def test_a_rest_catalog_without_a_uri_is_refused_with_one_line(tmp_path: Path) -> None:
