@@ -51,7 +51,7 @@ spark_iceberg = _compat("spark_iceberg")
 iceberg_rest = _compat("iceberg_rest")  # Iceberg's REST catalog on 127.0.0.1 (built on first use)
 
 # A fresh machine makes the virtualenv (PyPI) and fetches the jars (Maven) in the first test.
-pytestmark = [pytest.mark.timeout(
+pytestmark = [pytest.mark.iceberg_load_cluster, pytest.mark.timeout(
     300 + (0 if spark_iceberg.is_cached() else
            spark_iceberg.INSTALL_TIMEOUT + spark_iceberg.dist.FETCH_TIMEOUT)
     + (0 if iceberg_rest.is_cached() else
