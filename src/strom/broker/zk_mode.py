@@ -13,10 +13,12 @@ import base64
 import contextlib
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from kazoo.exceptions import NodeExistsError
+from kazoo.exceptions import ConnectionLoss, NodeExistsError, SessionExpiredError
 
 from strom.broker.core import Broker, Node
 from strom.broker.partitions import PartitionManager
@@ -40,6 +42,9 @@ from strom.security.client import inter_broker_security
 from strom.storage.manager import LogManager
 
 log = logging.getLogger("strom.broker")
+
+T = TypeVar("T")
+RECONNECT_BACKOFF_S = 0.2
 
 
 @dataclass
@@ -73,6 +78,25 @@ async def cluster_id_from_zookeeper(zk: ZkClient, log_dirs: list[Path]) -> str:
     return zn.decode_cluster_id(got[0])
 
 
+async def _retried_while_reconnecting(step: Callable[[], Awaitable[T]], timeout_s: float,
+                                      where: str) -> T:
+    """`step` again while the ZooKeeper connection is lost and comes back (a missed ping on a
+    loaded machine drops it; kazoo reconnects on its own), for at most `timeout_s`: a
+    connection lost just after start-up is no reason to refuse to start."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        try:
+            return await step()
+        except (ConnectionLoss, SessionExpiredError) as exc:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise StartupError(f"lost the connection to ZooKeeper at {where} while "
+                                   f"starting, for more than {timeout_s:g}s: "
+                                   f"{type(exc).__name__}") from None
+            log.warning("the connection to ZooKeeper was lost while starting (%s): trying "
+                        "again", type(exc).__name__)
+            await asyncio.sleep(RECONNECT_BACKOFF_S)  # a back-off, not synchronisation
+
+
 async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterParts]:
     """The broker, complete with its replica manager, and the cluster parts `serve` starts and
     stops (the controller registers only once the broker listens)."""
@@ -81,9 +105,14 @@ async def build_cluster_broker(config: BrokerConfig) -> tuple[Broker, ClusterPar
     zk = ZkClient(config.get("zookeeper.connect"), session_timeout_ms=session_ms,
                   connection_timeout_ms=config.get("zookeeper.connection.timeout.ms") or session_ms)
     await zk.start()
-    for path in zn.PERSISTENT_PATHS:
-        await zk.ensure_path(path)
-    cluster_id = await cluster_id_from_zookeeper(zk, config.log_dirs)
+
+    async def first_steps() -> str:
+        for path in zn.PERSISTENT_PATHS:
+            await zk.ensure_path(path)
+        return await cluster_id_from_zookeeper(zk, config.log_dirs)
+
+    cluster_id = await _retried_while_reconnecting(
+        first_steps, zk.connection_timeout_ms / 1000, config.get("zookeeper.connect"))
     local = cluster_id_for(config.log_dirs, broker_id, expected=cluster_id)
     if local != cluster_id:
         await zk.stop()
