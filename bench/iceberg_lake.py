@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.brokers import Command
-from bench.procstat import descendants
+from bench.procstat import helper_pid
 from bench.tls import TlsFiles
 
 REPO = Path(__file__).resolve().parent.parent
@@ -141,14 +141,7 @@ def cover_timeout(records: int) -> float:
 
 def writer_pid(broker_pid: int) -> int | None:
     """The broker's lake writer process (``python -m strom.lake``), if it runs."""
-    for pid in descendants(broker_pid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"strom.lake" in cmdline:
-            return pid
-    return None
+    return helper_pid(broker_pid, "strom.lake")
 
 
 def wait_busy(pid: int, share: float = 0.5, window: float = 0.1,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -36,6 +37,19 @@ def descendants(pid: int) -> list[int]:
         out.append(p)
         todo.extend(children.get(p, ()))
     return out
+
+
+def helper_pid(broker_pid: int, module: str) -> int | None:
+    """The broker's helper process running ``python -m <module>`` (the HTTP API's, the lake
+    writer's), if it runs."""
+    for pid in descendants(broker_pid):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if module.encode() in cmdline:
+            return pid
+    return None
 
 
 def cpu_seconds(pid: int) -> float:

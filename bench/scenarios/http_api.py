@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
 from bench.admin import create_topic
 from bench.brokers import BrokerProcess, BrokerSpec, rest_api_url, with_rest_api
 from bench.config import PARTITIONS, Sizes
-from bench.procstat import cpu_delta, cpu_sample, descendants, peak_rss_bytes
+from bench.procstat import cpu_delta, cpu_sample, helper_pid, peak_rss_bytes
 from bench.report import Metric, Outcome, ScenarioRows, Target
 from bench.scenarios.base import (
     MB,
@@ -248,14 +247,7 @@ def checked(problem: str | None, broker: BrokerProcess, topic: str, n: int) -> s
 
 def rest_pid(broker_pid: int) -> int | None:
     """The broker's HTTP API process (``python -m strom.rest``), if it runs."""
-    for pid in descendants(broker_pid):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"strom.rest" in cmdline:
-            return pid
-    return None
+    return helper_pid(broker_pid, "strom.rest")
 
 
 SCENARIOS = [HttpApi()]
