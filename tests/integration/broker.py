@@ -155,8 +155,10 @@ class BrokerProcess:
         """The combined KRaft node's settings on top of `settings` (its broker listeners)."""
         node_id = settings.get("node.id", settings.get("broker.id", "0"))
         controller = f"CONTROLLER://{HOST}:{self.controller_port}"
+        voters = settings.get("controller.quorum.voters") or \
+            f"{node_id}@{HOST}:{self.controller_port}"  # a quorum of itself unless named
         out = {"process.roles": "broker,controller", "node.id": node_id,
-               "controller.quorum.voters": f"{node_id}@{HOST}:{self.controller_port}",
+               "controller.quorum.voters": voters,
                "controller.listener.names": "CONTROLLER",
                "listeners": f"{settings['listeners']},{controller}"}
         # Kafka maps the controller listener to PLAINTEXT by itself only while no listener is

@@ -48,6 +48,7 @@ from strom.storage.errors import KafkaStorageError, StorageError
 if TYPE_CHECKING:
     from strom.broker.kraft_mode import KRaftParts
     from strom.broker.zk_mode import ClusterParts
+    from strom.controller.node import ControllerNode
 
 log = logging.getLogger("strom.broker")
 
@@ -316,18 +317,28 @@ async def serve(config: BrokerConfig) -> None:
         await serve_controller(config)
         return
     roles = config.get("process.roles")
-    if roles and set(roles) != {"broker", "controller"}:
-        raise StartupError(f"process.roles={','.join(roles)}: Strom runs KRaft controller-only "
-                           "nodes and combined nodes (broker,controller) so far; a KRaft "
-                           "broker-only node is not built yet (docs/clusters.md)")
     precompile(_HOT_APIS, latest_only=True)
     securities = listener_securities(config, lambda: broker.image.user_configs)
     cluster: ClusterParts | None = None
     kraft: KRaftParts | None = None
     if roles:
-        from strom.broker.kraft_mode import build_combined_broker
+        from strom.broker.kraft_mode import build_kraft_broker
 
-        broker, kraft = await build_combined_broker(config)
+        controller_servers: list[BrokerServer] = []
+
+        async def serve_controller_listener(node: ControllerNode, names: set[str]) -> None:
+            """The CONTROLLER listener serves before the broker is built: the other voters
+            need this one's vote to elect the leader the broker waits for."""
+            controller_servers.extend(make_servers(
+                node.router(), config, [s for s in securities if s.listener.name in names]))
+            await _start_servers(controller_servers)
+
+        try:
+            broker, kraft = await build_kraft_broker(config, serve_controller_listener)
+        except BaseException:
+            for server in controller_servers:
+                await _step("listener", server.stop())
+            raise
     elif config.get("zookeeper.connect"):
         from strom.broker.zk_mode import build_cluster_broker  # kazoo: only for a cluster
 
@@ -335,17 +346,22 @@ async def serve(config: BrokerConfig) -> None:
     else:
         broker = build_broker(config, asyncio.get_running_loop())
     broker.start()
+    kraft_cluster = kraft.cluster if kraft is not None else None
     router = Router(broker, MODULES if kraft is None else [*MODULES, quorum_handlers],
-                    request_hooks(broker))
+                    request_hooks(broker),
+                    forwarder=kraft_cluster.forwarder if kraft_cluster is not None else None)
+    if kraft_cluster is not None:  # admin requests other brokers forward to this one
+        kraft_cluster.forwarder.dispatch = router.dispatch
+        kraft_cluster.forwarder.response_header = router.response_header
     if kraft is not None:  # the CONTROLLER listener serves the controller's APIs
         names = kraft.controller_listener_names
         servers = make_servers(router, config,
                                [s for s in securities if s.listener.name not in names])
-        servers += make_servers(kraft.controller_node.router(), config,
-                                [s for s in securities if s.listener.name in names])
     else:
         servers = make_servers(router, config, securities)
     await _start_servers(servers)
+    if kraft is not None:
+        servers += controller_servers
     _advertise_chosen_ports(broker, config, servers)
     metrics = _start_metrics(broker, config, servers)
     registry = None
@@ -378,6 +394,11 @@ async def serve(config: BrokerConfig) -> None:
         cluster.controller.start()
         replication_task = asyncio.create_task(run_replication(broker.replicas, broker))
         broker.producer_ids.prefetch()
+    if kraft_cluster is not None and broker.replicas is not None:  # register, then take part
+        if kraft_cluster.controller is not None:
+            kraft_cluster.controller.start()
+        kraft_cluster.lifecycle.start()
+        replication_task = asyncio.create_task(run_replication(broker.replicas, broker))
     if kraft is not None:
         broker.producer_ids.prefetch()  # the controller answers later than the first producer
     listener = ", ".join(f"{s.security.listener.name}://{s.host}:{s.port}" for s in servers)
@@ -418,6 +439,10 @@ async def serve(config: BrokerConfig) -> None:
         moved = await cluster.controller.controlled_shutdown(
             config.get("zookeeper.session.timeout.ms") / 1000)
         log.info("controlled shutdown: %s", "leadership moved" if moved else "timed out")
+    if kraft_cluster is not None and config.get("controlled.shutdown.enable"):
+        moved = await kraft_cluster.lifecycle.controlled_shutdown(
+            config.get("broker.session.timeout.ms") / 1000)
+        log.info("controlled shutdown: %s", "leadership moved" if moved else "timed out")
     if rest is not None:  # first: its in-flight requests still reach the listeners
         await _step("HTTP API", rest.stop())
     if lake is not None:  # it commits what it read, then exits
@@ -437,6 +462,12 @@ async def serve(config: BrokerConfig) -> None:
         await _step("controller", cluster.controller.stop())
         await _step("metadata mirror", cluster.mirror.stop())
         await _step("ZooKeeper client", cluster.zk.stop())
+    if kraft_cluster is not None:
+        if broker.replicas is not None:
+            await _step("replication", cancel_and_wait(replication_task))
+        await _step("broker lifecycle", kraft_cluster.lifecycle.stop())
+        if kraft_cluster.controller is not None:
+            await _step("controller", kraft_cluster.controller.stop())
     if kraft is not None:
         await _step("raft", kraft.controller_node.stop())
     await _stop_leftover_tasks()

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from strom.broker.core import Broker, Node
 from strom.broker.partitions import PartitionManager
@@ -29,6 +31,10 @@ from strom.controller.node import ControllerNode
 from strom.controller.quorum_controller import QuorumController
 from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
 from strom.storage.manager import LogManager
+
+if TYPE_CHECKING:
+    from strom.broker.kraft_cluster import AdminForwarder, BrokerLifecycle
+    from strom.controller.cluster_controller import ClusterQuorumController
 
 log = logging.getLogger(__name__)
 
@@ -43,9 +49,20 @@ def combined(config: BrokerConfig) -> bool:
 
 
 @dataclass
+class ClusterRole:
+    """What a broker of a KRaft cluster runs besides the broker (`strom.broker.app` starts
+    and stops them)."""
+
+    controller: ClusterQuorumController | None  # on a voter: active while it leads
+    lifecycle: BrokerLifecycle
+    forwarder: AdminForwarder
+
+
+@dataclass
 class KRaftParts:
     controller_node: ControllerNode
     loader: MetadataLoader
+    cluster: ClusterRole | None = None
 
     @property
     def controller_listener_names(self) -> set[str]:
@@ -65,32 +82,42 @@ def _broker_info(config: BrokerConfig, controller_listeners: set[str]) -> Broker
     return info
 
 
-async def build_combined_broker(config: BrokerConfig) -> tuple[Broker, KRaftParts]:
-    """The broker and its controller (started: this node leads its one-voter quorum)."""
+ServeControllerListener = Callable[[ControllerNode, set[str]], Awaitable[None]]
+
+
+async def build_kraft_broker(config: BrokerConfig, serve_controller_listener: ServeControllerListener,
+                             ) -> tuple[Broker, KRaftParts]:
+    """A KRaft node with the broker role: combined on a quorum of one (the single node), or
+    a broker of a cluster (combined with other voters, or broker-only: an observer)."""
     broker_id, source = config.source_of("broker.id")
     if source is not ConfigSource.DEFAULT_CONFIG and int(broker_id) != config.get("node.id"):
         raise StartupError(f"broker.id={broker_id} must be equal to node.id="
                            f"{config.get('node.id')} (or left out)")
     if not config.get("controller.quorum.voters"):
-        raise StartupError("a combined node needs controller.quorum.voters (a static quorum): "
+        raise StartupError("a KRaft node needs controller.quorum.voters (a static quorum): "
                            "controller.quorum.bootstrap.servers (a dynamic quorum, KIP-853) is "
                            "not built yet")
     controller_node = ControllerNode(config)
-    others = sorted(v.key.id for v in controller_node.voters if v.key.id != controller_node.node_id)
-    if controller_node.node_id not in {v.key.id for v in controller_node.voters}:
-        raise StartupError(f"node.id={controller_node.node_id} has the controller role but is not "
-                           f"in controller.quorum.voters")
-    if others:
-        raise StartupError(
-            f"controller.quorum.voters names other voters ({', '.join(map(str, others))}): "
-            "Strom runs combined nodes on a quorum of one so far (a cluster of several KRaft "
-            "nodes is not built yet; docs/clusters.md)")
+    voter_ids = {v.key.id for v in controller_node.voters}
+    is_voter = controller_node.node_id in voter_ids
+    if not combined(config) and is_voter:
+        raise StartupError(f"node.id={controller_node.node_id} is in controller.quorum.voters but "
+                           "process.roles has no controller role")
+    if voter_ids == {controller_node.node_id}:
+        broker, parts = await build_combined_broker(config, controller_node)
+        await serve_controller_listener(controller_node, parts.controller_listener_names)
+        return broker, parts
+    return await build_cluster_broker(config, controller_node, is_voter,
+                                      serve_controller_listener)
+
+
+async def build_combined_broker(config: BrokerConfig,
+                                controller_node: ControllerNode) -> tuple[Broker, KRaftParts]:
+    """The single node: the broker and its controller (started: this node leads its
+    one-voter quorum)."""
     loop = asyncio.get_running_loop()
     image = MetadataImage(cluster_id=controller_node.cluster_id)
-    loader = MetadataLoader(image, loop, policy=SnapshotPolicy(
-        max_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"),
-        max_interval_ms=config.get("metadata.log.max.snapshot.interval.ms")))
-    loader.snapshot = controller_node.snapshot
+    loader = _loader(config, image, loop, controller_node)
     parts = KRaftParts(controller_node, loader)
     info = _broker_info(config, parts.controller_listener_names)
     started = time.monotonic()
@@ -121,4 +148,112 @@ async def build_combined_broker(config: BrokerConfig) -> tuple[Broker, KRaftPart
                 partitions, logs, PLAINTEXT_CLIENT, build_authorizer(config, image))
     broker = wire_broker(node, loop)
     broker.metadata_quorum = controller_node.raft_request
+    return broker, parts
+
+
+def _loader(config: BrokerConfig, image: MetadataImage, loop: asyncio.AbstractEventLoop,
+            controller_node: ControllerNode) -> MetadataLoader:
+    loader = MetadataLoader(image, loop, policy=SnapshotPolicy(
+        max_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"),
+        max_interval_ms=config.get("metadata.log.max.snapshot.interval.ms")))
+    loader.snapshot = controller_node.snapshot
+    return loader
+
+
+async def _caught_up(controller_node: ControllerNode, loader: MetadataLoader,
+                     timeout_s: float) -> bool:
+    """True once the quorum has a leader and the loader applied everything committed that
+    this node knows of: only then is a partition directory judged against the image."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        raft, driver = controller_node.raft, controller_node.driver
+        if raft is not None and driver is not None and loader.leader.leader_id is not None:
+            hw = await driver.call(getattr, raft, "high_watermark")
+            if hw is not None and hw > 0 and loader.applied_offset >= hw:
+                return True
+        await loader.wait_for(lambda: False, 0.1)  # woken by each applied step
+    return False
+
+
+async def build_cluster_broker(config: BrokerConfig, controller_node: ControllerNode,
+                               is_voter: bool, serve_controller_listener: ServeControllerListener,
+                               ) -> tuple[Broker, KRaftParts]:
+    """A broker of a KRaft cluster: a voter (combined node) or an observer (broker-only) of
+    the metadata quorum, which registers with the active controller and follows its
+    decisions (strom.broker.kraft_cluster)."""
+    from strom.broker.kraft_cluster import (
+        AdminForwarder,
+        BrokerLifecycle,
+        ControllerChannel,
+        ForwardingController,
+    )
+    from strom.broker.replicas import build_replica_manager
+    from strom.cluster.zk.controller import unclean_from
+    from strom.config.listeners import advertised_listeners, inter_broker_listener_name
+    from strom.controller.cluster_controller import ClusterQuorumController
+    from strom.security.client import inter_broker_security
+
+    loop = asyncio.get_running_loop()
+    image = MetadataImage(cluster_id=controller_node.cluster_id)
+    loader = _loader(config, image, loop, controller_node)
+    loader.track_controller = True
+    parts = KRaftParts(controller_node, loader)
+    info = _broker_info(config, parts.controller_listener_names)
+    started = time.monotonic()
+    await controller_node.start([loader])
+    try:
+        if is_voter:
+            await serve_controller_listener(controller_node, parts.controller_listener_names)
+        if not await _caught_up(controller_node, loader, ELECTION_WAIT_S):
+            raise StartupError(f"the metadata quorum had no leader this node could catch up "
+                               f"with within {ELECTION_WAIT_S:.0f} s (are the voters of "
+                               f"controller.quorum.voters up? see the log above)")
+        logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
+                          producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
+                          replicated=True, owned_elsewhere=frozenset({METADATA_TOPIC}))
+        await asyncio.to_thread(logs.load)
+        partitions = PartitionManager(config.broker_id, config, image, logs)
+        local = None
+        if is_voter:
+            local = ClusterQuorumController(
+                loader, controller_node.append, node_id=controller_node.node_id,
+                is_leader=lambda: loader.leader.leader_id == controller_node.node_id,
+                session_timeout_ms=config.get("broker.session.timeout.ms"),
+                unclean_for=unclean_from(partitions.resolve),
+                rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
+                                      if config.get("auto.leader.rebalance.enable") else None),
+                imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
+            controller_node.cluster = local
+        channel = ControllerChannel(
+            lambda: loader.leader.leader_id, controller_node.controller_endpoints,
+            client_id=f"broker-{config.broker_id}-to-controller",
+            security=inter_broker_security(config),
+            timeout_s=config.get("controller.quorum.request.timeout.ms") / 1000)
+        protocols = {lst.name: lst.protocol for lst in advertised_listeners(config)}
+        lifecycle = BrokerLifecycle(channel, info, controller_node.cluster_id, protocols, loader,
+                                    interval_ms=config.get("broker.heartbeat.interval.ms"),
+                                    session_timeout_ms=config.get("broker.session.timeout.ms"))
+        inter_broker = inter_broker_listener_name(config)
+        forwarder = AdminForwarder(channel, lambda: local is not None and local.active,
+                                   inter_broker, protocols.get(inter_broker, "PLAINTEXT"))
+        controller_node.forwarded = forwarder.handle
+        controller = ForwardingController(local, loader, channel, lifecycle, forwarder)
+        partitions.refresh_dynamic_broker_configs()
+        partitions.sync_all()
+        controller.subscribe(partitions.on_changes)
+        loader.on_reset(partitions.sync_all)
+    except BaseException:
+        await controller_node.stop()
+        raise
+    log.info("loaded %d partition logs and %d topics in %.2fs (metadata log at offset %d, "
+             "epoch %d, leader %s)", sum(1 for _ in logs.logs()), len(image.topics),
+             time.monotonic() - started, loader.applied_offset, loader.leader.epoch,
+             loader.leader.leader_id)
+    node = Node(config, config.broker_id, controller_node.cluster_id, info, image, controller,
+                partitions, logs, inter_broker_security(config), build_authorizer(config, image))
+    replicas = build_replica_manager(node)
+    controller.subscribe(replicas.on_changes)
+    broker = wire_broker(node, loop, replicas, lifecycle.current)
+    broker.metadata_quorum = controller_node.raft_request
+    parts.cluster = ClusterRole(local, lifecycle, forwarder)
     return broker, parts

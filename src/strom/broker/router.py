@@ -36,7 +36,7 @@ from strom.cluster.features import api_versions_features
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Codec, request_codec, response_codec, supported_versions
 from strom.protocol.error_versions import downgrade_errors, needs_downgrade
-from strom.protocol.errors import ErrorCode, ProtocolError, UnsupportedVersion
+from strom.protocol.errors import ErrorCode, KafkaError, ProtocolError, UnsupportedVersion
 from strom.protocol.header import (
     decode_request_header,
     request_header_version,
@@ -127,10 +127,22 @@ class Route:
     fn: HandlerFn
 
 
+class Forwarder(Protocol):
+    """Sends some requests elsewhere (a KRaft broker's admin requests go to the active
+    controller, strom.broker.kraft_cluster): `forward` returns the reply body to await, or
+    None when the request is to be handled here."""
+
+    apis: frozenset[int]
+
+    def forward(self, ctx: RequestContext, body: memoryview) -> Awaitable[bytes] | None: ...
+
+
 class Router:
     def __init__(self, broker: Broker, modules: Iterable[ModuleType],
-                 hooks: Sequence[RequestHook] = ()) -> None:
+                 hooks: Sequence[RequestHook] = (), *,
+                 forwarder: Forwarder | None = None) -> None:
         self.broker = broker
+        self.forwarder = forwarder
         self.hooks = tuple(hooks)
         # each point's hooks: only those that override it, so a point no hook uses costs nothing
         self._before = _overriding(self.hooks, "before")
@@ -209,6 +221,10 @@ class Router:
 
     def _call(self, route: Route, ctx: RequestContext,
               body: memoryview) -> Reply | Awaitable[Reply]:
+        if self.forwarder is not None and ctx.api_key in self.forwarder.apis:
+            forwarded = self.forwarder.forward(ctx, body)
+            if forwarded is not None:
+                return self._forwarded(forwarded, ctx)
         if route.spec.raw:
             return route.fn(self.broker, ctx, body)
         api_key, version = ctx.api_key, ctx.api_version
@@ -223,6 +239,20 @@ class Router:
         if needs_downgrade(api_key, version):  # codes this version predates (error_versions)
             result = downgrade_errors(api_key, version, result)
         return codec.encode(result)
+
+    async def _forwarded(self, pending: Awaitable[bytes], ctx: RequestContext) -> bytes:
+        """The reply of a forwarded request; if nobody could answer it, the request's error
+        reply (REQUEST_TIMED_OUT) where the API has a top-level error code, else the
+        connection is closed and the client tries again."""
+        try:
+            return await pending
+        except KafkaError as exc:
+            reply = self.error_reply(ctx.api_key, ctx.api_version, exc.code)
+            if reply is None:
+                log.info("closing connection %d: %s could not be forwarded: %s",
+                         ctx.connection_id, ApiKey(ctx.api_key).name, exc.message)
+                raise CloseConnection() from None
+            return reply
 
     async def _finish(self, pending: Awaitable[Any], codec: Codec, api_key: int,
                       version: int) -> bytes | None:

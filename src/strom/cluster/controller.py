@@ -67,8 +67,11 @@ class Controller(Protocol):
     # is its own quorum): internal topics then take replication factor 1 whatever is configured
     single_broker: bool
     # leader elections this broker made as the active controller (metrics): all, and unclean
-    leader_elections: int
-    unclean_leader_elections: int
+    @property
+    def leader_elections(self) -> int: ...
+
+    @property
+    def unclean_leader_elections(self) -> int: ...
 
     def subscribe(self, listener: Listener) -> None: ...
 

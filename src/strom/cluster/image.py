@@ -82,6 +82,19 @@ class BrokerInfo:
         return self.endpoints.get(listener) or (self.host, self.port)
 
 
+@dataclass
+class Registration:
+    """A KRaft broker's registration with the controller quorum (Kafka's
+    BrokerRegistrationRecord and its fencing): kept in the metadata log, so every node knows
+    every registered broker and which are live (registered and not fenced)."""
+
+    info: BrokerInfo
+    epoch: int  # the broker epoch: a new one for every registration of a new process
+    incarnation: str  # the process's incarnation id (a restarted broker has a new one)
+    fenced: bool = True  # a new registration is fenced until the broker has caught up
+    in_controlled_shutdown: bool = False
+
+
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
 METADATA_TOPIC = "__cluster_metadata"
 
@@ -155,6 +168,8 @@ class MetadataImage:
     # per-group configs (KIP-848/932/1071 group configs, strom.config.group): {group: {key: value}}
     group_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     next_producer_id: int = 0
+    # KRaft clusters: every registered broker, live or fenced (`brokers` holds the live ones)
+    registrations: dict[int, Registration] = field(default_factory=dict)
     version: int = 0  # bumped on every applied record: cheap cache invalidation
 
     def topic(self, name: str) -> TopicState | None:

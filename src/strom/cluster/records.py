@@ -10,7 +10,13 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
+from strom.cluster.image import (
+    BrokerInfo,
+    MetadataImage,
+    PartitionState,
+    Registration,
+    TopicState,
+)
 from strom.cluster.quotas import QuotaEntity, quota_entity_of
 from strom.security.acl import AclBinding
 
@@ -89,6 +95,58 @@ def remove_broker_record(broker_id: int) -> dict[str, Any]:
     return {"type": "remove_broker", "broker_id": broker_id}
 
 
+def register_broker_record(registration: Registration) -> dict[str, Any]:
+    """A KRaft broker registered (Kafka's BrokerRegistrationRecord): a new process of a
+    broker replaces the registration of its previous one."""
+    return {"type": "register_broker", "broker": broker_record(registration.info),
+            "epoch": registration.epoch, "incarnation": registration.incarnation,
+            "fenced": registration.fenced,
+            "in_controlled_shutdown": registration.in_controlled_shutdown}
+
+
+def broker_state_record(broker_id: int, epoch: int, *, fenced: bool,
+                        in_controlled_shutdown: bool = False) -> dict[str, Any]:
+    """A registered broker is fenced or unfenced (Kafka's Fence/UnfenceBrokerRecord and
+    BrokerRegistrationChangeRecord), for the registration of that epoch only."""
+    return {"type": "broker_state", "broker_id": broker_id, "epoch": epoch, "fenced": fenced,
+            "in_controlled_shutdown": in_controlled_shutdown}
+
+
+def unregister_broker_record(broker_id: int, epoch: int) -> dict[str, Any]:
+    return {"type": "unregister_broker", "broker_id": broker_id, "epoch": epoch}
+
+
+def _broker_info(record: dict[str, Any]) -> BrokerInfo:
+    endpoints = {name: (host, port) for name, host, port in record.get("endpoints") or []}
+    return BrokerInfo(record["broker_id"], record["host"], record["port"], record.get("rack"),
+                      endpoints, record.get("registry_url"))
+
+
+def _apply_registration(image: MetadataImage, record: dict[str, Any]) -> Change | None:
+    kind = record["type"]
+    if kind == "register_broker":
+        info = _broker_info(record["broker"])
+        reg = Registration(info, record["epoch"], record["incarnation"], record["fenced"],
+                           record.get("in_controlled_shutdown", False))
+        image.registrations[info.broker_id] = reg
+    else:
+        reg_or_none = image.registrations.get(record["broker_id"])
+        if reg_or_none is None or reg_or_none.epoch != record["epoch"]:
+            return None  # about an older registration
+        reg = reg_or_none
+        if kind == "unregister_broker":
+            del image.registrations[reg.info.broker_id]
+            image.brokers.pop(reg.info.broker_id, None)
+            return Change("brokers_changed")
+        reg.fenced = record["fenced"]
+        reg.in_controlled_shutdown = record.get("in_controlled_shutdown", False)
+    if reg.fenced:
+        image.brokers.pop(reg.info.broker_id, None)
+    else:
+        image.brokers[reg.info.broker_id] = reg.info
+    return Change("brokers_changed")
+
+
 def controller_record(controller_id: int, controller_epoch: int) -> dict[str, Any]:
     return {"type": "controller", "controller_id": controller_id,
             "controller_epoch": controller_epoch}
@@ -99,6 +157,7 @@ def image_records(image: MetadataImage) -> list[dict[str, Any]]:
     aside: those are live state, registered again after a restart): a KRaft snapshot's
     content, as Kafka's snapshots hold the records of the image."""
     out: list[dict[str, Any]] = [producer_ids_record(image.next_producer_id)]
+    out += [register_broker_record(reg) for reg in image.registrations.values()]
     for resource, configs_by_name in (("broker", image.broker_configs),
                                       ("user", image.user_configs),
                                       ("group", image.group_configs)):
@@ -167,11 +226,10 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
             del image.broker_configs[record["name"]]
         return Change("broker_configs")
     if kind == "broker":
-        endpoints = {name: (host, port) for name, host, port in record.get("endpoints") or []}
-        image.brokers[record["broker_id"]] = BrokerInfo(record["broker_id"], record["host"],
-                                                        record["port"], record.get("rack"),
-                                                        endpoints, record.get("registry_url"))
+        image.brokers[record["broker_id"]] = _broker_info(record)
         return Change("brokers_changed")
+    if kind in ("register_broker", "broker_state", "unregister_broker"):
+        return _apply_registration(image, record)
     if kind == "remove_broker":
         if image.brokers.pop(record["broker_id"], None) is None:
             return None

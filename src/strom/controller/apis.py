@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Awaitable, Mapping, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from strom.broker.context import RequestContext
@@ -132,9 +133,10 @@ class ControllerRouter(Router):
     """A Router whose handlers take the `ControllerNode` where broker handlers take the
     Broker, with the controller's ApiVersions features."""
 
-    def __init__(self, node: ControllerNode, hooks: Sequence[RequestHook] = ()) -> None:
+    def __init__(self, node: ControllerNode, hooks: Sequence[RequestHook] = (),
+                 extra: Sequence[ModuleType] = ()) -> None:
         # Router only hands its `broker` to the handlers registered here, which take the node.
-        super().__init__(cast("Broker", node), [sys.modules[__name__]], hooks)
+        super().__init__(cast("Broker", node), [sys.modules[__name__], *extra], hooks)
 
     def api_versions_features(self, version: int) -> dict[str, object]:
         return controller_features(version)

@@ -83,6 +83,9 @@ class MetadataLoader:
         self._bytes_since_snapshot = 0
         self._first_since_snapshot_ms: int | None = None
         self._snapshotting = False
+        # in a cluster the image names the quorum's leader as its controller (a single
+        # node's image names this broker: it leads everything)
+        self.track_controller = False
 
     # -- what the rest of the node uses -----------------------------------------------------
 
@@ -178,6 +181,8 @@ class MetadataLoader:
             if f.name not in _LIVE_FIELDS and f.name != "version":
                 setattr(image, f.name, getattr(fresh, f.name))
         image.version += fresh.version + 1
+        if image.registrations:  # a cluster's live brokers are its unfenced registrations
+            image.brokers = {b: r.info for b, r in image.registrations.items() if not r.fenced}
         self.features = features
         self.applied_offset = end
         self._bytes_since_snapshot = 0
@@ -190,6 +195,9 @@ class MetadataLoader:
 
     def _apply_leader(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader
+        if self.track_controller:
+            self.image.controller_id = leader.leader_id if leader.leader_id is not None else -1
+            self.image.controller_epoch = leader.epoch
         self._changed.set()
 
     # -- snapshots --------------------------------------------------------------------------

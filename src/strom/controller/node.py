@@ -23,6 +23,8 @@ from typing import Any
 from strom.broker.wiring import StartupError, cluster_id_for
 from strom.config.broker import BrokerConfig
 from strom.controller.apis import ControllerRouter
+from strom.controller.broker_apis import ForwardedHandler
+from strom.controller.cluster_controller import ClusterQuorumController
 from strom.controller.upgrade import upgrade_single_node_metadata
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -114,13 +116,20 @@ class ControllerNode:
         self.driver: RaftDriver | None = None
         self.fatal: BaseException | None = None
         self.failed = asyncio.Event()  # set when the Raft client hit a broken invariant
+        # in a cluster: the controller brokers register with, and the handler of the admin
+        # requests they forward (strom.controller.broker_apis); set by the node's builder
+        self.cluster: ClusterQuorumController | None = None
+        self.forwarded: ForwardedHandler | None = None
 
     @property
     def log_dir(self) -> Path:
         return self.metadata_dir / METADATA_DIR_NAME
 
     def router(self) -> ControllerRouter:
-        return ControllerRouter(self)
+        from strom.controller import broker_apis
+
+        in_cluster = len(self.voters) > 1 or "broker" not in (self.config.get("process.roles") or [])
+        return ControllerRouter(self, extra=[broker_apis] if in_cluster else [])
 
     async def start(self, listeners: Sequence[RaftListener] = ()) -> None:
         """Open the metadata log (an old single node's is upgraded first: upgrade.py) and start

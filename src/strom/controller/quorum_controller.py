@@ -43,22 +43,28 @@ class QuorumController(PlanningController):
     """`Controller` over the metadata quorum (see the module doc)."""
 
     def __init__(self, loader: MetadataLoader, append: Callable[[list[bytes]], Awaitable[int]],
-                 broker: BrokerInfo, *, commit_timeout_s: float = COMMIT_TIMEOUT_S) -> None:
+                 broker: BrokerInfo | None, *,
+                 commit_timeout_s: float = COMMIT_TIMEOUT_S) -> None:
         self.image = loader.image
         self._loader = loader
         self._append = append
         self._timeout_s = commit_timeout_s
         self._listeners = []
         self._serial = asyncio.Lock()
-        self.image.brokers = {broker.broker_id: broker}
-        self.image.controller_id = broker.broker_id
+        if broker is not None:  # a quorum of one: this broker is the only one there is
+            self.image.brokers = {broker.broker_id: broker}
+            self.image.controller_id = broker.broker_id
 
     def subscribe(self, listener: Callable[[list[Any]], None]) -> None:
         self._loader.subscribe(listener)
 
     async def _commit(self, records: list[Record], *, durable_now: bool = False) -> None:
         """Append, then wait until the records are committed and in the image (a committed
-        record is on the disk of a majority: here, this node's, fsynced)."""
+        record is on the disk of a majority of the voters)."""
+        await self._commit_at(records)
+
+    async def _commit_at(self, records: list[Record]) -> int:
+        """`_commit`, returning the offset of the last record."""
         if len(records) > LARGE_COMMIT:
             values = await asyncio.to_thread(encode_values, records)
         else:
@@ -71,6 +77,7 @@ class QuorumController(PlanningController):
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                              f"the metadata quorum did not commit the change within "
                              f"{self._timeout_s:.0f} s")
+        return last
 
     async def _commit_topic_records(self, records: list[Record], recheck: Callable[[], None],
                                     existing: TopicState | None = None) -> None:

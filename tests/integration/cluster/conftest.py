@@ -187,3 +187,56 @@ def make_cluster(zookeeper, tmp_path_factory, request) -> Iterator[Callable[...,
     finally:
         for c in clusters:
             c.stop_all()
+
+
+# KRaft clusters: fast failure handling as above, with broker sessions instead of ZooKeeper's.
+KRAFT_OVERRIDES = {
+    **{k: v for k, v in CLUSTER_OVERRIDES.items() if not k.startswith("zookeeper.")},
+    "broker.session.timeout.ms": "4000",
+    "broker.heartbeat.interval.ms": "500",
+    "controller.quorum.election.timeout.ms": "1000",
+    "controller.quorum.fetch.timeout.ms": "2000",
+}
+
+
+def make_kraft_nodes(tmp_path_factory, label: str, n: int,
+                     overrides: dict[str, object] | None = None,
+                     racks: list[str] | None = None) -> Cluster:
+    """n combined KRaft nodes (broker and controller) on one static quorum of all of them,
+    not started."""
+    brokers = [BrokerProcess(tmp_path_factory.mktemp(f"{label}-k{i}"), name=f"{label}-k{i}",
+                             kraft=True) for i in range(1, n + 1)]
+    voters = ",".join(f"{i}@{HOST}:{b.controller_port}" for i, b in enumerate(brokers, 1))
+    for i, b in enumerate(brokers, 1):
+        settings: dict[str, object] = dict(DEFAULT_OVERRIDES)
+        settings.update(KRAFT_OVERRIDES)
+        settings.update({"node.id": i, "controller.quorum.voters": voters})
+        if racks:
+            settings["broker.rack"] = racks[i - 1]
+        settings.update(overrides or {})
+        b.overrides = {k: str(v) for k, v in settings.items()}
+    return Cluster(brokers, "")
+
+
+@pytest.fixture
+def make_kraft_cluster(tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
+    """Like make_cluster, without ZooKeeper: combined KRaft nodes."""
+    label = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:30].strip("-")
+    clusters: list[Cluster] = []
+
+    def make(n: int = 3, overrides: dict[str, object] | None = None,
+             racks: list[str] | None = None) -> Cluster:
+        cluster = make_kraft_nodes(tmp_path_factory, label, n, overrides, racks)
+        clusters.append(cluster)
+        for b in cluster.brokers:  # together: each waits for a quorum of the others
+            b.start(wait=False)
+        for b in cluster.brokers:
+            b.wait_ready()
+        _wait_registered(cluster.brokers)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for c in clusters:
+            c.stop_all()

@@ -119,11 +119,12 @@ def test_an_old_single_node_directory_is_upgraded_in_place(make_broker) -> None:
 
 
 @pytest.mark.parametrize(("overrides", "said"), [
-    ({"process.roles": "broker"}, "a KRaft broker-only node is not built yet"),
-    ({"controller.quorum.voters": "0@127.0.0.1:{cport},1@127.0.0.1:1"},
-     "controller.quorum.voters names other voters (1)"),
+    ({"process.roles": "broker"},
+     "node.id=0 is in controller.quorum.voters but process.roles has no controller role"),
+    ({"controller.quorum.voters": "1@127.0.0.1:{cport}"},
+     "node.id 0 of a controller must be one of the voters in controller.quorum.voters"),
 ])
-def test_what_is_not_built_yet_is_refused_with_one_line(
+def test_a_quorum_that_does_not_fit_the_roles_is_refused_with_one_line(
         tmp_path: Path, overrides: dict[str, str], said: str) -> None:
     node = BrokerProcess(tmp_path, name="refused", kraft=True)
     node.overrides = {"metrics.listener": ""}

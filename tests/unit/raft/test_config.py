@@ -55,7 +55,7 @@ KAFKA = {
 }
 
 
-# What a KRaft node acts on (a static quorum; snapshots on combined nodes); the rest is warned
+# What a KRaft node acts on (a static quorum; snapshots; broker sessions); the rest is warned
 # by name.
 IMPLEMENTED = {
     "metadata.log.max.record.bytes.between.snapshots", "metadata.log.max.snapshot.interval.ms",
@@ -64,7 +64,7 @@ IMPLEMENTED = {
     "controller.quorum.election.backoff.max.ms", "controller.quorum.append.linger.ms",
     "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms",
     "controller.quorum.fetch.max.bytes", "metadata.log.dir", "metadata.log.segment.bytes",
-    "metadata.log.segment.ms",
+    "metadata.log.segment.ms", "broker.heartbeat.interval.ms", "broker.session.timeout.ms",
 }
 
 

@@ -41,13 +41,13 @@ from strom.cluster.zk.decisions import (
     NO_STATE,
     PREFERRED,
     Decision,
-    StateWrite,
     decide,
     elected_state,
     imbalanced,
     reassignment_done,
     reassignment_state,
     reelected_after_restart,
+    shutdown_move,
 )
 from strom.cluster.zk.mirror import ZkMirror
 from strom.common.tasks import cancel_all
@@ -660,23 +660,6 @@ class ZkController:
                            for t in image.topics.values() for s in t.partitions.values())
 
         return await self.mirror.wait_until(done, timeout_s)
-
-
-def shutdown_move(state: PartitionState, leaving: set[int], live: set[int]) -> StateWrite | None:
-    """The state that takes a stopping broker out of a partition's leadership and ISR, when
-    another live in-sync replica can take over; None when nothing needs to change."""
-    if state.partition_epoch == NO_STATE or state.leader == NO_LEADER:
-        return None
-    remaining = tuple(r for r in state.isr if r not in leaving and r in live)
-    if not remaining:
-        return None
-    if state.leader in leaving:
-        leader = next(r for r in state.replicas if r in remaining) if any(
-            r in remaining for r in state.replicas) else remaining[0]
-        return StateWrite(leader, state.leader_epoch + 1, remaining)
-    if any(r in leaving for r in state.isr):
-        return StateWrite(state.leader, state.leader_epoch + 1, remaining)
-    return None
 
 
 def _put(znode: zn.TopicAssignment, partition: int, assignment: Assignment) -> None:

@@ -185,3 +185,20 @@ def reassignment_done(state: PartitionState) -> bool:
         return False
     target = state.target_replicas
     return state.leader in target and sorted(state.isr) == sorted(target)
+
+
+def shutdown_move(state: PartitionState, leaving: set[int], live: set[int]) -> StateWrite | None:
+    """The state that takes a stopping broker out of a partition's leadership and ISR, when
+    another live in-sync replica can take over; None when nothing needs to change."""
+    if state.partition_epoch == NO_STATE or state.leader == NO_LEADER:
+        return None
+    remaining = tuple(r for r in state.isr if r not in leaving and r in live)
+    if not remaining:
+        return None
+    if state.leader in leaving:
+        leader = next(r for r in state.replicas if r in remaining) if any(
+            r in remaining for r in state.replicas) else remaining[0]
+        return StateWrite(leader, state.leader_epoch + 1, remaining)
+    if any(r in leaving for r in state.isr):
+        return StateWrite(state.leader, state.leader_epoch + 1, remaining)
+    return None

@@ -4,7 +4,6 @@ ElectLeaders, leader rebalance and controlled shutdown."""
 import uuid
 
 from strom.cluster.image import PartitionState, TopicState
-from strom.cluster.zk.controller import shutdown_move
 from strom.cluster.zk.decisions import (
     NO_LEADER,
     NO_STATE,
@@ -17,6 +16,7 @@ from strom.cluster.zk.decisions import (
     imbalanced,
     initial_state,
     next_state,
+    shutdown_move,
 )
 
 

@@ -1,0 +1,159 @@
+"""What brokers ask of the active controller on its CONTROLLER listener.
+
+BrokerRegistration, BrokerHeartbeat and UnregisterBroker (the broker lifecycle), AlterPartition
+(a leader changes an ISR), AllocateProducerIds (a block of producer ids) and Envelope (an admin
+request a broker forwards with its client's principal). Each goes to the node's
+`ClusterQuorumController`; a node that is not the active controller answers NOT_CONTROLLER,
+and the broker asks again wherever the quorum's leader is now.
+
+Registration checks follow Kafka's: the cluster id must be the controller's
+(INCONSISTENT_CLUSTER_ID), a broker id may not be a voter's unless the node is combined
+(Kafka's rule is the same for the node ids of combined nodes).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+from strom.broker.context import RequestContext
+from strom.broker.router import handles
+from strom.cluster.image import BrokerInfo
+from strom.controller.cluster_controller import ClusterQuorumController
+from strom.controller.envelope import decode_principal
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.codec import Struct
+from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.principal import KafkaPrincipal
+
+Message = dict[str, Any]
+# The inner request of an Envelope, handled as if its client had sent it here: the response,
+# header and body, as bytes.
+ForwardedHandler = Callable[[KafkaPrincipal, str, bytes], Awaitable[bytes]]
+
+
+class BrokerFacingNode(Protocol):
+    cluster_id: str
+    cluster: ClusterQuorumController | None
+    forwarded: ForwardedHandler | None
+
+
+def _controller(node: BrokerFacingNode) -> ClusterQuorumController:
+    if node.cluster is None or not node.cluster.active:
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, "this node is not the active controller")
+    return node.cluster
+
+
+@handles(ApiKey.BROKER_REGISTRATION, 0, 4)
+async def broker_registration(node: BrokerFacingNode, ctx: RequestContext,
+                              request: Struct) -> Message:
+    if request.cluster_id != node.cluster_id:
+        return {"error_code": ErrorCode.INCONSISTENT_CLUSTER_ID, "broker_epoch": -1}
+    listeners = list(request.listeners)
+    if not listeners:
+        return {"error_code": ErrorCode.INVALID_REGISTRATION, "broker_epoch": -1}
+    first = listeners[0]  # the broker lists its inter-broker listener first
+    info = BrokerInfo(int(request.broker_id), first.host, int(first.port), request.rack,
+                      {lst.name: (lst.host, int(lst.port)) for lst in listeners})
+    try:
+        epoch = await _controller(node).register_broker(
+            info, str(request.incarnation_id or uuid.UUID(int=0)))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "broker_epoch": -1}
+    return {"error_code": ErrorCode.NONE, "broker_epoch": epoch}
+
+
+@handles(ApiKey.BROKER_HEARTBEAT, 0, 2)
+async def broker_heartbeat(node: BrokerFacingNode, ctx: RequestContext,
+                           request: Struct) -> Message:
+    try:
+        answer = await _controller(node).heartbeat(
+            int(request.broker_id), int(request.broker_epoch),
+            int(request.current_metadata_offset), want_fence=bool(request.want_fence),
+            want_shut_down=bool(request.want_shut_down))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "is_caught_up": False, "is_fenced": True,
+                "should_shut_down": False}
+    return {"error_code": ErrorCode.NONE, "is_caught_up": answer.is_caught_up,
+            "is_fenced": answer.is_fenced, "should_shut_down": answer.should_shut_down}
+
+
+@handles(ApiKey.UNREGISTER_BROKER, 0, 0)
+async def unregister_broker(node: BrokerFacingNode, ctx: RequestContext,
+                            request: Struct) -> Message:
+    try:
+        await _controller(node).unregister_broker(int(request.broker_id))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "error_message": exc.message}
+    return {"error_code": ErrorCode.NONE, "error_message": None}
+
+
+def _check_broker(controller: ClusterQuorumController, broker_id: int, epoch: int) -> None:
+    reg = controller.image.registrations.get(broker_id)
+    if reg is None or (epoch != -1 and reg.epoch != epoch):
+        raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
+                         f"broker {broker_id} epoch {epoch} is not its current registration")
+
+
+@handles(ApiKey.ALTER_PARTITION, 2, 3)
+async def alter_partition(node: BrokerFacingNode, ctx: RequestContext,
+                          request: Struct) -> Message:
+    try:
+        controller = _controller(node)
+        _check_broker(controller, int(request.broker_id), int(request.broker_epoch))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "topics": []}
+    topics = []
+    for t in request.topics:
+        topic = controller.image.topics_by_id.get(t.topic_id)
+        parts = []
+        for p in t.partitions:
+            isr = ([int(b.broker_id) for b in p.new_isr_with_epochs]
+                   if ctx.api_version >= 3 else [int(b) for b in p.new_isr])
+            out: Message = {"partition_index": p.partition_index, "leader_id": -1,
+                            "leader_epoch": -1, "isr": [], "leader_recovery_state": 0,
+                            "partition_epoch": -1}
+            if topic is None:
+                out["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID
+                parts.append(out)
+                continue
+            try:
+                state = await controller.alter_isr(topic.name, int(p.partition_index),
+                                                   int(p.leader_epoch), int(p.partition_epoch),
+                                                   isr)
+            except KafkaError as exc:
+                out["error_code"] = exc.code
+                parts.append(out)
+                continue
+            parts.append({**out, "error_code": ErrorCode.NONE, "leader_id": state.leader,
+                          "leader_epoch": state.leader_epoch, "isr": list(state.isr),
+                          "partition_epoch": state.partition_epoch})
+        topics.append({"topic_id": t.topic_id, "partitions": parts})
+    return {"error_code": ErrorCode.NONE, "topics": topics}
+
+
+@handles(ApiKey.ALLOCATE_PRODUCER_IDS, 0, 0)
+async def allocate_producer_ids(node: BrokerFacingNode, ctx: RequestContext,
+                                request: Struct) -> Message:
+    try:
+        controller = _controller(node)
+        _check_broker(controller, int(request.broker_id), int(request.broker_epoch))
+        first, count = await controller.allocate_producer_ids(int(request.broker_id))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "producer_id_start": -1, "producer_id_len": 0}
+    return {"error_code": ErrorCode.NONE, "producer_id_start": first, "producer_id_len": count}
+
+
+@handles(ApiKey.ENVELOPE, 0, 0)
+async def envelope(node: BrokerFacingNode, ctx: RequestContext, request: Struct) -> Message:
+    if node.forwarded is None or node.cluster is None or not node.cluster.active:
+        return {"error_code": ErrorCode.NOT_CONTROLLER, "response_data": None}
+    try:
+        principal = decode_principal(bytes(request.request_principal or b""))
+    except (ValueError, IndexError):
+        return {"error_code": ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE, "response_data": None}
+    address = bytes(request.client_host_address)
+    host = ".".join(str(b) for b in address) if len(address) == 4 else address.hex()
+    data = await node.forwarded(principal, host, bytes(request.request_data))
+    return {"error_code": ErrorCode.NONE, "response_data": data}

@@ -1,0 +1,417 @@
+"""The active controller of a KRaft cluster of several brokers.
+
+Where `QuorumController` decides for a cluster of one broker, this one decides as Kafka's
+quorum controller does for many, with the same partition rules the ZooKeeper-mode controller
+uses (`strom.cluster.zk.decisions`, pure functions over the image):
+
+- **Brokers register and heartbeat** (BrokerRegistration, BrokerHeartbeat: Kafka's
+  ClusterControlManager and BrokerHeartbeatManager). A registration is a record; a new process
+  of a broker gets a new broker epoch and starts *fenced*: it leads nothing and joins no ISR
+  until its heartbeat shows it has replayed the metadata up to its registration. A broker
+  whose heartbeats stop for ``broker.session.timeout.ms`` is fenced. The heartbeat times are
+  the active controller's own memory: a new active controller gives every broker a fresh
+  session, as Kafka's does.
+- **Fenced brokers leave leaderships and ISRs** (`decide`): every partition led by a fenced
+  broker gets a new leader from its ISR, a fenced broker leaves every ISR (never the last
+  member), a partition with nobody left goes offline until a replica returns.
+- **Controlled shutdown**: a heartbeat asking to shut down moves the broker's leaderships to
+  other in-sync replicas; once it leads nothing another replica could lead, it is fenced and
+  told it may stop.
+- **ISR changes** (AlterPartition) are compare-and-sets on the partition epoch; only live
+  brokers join an ISR. **Reassignments** complete once their target replicas are in sync, as in
+  ZooKeeper mode; **preferred leaders** come back by ElectLeaders or the auto rebalance.
+
+Every change is a record committed by a majority of the voters before anyone is answered, and
+operations run one at a time against the committed image (`QuorumController._serial`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+
+from strom.cluster import records as rec
+from strom.cluster.controller import check_isr_update
+from strom.cluster.image import BrokerInfo, PartitionState, Registration, TopicState
+from strom.cluster.reassignment import Assignment, reassign
+from strom.cluster.zk.decisions import (
+    NO_LEADER,
+    PREFERRED,
+    StateWrite,
+    decide,
+    elected_state,
+    imbalanced,
+    reassignment_done,
+    reassignment_state,
+    shutdown_move,
+)
+from strom.common.tasks import cancel_all
+from strom.controller.loader import MetadataLoader
+from strom.controller.quorum_controller import QuorumController, Record
+from strom.protocol.errors import ErrorCode, KafkaError
+
+log = logging.getLogger("strom.controller")
+
+Key = tuple[str, int]
+# How often the active controller looks for expired sessions and decisions to make when
+# nothing changed (a change wakes it at once).
+RECONCILE_INTERVAL_S = 0.5
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    is_caught_up: bool
+    is_fenced: bool
+    should_shut_down: bool
+
+
+@dataclass
+class _Write:
+    topic: TopicState
+    partition: int
+    write: StateWrite
+    expected_epoch: int  # the partition epoch the write was decided on
+
+
+class ClusterQuorumController(QuorumController):
+    """`Controller` of a KRaft node in a cluster of several brokers (see the module doc)."""
+
+    single_broker = False
+
+    def __init__(self, loader: MetadataLoader, append: Callable[[list[bytes]], Awaitable[int]],
+                 *, node_id: int, is_leader: Callable[[], bool], session_timeout_ms: int,
+                 unclean_for: Callable[[TopicState], bool],
+                 rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
+                 ) -> None:
+        super().__init__(loader, append, None)
+        self.node_id = node_id
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
+        self._is_leader = is_leader
+        self._session_s = session_timeout_ms / 1000
+        self._unclean_for = unclean_for
+        self._rebalance_interval_s = rebalance_interval_s
+        self._imbalance_percentage = imbalance_percentage
+        self._next_rebalance = 0.0
+        self._last_seen: dict[int, float] = {}  # broker id -> monotonic time of its heartbeat
+        self._shutting_down: set[int] = set()
+        self._was_leader = False
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        loader.subscribe(lambda _changes: self._wake.set())
+
+    @property
+    def active(self) -> bool:
+        return self._is_leader()
+
+    def start(self) -> None:
+        self._tasks = [asyncio.get_running_loop().create_task(self._run(),
+                                                              name="kraft-controller")]
+
+    async def stop(self) -> None:
+        await cancel_all(self._tasks)
+        self._tasks = []
+
+    def _require_active(self) -> None:
+        if not self.active:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER,
+                             f"node {self.node_id} is not the active controller")
+
+    # -- brokers ----------------------------------------------------------------------------
+
+    async def register_broker(self, info: BrokerInfo, incarnation: str) -> int:
+        """A broker's registration: its broker epoch. The same process registering again (a
+        lost answer) keeps its epoch; a new process gets a new one and starts fenced."""
+        async with self._serial:
+            self._require_active()
+            current = self.image.registrations.get(info.broker_id)
+            if current is not None and current.incarnation == incarnation:
+                self._last_seen[info.broker_id] = time.monotonic()
+                return current.epoch
+            epoch = max(self._loader.applied_offset,
+                        max((r.epoch for r in self.image.registrations.values()), default=0)) + 1
+            await self._commit([rec.register_broker_record(
+                Registration(info, epoch, incarnation, fenced=True))])
+            self._last_seen[info.broker_id] = time.monotonic()
+            self._shutting_down.discard(info.broker_id)
+            log.info("broker %d registered (epoch %d, incarnation %s)%s", info.broker_id,
+                     epoch, incarnation,
+                     "" if current is None else f"; its previous process had epoch {current.epoch}")
+            self._wake.set()
+            return epoch
+
+    def _registration(self, broker_id: int, epoch: int) -> Registration:
+        reg = self.image.registrations.get(broker_id)
+        if reg is None:
+            raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+                             f"broker {broker_id} is not registered")
+        if reg.epoch != epoch:
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH,
+                             f"broker {broker_id} has epoch {reg.epoch}, not {epoch}")
+        return reg
+
+    async def heartbeat(self, broker_id: int, epoch: int, metadata_offset: int, *,
+                        want_fence: bool, want_shut_down: bool) -> HeartbeatAnswer:
+        self._require_active()
+        reg = self._registration(broker_id, epoch)
+        self._last_seen[broker_id] = time.monotonic()
+        caught_up = metadata_offset >= reg.epoch
+        if want_shut_down and not reg.fenced:
+            if broker_id not in self._shutting_down:
+                log.info("broker %d asks for a controlled shutdown", broker_id)
+                self._shutting_down.add(broker_id)
+                self._wake.set()
+            if not self._leads_movable(broker_id):
+                await self._set_state(reg, fenced=True, in_controlled_shutdown=True)
+        elif want_fence and not reg.fenced:
+            await self._set_state(reg, fenced=True)
+        elif reg.fenced and caught_up and not want_fence and not want_shut_down \
+                and not reg.in_controlled_shutdown:
+            await self._set_state(reg, fenced=False)
+        reg = self.image.registrations.get(broker_id, reg)
+        return HeartbeatAnswer(caught_up, reg.fenced,
+                               want_shut_down and reg.fenced and reg.epoch == epoch)
+
+    async def unregister_broker(self, broker_id: int) -> None:
+        async with self._serial:
+            self._require_active()
+            reg = self.image.registrations.get(broker_id)
+            if reg is None:
+                raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED,
+                                 f"broker {broker_id} is not registered")
+            if not reg.fenced:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE,
+                                 f"broker {broker_id} is live: stop it before unregistering it")
+            await self._commit([rec.unregister_broker_record(broker_id, reg.epoch)])
+            self._last_seen.pop(broker_id, None)
+            log.info("broker %d unregistered", broker_id)
+
+    async def _set_state(self, reg: Registration, *, fenced: bool,
+                         in_controlled_shutdown: bool = False) -> None:
+        async with self._serial:
+            self._require_active()
+            now = self.image.registrations.get(reg.info.broker_id)
+            if now is None or now.epoch != reg.epoch or (
+                    now.fenced == fenced and now.in_controlled_shutdown == in_controlled_shutdown):
+                return
+            await self._commit([rec.broker_state_record(reg.info.broker_id, reg.epoch,
+                                                        fenced=fenced,
+                                                        in_controlled_shutdown=in_controlled_shutdown)])
+        log.info("broker %d (epoch %d) %s", reg.info.broker_id, reg.epoch,
+                 "fenced" + (" after a controlled shutdown" if in_controlled_shutdown else "")
+                 if fenced else "unfenced: it may lead and join ISRs")
+        if not fenced:
+            self._shutting_down.discard(reg.info.broker_id)
+        self._wake.set()
+
+    def _leads_movable(self, broker_id: int) -> bool:
+        """True while the broker leads a partition another live in-sync replica could lead."""
+        live = self.image.brokers
+        return any(s.leader == broker_id and any(r != broker_id and r in live for r in s.isr)
+                   for t in self.image.topics.values() for s in t.partitions.values())
+
+    # -- the active controller's loop -------------------------------------------------------
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                if self.active:
+                    if not self._was_leader:  # every broker gets a fresh session
+                        now = time.monotonic()
+                        self._last_seen = {b: now for b in self.image.registrations}
+                        self._shutting_down.clear()
+                        self._was_leader = True
+                    await self._expire_sessions()
+                    await self._reconcile()
+                else:
+                    self._was_leader = False
+            except asyncio.CancelledError:
+                raise
+            except KafkaError as exc:
+                log.info("controller: %s", exc.message)
+            except Exception:
+                log.exception("controller loop failed; trying again")
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
+
+    async def _expire_sessions(self) -> None:
+        now = time.monotonic()
+        for broker_id, reg in list(self.image.registrations.items()):
+            seen = self._last_seen.setdefault(broker_id, now)
+            if not reg.fenced and now - seen > self._session_s:
+                log.warning("broker %d sent no heartbeat for %.1f s (broker.session.timeout.ms):"
+                            " fencing it", broker_id, now - seen)
+                await self._set_state(reg, fenced=True)
+
+    async def _reconcile(self) -> None:
+        """Every partition write the image calls for now: elections and ISR shrinks for fenced
+        brokers, controlled shutdowns, completed reassignments, the preferred-leader rebalance."""
+        live = set(self.image.brokers)
+        writes = [_Write(self.image.topics[d.topic], d.partition, d.write, d.expected_version)
+                  for d in decide(list(self.image.topics.values()), live, self._unclean_for)
+                  if d.topic in self.image.topics]
+        leaving = self._shutting_down & live
+        for topic in list(self.image.topics.values()):
+            for p, state in topic.partitions.items():
+                if any(w.topic is topic and w.partition == p for w in writes):
+                    continue
+                write = shutdown_move(state, leaving, live) if leaving else None
+                if write is None and state.reassigning:
+                    write = reassignment_state(state, live)
+                if write is not None:
+                    writes.append(_Write(topic, p, write, state.partition_epoch))
+        if writes:
+            await self._write_states(writes)
+        await self._finish_reassignments()
+        await self._maybe_rebalance()
+
+    async def _write_states(self, writes: list[_Write]) -> None:
+        async with self._serial:
+            self._require_active()
+            records: list[Record] = []
+            for w in writes:
+                topic = self.image.topics_by_id.get(w.topic.topic_id)
+                state = topic.partitions.get(w.partition) if topic is not None else None
+                if state is None or state.partition_epoch != w.expected_epoch:
+                    continue  # changed meanwhile: decided again on the next pass
+                self._count_election(state, w.write.leader)
+                new = dataclasses.replace(state, leader=w.write.leader,
+                                          leader_epoch=w.write.leader_epoch,
+                                          isr=list(w.write.isr),
+                                          partition_epoch=state.partition_epoch + 1)
+                records.append(rec.partition_record(w.topic.topic_id, new))
+                log.info("%s-%d: leader %d, epoch %d, ISR %s", w.topic.name, w.partition,
+                         new.leader, new.leader_epoch, new.isr)
+            if records:
+                await self._commit(records)
+
+    def _count_election(self, before: PartitionState, leader: int) -> None:
+        if leader != NO_LEADER and leader != before.leader:
+            self.leader_elections += 1
+            if leader not in before.isr:
+                self.unclean_leader_elections += 1
+
+    async def _finish_reassignments(self) -> None:
+        records: list[Record] = []
+        async with self._serial:
+            self._require_active()
+            for topic in self.image.topics.values():
+                for p, state in topic.partitions.items():
+                    if reassignment_done(state):
+                        target = list(state.target_replicas)
+                        records.append(rec.partition_record(topic.topic_id, dataclasses.replace(
+                            state, replicas=target, adding_replicas=[], removing_replicas=[],
+                            partition_epoch=state.partition_epoch + 1)))
+                        log.info("%s-%d: reassignment to %s completed", topic.name, p, target)
+            if records:
+                await self._commit(records)
+
+    async def _maybe_rebalance(self) -> None:
+        if self._rebalance_interval_s is None:
+            return
+        now = time.monotonic()
+        if self._next_rebalance == 0.0:
+            self._next_rebalance = now + self._rebalance_interval_s
+        if now < self._next_rebalance:
+            return
+        self._next_rebalance = now + self._rebalance_interval_s
+        moves = imbalanced(list(self.image.topics.values()), set(self.image.brokers),
+                           self._imbalance_percentage)
+        if moves:
+            log.info("leader rebalance: moving %d partitions to their preferred replica",
+                     len(moves))
+            await self.elect_leaders(PREFERRED, moves)
+
+    # -- the Controller seam, for a cluster -------------------------------------------------
+
+    async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
+                        partition_epoch: int, isr: list[int]) -> PartitionState:
+        async with self._serial:
+            self._require_active()
+            t = self.image.topics.get(topic)
+            state = t.partitions.get(partition) if t is not None else None
+            if t is None or state is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                 f"{topic}-{partition} does not exist")
+            # a broker in a controlled shutdown may not join an ISR (Kafka's
+            # INELIGIBLE_REPLICA): it would only have to leave it again
+            eligible = set(self.image.brokers) - self._shutting_down
+            check_isr_update(state, leader_epoch, partition_epoch, isr, eligible)
+            new = dataclasses.replace(state, isr=list(isr), partition_epoch=partition_epoch + 1)
+            await self._commit([rec.partition_record(t.topic_id, new)])
+            log.info("ISR of %s-%d is now %s", topic, partition, list(isr))
+            return t.partitions[partition]
+
+    async def elect_leaders(self, election_type: int,
+                            partitions: list[Key] | None) -> dict[Key, int]:
+        async with self._serial:
+            self._require_active()
+            wanted = partitions if partitions is not None else [
+                (t.name, p) for t in self.image.topics.values() for p in t.partitions]
+            live = set(self.image.brokers)
+            out: dict[Key, int] = {}
+            records: list[Record] = []
+            for name, p in wanted:
+                t = self.image.topics.get(name)
+                state = t.partitions.get(p) if t is not None else None
+                if t is None or state is None:
+                    out[(name, p)] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                write, why = elected_state(state, live, election_type)
+                if write is None:
+                    out[(name, p)] = (ErrorCode.ELECTION_NOT_NEEDED if why == "not needed" else
+                                      ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
+                                      if election_type == PREFERRED
+                                      else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
+                    continue
+                self._count_election(state, write.leader)
+                records.append(rec.partition_record(t.topic_id, dataclasses.replace(
+                    state, leader=write.leader, leader_epoch=write.leader_epoch,
+                    isr=list(write.isr), partition_epoch=state.partition_epoch + 1)))
+                out[(name, p)] = ErrorCode.NONE
+                log.info("%s-%d: leader %d elected (%s)", name, p, write.leader,
+                         "preferred" if election_type == PREFERRED else "unclean")
+            if records:
+                await self._commit(records)
+            return out
+
+    async def alter_partition_reassignments(
+        self, wanted: Mapping[Key, list[int] | None], allow_rf_change: bool,
+    ) -> dict[Key, tuple[int, str | None, Assignment | None]]:
+        async with self._serial:
+            self._require_active()
+            out: dict[Key, tuple[int, str | None, Assignment | None]] = {}
+            records: list[Record] = []
+            for (name, p), target in sorted(wanted.items()):
+                t = self.image.topics.get(name)
+                state = t.partitions.get(p) if t is not None else None
+                if t is None or state is None:
+                    out[(name, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                      f"no such partition {name}-{p}", None)
+                    continue
+                current = Assignment(tuple(state.replicas), tuple(state.adding_replicas),
+                                     tuple(state.removing_replicas))
+                try:
+                    new = reassign(current, target, set(self.image.brokers),
+                                   allow_rf_change=allow_rf_change)
+                except KafkaError as exc:
+                    out[(name, p)] = (exc.code, exc.message, None)
+                    continue
+                out[(name, p)] = (ErrorCode.NONE, None, new)
+                records.append(rec.partition_record(t.topic_id, dataclasses.replace(
+                    state, replicas=list(new.replicas), adding_replicas=list(new.adding),
+                    removing_replicas=list(new.removing),
+                    partition_epoch=state.partition_epoch + 1)))
+                log.info("%s-%d: reassigning to %s (replicas %s, adding %s, removing %s)", name,
+                         p, list(new.target), list(new.replicas), list(new.adding),
+                         list(new.removing))
+            if records:
+                await self._commit(records)
+        self._wake.set()
+        return out

@@ -1,0 +1,179 @@
+"""A cluster without ZooKeeper: KRaft nodes whose brokers register with the quorum's active
+controller, which decides leaderships and ISRs (issue 30, stage 6).
+
+Real processes, real clients: combined nodes (broker and controller) on a static quorum of
+three, and a broker-only node (an observer of the metadata log). Admin requests sent to any
+broker reach the active controller (forwarded in an Envelope); kill -9 of the active
+controller under acks=all load elects a new one and loses no acknowledged record.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewTopic,
+)
+
+from ..broker import HOST, STROM_BIN, BrokerProcess
+from .conftest import _wait_registered, make_kraft_nodes
+from .faults import NumberedProducer, check_exactly_once_in_order, read_all, wait_for
+
+
+def _admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def _topic(bootstrap: str, name: str):
+    return _admin(bootstrap).list_topics(name, timeout=10).topics.get(name)
+
+
+def _fully_replicated(bootstrap: str, name: str, partitions: int, rf: int = 3) -> bool:
+    t = _topic(bootstrap, name)
+    return (t is not None and t.error is None and len(t.partitions) == partitions
+            and all(p.leader > 0 and len(p.isrs) == rf for p in t.partitions.values()))
+
+
+def _active_controller(cluster) -> int:
+    """The quorum's leader, as Metadata names it (the active controller)."""
+    return _admin(cluster.bootstrap).list_topics(timeout=10).controller_id
+
+
+def _create(bootstrap: str, name: str, partitions: int, rf: int = 3) -> None:
+    admin = _admin(bootstrap)  # kept until the future resolves
+    admin.create_topics([NewTopic(name, partitions, rf, config={"min.insync.replicas": "2"})],
+                        operation_timeout=30)[name].result(40)
+
+
+@pytest.mark.timeout(180)
+def test_brokers_register_with_the_quorum_and_admin_requests_reach_its_leader(
+        tmp_path_factory, request):
+    cluster = make_kraft_nodes(tmp_path_factory, "kraft-basics", 3)
+    voters = cluster.brokers[0].overrides["controller.quorum.voters"]
+    observer = BrokerProcess(tmp_path_factory.mktemp("kraft-basics-b4"), name="kraft-b4",
+                             kraft=False)
+    observer.overrides = {**{k: v for k, v in cluster.brokers[0].overrides.items()
+                             if k != "controller.quorum.voters"},
+                          "node.id": "4", "process.roles": "broker",
+                          "controller.quorum.voters": voters,
+                          "controller.listener.names": "CONTROLLER",
+                          "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,"
+                                                            "CONTROLLER:PLAINTEXT"}
+    _format_like(observer, cluster.brokers[0])
+    nodes = [*cluster.brokers, observer]
+    request.addfinalizer(lambda: [b.stop() for b in nodes])
+    for b in nodes:
+        b.start(wait=False)
+    for b in nodes:
+        b.wait_ready()
+    _wait_registered(nodes)
+
+    # created through the broker-only node: forwarded to the active controller
+    _create(observer.bootstrap, "kr-basics", 4)
+    wait_for(lambda: _fully_replicated(observer.bootstrap, "kr-basics", 4), 30, "full ISRs")
+    leader = _active_controller(cluster)
+    assert leader in (1, 2, 3)
+    other = next(b for i, b in enumerate(cluster.brokers, 1) if i != leader)
+    admin = _admin(other.bootstrap)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, "kr-basics", incremental_configs=[
+        ConfigEntry("retention.ms", "123456789", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(30)
+    observer_admin = _admin(observer.bootstrap)  # kept while its futures resolve
+    shown = ConfigResource(ConfigResource.Type.TOPIC, "kr-basics")
+    wait_for(lambda: observer_admin.describe_configs([shown])[shown].result(10)[
+        "retention.ms"].value == "123456789", 30, "the config on every broker")
+
+    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                         "enable.idempotence": True})
+    errors = []
+    for i in range(400):
+        producer.produce("kr-basics", f"v{i}".encode(), partition=i % 4,
+                         on_delivery=lambda e, m: errors.append(e) if e else None)
+    assert producer.flush(30) == 0 and errors == []
+
+    # a reassignment through the controller moves a partition onto the broker-only node
+    t = _topic(cluster.bootstrap, "kr-basics")
+    moved = next(p for p in sorted(t.partitions) if 4 not in t.partitions[p].replicas)
+    target = [4, *t.partitions[moved].replicas[1:]]
+    plan = observer.base_dir / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "kr-basics", "partition": moved, "replicas": target}]}))
+    done = subprocess.run([str(STROM_BIN), "reassign-partitions", "--execute",
+                           "--reassignment-json-file", str(plan), "-b", other.bootstrap],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, (done.stdout, done.stderr)
+    wait_for(lambda: list(_topic(observer.bootstrap, "kr-basics").partitions[moved].replicas)
+             == target and sorted(_topic(observer.bootstrap, "kr-basics").partitions[moved].isrs)
+             == sorted(target), 60, f"partition {moved} moved to {target}")
+
+    consumer = Consumer({"bootstrap.servers": observer.bootstrap, "group.id": "kr-basics",
+                         "auto.offset.reset": "earliest", "enable.partition.eof": True})
+    consumer.subscribe(["kr-basics"])
+    got, eofs = 0, set()
+    deadline = time.monotonic() + 60
+    while len(eofs) < 4 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is None:
+            continue
+        if msg.error():
+            eofs.add(msg.partition())
+            continue
+        got += 1
+    consumer.close()
+    assert got == 400
+
+
+def _format_like(node: BrokerProcess, voter: BrokerProcess) -> None:
+    """Format a broker-only node's log dir with the voters' cluster id."""
+    voter.format_storage()
+    cluster_id = next(line.split("=", 1)[1] for line in
+                      (voter.data_dir / "meta.properties").read_text().splitlines()
+                      if line.startswith("cluster.id="))
+    config = node.base_dir / "format.properties"
+    settings = {"listeners": f"PLAINTEXT://{HOST}:{node.port}", "log.dirs": str(node.data_dir),
+                **node.overrides}
+    config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+    subprocess.run([str(STROM_BIN), "storage", "format", "-c", str(config), "-t", cluster_id,
+                    "--ignore-formatted"], check=True, capture_output=True, timeout=60)
+
+
+@pytest.mark.timeout(240)
+def test_killing_the_active_controller_loses_no_acknowledged_write(make_kraft_cluster):
+    cluster = make_kraft_cluster(3)
+    name = "kr-kill-controller"
+    _create(cluster.bootstrap, name, 3)
+    wait_for(lambda: _fully_replicated(cluster.bootstrap, name, 3), 30, "full ISRs")
+    producer = NumberedProducer(cluster.bootstrap, name, 3, rate_per_s=300)
+    producer.start()
+    wait_for(lambda: producer.total_acked() >= 300, 30, "some acknowledged records")
+    old = _active_controller(cluster)
+    victim = cluster.broker(old)
+    victim.kill()
+    killed_at = time.monotonic()
+    survivors = ",".join(b.bootstrap for b in cluster.brokers if b is not victim)
+    # a new leader within the election timeout plus a few seconds
+    wait_for(lambda: _admin(survivors).list_topics(timeout=5).controller_id not in (old, -1),
+             15, "a new active controller")
+    elected_after = time.monotonic() - killed_at
+    acked = producer.total_acked()
+    wait_for(lambda: producer.total_acked() >= acked + 300, 60, "progress after the kill")
+    _create(survivors, "kr-after-kill", 2, rf=2)  # topic creation resumes
+    wait_for(lambda: _fully_replicated(survivors, "kr-after-kill", 2, rf=2), 30,
+             "the new topic's ISRs")
+    victim.start()
+    wait_for(lambda: _fully_replicated(cluster.bootstrap, name, 3), 60,
+             "the old controller back in every ISR")
+    left = producer.stop()
+    assert left == 0, f"{left} records never got a delivery report"
+    assert producer.fatal is None, producer.fatal
+    got = read_all(cluster.bootstrap, name, 3)
+    check_exactly_once_in_order(producer.acked, got)
+    assert elected_after < 15
