@@ -47,6 +47,7 @@ _PARTS: tuple[tuple[str, str, str, bool], ...] = (
     ("transactions", "strom.cli.transactions", "app", True),
     ("quorum", "strom.cli.quorum", "app", True),
     ("storage", "strom.cli.storage", "app", True),
+    ("cluster", "strom.cli.cluster", "app", True),
     ("schemas", "strom.cli.schemas", "app", True),
     ("lake", "strom.cli.lake", "app", True),
     ("produce", "strom.cli.produce", "produce", False),
