@@ -27,12 +27,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 from strom.broker.context import RequestContext, RequestTimes, Throttle
 from strom.cluster.client import BrokerClient, BrokerConnectionError
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
 from strom.cluster.quotas import QuotaEntity
 from strom.cluster.reassignment import Assignment
+from strom.controller.broker_apis import REGISTRY_LISTENER
 from strom.controller.cluster_controller import ClusterQuorumController
 from strom.controller.envelope import envelope_request
 from strom.controller.loader import MetadataLoader
@@ -62,6 +64,15 @@ FORWARDED_APIS = frozenset({
     ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
 })
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+
+
+def registry_listener(url: str) -> dict[str, Any]:
+    """Strom's own entry in a registration's listeners: where this broker's schema registry
+    answers (the others forward registry writes to it), as the ZooKeeper registration's
+    ``strom_schema_registry`` field (strom.controller.broker_apis reads it back)."""
+    parsed = urlsplit(url)
+    return {"name": REGISTRY_LISTENER, "host": parsed.hostname or "", "port": parsed.port or 0,
+            "security_protocol": 1 if parsed.scheme == "https" else 0}
 
 
 class ControllerChannel:
@@ -158,9 +169,12 @@ class BrokerLifecycle:
     def _listeners(self) -> list[dict[str, Any]]:
         ordered = sorted(self.info.endpoints.items(),
                          key=lambda kv: (kv[1] != (self.info.host, self.info.port), kv[0]))
-        return [{"name": name, "host": host, "port": port,
-                 "security_protocol": PROTOCOL_IDS.get(self.protocols.get(name, ""), 0)}
-                for name, (host, port) in ordered]
+        out = [{"name": name, "host": host, "port": port,
+                "security_protocol": PROTOCOL_IDS.get(self.protocols.get(name, ""), 0)}
+               for name, (host, port) in ordered]
+        if self.info.registry_url is not None:
+            out.append(registry_listener(self.info.registry_url))
+        return out
 
     async def _register(self) -> None:
         response = await self.channel.request(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, {
@@ -385,6 +399,7 @@ class _ForwardedConnection:
                  host: str) -> None:
         self.cid = -1
         self.session: Session | None = Session(listener, protocol, f"{host}:0", principal)
+        self.session.forwarded = True
         self.throttle = Throttle()
         self.on_close: list[Callable[[], None]] = []
         self.times: RequestTimes | None = None

@@ -191,7 +191,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     from strom.cluster.zk.controller import unclean_from
     from strom.config.listeners import advertised_listeners, inter_broker_listener_name
     from strom.controller.cluster_controller import ClusterQuorumController
-    from strom.security.client import inter_broker_security
+    from strom.security.client import controller_security, inter_broker_security
 
     loop = asyncio.get_running_loop()
     image = MetadataImage(cluster_id=controller_node.cluster_id)
@@ -208,6 +208,10 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
             raise StartupError(f"the metadata quorum had no leader this node could catch up "
                                f"with within {ELECTION_WAIT_S:.0f} s (are the voters of "
                                f"controller.quorum.voters up? see the log above)")
+        inherited = loader.hold_inherited_leaderships(config.broker_id)
+        if inherited:
+            log.info("%d partition(s) led by this broker before it restarted are not served "
+                     "until the controller elects their leaders again", inherited)
         logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
                           producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
                           replicated=True, owned_elsewhere=frozenset({METADATA_TOPIC}))
@@ -227,7 +231,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         channel = ControllerChannel(
             lambda: loader.leader.leader_id, controller_node.controller_endpoints,
             client_id=f"broker-{config.broker_id}-to-controller",
-            security=inter_broker_security(config),
+            security=controller_security(config),
             timeout_s=config.get("controller.quorum.request.timeout.ms") / 1000)
         protocols = {lst.name: lst.protocol for lst in advertised_listeners(config)}
         lifecycle = BrokerLifecycle(channel, info, controller_node.cluster_id, protocols, loader,

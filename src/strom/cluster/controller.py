@@ -262,6 +262,15 @@ class PlanningController:
                          timeout_s: float) -> bool:
         raise NotImplementedError
 
+    def _assignable(self) -> list[int]:
+        """Brokers an explicit replica assignment may name: the live ones here; a KRaft
+        cluster's controller also takes registered brokers that are fenced for now."""
+        return sorted(self.image.brokers)
+
+    def _racks(self) -> dict[int, str | None]:
+        """broker.rack of each live broker: replicas are spread over racks (placement.py)."""
+        return {b: info.rack for b, info in self.image.brokers.items()}
+
     async def _off_loop(self, size: int, fn: Callable[..., T], *args: Any) -> T:
         """fn(*args), in a worker thread when `size` makes it a large commit's work."""
         if size <= LARGE_COMMIT or must_complete_now():
@@ -298,9 +307,10 @@ class PlanningController:
         check_new_topic(self.image, name, [])
         live = sorted(self.image.brokers)
         plan = await self._off_loop(size, plan_topic, num_partitions, replication_factor,
-                                    assignments, live)
+                                    assignments, self._assignable() if assignments else live,
+                                    self._racks())
         topic, records = await self._off_loop(len(plan), _new_topic, name, uuid.uuid4(), plan,
-                                              dict(configs))
+                                              dict(configs), set(live))
         if validate_only:
             return topic
         await self._commit_topic_records(records, lambda: check_new_topic(self.image, name, []))
@@ -324,10 +334,12 @@ class PlanningController:
     ) -> None:
         current = {p: s.replicas for p, s in topic.partitions.items()}
         plan = await self._off_loop(total - len(current), plan_partitions, current, total,
-                                    assignments, sorted(self.image.brokers))
+                                    assignments, self._assignable() if assignments
+                                    else sorted(self.image.brokers), self._racks())
         if validate_only:
             return
-        records = await self._off_loop(len(plan), _partition_records, topic.topic_id, plan)
+        records = await self._off_loop(len(plan), _partition_records, topic.topic_id, plan,
+                                       set(self.image.brokers))
 
         def recheck() -> None:
             now = self.image.topics_by_id.get(topic.topic_id)
@@ -531,21 +543,31 @@ class LocalController(PlanningController):
 
 
 def _new_topic(name: str, topic_id: uuid.UUID, plan: Mapping[int, list[int]],
-               configs: dict[str, str]) -> tuple[TopicState, list[Record]]:
+               configs: dict[str, str], live: Collection[int]) -> tuple[TopicState, list[Record]]:
     """The planned topic and the records that create it (pure: may run in a worker thread)."""
     topic = TopicState(name, topic_id, configs=configs)
     for p, replicas in plan.items():
-        topic.partitions[p] = PartitionState(p, replicas, list(replicas), replicas[0])
+        topic.partitions[p] = _first_state(p, replicas, live)
     records = [rec.topic_record(name, topic_id)]
     records += [rec.config_record("topic", name, k, v) for k, v in configs.items()]
     records += [rec.partition_record(topic_id, p) for p in topic.partitions.values()]
     return topic, records
 
 
-def _partition_records(topic_id: uuid.UUID, plan: Mapping[int, list[int]]) -> list[Record]:
+def _partition_records(topic_id: uuid.UUID, plan: Mapping[int, list[int]],
+                       live: Collection[int]) -> list[Record]:
     """The records of partitions added to a topic (pure: may run in a worker thread)."""
-    return [rec.partition_record(topic_id, PartitionState(p, r, list(r), r[0]))
-            for p, r in plan.items()]
+    return [rec.partition_record(topic_id, _first_state(p, r, live)) for p, r in plan.items()]
+
+
+def _first_state(partition: int, replicas: list[int], live: Collection[int]) -> PartitionState:
+    """A new partition: its first live replica leads, its live replicas are in sync."""
+    alive = [r for r in replicas if r in live]
+    if not alive:
+        raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                         f"All brokers specified in the manual partition assignment for "
+                         f"partition {partition} are fenced or in controlled shutdown.")
+    return PartitionState(partition, list(replicas), alive, alive[0])
 
 
 def _collections_held_if(large: bool) -> AbstractContextManager[None]:

@@ -28,6 +28,8 @@ from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.principal import KafkaPrincipal
 
 Message = dict[str, Any]
+# Strom's own listener entry in a registration: the broker's schema registry (http or https)
+REGISTRY_LISTENER = "STROM_SCHEMA_REGISTRY"
 # The inner request of an Envelope, handled as if its client had sent it here: the response,
 # header and body, as bytes.
 ForwardedHandler = Callable[[KafkaPrincipal, str, bytes], Awaitable[bytes]]
@@ -50,12 +52,16 @@ async def broker_registration(node: BrokerFacingNode, ctx: RequestContext,
                               request: Struct) -> Message:
     if request.cluster_id != node.cluster_id:
         return {"error_code": ErrorCode.INCONSISTENT_CLUSTER_ID, "broker_epoch": -1}
-    listeners = list(request.listeners)
+    registry = next((lst for lst in request.listeners if lst.name == REGISTRY_LISTENER), None)
+    listeners = [lst for lst in request.listeners if lst.name != REGISTRY_LISTENER]
     if not listeners:
         return {"error_code": ErrorCode.INVALID_REGISTRATION, "broker_epoch": -1}
     first = listeners[0]  # the broker lists its inter-broker listener first
     info = BrokerInfo(int(request.broker_id), first.host, int(first.port), request.rack,
                       {lst.name: (lst.host, int(lst.port)) for lst in listeners})
+    if registry is not None:
+        scheme = "https" if registry.security_protocol == 1 else "http"
+        info.registry_url = f"{scheme}://{registry.host}:{registry.port}"
     try:
         epoch = await _controller(node).register_broker(
             info, str(request.incarnation_id or uuid.UUID(int=0)))

@@ -330,6 +330,11 @@ class ClusterQuorumController(QuorumController):
 
     # -- the Controller seam, for a cluster -------------------------------------------------
 
+    def _assignable(self) -> list[int]:
+        """An explicit assignment may name any registered broker, fenced ones too (they lead
+        nothing and join no ISR until unfenced), as Kafka's controller allows."""
+        return sorted(self.image.registrations)
+
     async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
                         partition_epoch: int, isr: list[int]) -> PartitionState:
         async with self._serial:

@@ -86,6 +86,9 @@ class MetadataLoader:
         # in a cluster the image names the quorum's leader as its controller (a single
         # node's image names this broker: it leads everything)
         self.track_controller = False
+        # partitions this broker led before it restarted, shown leaderless until the
+        # controller decides them again (`hold_inherited_leaderships`)
+        self._inherited: set[tuple[str, int]] = set()
 
     # -- what the rest of the node uses -----------------------------------------------------
 
@@ -114,6 +117,19 @@ class MetadataLoader:
     async def wait_applied(self, offset: int, timeout_s: float) -> bool:
         """True once every record below `offset` is in the image."""
         return await self.wait_for(lambda: self.applied_offset >= offset, timeout_s)
+
+    def hold_inherited_leaderships(self, broker_id: int) -> int:
+        """Show every partition the image says `broker_id` leads as leaderless, until a
+        newer state of it is committed. A broker starting again finds its previous process's
+        leaderships in the metadata; the controller fences the new registration and elects
+        again, but until then this process must not act as a leader it does not know it is
+        (it may have lost what its previous process acknowledged). Returns how many."""
+        for topic in self.image.topics.values():
+            for p, state in list(topic.partitions.items()):
+                if state.leader == broker_id:
+                    topic.partitions[p] = dataclasses.replace(state, leader=-1)
+                    self._inherited.add((str(topic.topic_id), p))
+        return len(self._inherited)
 
     # -- RaftListener: called in the Raft thread --------------------------------------------
 
@@ -163,6 +179,8 @@ class MetadataLoader:
                 change = rec.apply(self.image, record)
                 if change is not None:
                     changes.append(change)
+                if self._inherited and record.get("type") == "partition":
+                    self._inherited.discard((record["topic_id"], record["partition"]))
             self.features.update(features)
             self.applied_offset = end
             if records:

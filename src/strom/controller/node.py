@@ -49,6 +49,7 @@ from strom.raft.types import (
     VoterNode,
     VoterSet,
 )
+from strom.security.client import controller_security
 
 log = logging.getLogger("strom.controller")
 
@@ -149,6 +150,7 @@ class ControllerNode:
             self.raft.register(listener)
         self.driver = RaftDriver(self.raft, client_id=f"raft-client-{self.node_id}",
                                  request_timeout_ms=self.settings.request_timeout_ms,
+                                 security=controller_security(config),
                                  on_fatal=self._on_fatal)
         await self.driver.start()
 

@@ -16,7 +16,12 @@ from dataclasses import dataclass
 
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
-from strom.config.listeners import Listener, inter_broker_listener
+from strom.config.listeners import (
+    SECURITY_PROTOCOLS,
+    Listener,
+    inter_broker_listener,
+    protocol_map,
+)
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct, request_codec, response_codec
 from strom.protocol.header import decode_response_header, encode_request_header
@@ -56,20 +61,38 @@ PLAINTEXT = ClientSecurity()
 
 def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
     """The client side of the inter-broker listener; ConfigError names what is missing."""
-    listener: Listener = inter_broker_listener(config)
+    return _listener_security(config, inter_broker_listener(config),
+                              "sasl.mechanism.inter.broker.protocol", "inter-broker")
+
+
+def controller_security(config: BrokerConfig) -> ClientSecurity:
+    """The client side of the controllers' listener (the first of controller.listener.names),
+    for Raft between voters and for brokers asking the active controller: its protocol from
+    listener.security.protocol.map, SASL with sasl.mechanism.controller.protocol."""
+    names = config.get("controller.listener.names") or []
+    if not names:
+        return PLAINTEXT
+    name = str(names[0]).upper()
+    protocol = protocol_map(config).get(name, name if name in SECURITY_PROTOCOLS else "PLAINTEXT")
+    return _listener_security(config, Listener(name, "", 0, protocol),
+                              "sasl.mechanism.controller.protocol", "controller")
+
+
+def _listener_security(config: BrokerConfig, listener: Listener, mechanism_key: str,
+                       role: str) -> ClientSecurity:
     settings = ListenerSettings(config, listener)
     context = None
     if listener.tls:
         try:
             context = client_context(settings.get)
         except ConfigError as e:
-            raise ConfigError(f"inter-broker listener {listener.name}: {e}") from None
+            raise ConfigError(f"{role} listener {listener.name}: {e}") from None
     credentials = None
     if listener.sasl:
-        mechanism = (config.get("sasl.mechanism.inter.broker.protocol") or "").upper()
+        mechanism = (config.get(mechanism_key) or "").upper()
         if mechanism not in SUPPORTED:
-            raise ConfigError(f"sasl.mechanism.inter.broker.protocol={mechanism or '(unset)'}: "
-                              f"brokers of a Strom cluster authenticate to each other with "
+            raise ConfigError(f"{mechanism_key}={mechanism or '(unset)'}: "
+                              f"nodes of a Strom cluster authenticate to each other with "
                               f"{', '.join(SUPPORTED)}")
         key = f"{settings.prefix}{mechanism.lower()}.sasl.jaas.config"
         text = settings.get("sasl.jaas.config", mechanism)
@@ -79,7 +102,7 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
             raise ConfigError(str(e)) from None
         if not options.get("username") or "password" not in options:
             raise ConfigError(f"{key} needs username=\"...\" password=\"...\": the credentials "
-                              f"this broker uses to reach the other brokers")
+                              f"this node uses to reach the others")
         credentials = SaslCredentials(mechanism, options["username"], options["password"])
     return ClientSecurity(context, credentials)
 

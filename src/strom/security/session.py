@@ -67,6 +67,7 @@ class Session:
         "_reauth",
         "_state",
         "closing",
+        "forwarded",
         "gated",
         "listener",
         "mechanism",
@@ -87,6 +88,9 @@ class Session:
         self.mechanism: str | None = None
         self.session_lifetime_ms = 0
         self.closing = False  # a failed authentication: reply (after a delay), then close
+        # a request another broker forwarded (KRaft: an admin request it sent on to the
+        # active controller, in an Envelope carrying the client's principal)
+        self.forwarded = False
         self._exchange: SaslExchange | None = None
         self._expires_at: float | None = None
         self._reauth = False

@@ -7,6 +7,7 @@ No test here is skipped when ZooKeeper is missing: it fails, saying how to insta
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import subprocess
@@ -152,8 +153,22 @@ def _wait_registered(brokers: list[BrokerProcess], timeout: float = 30.0) -> Non
             time.sleep(0.05)  # poll interval, not synchronisation
 
 
+# `make test-kraft-cluster` runs the cluster tests on KRaft nodes instead of ZooKeeper
+CLUSTER_MODE_ENV = "STROM_CLUSTER"
+
+
+def kraft_clusters() -> bool:
+    return os.environ.get(CLUSTER_MODE_ENV, "zookeeper") == "kraft"
+
+
 @pytest.fixture
-def make_cluster(zookeeper, tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
+def make_cluster(tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
+    """Clusters of n broker processes: ZooKeeper mode, or combined KRaft nodes when
+    STROM_CLUSTER=kraft (tests marked zookeeper_only need ZooKeeper itself)."""
+    if kraft_clusters():
+        yield from _kraft_clusters(tmp_path_factory, request)
+        return
+    zookeeper = request.getfixturevalue("zookeeper")
     label = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:30].strip("-")
     clusters: list[Cluster] = []
 
@@ -213,7 +228,11 @@ def make_kraft_nodes(tmp_path_factory, label: str, n: int,
         settings.update({"node.id": i, "controller.quorum.voters": voters})
         if racks:
             settings["broker.rack"] = racks[i - 1]
-        settings.update(overrides or {})
+        for key, value in (overrides or {}).items():  # a ZooKeeper session is a broker's
+            if key == "zookeeper.session.timeout.ms":
+                settings["broker.session.timeout.ms"] = value
+            elif not key.startswith("zookeeper."):
+                settings[key] = value
         b.overrides = {k: str(v) for k, v in settings.items()}
     return Cluster(brokers, "")
 
@@ -221,6 +240,10 @@ def make_kraft_nodes(tmp_path_factory, label: str, n: int,
 @pytest.fixture
 def make_kraft_cluster(tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
     """Like make_cluster, without ZooKeeper: combined KRaft nodes."""
+    yield from _kraft_clusters(tmp_path_factory, request)
+
+
+def _kraft_clusters(tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
     label = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:30].strip("-")
     clusters: list[Cluster] = []
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import (
 from kazoo.client import KazooClient
 
 from ..test_client_quotas import EXACT, NONE, alter, describe, setting
+from .conftest import kraft_clusters
 from .faults import wait_for
 
 pytestmark = pytest.mark.timeout(180)
@@ -58,8 +59,23 @@ def test_quotas_set_through_one_broker_are_described_by_every_broker(make_cluste
         wait_for(lambda b=broker: _quotas(b.bootstrap) == expected, 30,
                  f"the quotas described by {broker.name}")
 
-    # Kafka's layout, in the cluster's chroot; the SCRAM credential shares the user's znode
-    zk = KazooClient(hosts=cluster.connect, timeout=10)
+    if not kraft_clusters():  # KRaft: the quotas are records of the metadata log
+        _check_zookeeper_layout(cluster.connect)
+    other = AdminClient({"bootstrap.servers": second.bootstrap})  # kept alive for its future
+    described = other.describe_user_scram_credentials([USER])[USER].result(30)
+    assert [c.iterations for c in described.scram_credential_infos] == [4096]
+
+    # a removal through the second broker reaches the first
+    assert alter(second.bootstrap, ([("user", USER)], [("producer_byte_rate", 0.0, True)])) == [
+        (NONE, None, [("user", USER)])]
+    wait_for(lambda: _quotas(first.bootstrap, ("user", EXACT, USER)) == {
+        (("client-id", "my app"), ("user", USER)): {"consumer_byte_rate": 2048.0}}, 30,
+        "the removal on the first broker")
+
+
+def _check_zookeeper_layout(connect: str) -> None:
+    """Kafka's layout, in the cluster's chroot; the SCRAM credential shares the user's znode."""
+    zk = KazooClient(hosts=connect, timeout=10)
     zk.start(timeout=10)
     try:
         user_config = json.loads(zk.get(f"/config/users/{SANITIZED}")[0])["config"]
@@ -72,13 +88,3 @@ def test_quotas_set_through_one_broker_are_described_by_every_broker(make_cluste
     assert user_config["producer_byte_rate"] == "1024" and "SCRAM-SHA-256" in user_config
     assert pair_config == {"consumer_byte_rate": "2048"}
     assert default_client == {"request_percentage": "25"}
-    other = AdminClient({"bootstrap.servers": second.bootstrap})  # kept alive for its future
-    described = other.describe_user_scram_credentials([USER])[USER].result(30)
-    assert [c.iterations for c in described.scram_credential_infos] == [4096]
-
-    # a removal through the second broker reaches the first
-    assert alter(second.bootstrap, ([("user", USER)], [("producer_byte_rate", 0.0, True)])) == [
-        (NONE, None, [("user", USER)])]
-    wait_for(lambda: _quotas(first.bootstrap, ("user", EXACT, USER)) == {
-        (("client-id", "my app"), ("user", USER)): {"consumer_byte_rate": 2048.0}}, 30,
-        "the removal on the first broker")

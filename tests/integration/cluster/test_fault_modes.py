@@ -216,6 +216,7 @@ def test_unclean_leader_election_is_off_by_default_and_can_be_enabled(make_clust
     compare_replicas([cluster.broker(i).data_dir / "uncl-0" for i in (1, 2)])
 
 
+@pytest.mark.zookeeper_only
 @pytest.mark.timeout(240)
 def test_leader_cut_off_from_zookeeper_loses_no_acknowledged_write(make_cluster):
     """The classic zombie leader: broker 3 loses ZooKeeper but keeps serving clients. Its

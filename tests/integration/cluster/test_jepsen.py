@@ -23,7 +23,7 @@ import pytest
 from ...jepsen.nemesis import KILLS, PARTITION, Timing
 from ...jepsen.run import BROKER_SETTINGS, Settings, run
 from ..conftest import DEFAULT_OVERRIDES
-from .conftest import CLUSTER_OVERRIDES, ZooKeeper
+from .conftest import CLUSTER_OVERRIDES, KRAFT_OVERRIDES, ZooKeeper, kraft_clusters
 from .netns import HUB_ADDRESS, NetnsLab
 from .test_network_partition import PORT, NamespacedBroker, lab  # noqa: F401  (fixture)
 
@@ -33,6 +33,10 @@ SHORT_SECONDS = 100.0  # a cap: the run stops once the plan is done and 500 comm
 MIN_COMMITTED = 500
 # A killed broker's ZooKeeper session ends (and its roles move) within 2 s.
 JEPSEN_OVERRIDES = {"zookeeper.session.timeout.ms": "2000"}
+# KRaft: a killed broker is fenced within 2 s; a controller within 2 s + an election.
+JEPSEN_KRAFT_OVERRIDES = {"broker.session.timeout.ms": "2000",
+                          "broker.heartbeat.interval.ms": "300"}
+CONTROLLER_PORT = 9093
 
 pytestmark = pytest.mark.timeout(
     float(os.environ["JEPSEN_SECONDS"]) + 300 if LONG else 240)
@@ -101,6 +105,52 @@ class StromInNamespaces:
         self.zk.stop()
 
 
+class NamespacedKRaftNode(NamespacedBroker):
+    """A combined KRaft node in its namespace: the CONTROLLER listener on its own address."""
+
+    def __init__(self, base: Path, *, host: str, prefix: tuple[str, ...], name: str) -> None:
+        super().__init__(base, host=host, prefix=prefix, name=name)
+        self.kraft = True
+        self.controller_port = CONTROLLER_PORT
+
+    def kraft_settings(self, settings: dict[str, str]) -> dict[str, str]:
+        out = super().kraft_settings(settings)
+        out["listeners"] = (f"{settings['listeners']},"
+                            f"CONTROLLER://{self.host}:{CONTROLLER_PORT}")
+        return out
+
+
+class StromKRaftInNamespaces(StromInNamespaces):
+    """The run's Target without ZooKeeper: combined KRaft node i (broker and controller, one
+    quorum of the three) in namespace i; isolating a node cuts its controller off too."""
+
+    name = "Strom (3 combined KRaft nodes, network namespaces)"
+
+    def __init__(self, netns: NetnsLab, base: Path) -> None:
+        self.lab = netns
+        self.node_ids = [1, 2, 3]
+        voters = ",".join(f"{i}@{netns.address(i)}:{CONTROLLER_PORT}" for i in netns.names)
+        self.brokers = {}
+        for i, ns in netns.names.items():
+            b = NamespacedKRaftNode(base / f"k{i}", name=f"jepsen-k{i}", host=netns.address(i),
+                                    prefix=netns.prefix(ns))
+            b.overrides = {k: str(v) for k, v in {
+                **DEFAULT_OVERRIDES, **KRAFT_OVERRIDES, **BROKER_SETTINGS,
+                **JEPSEN_KRAFT_OVERRIDES, "node.id": i, "controller.quorum.voters": voters,
+                "listeners": f"PLAINTEXT://{netns.address(i)}:{PORT}"}.items()}
+            self.brokers[i] = b
+
+    def start(self) -> None:
+        for b in self.brokers.values():  # together: each waits for a quorum of the others
+            b.start(wait=False)
+        for b in self.brokers.values():
+            b.wait_ready()
+
+    def close(self) -> None:
+        for b in self.brokers.values():
+            b.kill()
+
+
 def test_jepsen(lab, tmp_path):  # noqa: F811  (the lab fixture)
     if LONG:
         seed = int(os.environ.get("JEPSEN_SEED") or random.SystemRandom().randrange(10**6))
@@ -110,7 +160,7 @@ def test_jepsen(lab, tmp_path):  # noqa: F811  (the lab fixture)
         seed = int(os.environ.get("JEPSEN_SEED") or SHORT_SEED)
         settings = Settings(seed, SHORT_SECONDS, min_committed=MIN_COMMITTED)
     print(f"jepsen seed {seed} (JEPSEN_SEED={seed} repeats this run)", flush=True)
-    target = StromInNamespaces(lab, tmp_path)
+    target = (StromKRaftInNamespaces if kraft_clusters() else StromInNamespaces)(lab, tmp_path)
     with lab.entered():
         try:
             started = time.monotonic()

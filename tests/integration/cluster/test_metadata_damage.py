@@ -30,6 +30,7 @@ def _replicated(cluster: Cluster, topic: str, size: int | None = None) -> bool:
                                                     _copies(cluster, topic)[0].stat().st_size > size)
 
 
+@pytest.mark.zookeeper_only
 def test_an_unreadable_topic_znode_deletes_and_renames_nothing(make_cluster, unique_topic):
     cluster = make_cluster(3)
     bs, topic = cluster.bootstrap, unique_topic()

@@ -168,6 +168,9 @@ def test_raise_replication_factor_and_move_partitions_under_acks_all_load(make_c
     compare_replicas([cluster.broker(i).data_dir / "rf-0" for i in (1, 3, 4)])
 
 
+# With one broker frozen and the controller killed, a KRaft quorum of three has lost its
+# majority: this failover is ZooKeeper mode's (test_kraft_cluster.py kills a KRaft controller).
+@pytest.mark.zookeeper_only
 @pytest.mark.timeout(240)
 def test_reassignment_survives_controller_failover_and_can_be_listed_and_cancelled(
         make_cluster, tmp_path):

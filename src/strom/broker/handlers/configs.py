@@ -193,7 +193,11 @@ def _authorize(broker: Broker, ctx: RequestContext, op: AclOperation, resource_t
 # -- altering ------------------------------------------------------------------------------
 
 
-def _current_overrides(broker: Broker, resource_type: int, name: str) -> dict[str, str]:
+def _current_overrides(broker: Broker, resource_type: int, name: str,
+                       forwarded: bool = False) -> dict[str, str]:
+    """The dynamic configs a resource has now. A broker resource must name this broker (or
+    be the cluster default), unless another broker forwarded the request to this one as the
+    active controller of a KRaft cluster: it was sent to the broker it names."""
     if resource_type == TOPIC:
         topic = broker.image.topics.get(name)
         if topic is None:
@@ -201,7 +205,7 @@ def _current_overrides(broker: Broker, resource_type: int, name: str) -> dict[st
                              f"Topic '{name}' does not exist.")
         return dict(topic.configs)
     if resource_type == BROKER:
-        if name not in ("", str(broker.broker_id)):
+        if name not in ("", str(broker.broker_id)) and not forwarded:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              f"Unexpected broker id, expected {broker.broker_id} or empty string, "
                              f"but received {name}")
@@ -287,7 +291,8 @@ async def alter_configs(broker: Broker, ctx: RequestContext,
             if too_large is not None:
                 raise too_large
             _authorize(broker, ctx, Op.ALTER_CONFIGS, r.resource_type, r.resource_name)
-            current = _current_overrides(broker, r.resource_type, r.resource_name)
+            current = _current_overrides(broker, r.resource_type, r.resource_name,
+                                         ctx.session.forwarded)
             wanted = {c.name: c.value for c in r.configs if c.value is not None}
             await _apply(broker, r.resource_type, r.resource_name, current, wanted, request.validate_only)
         except KafkaError as exc:
@@ -323,7 +328,8 @@ async def incremental_alter_configs(broker: Broker, ctx: RequestContext,
             if too_large is not None:
                 raise too_large
             _authorize(broker, ctx, Op.ALTER_CONFIGS, r.resource_type, r.resource_name)
-            current = _current_overrides(broker, r.resource_type, r.resource_name)
+            current = _current_overrides(broker, r.resource_type, r.resource_name,
+                                         ctx.session.forwarded)
             wanted = dict(current)
             seen: set[str] = set()
             for c in r.configs:

@@ -1,0 +1,171 @@
+"""ClusterQuorumController: brokers register fenced, are unfenced once caught up, fenced when
+their heartbeats stop; fenced brokers lose leaderships and leave ISRs; a controlled shutdown
+moves leaderships first; only live brokers that are not shutting down join an ISR; a node
+that does not lead the quorum answers NOT_CONTROLLER.
+
+The fake quorum of test_quorum_controller commits every append at once."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
+
+from strom.cluster.image import BrokerInfo, MetadataImage
+from strom.controller.cluster_controller import ClusterQuorumController
+from strom.controller.loader import MetadataLoader
+from strom.protocol.errors import ErrorCode, KafkaError
+
+from .test_quorum_controller import FakeQuorum
+
+DEADLINE_S = 10.0
+
+
+def run(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(asyncio.wait_for(factory(), DEADLINE_S))
+
+
+def info(broker_id: int) -> BrokerInfo:
+    return BrokerInfo(broker_id, "127.0.0.1", 9090 + broker_id,
+                      endpoints={"PLAINTEXT": ("127.0.0.1", 9090 + broker_id)})
+
+
+class Setup:
+    def __init__(self, *, session_ms: int = 60_000) -> None:
+        self.loader = MetadataLoader(MetadataImage(cluster_id="c"), asyncio.get_running_loop())
+        self.quorum = FakeQuorum(self.loader)
+        self.leading = True
+        self.controller = ClusterQuorumController(
+            self.loader, self.quorum.append, node_id=1, is_leader=lambda: self.leading,
+            session_timeout_ms=session_ms, unclean_for=lambda _t: False)
+        self.image = self.loader.image
+
+    async def live_broker(self, broker_id: int) -> int:
+        epoch = await self.controller.register_broker(info(broker_id), f"inc-{broker_id}")
+        answer = await self.controller.heartbeat(broker_id, epoch, self.loader.applied_offset,
+                                                 want_fence=False, want_shut_down=False)
+        assert not answer.is_fenced
+        return epoch
+
+    async def settle(self) -> None:
+        """Run the active controller's reconciliation until it writes nothing more."""
+        for _ in range(10):
+            before = len(self.quorum.appended)
+            await self.controller._expire_sessions()
+            await self.controller._reconcile()
+            if len(self.quorum.appended) == before:
+                return
+        raise AssertionError("the controller kept writing")
+
+
+def test_a_new_registration_is_fenced_until_the_broker_caught_up() -> None:
+    async def main() -> None:
+        s = Setup()
+        epoch = await s.controller.register_broker(info(2), "a")
+        assert s.image.registrations[2].fenced and 2 not in s.image.brokers
+        behind = await s.controller.heartbeat(2, epoch, epoch - 1, want_fence=False,
+                                              want_shut_down=False)
+        assert behind.is_fenced and not behind.is_caught_up
+        caught_up = await s.controller.heartbeat(2, epoch, epoch, want_fence=False,
+                                                 want_shut_down=False)
+        assert not caught_up.is_fenced and caught_up.is_caught_up
+        assert 2 in s.image.brokers
+        # the same process registering again (a lost answer) keeps its epoch
+        assert await s.controller.register_broker(info(2), "a") == epoch
+        # a new process gets a new epoch, and starts fenced again
+        again = await s.controller.register_broker(info(2), "b")
+        assert again > epoch and 2 not in s.image.brokers
+        with pytest.raises(KafkaError) as stale:
+            await s.controller.heartbeat(2, epoch, 100, want_fence=False, want_shut_down=False)
+        assert stale.value.code == ErrorCode.STALE_BROKER_EPOCH
+
+    run(main)
+
+
+def test_a_fenced_broker_loses_its_leaderships_and_leaves_the_isrs() -> None:
+    async def main() -> None:
+        s = Setup(session_ms=50)
+        for b in (1, 2, 3):
+            await s.live_broker(b)
+        topic = await s.controller.create_topic("t", 3, 3, None, {})
+        assert {p.leader for p in topic.partitions.values()} == {1, 2, 3}
+        await asyncio.sleep(0.1)  # past the 50 ms session (the test's clock, not a sync)
+        for b in (1, 3):  # broker 2 stays silent
+            reg = s.image.registrations[b]
+            await s.controller.heartbeat(b, reg.epoch, s.loader.applied_offset,
+                                         want_fence=False, want_shut_down=False)
+        await s.settle()
+        assert s.image.registrations[2].fenced and 2 not in s.image.brokers
+        for p in s.image.topics["t"].partitions.values():
+            assert p.leader in (1, 3) and 2 not in p.isr, p
+
+    run(main)
+
+
+def test_a_controlled_shutdown_moves_leaderships_then_fences() -> None:
+    async def main() -> None:
+        s = Setup()
+        epochs = {b: await s.live_broker(b) for b in (1, 2, 3)}
+        await s.controller.create_topic("t", 3, 3, None, {})
+        first = await s.controller.heartbeat(2, epochs[2], s.loader.applied_offset,
+                                             want_fence=False, want_shut_down=True)
+        assert not first.should_shut_down  # it still leads a partition
+        await s.settle()
+        assert all(p.leader != 2 and 2 not in p.isr
+                   for p in s.image.topics["t"].partitions.values())
+        state = next(iter(s.image.topics["t"].partitions.values()))
+        with pytest.raises(KafkaError) as refused:  # it may not join an ISR again
+            await s.controller.alter_isr("t", state.partition, state.leader_epoch,
+                                         state.partition_epoch, [*state.isr, 2])
+        assert refused.value.code == ErrorCode.INELIGIBLE_REPLICA
+        done = await s.controller.heartbeat(2, epochs[2], s.loader.applied_offset,
+                                            want_fence=False, want_shut_down=True)
+        assert done.should_shut_down and done.is_fenced
+
+    run(main)
+
+
+def test_isr_changes_are_compare_and_sets_and_only_on_the_active_controller() -> None:
+    async def main() -> None:
+        s = Setup()
+        for b in (1, 2):
+            await s.live_broker(b)
+        await s.controller.create_topic("t", 1, 2, None, {})
+        p = s.image.topics["t"].partitions[0]
+        shrunk = await s.controller.alter_isr("t", 0, p.leader_epoch, p.partition_epoch,
+                                              [p.leader])
+        assert shrunk.isr == [p.leader] and shrunk.partition_epoch == p.partition_epoch + 1
+        with pytest.raises(KafkaError) as stale:  # the old partition epoch
+            await s.controller.alter_isr("t", 0, p.leader_epoch, p.partition_epoch, p.isr)
+        assert stale.value.code == ErrorCode.INVALID_UPDATE_VERSION
+        s.leading = False
+        with pytest.raises(KafkaError) as not_controller:
+            await s.controller.register_broker(info(3), "c")
+        assert not_controller.value.code == ErrorCode.NOT_CONTROLLER
+
+    run(main)
+
+
+def test_a_reassignment_completes_once_its_targets_are_in_sync() -> None:
+    async def main() -> None:
+        s = Setup()
+        for b in (1, 2, 3):
+            await s.live_broker(b)
+        await s.controller.create_topic("t", -1, -1, {0: [1, 2]}, {})
+        result = await s.controller.alter_partition_reassignments({("t", 0): [1, 3]}, False)
+        assert result[("t", 0)][0] == ErrorCode.NONE
+        p = s.image.topics["t"].partitions[0]
+        assert sorted(p.replicas) == [1, 2, 3]
+        assert p.adding_replicas == [3] and p.removing_replicas == [2]
+        await s.settle()
+        assert s.image.topics["t"].partitions[0].reassigning  # 3 has not caught up yet
+        p = s.image.topics["t"].partitions[0]
+        await s.controller.alter_isr("t", 0, p.leader_epoch, p.partition_epoch, [*p.isr, 3])
+        await s.settle()
+        done = s.image.topics["t"].partitions[0]
+        assert done.replicas == [1, 3] and sorted(done.isr) == [1, 3]
+        assert not done.reassigning
+
+    run(main)
