@@ -273,21 +273,27 @@ def controller_only(config: BrokerConfig) -> bool:
 
 async def serve_controller(config: BrokerConfig) -> None:
     """A controller-only KRaft node: its Raft voter and its CONTROLLER listener (which only
-    ever serves the controller's APIs), until SIGTERM/SIGINT; a stopping leader hands over."""
-    from strom.controller.node import ControllerNode  # only KRaft controllers load it
+    ever serves the controller's APIs), until SIGTERM/SIGINT; a stopping leader hands over.
+    While it leads the quorum it is the active controller the brokers register with."""
+    from strom.broker.kraft_mode import build_controller_only  # only KRaft controllers load it
 
     if metrics_endpoint(config.get("metrics.listener")) is not None \
             and config.source_of("metrics.listener")[1] is not ConfigSource.DEFAULT_CONFIG:
         log.warning("metrics.listener is set, but a controller-only node serves no metrics yet")
     securities = listener_securities(config, dict)  # no SCRAM users: nothing to look up
-    node = ControllerNode(config)
-    await node.start()
-    servers = make_servers(node.router(), config, securities)
-    try:
+    servers: list[BrokerServer] = []
+
+    async def serve_listener(node: ControllerNode, names: set[str]) -> None:
+        servers.extend(make_servers(node.router(), config, securities))
         await _start_servers(servers)
+
+    try:
+        parts = await build_controller_only(config, serve_listener)
     except BaseException:
-        await _step("raft", node.stop())
+        for server in servers:
+            await _step("listener", server.stop())
         raise
+    node = parts.controller_node
     listener = ", ".join(f"{s.security.listener.name}://{s.host}:{s.port}" for s in servers)
     print(f"Strom {strom.__version__} {node.describe()}, listening on {listener}", flush=True)
     _SERVING.set()
@@ -301,10 +307,12 @@ async def serve_controller(config: BrokerConfig) -> None:
     failed.cancel()
     stopping.cancel()
     log.info("shutting down")
+    await _step("controller", parts.controller.stop())
     await _step("raft", node.stop())  # the listener still answers while leadership moves
     for server in servers:
         await _step("listener", server.stop())
     await _stop_leftover_tasks()
+    parts.broker.logs.shutdown()
     _exit_watchdog(_EXIT_GRACE_S)
     if node.fatal is not None:
         raise node.fatal

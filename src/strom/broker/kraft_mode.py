@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from strom.broker.core import Broker, Node
 from strom.broker.partitions import PartitionManager
 from strom.broker.wiring import StartupError, advertised_info, build_authorizer, wire_broker
-from strom.cluster.image import METADATA_TOPIC, BrokerInfo, MetadataImage
+from strom.cluster.image import METADATA_TOPIC, BrokerInfo, MetadataImage, TopicState
 from strom.config.broker import BrokerConfig, ConfigSource
 from strom.controller.loader import MetadataLoader, SnapshotPolicy
 from strom.controller.node import ControllerNode
@@ -188,7 +188,6 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         ForwardingController,
     )
     from strom.broker.replicas import build_replica_manager
-    from strom.cluster.zk.controller import unclean_from
     from strom.config.listeners import advertised_listeners, inter_broker_listener_name
     from strom.controller.cluster_controller import ClusterQuorumController
     from strom.security.client import controller_security, inter_broker_security
@@ -223,7 +222,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
                 loader, controller_node.append, node_id=controller_node.node_id,
                 is_leader=lambda: loader.leader.leader_id == controller_node.node_id,
                 session_timeout_ms=config.get("broker.session.timeout.ms"),
-                unclean_for=unclean_from(partitions.resolve),
+                unclean_for=_unclean_from(partitions.resolve),
                 rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
                                       if config.get("auto.leader.rebalance.enable") else None),
                 imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
@@ -261,3 +260,82 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     broker.metadata_quorum = controller_node.raft_request
     parts.cluster = ClusterRole(local, lifecycle, forwarder)
     return broker, parts
+
+
+@dataclass
+class ControllerOnlyParts:
+    """A controller-only node of a cluster (`process.roles=controller`): its voter, the
+    controller brokers register with while it leads, and the broker machinery (no partitions,
+    no coordinators started) that handles the admin requests brokers forward to it."""
+
+    controller_node: ControllerNode
+    loader: MetadataLoader
+    controller: ClusterQuorumController
+    broker: Broker
+
+
+async def build_controller_only(config: BrokerConfig,
+                                serve_controller_listener: ServeControllerListener,
+                                ) -> ControllerOnlyParts:
+    """A voter that serves brokers: as Kafka's controllers, it replays the metadata log into
+    an image (a standby is ready to lead at once), and while it leads the quorum it is the
+    active controller (broker registrations, heartbeats, AlterPartition, forwarded admin
+    requests). It hosts no partitions."""
+    from strom.broker.handlers import MODULES
+    from strom.broker.kraft_cluster import AdminForwarder, ControllerChannel
+    from strom.broker.router import Router
+    from strom.controller.cluster_controller import ClusterQuorumController
+    from strom.security.client import controller_security
+
+    loop = asyncio.get_running_loop()
+    controller_node = ControllerNode(config)
+    image = MetadataImage(cluster_id=controller_node.cluster_id)
+    loader = _loader(config, image, loop, controller_node)
+    loader.track_controller = True
+    await controller_node.start([loader])
+    try:
+        await serve_controller_listener(controller_node,
+                                        {n.upper() for n in
+                                         controller_node.quorum.controller_listener_names})
+        logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
+                          producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
+                          replicated=True, owned_elsewhere=frozenset({METADATA_TOPIC}))
+        await asyncio.to_thread(logs.load)
+        partitions = PartitionManager(controller_node.node_id, config, image, logs)
+        local = ClusterQuorumController(
+            loader, controller_node.append, node_id=controller_node.node_id,
+            is_leader=lambda: loader.leader.leader_id == controller_node.node_id,
+            session_timeout_ms=config.get("broker.session.timeout.ms"),
+            unclean_for=_unclean_from(partitions.resolve),
+            rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
+                                  if config.get("auto.leader.rebalance.enable") else None),
+            imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
+        controller_node.cluster = local
+        listener = controller_node.listener
+        channel = ControllerChannel(lambda: loader.leader.leader_id,
+                                    controller_node.controller_endpoints,
+                                    client_id=f"controller-{controller_node.node_id}",
+                                    security=controller_security(config),
+                                    timeout_s=config.get("controller.quorum.request.timeout.ms")
+                                    / 1000)
+        forwarder = AdminForwarder(channel, lambda: local.active, listener, "PLAINTEXT")
+        info = BrokerInfo(controller_node.node_id, "", 0)
+        node = Node(config, controller_node.node_id, controller_node.cluster_id, info, image,
+                    local, partitions, logs, PLAINTEXT_CLIENT, build_authorizer(config, image))
+        broker = wire_broker(node, loop)
+        router = Router(broker, MODULES)
+        forwarder.dispatch = router.dispatch
+        forwarder.response_header = router.response_header
+        controller_node.forwarded = forwarder.handle
+        local.start()
+    except BaseException:
+        await controller_node.stop()
+        raise
+    return ControllerOnlyParts(controller_node, loader, local, broker)
+
+
+def _unclean_from(resolve: Callable[[TopicState, str], object]) -> Callable[[TopicState], bool]:
+    def unclean(topic: TopicState) -> bool:
+        return bool(getattr(resolve(topic, "unclean.leader.election.enable"), "value", False))
+
+    return unclean

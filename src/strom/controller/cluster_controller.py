@@ -210,9 +210,10 @@ class ClusterQuorumController(QuorumController):
         self._wake.set()
 
     def _leads_movable(self, broker_id: int) -> bool:
-        """True while the broker leads a partition another live in-sync replica could lead."""
-        live = self.image.brokers
-        return any(s.leader == broker_id and any(r != broker_id and r in live for r in s.isr)
+        """True while the broker leads a partition another live in-sync replica, not shutting
+        down itself, could lead."""
+        eligible = set(self.image.brokers) - self._shutting_down
+        return any(s.leader == broker_id and any(r != broker_id and r in eligible for r in s.isr)
                    for t in self.image.topics.values() for s in t.partitions.values())
 
     # -- the active controller's loop -------------------------------------------------------

@@ -187,6 +187,8 @@ class MetadataLoader:
                 self._bytes_since_snapshot += size
                 if self._first_since_snapshot_ms is None:
                     self._first_since_snapshot_ms = int(time.time() * 1000)
+        if self.track_controller and any(c.kind == "brokers_changed" for c in changes):
+            self._name_controller()
         if changes:
             for listener in self._listeners:
                 listener(changes)
@@ -201,6 +203,8 @@ class MetadataLoader:
         image.version += fresh.version + 1
         if image.registrations:  # a cluster's live brokers are its unfenced registrations
             image.brokers = {b: r.info for b, r in image.registrations.items() if not r.fenced}
+        if self.track_controller:
+            self._name_controller()
         self.features = features
         self.applied_offset = end
         self._bytes_since_snapshot = 0
@@ -214,9 +218,20 @@ class MetadataLoader:
     def _apply_leader(self, leader: LeaderAndEpoch) -> None:
         self.leader = leader
         if self.track_controller:
-            self.image.controller_id = leader.leader_id if leader.leader_id is not None else -1
             self.image.controller_epoch = leader.epoch
+            self._name_controller()
         self._changed.set()
+
+    def _name_controller(self) -> None:
+        """The controller Metadata names: the quorum's leader when it is a broker, else a live
+        broker (clients send controller-bound admin requests there, and every broker forwards
+        them to the active controller), as Kafka's KRaft brokers answer."""
+        leader = self.leader.leader_id
+        brokers = self.image.brokers
+        if leader is not None and leader in brokers:
+            self.image.controller_id = leader
+        elif self.image.controller_id not in brokers:
+            self.image.controller_id = min(brokers, default=-1)
 
     # -- snapshots --------------------------------------------------------------------------
 

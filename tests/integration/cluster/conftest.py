@@ -14,6 +14,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -109,9 +110,11 @@ CLUSTER_OVERRIDES = {
 
 
 class Cluster:
-    def __init__(self, brokers: list[BrokerProcess], connect: str) -> None:
+    def __init__(self, brokers: list[BrokerProcess], connect: str, *,
+                 together: bool = False) -> None:
         self.brokers = brokers
         self.connect = connect
+        self.together = together
 
     @property
     def bootstrap(self) -> str:
@@ -121,12 +124,22 @@ class Cluster:
         return self.brokers[broker_id - 1]
 
     def stop_all(self) -> None:
+        """Stop every broker, all at once on KRaft (a quorum stopped one voter at a time
+        loses its majority before the last brokers' controlled shutdowns)."""
         errors = []
-        for b in self.brokers:
+
+        def stop(b: BrokerProcess) -> None:
             try:
                 b.stop()
             except Exception as e:
                 errors.append(e)
+
+        if self.together:
+            with ThreadPoolExecutor(len(self.brokers) or 1) as pool:
+                list(pool.map(stop, self.brokers))
+        else:
+            for b in self.brokers:
+                stop(b)
         if errors:
             raise errors[0]
 
@@ -234,7 +247,7 @@ def make_kraft_nodes(tmp_path_factory, label: str, n: int,
             elif not key.startswith("zookeeper."):
                 settings[key] = value
         b.overrides = {k: str(v) for k, v in settings.items()}
-    return Cluster(brokers, "")
+    return Cluster(brokers, "", together=True)
 
 
 @pytest.fixture

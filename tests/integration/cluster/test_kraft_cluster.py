@@ -24,7 +24,7 @@ from confluent_kafka.admin import (
 )
 
 from ..broker import HOST, STROM_BIN, BrokerProcess
-from .conftest import _wait_registered, make_kraft_nodes
+from .conftest import Cluster, _wait_registered, make_kraft_nodes
 from .faults import NumberedProducer, check_exactly_once_in_order, read_all, wait_for
 
 
@@ -54,34 +54,42 @@ def _create(bootstrap: str, name: str, partitions: int, rf: int = 3) -> None:
 
 
 @pytest.mark.timeout(180)
-def test_brokers_register_with_the_quorum_and_admin_requests_reach_its_leader(
+def test_every_role_works_and_admin_requests_reach_the_active_controller(
         tmp_path_factory, request):
-    cluster = make_kraft_nodes(tmp_path_factory, "kraft-basics", 3)
+    """Nodes 1 and 2 are combined, node 3 a controller-only voter, node 4 a broker-only
+    observer: whichever voter leads, the brokers register with it and it decides."""
+    cluster = make_kraft_nodes(tmp_path_factory, "kraft-roles", 3)
     voters = cluster.brokers[0].overrides["controller.quorum.voters"]
-    observer = BrokerProcess(tmp_path_factory.mktemp("kraft-basics-b4"), name="kraft-b4",
+    base = {k: v for k, v in cluster.brokers[0].overrides.items()
+            if k not in ("controller.quorum.voters", "node.id")}
+    split = {"controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
+    voter = cluster.brokers[2]
+    controller = BrokerProcess(voter.base_dir, name="kraft-c3", kraft=False,
+                               port=voter.controller_port)
+    controller.overrides = {**base, **split, "node.id": "3", "process.roles": "controller",
+                            "listeners": f"CONTROLLER://{HOST}:{voter.controller_port}"}
+    observer = BrokerProcess(tmp_path_factory.mktemp("kraft-roles-b4"), name="kraft-b4",
                              kraft=False)
-    observer.overrides = {**{k: v for k, v in cluster.brokers[0].overrides.items()
-                             if k != "controller.quorum.voters"},
-                          "node.id": "4", "process.roles": "broker",
-                          "controller.quorum.voters": voters,
-                          "controller.listener.names": "CONTROLLER",
-                          "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,"
-                                                            "CONTROLLER:PLAINTEXT"}
-    _format_like(observer, cluster.brokers[0])
-    nodes = [*cluster.brokers, observer]
-    request.addfinalizer(lambda: [b.stop() for b in nodes])
+    observer.overrides = {**base, **split, "node.id": "4", "process.roles": "broker"}
+    brokers = [*cluster.brokers[:2], observer]
+    for node in (controller, observer):
+        _format_like(node, cluster.brokers[0])
+    nodes = [*brokers, controller]
+    request.addfinalizer(Cluster(nodes, "", together=True).stop_all)
     for b in nodes:
         b.start(wait=False)
     for b in nodes:
         b.wait_ready()
-    _wait_registered(nodes)
+    _wait_registered(brokers)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    assert _admin(bootstrap).list_topics(timeout=10).controller_id in (1, 2, 4)
 
     # created through the broker-only node: forwarded to the active controller
-    _create(observer.bootstrap, "kr-basics", 4)
-    wait_for(lambda: _fully_replicated(observer.bootstrap, "kr-basics", 4), 30, "full ISRs")
-    leader = _active_controller(cluster)
-    assert leader in (1, 2, 3)
-    other = next(b for i, b in enumerate(cluster.brokers, 1) if i != leader)
+    _create(observer.bootstrap, "kr-basics", 4, rf=2)
+    wait_for(lambda: _fully_replicated(observer.bootstrap, "kr-basics", 4, rf=2), 30,
+             "full ISRs")
+    other = brokers[1]
     admin = _admin(other.bootstrap)
     resource = ConfigResource(ConfigResource.Type.TOPIC, "kr-basics", incremental_configs=[
         ConfigEntry("retention.ms", "123456789", incremental_operation=AlterConfigOpType.SET)])
@@ -91,7 +99,7 @@ def test_brokers_register_with_the_quorum_and_admin_requests_reach_its_leader(
     wait_for(lambda: observer_admin.describe_configs([shown])[shown].result(10)[
         "retention.ms"].value == "123456789", 30, "the config on every broker")
 
-    producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all",
                          "enable.idempotence": True})
     errors = []
     for i in range(400):
@@ -100,7 +108,7 @@ def test_brokers_register_with_the_quorum_and_admin_requests_reach_its_leader(
     assert producer.flush(30) == 0 and errors == []
 
     # a reassignment through the controller moves a partition onto the broker-only node
-    t = _topic(cluster.bootstrap, "kr-basics")
+    t = _topic(bootstrap, "kr-basics")
     moved = next(p for p in sorted(t.partitions) if 4 not in t.partitions[p].replicas)
     target = [4, *t.partitions[moved].replicas[1:]]
     plan = observer.base_dir / "plan.json"
