@@ -8,7 +8,7 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: run test unit integration lint format bench system-deps clean
 .PHONY: fuzz fuzz-seeds
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
-.PHONY: jepsen jepsen-kafka java-on-kafka test-kraft test-kraft-cluster compat-registry test-iceberg-load
+.PHONY: jepsen jepsen-kafka java-on-kafka test-kraft test-zookeeper-cluster compat-registry test-iceberg-load
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -139,10 +139,10 @@ test-kraft: $(STAMP)
 	STROM_IT_KRAFT=1 $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
 	  -m "not legacy_single_node" tests/integration/test_*.py
 
-# the cluster tests on combined KRaft nodes (a quorum of three) instead of ZooKeeper mode
-test-kraft-cluster: $(STAMP)
-	STROM_CLUSTER=kraft $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
-	  -m "not zookeeper_only" tests/integration/cluster
+# the cluster tests on brokers of a ZooKeeper ensemble (legacy mode) instead of KRaft nodes
+test-zookeeper-cluster: $(STAMP) system-deps
+	STROM_CLUSTER=zookeeper $(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadfile \
+	  tests/integration/cluster tests/integration/frameworks/test_streams_cluster.py
 
 # confluent-kafka-python's own schema-registry integration tests against Strom's registry
 # (their ByoFixture). Their test files are fetched from GitHub at the client's tag, or taken

@@ -74,6 +74,9 @@ def running_peer() -> str | None:
     return "tansu" if os.environ.get(PEER_ENV) else None
 
 
+KRAFT_TEST_CLUSTER_ID = "kraft-it-cluster-0000A"  # every KRaft node the tests format
+
+
 class BrokerProcess:
     """One broker process with a fixed port and data directory across restarts."""
 
@@ -179,7 +182,7 @@ class BrokerProcess:
         settings.update(self.kraft_settings(settings))
         config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
         subprocess.run([str(STROM_BIN), "storage", "format", "-c", str(config), "-t",
-                        "kraft-it-cluster-0000A", "--ignore-formatted"],
+                        KRAFT_TEST_CLUSTER_ID, "--ignore-formatted"],
                        check=True, capture_output=True, timeout=60)
 
     # ------------------------------------------------------------------ lifecycle

@@ -53,6 +53,9 @@ REGISTRATION_VERSION = 4
 HEARTBEAT_VERSION = 2
 ALTER_PARTITION_VERSION = 3
 CREATE_TOPICS_VERSION = 7
+# how long a forwarded admin request may wait for an active controller to answer it (an
+# election, a controller restarting): the admin client's default request timeout
+FORWARD_TIMEOUT_S = 30.0
 # how long to wait before asking again when no controller answered (a back-off, not a wait
 # for something to happen)
 RETRY_BACKOFF_S = 0.1
@@ -62,6 +65,7 @@ FORWARDED_APIS = frozenset({
     ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ELECT_LEADERS,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
+    ApiKey.UNREGISTER_BROKER,
 })
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
@@ -391,6 +395,9 @@ class ForwardingController:
     ) -> dict[tuple[str, int], tuple[int, str | None, Assignment | None]]:
         return await self._required().alter_partition_reassignments(wanted, allow_rf_change)
 
+    async def unregister_broker(self, broker_id: int) -> None:
+        await self._required().unregister_broker(broker_id)
+
 
 class _ForwardedConnection:
     """The connection a forwarded request is handled on: its client's principal and address."""
@@ -436,7 +443,8 @@ class AdminForwarder:
                        peer: str) -> bytes:
         request = envelope_request(api_key, version, correlation_id, client_id, body,
                                    principal, peer)
-        response = await self.channel.request(ApiKey.ENVELOPE, 0, request)
+        response = await self.channel.request(
+            ApiKey.ENVELOPE, 0, request, timeout_s=max(self.channel.timeout_s, FORWARD_TIMEOUT_S))
         if response.error_code != ErrorCode.NONE or response.response_data is None:
             raise KafkaError(ErrorCode(response.error_code),
                              f"the controller refused the forwarded {ApiKey(api_key).name}")

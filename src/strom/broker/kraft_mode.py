@@ -282,6 +282,7 @@ async def build_controller_only(config: BrokerConfig,
     active controller (broker registrations, heartbeats, AlterPartition, forwarded admin
     requests). It hosts no partitions."""
     from strom.broker.handlers import MODULES
+    from strom.broker.handlers import quorum as quorum_handlers
     from strom.broker.kraft_cluster import AdminForwarder, ControllerChannel
     from strom.broker.router import Router
     from strom.controller.cluster_controller import ClusterQuorumController
@@ -323,7 +324,7 @@ async def build_controller_only(config: BrokerConfig,
         node = Node(config, controller_node.node_id, controller_node.cluster_id, info, image,
                     local, partitions, logs, PLAINTEXT_CLIENT, build_authorizer(config, image))
         broker = wire_broker(node, loop)
-        router = Router(broker, MODULES)
+        router = Router(broker, [*MODULES, quorum_handlers])
         forwarder.dispatch = router.dispatch
         forwarder.response_header = router.response_header
         controller_node.forwarded = forwarder.handle

@@ -166,19 +166,28 @@ def _wait_registered(brokers: list[BrokerProcess], timeout: float = 30.0) -> Non
             time.sleep(0.05)  # poll interval, not synchronisation
 
 
-# `make test-kraft-cluster` runs the cluster tests on KRaft nodes instead of ZooKeeper
+# Clusters are KRaft nodes (no ZooKeeper) unless STROM_CLUSTER=zookeeper (`make
+# test-zookeeper-cluster` runs the whole suite in the legacy mode). Tests about ZooKeeper mode
+# itself (zookeeper_only), and its smoke test (zookeeper_smoke), always run on ZooKeeper.
 CLUSTER_MODE_ENV = "STROM_CLUSTER"
 
 
 def kraft_clusters() -> bool:
-    return os.environ.get(CLUSTER_MODE_ENV, "zookeeper") == "kraft"
+    """Whether tests without a ZooKeeper marker get KRaft clusters."""
+    return os.environ.get(CLUSTER_MODE_ENV, "kraft") != "zookeeper"
+
+
+def on_zookeeper(request) -> bool:
+    node = request.node
+    return (not kraft_clusters() or node.get_closest_marker("zookeeper_only") is not None
+            or node.get_closest_marker("zookeeper_smoke") is not None)
 
 
 @pytest.fixture
 def make_cluster(tmp_path_factory, request) -> Iterator[Callable[..., Cluster]]:
-    """Clusters of n broker processes: ZooKeeper mode, or combined KRaft nodes when
-    STROM_CLUSTER=kraft (tests marked zookeeper_only need ZooKeeper itself)."""
-    if kraft_clusters():
+    """Clusters of n broker processes: combined KRaft nodes, or brokers on a private
+    ZooKeeper (see on_zookeeper)."""
+    if not on_zookeeper(request):
         yield from _kraft_clusters(tmp_path_factory, request)
         return
     zookeeper = request.getfixturevalue("zookeeper")

@@ -54,6 +54,7 @@ def test_every_broker_knows_every_broker_and_the_controller(make_cluster):
     assert seen[0][1] in (1, 2, 3)
 
 
+@pytest.mark.zookeeper_smoke  # ZooKeeper mode (legacy) stays covered
 def test_replicated_topic_is_the_same_everywhere(make_cluster):
     cluster = make_cluster(3)
     wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")
@@ -78,6 +79,7 @@ def _controller(bootstrap: str) -> int:
     return _metadata(bootstrap).controller_id
 
 
+@pytest.mark.zookeeper_smoke  # ZooKeeper mode (legacy) stays covered
 def test_controller_failover_and_leader_election(make_cluster):
     cluster = make_cluster(3)
     wait_for(lambda: len(_metadata(cluster.bootstrap).brokers) == 3, 30, "3 brokers")

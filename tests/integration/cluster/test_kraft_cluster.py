@@ -23,7 +23,8 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from ..broker import HOST, STROM_BIN, BrokerProcess
+from .. import clients as kc
+from ..broker import HOST, KRAFT_TEST_CLUSTER_ID, STROM_BIN, BrokerProcess
 from .conftest import Cluster, _wait_registered, make_kraft_nodes
 from .faults import NumberedProducer, check_exactly_once_in_order, read_all, wait_for
 
@@ -58,30 +59,11 @@ def test_every_role_works_and_admin_requests_reach_the_active_controller(
         tmp_path_factory, request):
     """Nodes 1 and 2 are combined, node 3 a controller-only voter, node 4 a broker-only
     observer: whichever voter leads, the brokers register with it and it decides."""
-    cluster = make_kraft_nodes(tmp_path_factory, "kraft-roles", 3)
-    voters = cluster.brokers[0].overrides["controller.quorum.voters"]
-    base = {k: v for k, v in cluster.brokers[0].overrides.items()
-            if k not in ("controller.quorum.voters", "node.id")}
-    split = {"controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
-             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
-    voter = cluster.brokers[2]
-    controller = BrokerProcess(voter.base_dir, name="kraft-c3", kraft=False,
-                               port=voter.controller_port)
-    controller.overrides = {**base, **split, "node.id": "3", "process.roles": "controller",
-                            "listeners": f"CONTROLLER://{HOST}:{voter.controller_port}"}
-    observer = BrokerProcess(tmp_path_factory.mktemp("kraft-roles-b4"), name="kraft-b4",
-                             kraft=False)
-    observer.overrides = {**base, **split, "node.id": "4", "process.roles": "broker"}
-    brokers = [*cluster.brokers[:2], observer]
-    for node in (controller, observer):
-        _format_like(node, cluster.brokers[0])
-    nodes = [*brokers, controller]
-    request.addfinalizer(Cluster(nodes, "", together=True).stop_all)
-    for b in nodes:
-        b.start(wait=False)
-    for b in nodes:
-        b.wait_ready()
-    _wait_registered(brokers)
+    nodes = _nodes(tmp_path_factory, "kraft-roles", combined=[1, 2], controllers=[3],
+                   brokers=[4])
+    observer = nodes[4]
+    brokers = [nodes[1], nodes[2], observer]
+    _start(request, list(nodes.values()), brokers)
     bootstrap = ",".join(b.bootstrap for b in brokers)
     assert _admin(bootstrap).list_topics(timeout=10).controller_id in (1, 2, 4)
 
@@ -139,18 +121,89 @@ def test_every_role_works_and_admin_requests_reach_the_active_controller(
     assert got == 400
 
 
-def _format_like(node: BrokerProcess, voter: BrokerProcess) -> None:
-    """Format a broker-only node's log dir with the voters' cluster id."""
-    voter.format_storage()
-    cluster_id = next(line.split("=", 1)[1] for line in
-                      (voter.data_dir / "meta.properties").read_text().splitlines()
-                      if line.startswith("cluster.id="))
+@pytest.mark.timeout(180)
+def test_brokers_keep_serving_while_every_controller_is_down(tmp_path_factory, request):
+    """Three controller-only voters and two broker-only nodes: with every controller killed
+    (-9) the brokers keep taking acks=all writes and serving reads on the metadata they have;
+    with the controllers back they register again and metadata changes resume."""
+    nodes = _nodes(tmp_path_factory, "kraft-down", combined=[], controllers=[1, 2, 3],
+                   brokers=[4, 5])
+    brokers = [nodes[4], nodes[5]]
+    _start(request, list(nodes.values()), brokers)
+    bootstrap = ",".join(b.bootstrap for b in brokers)
+    _create(bootstrap, "kr-down", 2, rf=2)
+    wait_for(lambda: _fully_replicated(bootstrap, "kr-down", 2, rf=2), 30, "full ISRs")
+    sent = [kc.Msg(b"k", f"before-{i}".encode()) for i in range(50)]
+    kc.produce(bootstrap, "kr-down", sent, partition=0, acks="all")
+
+    for i in (1, 2, 3):
+        nodes[i].kill()
+    later = [kc.Msg(b"k", f"during-{i}".encode()) for i in range(50)]
+    kc.produce(bootstrap, "kr-down", later, partition=0, acks="all")  # the ISR of two
+    assert kc.contents(kc.read_partition(bootstrap, "kr-down", 0)) == kc.contents(sent + later)
+
+    for i in (1, 2, 3):
+        nodes[i].start(wait=False)
+    for i in (1, 2, 3):
+        nodes[i].wait_ready()
+    _create(bootstrap, "kr-after", 1, rf=2)  # the quorum decides again
+    wait_for(lambda: _fully_replicated(bootstrap, "kr-after", 1, rf=2), 30,
+             "the new topic's ISR")
+    assert _admin(bootstrap).list_topics(timeout=10).controller_id in (4, 5)
+
+
+def _nodes(tmp_path_factory, label: str, *, combined: list[int], controllers: list[int],
+           brokers: list[int]) -> dict[int, BrokerProcess]:
+    """KRaft nodes by id, not started: combined ones, controller-only voters and broker-only
+    observers, on one static quorum of the combined and controller-only nodes."""
+    voter_ids = sorted([*combined, *controllers])
+    template = make_kraft_nodes(tmp_path_factory, label, len(voter_ids))
+    ports = {i: b.controller_port for i, b in zip(voter_ids, template.brokers, strict=True)}
+    voters = ",".join(f"{i}@{HOST}:{ports[i]}" for i in voter_ids)
+    base = {k: v for k, v in template.brokers[0].overrides.items()
+            if k not in ("controller.quorum.voters", "node.id")}
+    split = {"controller.quorum.voters": voters, "controller.listener.names": "CONTROLLER",
+             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"}
+    out: dict[int, BrokerProcess] = {}
+    for i, b in zip(voter_ids, template.brokers, strict=True):
+        if i in combined:
+            b.overrides = {**b.overrides, "node.id": str(i), "controller.quorum.voters": voters}
+            out[i] = b
+        else:
+            c = BrokerProcess(b.base_dir, name=f"{label}-c{i}", kraft=False, port=ports[i])
+            c.overrides = {**base, **split, "node.id": str(i), "process.roles": "controller",
+                           "listeners": f"CONTROLLER://{HOST}:{ports[i]}"}
+            out[i] = c
+    for i in brokers:
+        b = BrokerProcess(tmp_path_factory.mktemp(f"{label}-b{i}"), name=f"{label}-b{i}",
+                          kraft=False)
+        b.overrides = {**base, **split, "node.id": str(i), "process.roles": "broker"}
+        out[i] = b
+    for node in out.values():
+        if not node.kraft:  # combined nodes format themselves at their first start
+            _format(node)
+    return out
+
+
+def _start(request, nodes: list[BrokerProcess], brokers: list[BrokerProcess]) -> None:
+    request.addfinalizer(Cluster(nodes, "", together=True).stop_all)
+    for b in nodes:
+        b.start(wait=False)
+    for b in nodes:
+        b.wait_ready()
+    _wait_registered(brokers)
+
+
+def _format(node: BrokerProcess) -> None:
+    """Format a controller-only or broker-only node's log dir with the cluster id the combined
+    nodes of the tests format themselves with (BrokerProcess.format_storage)."""
     config = node.base_dir / "format.properties"
     settings = {"listeners": f"PLAINTEXT://{HOST}:{node.port}", "log.dirs": str(node.data_dir),
                 **node.overrides}
     config.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
-    subprocess.run([str(STROM_BIN), "storage", "format", "-c", str(config), "-t", cluster_id,
-                    "--ignore-formatted"], check=True, capture_output=True, timeout=60)
+    subprocess.run([str(STROM_BIN), "storage", "format", "-c", str(config), "-t",
+                    KRAFT_TEST_CLUSTER_ID, "--ignore-formatted"], check=True,
+                   capture_output=True, timeout=60)
 
 
 @pytest.mark.timeout(240)

@@ -1,4 +1,4 @@
-"""DescribeQuorum on the broker listeners of a KRaft node.
+"""DescribeQuorum and UnregisterBroker on the broker listeners of a KRaft node.
 
 Kafka's brokers pass DescribeQuorum on to the active controller, which is how
 ``kafka-metadata-quorum --bootstrap-server`` and the Java ``Admin.describeMetadataQuorum`` reach
@@ -18,7 +18,7 @@ from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.acl import AclOperation as Op
 from strom.security.acl import ResourceType as Res
 
@@ -29,3 +29,21 @@ async def describe_quorum(broker: Broker, ctx: RequestContext, request: Struct) 
     if broker.metadata_quorum is None:  # never: the module is served by KRaft nodes only
         return {"error_code": ErrorCode.NOT_CONTROLLER}
     return dict(await broker.metadata_quorum(ApiKey.DESCRIBE_QUORUM, request.to_dict()))
+
+
+@handles(ApiKey.UNREGISTER_BROKER, 0, 0)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+async def unregister_broker(broker: Broker, ctx: RequestContext,
+                            request: Struct) -> dict[str, Any]:
+    """Admin.unregisterBroker: a fenced broker's registration removed (a broker that is gone
+    for good). Other brokers forward it here, to the active controller."""
+    unregister = getattr(broker.controller, "unregister_broker", None)
+    if unregister is None:  # a node that is its own quorum registers no brokers
+        return {"error_code": ErrorCode.BROKER_ID_NOT_REGISTERED,
+                "error_message": f"broker {request.broker_id} is not registered: this node is "
+                                 "a cluster of one"}
+    try:
+        await unregister(int(request.broker_id))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "error_message": exc.message}
+    return {"error_code": ErrorCode.NONE, "error_message": None}
