@@ -6,7 +6,8 @@ same Java suite runs against both. Standard library only.
 
     python compat/run_broker.py strom --strom .venv/bin/strom -- mvn test -Dbootstrap={bootstrap}
     python compat/run_broker.py kafka --kafka-libs ~/.cache/.../libs -- mvn test -Dbootstrap={bootstrap}
-    python compat/run_broker.py strom-cluster -- ...   # private ZooKeeper + 3 Strom brokers
+    python compat/run_broker.py strom-cluster -- ...   # 3 Strom KRaft broker+controller nodes
+    python compat/run_broker.py strom-zk-cluster -- ...   # private ZooKeeper + 3 Strom brokers
     python compat/run_broker.py kafka-cluster --kafka-libs ... -- ...   # 3 KRaft broker+controller nodes
 
 ``{bootstrap}`` in the command is replaced by the brokers' ``127.0.0.1:<port>`` list (comma
@@ -35,7 +36,7 @@ from pathlib import Path
 HOST = "127.0.0.1"
 START_TIMEOUT = 90.0
 STOP_TIMEOUT = 30.0
-KINDS = ("strom", "kafka", "strom-cluster", "kafka-cluster")
+KINDS = ("strom", "kafka", "strom-cluster", "strom-zk-cluster", "kafka-cluster")
 CLUSTER_SIZE = 3
 # Overrides every broker gets: the suite creates its own topics and wants groups to form at once.
 COMMON = {"auto.create.topics.enable": "false", "group.initial.rebalance.delay.ms": "0"}
@@ -204,6 +205,8 @@ class Deployment:
         self.work = Path(tempfile.mkdtemp(prefix=f"compat-{kind}-"))
         self.servers: list[Process] = []  # ZooKeeper first, then the brokers
         self.brokers: list[Process] = []
+        self._controller_ports: list[int] = []  # strom-cluster: each node's CONTROLLER port
+        self._id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
     @property
     def cluster(self) -> bool:
@@ -229,13 +232,14 @@ class Deployment:
 
     def start(self) -> None:
         deadline = time.monotonic() + START_TIMEOUT
-        if self.kind == "strom-cluster":
+        if self.kind == "strom-zk-cluster":
             zk = self._zookeeper()
             self.servers.append(zk)
             zk.start()
             zk.wait_ready(deadline)
         n = CLUSTER_SIZE if self.cluster else 1
         if self.kind.startswith("strom"):
+            self._controller_ports = [free_port() for _ in range(n)]
             self.brokers = [self._strom(i, n) for i in range(1, n + 1)]
         else:
             self.brokers = self._kafka(n)
@@ -283,15 +287,38 @@ class Deployment:
         settings = {"listeners": f"PLAINTEXT://{HOST}:{port}",
                     "log.dirs": str(self.work / name / "data"),
                     "metrics.listener": f"http://{HOST}:0"}
-        if n > 1:
+        if n > 1 and self.kind == "strom-zk-cluster":
             settings["broker.id"] = str(node)
             settings["zookeeper.connect"] = f"{HOST}:{self.servers[0].port}/strom"
+        elif n > 1:  # combined KRaft nodes on one static quorum, formatted first
+            ports = self._controller_ports
+            settings.update({
+                "process.roles": "broker,controller", "node.id": str(node),
+                "controller.quorum.voters": ",".join(f"{i}@{HOST}:{p}"
+                                                     for i, p in enumerate(ports, 1)),
+                "controller.listener.names": "CONTROLLER",
+                "listeners": f"PLAINTEXT://{HOST}:{port},CONTROLLER://{HOST}:{ports[node - 1]}",
+                "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"})
         settings.update(self.overrides)
+        (self.work / name).mkdir()
+        if n > 1 and self.kind == "strom-cluster":
+            self._format_strom(name, settings)
         cmd = [self.strom, "broker"]
         for key, value in settings.items():
             cmd += ["--override", f"{key}={value}"]
-        (self.work / name).mkdir()
         return Process(name, cmd, port, self.work / name)
+
+    def _format_strom(self, name: str, settings: dict[str, str]) -> None:
+        """`strom storage format` of a KRaft node's log dir, with the cluster's one id."""
+        props = self.work / name / "format.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        done = subprocess.run([self.strom, "storage", "format", "-c", str(props), "-t",
+                               self._cluster_id()], capture_output=True, text=True, timeout=60)
+        if done.returncode != 0:
+            raise StartError(f"strom storage format failed: {done.stderr.strip()}")
+
+    def _cluster_id(self) -> str:
+        return self._id
 
     # ----------------------------------------------------------------------------- kafka
 

@@ -3,7 +3,7 @@
 Each Java test method is one pytest item, for each run it belongs to:
 
 - ``strom``: every class not tagged ``cluster`` or ``migration-disabled``, on one Strom broker;
-- ``strom-cluster``: classes tagged ``cluster``, on a private ZooKeeper and 3 Strom brokers;
+- ``strom-cluster``: classes tagged ``cluster``, on 3 Strom KRaft nodes (broker and controller);
 - ``strom-migration-disabled``: classes tagged ``migration-disabled``, on one Strom broker with
   ``group.consumer.migration.policy=disabled``;
 - ``kafka``: classes tagged ``fast`` or ``migration``, on a single-node KRaft Apache Kafka 4.4
