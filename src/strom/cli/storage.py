@@ -375,6 +375,24 @@ def format_command(
         typer.echo(line)
 
 
+@app.command("migrate-from-zookeeper")
+@handle_errors
+def migrate_from_zookeeper(
+    config: Annotated[Path, typer.Option("--config", "-c", help="The node's new KRaft "
+                                         "server.properties (node.id = its broker.id, same "
+                                         "log.dirs).", show_default=False)],
+    zookeeper_connect: Annotated[str, typer.Option(
+        "--zookeeper-connect", "-z", help="The old cluster's zookeeper.connect (with its "
+        "chroot).", show_default=False)],
+) -> None:
+    """Strom's own: make a stopped ZooKeeper-mode broker's log dirs a KRaft node's, with the
+    cluster's whole metadata from ZooKeeper (run it on every node of the old cluster)."""
+    from strom.cli.zk_migration import migrate
+
+    for line in migrate(config, zookeeper_connect):
+        typer.echo(line)
+
+
 @app.command("random-uuid")
 @handle_errors
 def random_uuid() -> None:
