@@ -45,8 +45,7 @@ _Q = "controller.quorum."
 
 KRAFT_CONFIGS = (
     ConfigDef("process.roles", T.LIST, None,
-              "KRaft roles of this node: broker, controller, or broker,controller (Strom runs "
-              "controller-only nodes and combined nodes on a quorum of one so far)",
+              "KRaft roles of this node: broker, controller, or broker,controller",
               _roles, read_only=True, implemented=True),
     ConfigDef("node.id", T.INT, None, "KRaft node id, required with process.roles (a broker "
               "without KRaft uses broker.id; with KRaft, broker.id is node.id)", at_least(0), read_only=True, implemented=True),
