@@ -67,6 +67,8 @@ FORWARDED_APIS = frozenset({
     ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
     ApiKey.UNREGISTER_BROKER,
 })
+# a stopping broker's heartbeats that went unanswered before it stops without the controller
+UNANSWERED_SHUTDOWN_ASKS = 2
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -156,6 +158,9 @@ class BrokerLifecycle:
         self.fenced = True
         self.want_shut_down = False
         self._may_shut_down = asyncio.Event()
+        # asked to shut down, but no controller answers (a quorum stopping with this node)
+        self._unanswered = asyncio.Event()
+        self._failures_since_asked = 0
         self._unfenced = asyncio.Event()
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -229,6 +234,10 @@ class BrokerLifecycle:
                 raise
             except KafkaError as exc:  # no controller answers: keep serving, ask again
                 log.info("controller unreachable: %s", exc.message)
+                if self.want_shut_down:
+                    self._failures_since_asked += 1
+                    if self._failures_since_asked >= UNANSWERED_SHUTDOWN_ASKS:
+                        self._unanswered.set()
             except Exception:
                 log.exception("broker heartbeat failed")
             self._wake.clear()
@@ -255,11 +264,18 @@ class BrokerLifecycle:
             return True
         self.want_shut_down = True
         self._wake.set()
+        answered = asyncio.ensure_future(self._may_shut_down.wait())
+        gone = asyncio.ensure_future(self._unanswered.wait())
         try:
-            await asyncio.wait_for(self._may_shut_down.wait(), timeout_s)
-        except TimeoutError:
-            return False
-        return True
+            await asyncio.wait({answered, gone}, timeout=timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            answered.cancel()
+            gone.cancel()
+        if self._unanswered.is_set() and not self._may_shut_down.is_set():
+            log.warning("controlled shutdown: no controller answers (the quorum is stopping "
+                        "too, or unreachable); stopping without moving leaderships")
+        return self._may_shut_down.is_set()
 
 
 class ForwardingController:

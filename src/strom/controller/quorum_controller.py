@@ -73,10 +73,20 @@ class QuorumController(PlanningController):
             last = await self._append(values)
         except NotLeaderError as exc:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from exc
-        if not await self._loader.wait_applied(last + 1, self._timeout_s):
+        epoch = self._loader.leader.epoch
+        loader = self._loader
+
+        def settled() -> bool:  # committed, or never will be in this epoch: another leads
+            return loader.applied_offset > last or loader.leader.epoch != epoch
+
+        if not await loader.wait_for(settled, self._timeout_s):
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                              f"the metadata quorum did not commit the change within "
                              f"{self._timeout_s:.0f} s")
+        if loader.applied_offset <= last:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER,
+                             f"the metadata quorum has a new leader (epoch "
+                             f"{loader.leader.epoch}): the change may not be committed")
         return last
 
     async def _commit_topic_records(self, records: list[Record], recheck: Callable[[], None],

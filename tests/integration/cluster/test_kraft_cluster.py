@@ -152,6 +152,28 @@ def test_brokers_keep_serving_while_every_controller_is_down(tmp_path_factory, r
     assert _admin(bootstrap).list_topics(timeout=10).controller_id in (4, 5)
 
 
+@pytest.mark.timeout(180)
+def test_five_voters_survive_two_failures(make_kraft_cluster):
+    """A quorum of five combined nodes loses two, the active controller among them (kill -9):
+    the other three elect a leader and keep deciding; acks=all writes go on."""
+    cluster = make_kraft_cluster(5)
+    _create(cluster.bootstrap, "kr-five", 3)
+    wait_for(lambda: _fully_replicated(cluster.bootstrap, "kr-five", 3), 30, "full ISRs")
+    old = _active_controller(cluster)
+    victims = [old, next(i for i in range(1, 6) if i != old)]
+    for i in victims:
+        cluster.broker(i).kill()
+    survivors = ",".join(b.bootstrap for b in cluster.brokers if b.running)
+    wait_for(lambda: _admin(survivors).list_topics(timeout=5).controller_id
+             not in (*victims, -1), 20, "a new active controller among the three")
+    _create(survivors, "kr-five-after", 3)  # needs a leader and a majority of the quorum
+    wait_for(lambda: _fully_replicated(survivors, "kr-five-after", 3), 30,
+             "the new topic on the three survivors")
+    sent = [kc.Msg(b"k", f"v{i}".encode()) for i in range(30)]
+    kc.produce(survivors, "kr-five-after", sent, partition=0, acks="all")
+    assert kc.contents(kc.read_partition(survivors, "kr-five-after", 0)) == kc.contents(sent)
+
+
 def _nodes(tmp_path_factory, label: str, *, combined: list[int], controllers: list[int],
            brokers: list[int]) -> dict[int, BrokerProcess]:
     """KRaft nodes by id, not started: combined ones, controller-only voters and broker-only

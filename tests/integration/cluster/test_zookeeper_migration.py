@@ -141,5 +141,28 @@ def test_a_zookeeper_cluster_moves_to_kraft_with_everything(make_cluster, tmp_pa
             (("user", "alice"),): {"producer_byte_rate": 4096.0}}
         assert _producer_id(bootstrap) > before_pid
         assert all("stray" not in n.log_text(0) for n in nodes)
+
+        # a broker added later, formatted afresh, learns the migrated metadata from the quorum
+        # (its log starts past the migration's snapshot: the leader sends the snapshot)
+        late = BrokerProcess(tmp_path / "late", name="kraft-late", kraft=False)
+        late.overrides = {**{k: v for k, v in nodes[0].overrides.items() if k != "node.id"},
+                          "node.id": "4", "process.roles": "broker",
+                          "controller.listener.names": "CONTROLLER",
+                          "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,"
+                                                            "CONTROLLER:PLAINTEXT"}
+        props = late.base_dir / "format.properties"
+        props.write_text("".join(f"{k}={v}\n" for k, v in {
+            "listeners": f"PLAINTEXT://{HOST}:{late.port}", "log.dirs": str(late.data_dir),
+            **late.overrides}.items()))
+        cluster_id = next(line.split("=", 1)[1] for line in (
+            nodes[0].data_dir / "meta.properties").read_text().splitlines()
+            if line.startswith("cluster.id="))
+        subprocess.run([str(STROM_BIN), "storage", "format", "-c", str(props), "-t", cluster_id],
+                       check=True, capture_output=True, timeout=60)
+        nodes.append(late)
+        late.start()
+        seen = AdminClient({"bootstrap.servers": late.bootstrap})
+        wait_for(lambda: len(seen.list_topics("mig", timeout=10).topics["mig"].partitions) == 3,
+                 30, "the migrated topic in the late broker's metadata")
     finally:
         new.stop_all()

@@ -354,7 +354,7 @@ def test_rows_carry_issue_21s_goals_against_kafka() -> None:
     rows = ClusterScenario().rows(config.FULL)
     keys = [m.key for m in rows.metrics]
     assert keys[:4] == ["produce_mbs", "produce_rpcpu", "consume_mbs", "consume_rpcpu"]
-    assert {"p50_ms", "p99_ms", "p999_ms", "rss_mb", "zk_cpu_s"} <= set(keys)
+    assert {"p50_ms", "p99_ms", "p999_ms", "rss_mb"} <= set(keys)
     goals = {m.key: [(t.kind, t.value, t.peer) for t in m.targets] for m in rows.metrics if m.target}
     assert goals == {"produce_mbs": [("ratio_min", 1.0, "Kafka")],
                      "consume_mbs": [("ratio_min", 1.0, "Kafka")],
