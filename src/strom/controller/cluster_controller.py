@@ -2,7 +2,7 @@
 
 Where `QuorumController` decides for a cluster of one broker, this one decides as Kafka's
 quorum controller does for many, with the same partition rules the ZooKeeper-mode controller
-uses (`strom.cluster.zk.decisions`, pure functions over the image):
+uses (`strom.cluster.decisions`, pure functions over the image):
 
 - **Brokers register and heartbeat** (BrokerRegistration, BrokerHeartbeat: Kafka's
   ClusterControlManager and BrokerHeartbeatManager). A registration is a record; a new process
@@ -37,9 +37,7 @@ from dataclasses import dataclass
 
 from strom.cluster import records as rec
 from strom.cluster.controller import check_isr_update
-from strom.cluster.image import BrokerInfo, PartitionState, Registration, TopicState
-from strom.cluster.reassignment import Assignment, reassign
-from strom.cluster.zk.decisions import (
+from strom.cluster.decisions import (
     NO_LEADER,
     PREFERRED,
     StateWrite,
@@ -50,6 +48,8 @@ from strom.cluster.zk.decisions import (
     reassignment_state,
     shutdown_move,
 )
+from strom.cluster.image import BrokerInfo, PartitionState, Registration, TopicState
+from strom.cluster.reassignment import Assignment, reassign
 from strom.common.tasks import cancel_all
 from strom.controller.loader import MetadataLoader
 from strom.controller.quorum_controller import QuorumController, Record

@@ -59,8 +59,8 @@ def test_added_partitions_continue_the_numbering():
 def test_imbalance_picks_partitions_of_a_broker_leading_too_few():
     import uuid
 
+    from strom.cluster.decisions import imbalanced
     from strom.cluster.image import PartitionState, TopicState
-    from strom.cluster.zk.decisions import imbalanced
 
     t = TopicState("t", uuid.uuid4())
     # broker 1 is preferred for 0, 1, 2 but leads none; broker 2 leads its own

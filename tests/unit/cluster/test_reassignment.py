@@ -3,16 +3,16 @@ controller's steps that complete one."""
 
 import pytest
 
-from strom.cluster.image import PartitionState
-from strom.cluster.reassignment import Assignment, reassign
-from strom.cluster.zk.controller import _put
-from strom.cluster.zk.decisions import (
+from strom.cluster.decisions import (
     NO_STATE,
     StateWrite,
     next_state,
     reassignment_done,
     reassignment_state,
 )
+from strom.cluster.image import PartitionState
+from strom.cluster.reassignment import Assignment, reassign
+from strom.cluster.zk.controller import _put
 from strom.cluster.zk.znodes import TopicAssignment
 from strom.protocol.errors import ErrorCode, KafkaError
 

@@ -30,13 +30,7 @@ from strom.cluster.controller import (
     plan_partitions,
     plan_topic,
 )
-from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
-from strom.cluster.quotas import QuotaEntity
-from strom.cluster.reassignment import Assignment, reassign
-from strom.cluster.records import Change
-from strom.cluster.zk import znodes as zn
-from strom.cluster.zk.client import TransactionFailed, ZkClient
-from strom.cluster.zk.decisions import (
+from strom.cluster.decisions import (
     NO_LEADER,
     NO_STATE,
     PREFERRED,
@@ -49,6 +43,12 @@ from strom.cluster.zk.decisions import (
     reelected_after_restart,
     shutdown_move,
 )
+from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
+from strom.cluster.quotas import QuotaEntity
+from strom.cluster.reassignment import Assignment, reassign
+from strom.cluster.records import Change
+from strom.cluster.zk import znodes as zn
+from strom.cluster.zk.client import TransactionFailed, ZkClient
 from strom.cluster.zk.mirror import ZkMirror
 from strom.common.tasks import cancel_all
 from strom.protocol.errors import ErrorCode, KafkaError

@@ -30,11 +30,11 @@ from typing import Any
 
 from strom.cluster import quotas
 from strom.cluster import records as rec
+from strom.cluster.decisions import NO_LEADER, NO_STATE
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState
 from strom.cluster.records import Change
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.client import ZkClient
-from strom.cluster.zk.decisions import NO_LEADER, NO_STATE
 from strom.common.tasks import cancel_all
 from strom.security.acl import AclBinding
 

@@ -15,10 +15,10 @@ import uuid
 from kazoo.exceptions import BadVersionError, NodeExistsError, NoNodeError
 from kazoo.protocol.states import ZnodeStat
 
+from strom.cluster.decisions import NO_LEADER, StateWrite, reelected_after_restart
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState
 from strom.cluster.zk import znodes as zn
 from strom.cluster.zk.controller import ZkController
-from strom.cluster.zk.decisions import NO_LEADER, StateWrite, reelected_after_restart
 from strom.cluster.zk.mirror import ZkMirror
 
 TOPIC = "orders"

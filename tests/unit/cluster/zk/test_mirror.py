@@ -8,9 +8,9 @@ import pytest
 
 from strom.cluster import records as rec
 from strom.cluster.controller import check_isr_update
+from strom.cluster.decisions import NO_LEADER, NO_STATE
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState
 from strom.cluster.zk import znodes as zn
-from strom.cluster.zk.decisions import NO_LEADER, NO_STATE
 from strom.cluster.zk.mirror import (
     BROKER_CONFIGS,
     BROKERS,

@@ -1,10 +1,11 @@
 """The active controller's partition decisions, as pure functions over metadata states.
 
 Given what the image says (replicas, leader, ISR, epochs) and which brokers are live, decide
-each partition's next state. No ZooKeeper here: the controller writes what these return with a
-compare-and-set on the state znode, and a lost race just means deciding again on fresher state.
+each partition's next state. Both active controllers use them: ZooKeeper mode's writes what
+these return with a compare-and-set on the state znode, KRaft's as partition records checked
+against the partition epoch; a lost race just means deciding again on fresher state.
 
-Kafka's rules (its ZooKeeper-era controller):
+Kafka's rules (as its controllers apply them):
 - a new partition's leader is its first live replica, its ISR the live replicas;
 - a partition whose leader is gone gets the first replica (in assignment order) that is live
   and in the ISR; with unclean leader election, else the first live replica (the ISR becomes

@@ -3,8 +3,7 @@ ElectLeaders, leader rebalance and controlled shutdown."""
 
 import uuid
 
-from strom.cluster.image import PartitionState, TopicState
-from strom.cluster.zk.decisions import (
+from strom.cluster.decisions import (
     NO_LEADER,
     NO_STATE,
     PREFERRED,
@@ -18,6 +17,7 @@ from strom.cluster.zk.decisions import (
     next_state,
     shutdown_move,
 )
+from strom.cluster.image import PartitionState, TopicState
 
 
 def st(replicas, isr, leader, epoch=3, version=7) -> PartitionState:
