@@ -189,7 +189,6 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     )
     from strom.broker.replicas import build_replica_manager
     from strom.config.listeners import advertised_listeners, inter_broker_listener_name
-    from strom.controller.cluster_controller import ClusterQuorumController
     from strom.security.client import controller_security, inter_broker_security
 
     loop = asyncio.get_running_loop()
@@ -218,14 +217,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         partitions = PartitionManager(config.broker_id, config, image, logs)
         local = None
         if is_voter:
-            local = ClusterQuorumController(
-                loader, controller_node.append, node_id=controller_node.node_id,
-                is_leader=lambda: loader.leader.leader_id == controller_node.node_id,
-                session_timeout_ms=config.get("broker.session.timeout.ms"),
-                unclean_for=_unclean_from(partitions.resolve),
-                rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
-                                      if config.get("auto.leader.rebalance.enable") else None),
-                imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
+            local = _cluster_controller(config, controller_node, loader, partitions)
             controller_node.cluster = local
         channel = ControllerChannel(
             lambda: loader.leader.leader_id, controller_node.controller_endpoints,
@@ -285,7 +277,6 @@ async def build_controller_only(config: BrokerConfig,
     from strom.broker.handlers import quorum as quorum_handlers
     from strom.broker.kraft_cluster import AdminForwarder, ControllerChannel
     from strom.broker.router import Router
-    from strom.controller.cluster_controller import ClusterQuorumController
     from strom.security.client import controller_security
 
     loop = asyncio.get_running_loop()
@@ -303,14 +294,7 @@ async def build_controller_only(config: BrokerConfig,
                           replicated=True, owned_elsewhere=frozenset({METADATA_TOPIC}))
         await asyncio.to_thread(logs.load)
         partitions = PartitionManager(controller_node.node_id, config, image, logs)
-        local = ClusterQuorumController(
-            loader, controller_node.append, node_id=controller_node.node_id,
-            is_leader=lambda: loader.leader.leader_id == controller_node.node_id,
-            session_timeout_ms=config.get("broker.session.timeout.ms"),
-            unclean_for=_unclean_from(partitions.resolve),
-            rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
-                                  if config.get("auto.leader.rebalance.enable") else None),
-            imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
+        local = _cluster_controller(config, controller_node, loader, partitions)
         controller_node.cluster = local
         listener = controller_node.listener
         channel = ControllerChannel(lambda: loader.leader.leader_id,
@@ -333,6 +317,22 @@ async def build_controller_only(config: BrokerConfig,
         await controller_node.stop()
         raise
     return ControllerOnlyParts(controller_node, loader, local, broker)
+
+
+def _cluster_controller(config: BrokerConfig, controller_node: ControllerNode,
+                        loader: MetadataLoader, partitions: PartitionManager,
+                        ) -> ClusterQuorumController:
+    """The controller a voter of a cluster runs: active while it leads the quorum."""
+    from strom.controller.cluster_controller import ClusterQuorumController
+
+    return ClusterQuorumController(
+        loader, controller_node.append, node_id=controller_node.node_id,
+        is_leader=lambda: loader.leader.leader_id == controller_node.node_id,
+        session_timeout_ms=config.get("broker.session.timeout.ms"),
+        unclean_for=_unclean_from(partitions.resolve),
+        rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
+                              if config.get("auto.leader.rebalance.enable") else None),
+        imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
 
 
 def _unclean_from(resolve: Callable[[TopicState, str], object]) -> Callable[[TopicState], bool]:

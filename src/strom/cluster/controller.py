@@ -22,7 +22,7 @@ from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, Topic
 from strom.cluster.metadata_log import MetadataLog, encode_batch
 from strom.cluster.placement import assign_replicas
 from strom.cluster.quotas import QuotaEntity
-from strom.cluster.reassignment import Assignment, reassign
+from strom.cluster.reassignment import Assignment, reassign_state
 from strom.cluster.records import Change
 from strom.cluster.validation import check_topic_name, colliding
 from strom.common.collections_held import collections_held
@@ -240,8 +240,14 @@ class PlanningController:
 
     immediate = False
     single_broker = True
-    leader_elections = 0  # one broker leads everything: there is never an election
-    unclean_leader_elections = 0
+
+    @property
+    def leader_elections(self) -> int:
+        return 0  # one broker leads everything: there is never an election
+
+    @property
+    def unclean_leader_elections(self) -> int:
+        return 0
     image: MetadataImage
     _listeners: list[Listener]
 
@@ -397,19 +403,12 @@ class PlanningController:
         for (topic, p), target in sorted(wanted.items()):
             t = self.image.topics.get(topic)
             state = t.partitions.get(p) if t is not None else None
-            if t is None or state is None:
-                out[(topic, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                   f"no such partition {topic}-{p}", None)
+            outcome, _ = reassign_state(state, topic, p, target, set(self.image.brokers),
+                                        allow_rf_change=allow_rf_change)
+            out[(topic, p)] = outcome
+            new = outcome[2]
+            if t is None or state is None or new is None:
                 continue
-            current = Assignment(tuple(state.replicas), tuple(state.adding_replicas),
-                                 tuple(state.removing_replicas))
-            try:
-                new = reassign(current, target, set(self.image.brokers),
-                               allow_rf_change=allow_rf_change)
-            except KafkaError as exc:
-                out[(topic, p)] = (exc.code, exc.message, None)
-                continue
-            out[(topic, p)] = (ErrorCode.NONE, None, new)
             final = list(new.target)
             if final != state.replicas or state.reassigning:
                 records.append(rec.partition_record(t.topic_id, dataclasses.replace(

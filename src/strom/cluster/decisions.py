@@ -203,3 +203,40 @@ def shutdown_move(state: PartitionState, leaving: set[int], live: set[int]) -> S
     if any(r in leaving for r in state.isr):
         return StateWrite(state.leader, state.leader_epoch + 1, remaining)
     return None
+
+
+class ElectionCount:
+    """Leader elections an active controller made (Kafka's LeaderElectionRateAndTimeMs and
+    UncleanLeaderElectionsPerSec): a new leader, and one that was not in the ISR."""
+
+    def __init__(self) -> None:
+        self.leader_elections = 0
+        self.unclean_leader_elections = 0
+
+    def count(self, before: PartitionState, leader: int) -> None:
+        if leader != NO_LEADER and leader != before.leader:
+            self.leader_elections += 1
+            if leader not in before.isr:
+                self.unclean_leader_elections += 1
+
+
+class RebalanceSchedule:
+    """Kafka's auto leader rebalance: every ``leader.imbalance.check.interval.seconds`` (None:
+    ``auto.leader.rebalance.enable=false``), the partitions to move back to their preferred
+    replica (`imbalanced`); the first check comes one interval after the controller starts."""
+
+    def __init__(self, interval_s: float | None, max_percentage: int) -> None:
+        self.interval_s = interval_s
+        self.max_percentage = max_percentage
+        self._next = 0.0
+
+    def due(self, now: float, topics: Iterable[TopicState],
+            live: Collection[int]) -> list[tuple[str, int]]:
+        if self.interval_s is None:
+            return []
+        if self._next == 0.0:
+            self._next = now + self.interval_s
+        if now < self._next:
+            return []
+        self._next = now + self.interval_s
+        return imbalanced(topics, live, self.max_percentage)

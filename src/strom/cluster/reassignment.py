@@ -15,9 +15,11 @@ cancellation (`target None`) goes back to the original replicas.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from strom.cluster.image import PartitionState
 from strom.protocol.errors import ErrorCode, KafkaError
 
 
@@ -79,3 +81,25 @@ def reassign(current: Assignment, target: Sequence[int] | None, live: Collection
                          f"brokers {dead} of the target are not live (live brokers: "
                          f"{sorted(live)})")
     return Assignment(full, adding, removing)
+
+
+Outcome = tuple[int, str | None, Assignment | None]  # error code, message, assignment written
+
+
+def reassign_state(state: PartitionState | None, name: str, partition: int,
+                   target: Sequence[int] | None, live: Collection[int], *,
+                   allow_rf_change: bool = False) -> tuple[Outcome, PartitionState | None]:
+    """One partition of an AlterPartitionReassignments request against its current state:
+    the outcome, and the partition's next state (None when nothing is to be written)."""
+    if state is None:
+        return (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no such partition {name}-{partition}",
+                None), None
+    current = Assignment(tuple(state.replicas), tuple(state.adding_replicas),
+                         tuple(state.removing_replicas))
+    try:
+        new = reassign(current, target, live, allow_rf_change=allow_rf_change)
+    except KafkaError as exc:
+        return (exc.code, exc.message, None), None
+    return (ErrorCode.NONE, None, new), dataclasses.replace(
+        state, replicas=list(new.replicas), adding_replicas=list(new.adding),
+        removing_replicas=list(new.removing), partition_epoch=state.partition_epoch + 1)

@@ -38,18 +38,18 @@ from dataclasses import dataclass
 from strom.cluster import records as rec
 from strom.cluster.controller import check_isr_update
 from strom.cluster.decisions import (
-    NO_LEADER,
     PREFERRED,
+    ElectionCount,
+    RebalanceSchedule,
     StateWrite,
     decide,
     elected_state,
-    imbalanced,
     reassignment_done,
     reassignment_state,
     shutdown_move,
 )
 from strom.cluster.image import BrokerInfo, PartitionState, Registration, TopicState
-from strom.cluster.reassignment import Assignment, reassign
+from strom.cluster.reassignment import Assignment, reassign_state
 from strom.common.tasks import cancel_all
 from strom.controller.loader import MetadataLoader
 from strom.controller.quorum_controller import QuorumController, Record
@@ -90,14 +90,11 @@ class ClusterQuorumController(QuorumController):
                  ) -> None:
         super().__init__(loader, append, None)
         self.node_id = node_id
-        self.leader_elections = 0
-        self.unclean_leader_elections = 0
+        self.elections = ElectionCount()
         self._is_leader = is_leader
         self._session_s = session_timeout_ms / 1000
         self._unclean_for = unclean_for
-        self._rebalance_interval_s = rebalance_interval_s
-        self._imbalance_percentage = imbalance_percentage
-        self._next_rebalance = 0.0
+        self._rebalance = RebalanceSchedule(rebalance_interval_s, imbalance_percentage)
         self._last_seen: dict[int, float] = {}  # broker id -> monotonic time of its heartbeat
         self._shutting_down: set[int] = set()
         self._was_leader = False
@@ -281,7 +278,7 @@ class ClusterQuorumController(QuorumController):
                 state = topic.partitions.get(w.partition) if topic is not None else None
                 if state is None or state.partition_epoch != w.expected_epoch:
                     continue  # changed meanwhile: decided again on the next pass
-                self._count_election(state, w.write.leader)
+                self.elections.count(state, w.write.leader)
                 new = dataclasses.replace(state, leader=w.write.leader,
                                           leader_epoch=w.write.leader_epoch,
                                           isr=list(w.write.isr),
@@ -291,12 +288,6 @@ class ClusterQuorumController(QuorumController):
                          new.leader, new.leader_epoch, new.isr)
             if records:
                 await self._commit(records)
-
-    def _count_election(self, before: PartitionState, leader: int) -> None:
-        if leader != NO_LEADER and leader != before.leader:
-            self.leader_elections += 1
-            if leader not in before.isr:
-                self.unclean_leader_elections += 1
 
     async def _finish_reassignments(self) -> None:
         records: list[Record] = []
@@ -314,20 +305,20 @@ class ClusterQuorumController(QuorumController):
                 await self._commit(records)
 
     async def _maybe_rebalance(self) -> None:
-        if self._rebalance_interval_s is None:
-            return
-        now = time.monotonic()
-        if self._next_rebalance == 0.0:
-            self._next_rebalance = now + self._rebalance_interval_s
-        if now < self._next_rebalance:
-            return
-        self._next_rebalance = now + self._rebalance_interval_s
-        moves = imbalanced(list(self.image.topics.values()), set(self.image.brokers),
-                           self._imbalance_percentage)
+        moves = self._rebalance.due(time.monotonic(), list(self.image.topics.values()),
+                                    set(self.image.brokers))
         if moves:
             log.info("leader rebalance: moving %d partitions to their preferred replica",
                      len(moves))
             await self.elect_leaders(PREFERRED, moves)
+
+    @property
+    def leader_elections(self) -> int:
+        return self.elections.leader_elections
+
+    @property
+    def unclean_leader_elections(self) -> int:
+        return self.elections.unclean_leader_elections
 
     # -- the Controller seam, for a cluster -------------------------------------------------
 
@@ -376,7 +367,7 @@ class ClusterQuorumController(QuorumController):
                                       if election_type == PREFERRED
                                       else ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE)
                     continue
-                self._count_election(state, write.leader)
+                self.elections.count(state, write.leader)
                 records.append(rec.partition_record(t.topic_id, dataclasses.replace(
                     state, leader=write.leader, leader_epoch=write.leader_epoch,
                     isr=list(write.isr), partition_epoch=state.partition_epoch + 1)))
@@ -396,27 +387,16 @@ class ClusterQuorumController(QuorumController):
             records: list[Record] = []
             for (name, p), target in sorted(wanted.items()):
                 t = self.image.topics.get(name)
-                state = t.partitions.get(p) if t is not None else None
-                if t is None or state is None:
-                    out[(name, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                      f"no such partition {name}-{p}", None)
+                outcome, moved = reassign_state(
+                    t.partitions.get(p) if t is not None else None, name, p, target,
+                    set(self.image.brokers), allow_rf_change=allow_rf_change)
+                out[(name, p)] = outcome
+                if t is None or moved is None:
                     continue
-                current = Assignment(tuple(state.replicas), tuple(state.adding_replicas),
-                                     tuple(state.removing_replicas))
-                try:
-                    new = reassign(current, target, set(self.image.brokers),
-                                   allow_rf_change=allow_rf_change)
-                except KafkaError as exc:
-                    out[(name, p)] = (exc.code, exc.message, None)
-                    continue
-                out[(name, p)] = (ErrorCode.NONE, None, new)
-                records.append(rec.partition_record(t.topic_id, dataclasses.replace(
-                    state, replicas=list(new.replicas), adding_replicas=list(new.adding),
-                    removing_replicas=list(new.removing),
-                    partition_epoch=state.partition_epoch + 1)))
+                records.append(rec.partition_record(t.topic_id, moved))
                 log.info("%s-%d: reassigning to %s (replicas %s, adding %s, removing %s)", name,
-                         p, list(new.target), list(new.replicas), list(new.adding),
-                         list(new.removing))
+                         p, [r for r in moved.replicas if r not in moved.removing_replicas],
+                         moved.replicas, moved.adding_replicas, moved.removing_replicas)
             if records:
                 await self._commit(records)
         self._wake.set()

@@ -35,9 +35,10 @@ from strom.cluster.decisions import (
     NO_STATE,
     PREFERRED,
     Decision,
+    ElectionCount,
+    RebalanceSchedule,
     decide,
     elected_state,
-    imbalanced,
     reassignment_done,
     reassignment_state,
     reelected_after_restart,
@@ -79,12 +80,8 @@ class ZkController:
         self._unclean_for = unclean_for
         self.active = False
         # leader elections this controller made: all, and those outside the ISR (unclean)
-        self.leader_elections = 0
-        self.unclean_leader_elections = 0
-        # auto.leader.rebalance.enable: how often, and how much imbalance is tolerated
-        self._rebalance_interval_s = rebalance_interval_s
-        self._imbalance_percentage = imbalance_percentage
-        self._next_rebalance = 0.0
+        self.elections = ElectionCount()
+        self._rebalance = RebalanceSchedule(rebalance_interval_s, imbalance_percentage)
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -292,7 +289,7 @@ class ZkController:
             try:
                 await self.zk.set(zn.state_path(topic, p), data, state.partition_epoch)
                 out[(topic, p)] = ErrorCode.NONE
-                self._count_election(state, write.leader)
+                self.elections.count(state, write.leader)
                 log.info("%s-%d: leader %d elected (%s)", topic, p, write.leader,
                          "preferred" if election_type == PREFERRED else "unclean")
             except (BadVersionError, NoNodeError):
@@ -532,7 +529,7 @@ class ZkController:
             topic = self.image.topics.get(d.topic)
             before = topic.partitions.get(d.partition) if topic is not None else None
             if await self._write(d) and before is not None:
-                self._count_election(before, d.write.leader)
+                self.elections.count(before, d.write.leader)
         await self._reassignments(live)
         await self._maybe_rebalance()
 
@@ -581,26 +578,20 @@ class ZkController:
                      done[p].target_replicas)
 
     async def _maybe_rebalance(self) -> None:
-        if self._rebalance_interval_s is None:
-            return
-        now = time.monotonic()
-        if self._next_rebalance == 0.0:
-            self._next_rebalance = now + self._rebalance_interval_s
-        if now < self._next_rebalance:
-            return
-        self._next_rebalance = now + self._rebalance_interval_s
-        moves = imbalanced(list(self.image.topics.values()), set(self.image.brokers),
-                           self._imbalance_percentage)
+        moves = self._rebalance.due(time.monotonic(), list(self.image.topics.values()),
+                                    set(self.image.brokers))
         if moves:
             log.info("leader rebalance: moving %d partitions to their preferred replica",
                      len(moves))
             await self.elect_leaders(PREFERRED, moves)
 
-    def _count_election(self, before: PartitionState, leader: int) -> None:
-        if leader != NO_LEADER and leader != before.leader:
-            self.leader_elections += 1
-            if leader not in before.isr:
-                self.unclean_leader_elections += 1
+    @property
+    def leader_elections(self) -> int:
+        return self.elections.leader_elections
+
+    @property
+    def unclean_leader_elections(self) -> int:
+        return self.elections.unclean_leader_elections
 
     async def _write(self, d: Decision) -> bool:
         """Write a decided partition state; False when a newer one won meanwhile."""
