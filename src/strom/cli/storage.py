@@ -47,8 +47,21 @@ import typer
 
 import strom
 from strom.cli.common import CliError, UsageError, handle_errors
-from strom.cluster.features import FEATURES, feature_level_record, parse_feature_level_record
-from strom.cluster.zk.znodes import new_topic_id
+from strom.cli.kraft_layout import (
+    DEFAULT_MV_LEVEL,
+    KRAFT_VERSION,
+    MAX_LEVELS,
+    META_PROPERTIES,
+    METADATA_VERSION,
+    MV_NAMES,
+    SUPPORTED_FEATURES,
+    default_feature_levels,
+    metadata_version_level,
+    mv_name,
+    random_directory_id,
+    read_meta,
+)
+from strom.cluster.features import feature_level_record, parse_feature_level_record
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
 from strom.raft.config import QuorumConfig, parse_initial_controllers
@@ -59,66 +72,7 @@ from strom.storage.checkpoints import topic_id_from_str, topic_id_to_str, write_
 
 app = typer.Typer(help="Format log dirs for KRaft (kafka-storage).", no_args_is_help=True)
 
-META_PROPERTIES = "meta.properties"
-
-# metadata.version names in level order, from level 7 (3.3-IV3, the first KRaft production
-# level) to Kafka 4.4's latest, 4.4-IV2 = 33.
-_MV_FIRST_LEVEL = 7
-MV_NAMES: tuple[str, ...] = (
-    "3.3-IV3", "3.4-IV0", "3.5-IV0", "3.5-IV1", "3.5-IV2", "3.6-IV0", "3.6-IV1", "3.6-IV2",
-    "3.7-IV0", "3.7-IV1", "3.7-IV2", "3.7-IV3", "3.7-IV4", "3.8-IV0", "3.9-IV0", "4.0-IV0",
-    "4.0-IV1", "4.0-IV2", "4.0-IV3", "4.1-IV0", "4.1-IV1", "4.2-IV0", "4.2-IV1", "4.3-IV0",
-    "4.4-IV0", "4.4-IV1", "4.4-IV2",
-)
-DEFAULT_MV_LEVEL = _MV_FIRST_LEVEL + len(MV_NAMES) - 1
-
-# The level Kafka 4.4 bootstraps each feature at, by metadata.version: (from MV level, level),
-# highest first (measured with kafka-storage format -r <each version>).
-_FEATURE_DEFAULTS: dict[str, tuple[tuple[int, int], ...]] = {
-    "group.version": ((22, 1),),
-    "share.version": ((31, 2), (28, 1)),
-    "streams.version": ((29, 1),),
-    "transaction.version": ((24, 2),),
-}
-KRAFT_VERSION = "kraft.version"
-METADATA_VERSION = "metadata.version"
-_MAX_LEVELS = {f.name: f.max_version for f in FEATURES if f.name != METADATA_VERSION}
-SUPPORTED_FEATURES = tuple(sorted([*_MAX_LEVELS, KRAFT_VERSION]))
-
 _CLUSTER_ID = re.compile(r"[A-Za-z0-9_-]+")
-
-
-def mv_name(level: int) -> str:
-    return MV_NAMES[level - _MV_FIRST_LEVEL]
-
-
-def metadata_version_level(text: str) -> int:
-    """A release version (``3.9``, ``4.4-IV2``) as its metadata.version level; a bare release
-    is its last level, as in Kafka."""
-    text = text.strip()
-    if text in MV_NAMES:
-        return MV_NAMES.index(text) + _MV_FIRST_LEVEL
-    same_release = [i for i, name in enumerate(MV_NAMES) if name.split("-")[0] == text]
-    if same_release:
-        return same_release[-1] + _MV_FIRST_LEVEL
-    raise CliError(f"Unknown metadata.version '{text}'. Supported metadata.version are: "
-                   f"{', '.join(MV_NAMES)}")
-
-
-def default_feature_levels(mv_level: int) -> dict[str, int]:
-    """The features (other than metadata.version and kraft.version) at their bootstrap level
-    for a metadata.version, as Kafka 4.4 picks them."""
-    out = {}
-    for name, steps in _FEATURE_DEFAULTS.items():
-        out[name] = next((level for since, level in steps if mv_level >= since), 0)
-    return out
-
-
-def random_directory_id() -> str:
-    """A new base64url UUID (neither reserved nor starting with '-'), like Kafka's
-    ``Uuid.randomUuid().toString()``."""
-    return topic_id_to_str(new_topic_id())
-
 
 @dataclass
 class FormatOptions:
@@ -131,16 +85,6 @@ class FormatOptions:
     features: list[str] = field(default_factory=list)
     add_scram: list[str] = field(default_factory=list)
     ignore_formatted: bool = False
-
-
-def _read_meta(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CliError(f"cannot read {path}: {e}") from None
-    return {k.strip(): v.strip() for k, _, v in
-            (line.partition("=") for line in text.splitlines())
-            if _ and not k.lstrip().startswith(("#", "!"))}
 
 
 def _parse_features(items: list[str]) -> dict[str, int]:
@@ -157,7 +101,7 @@ def _parse_features(items: list[str]) -> dict[str, int]:
             raise CliError(f"Unsupported feature: {name}. Supported features are: "
                            f"{', '.join(SUPPORTED_FEATURES)}")
         value = int(level)
-        top = _MAX_LEVELS.get(name, 1)
+        top = MAX_LEVELS.get(name, 1)
         if not 0 <= value <= top:
             raise CliError(f"No feature:{name} with feature level {value} (Strom supports "
                            f"levels 0 to {top})")
@@ -270,7 +214,7 @@ def format_storage(opts: FormatOptions) -> list[str]:
         meta = d / META_PROPERTIES
         if not meta.exists():
             continue
-        props = _read_meta(meta)
+        props = read_meta(meta)
         if props.get("cluster.id", cluster_id) != cluster_id:
             raise CliError(f"Invalid cluster.id in: {meta}. Expected {cluster_id}, but read "
                            f"{props['cluster.id']}")

@@ -34,6 +34,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from strom.cli.common import CliError
+from strom.cli.kraft_layout import (
+    DEFAULT_MV_LEVEL,
+    META_PROPERTIES,
+    METADATA_VERSION,
+    default_feature_levels,
+    random_directory_id,
+    read_meta,
+)
 from strom.cluster.features import feature_level_record
 from strom.cluster.image import MetadataImage
 from strom.cluster.records import image_records
@@ -89,22 +97,8 @@ async def read_zookeeper(connect: str) -> ZooKeeperState:
         await zk.stop()
 
 
-def _meta(path: Path) -> dict[str, str]:
-    from strom.cli.storage import _read_meta
-
-    return _read_meta(path)
-
-
 def migrate_node(config_path: Path, state: ZooKeeperState) -> list[str]:
     """Turn this node's ZooKeeper-mode log dirs into a KRaft node's (see the module doc)."""
-    from strom.cli.storage import (
-        DEFAULT_MV_LEVEL,
-        META_PROPERTIES,
-        METADATA_VERSION,
-        default_feature_levels,
-        random_directory_id,
-    )
-
     try:
         config = BrokerConfig.load(config_path)
         quorum = QuorumConfig.from_config(config.get)
@@ -129,7 +123,7 @@ def migrate_node(config_path: Path, state: ZooKeeperState) -> list[str]:
                 continue  # a metadata dir of its own, new with KRaft
             raise CliError(f"no {META_PROPERTIES} in {d}: not a log dir of a broker of "
                            f"cluster {state.cluster_id}")
-        props = _meta(meta)
+        props = read_meta(meta)
         if props.get("cluster.id") != state.cluster_id:
             raise CliError(f"{meta} belongs to cluster {props.get('cluster.id')}, not to "
                            f"{state.cluster_id} (the one ZooKeeper holds)")

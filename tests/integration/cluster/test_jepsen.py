@@ -23,7 +23,7 @@ import pytest
 from ...jepsen.nemesis import KILLS, PARTITION, Timing
 from ...jepsen.run import BROKER_SETTINGS, Settings, run
 from ..conftest import DEFAULT_OVERRIDES
-from .conftest import CLUSTER_OVERRIDES, KRAFT_OVERRIDES, ZooKeeper, kraft_clusters
+from .conftest import CLUSTER_OVERRIDES, KRAFT_OVERRIDES, Cluster, ZooKeeper, kraft_clusters
 from .netns import HUB_ADDRESS, NetnsLab
 from .test_network_partition import PORT, NamespacedBroker, lab  # noqa: F401  (fixture)
 
@@ -33,13 +33,18 @@ SHORT_SECONDS = 100.0  # a cap: the run stops once the plan is done and 500 comm
 MIN_COMMITTED = 500
 # A killed broker's ZooKeeper session ends (and its roles move) within 2 s.
 JEPSEN_OVERRIDES = {"zookeeper.session.timeout.ms": "2000"}
-# KRaft: a killed broker is fenced within 2 s; a controller within 2 s + an election.
+# KRaft: a killed broker is fenced within 2 s; a killed controller is replaced within 1.5 s
+# and an election, which then gives every broker a new session of 2 s.
 JEPSEN_KRAFT_OVERRIDES = {"broker.session.timeout.ms": "2000",
-                          "broker.heartbeat.interval.ms": "300"}
+                          "broker.heartbeat.interval.ms": "300",
+                          "controller.quorum.fetch.timeout.ms": "1500",
+                          "controller.quorum.election.timeout.ms": "750"}
+# A cap: KRaft's failovers of a controller take longer than ZooKeeper's of a broker.
+SHORT_SECONDS_KRAFT = 130.0
 CONTROLLER_PORT = 9093
 
 pytestmark = pytest.mark.timeout(
-    float(os.environ["JEPSEN_SECONDS"]) + 300 if LONG else 240)
+    float(os.environ["JEPSEN_SECONDS"]) + 300 if LONG else 270)
 
 
 class StromInNamespaces:
@@ -146,6 +151,9 @@ class StromKRaftInNamespaces(StromInNamespaces):
         for b in self.brokers.values():
             b.wait_ready()
 
+    def stop_all(self) -> None:  # together: a quorum stopped one by one loses its majority
+        Cluster(list(self.brokers.values()), "", together=True).stop_all()
+
     def close(self) -> None:
         for b in self.brokers.values():
             b.kill()
@@ -158,7 +166,8 @@ def test_jepsen(lab, tmp_path):  # noqa: F811  (the lab fixture)
                             timing=Timing(quick=0.25))
     else:
         seed = int(os.environ.get("JEPSEN_SEED") or SHORT_SEED)
-        settings = Settings(seed, SHORT_SECONDS, min_committed=MIN_COMMITTED)
+        settings = Settings(seed, SHORT_SECONDS_KRAFT if kraft_clusters() else SHORT_SECONDS,
+                            min_committed=MIN_COMMITTED)
     print(f"jepsen seed {seed} (JEPSEN_SEED={seed} repeats this run)", flush=True)
     target = (StromKRaftInNamespaces if kraft_clusters() else StromInNamespaces)(lab, tmp_path)
     with lab.entered():

@@ -208,7 +208,7 @@ def _nodes(tmp_path_factory, label: str, *, combined: list[int], controllers: li
 
 
 def _start(request, nodes: list[BrokerProcess], brokers: list[BrokerProcess]) -> None:
-    request.addfinalizer(Cluster(nodes, "", together=True).stop_all)
+    request.addfinalizer(Cluster(nodes, "").discard)
     for b in nodes:
         b.start(wait=False)
     for b in nodes:

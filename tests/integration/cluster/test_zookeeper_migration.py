@@ -165,4 +165,4 @@ def test_a_zookeeper_cluster_moves_to_kraft_with_everything(make_cluster, tmp_pa
         wait_for(lambda: len(seen.list_topics("mig", timeout=10).topics["mig"].partitions) == 3,
                  30, "the migrated topic in the late broker's metadata")
     finally:
-        new.stop_all()
+        new.discard()
