@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -212,6 +213,11 @@ def fake_node(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
     write_record(_mkdir(root), record([None]))
     proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "broker",
                              str(properties_path(root, 1))])
+    # until the child has exec'd, /proc shows the parent's command line (seen in CI)
+    deadline = time.monotonic() + 10
+    while b"broker" not in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the fake node never started"
+        time.sleep(0.01)  # poll interval, not synchronisation
     rec = record([proc.pid])
     write_record(root, rec)
     try:
