@@ -72,6 +72,9 @@ class Sizes:
     http_records: int  # 1 KiB records produced, then consumed, through the HTTP API (http-1k)
     iceberg_records: int  # 1 KiB records per phase of iceberg-1k (each lake topic, Spark load)
     iceberg_lag_s: float  # how long iceberg-1k's paced producer runs for the lag to a table row
+    failover_repeats: int  # kills of the active controller per cluster-failover run (median)
+    cluster_partitions: int  # partitions cluster-10k-partitions creates (1,000 per topic)
+    cluster_partitions_rf: int  # their replication factor
 
     def describe(self) -> dict[str, object]:
         return asdict(self)
@@ -97,6 +100,9 @@ FULL = Sizes(
     http_records=100_000,
     iceberg_records=200_000,
     iceberg_lag_s=20.0,
+    failover_repeats=3,
+    cluster_partitions=10_000,
+    cluster_partitions_rf=3,
 )
 
 QUICK = Sizes(
@@ -119,4 +125,7 @@ QUICK = Sizes(
     http_records=20_000,
     iceberg_records=40_000,
     iceberg_lag_s=8.0,
+    failover_repeats=1,
+    cluster_partitions=10_000,
+    cluster_partitions_rf=3,
 )
