@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from strom.broker.core import Broker, Node
 from strom.broker.partitions import PartitionManager
 from strom.broker.wiring import StartupError, advertised_info, build_authorizer, wire_broker
+from strom.cluster.controller import Controller
 from strom.cluster.image import METADATA_TOPIC, BrokerInfo, MetadataImage, TopicState
 from strom.config.broker import BrokerConfig, ConfigSource
 from strom.controller.loader import MetadataLoader, SnapshotPolicy
@@ -128,16 +129,10 @@ async def build_combined_broker(config: BrokerConfig,
         if not led:
             raise StartupError(f"the metadata quorum did not elect this node within "
                                f"{ELECTION_WAIT_S:.0f} s (see the log above)")
-        logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
-                          producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
-                          owned_elsewhere=frozenset({METADATA_TOPIC}))
-        await asyncio.to_thread(logs.load)
+        logs = await _load_logs(config, replicated=False)
         controller = QuorumController(loader, controller_node.append, info)
         partitions = PartitionManager(config.broker_id, config, image, logs)
-        partitions.refresh_dynamic_broker_configs()
-        partitions.sync_all()
-        controller.subscribe(partitions.on_changes)
-        loader.on_reset(partitions.sync_all)
+        _follow(partitions, controller, loader)
     except BaseException:
         await controller_node.stop()
         raise
@@ -149,6 +144,25 @@ async def build_combined_broker(config: BrokerConfig,
     broker = wire_broker(node, loop)
     broker.metadata_quorum = controller_node.raft_request
     return broker, parts
+
+
+async def _load_logs(config: BrokerConfig, *, replicated: bool) -> LogManager:
+    """This node's partition logs, loaded off the event loop; the metadata log is the Raft
+    client's, not the LogManager's."""
+    logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
+                      producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
+                      replicated=replicated, owned_elsewhere=frozenset({METADATA_TOPIC}))
+    await asyncio.to_thread(logs.load)
+    return logs
+
+
+def _follow(partitions: PartitionManager, controller: Controller,
+            loader: MetadataLoader) -> None:
+    """The partition logs follow the image: made or judged now, then on every change."""
+    partitions.refresh_dynamic_broker_configs()
+    partitions.sync_all()
+    controller.subscribe(partitions.on_changes)
+    loader.on_reset(partitions.sync_all)
 
 
 def _loader(config: BrokerConfig, image: MetadataImage, loop: asyncio.AbstractEventLoop,
@@ -210,10 +224,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         if inherited:
             log.info("%d partition(s) led by this broker before it restarted are not served "
                      "until the controller elects their leaders again", inherited)
-        logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
-                          producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
-                          replicated=True, owned_elsewhere=frozenset({METADATA_TOPIC}))
-        await asyncio.to_thread(logs.load)
+        logs = await _load_logs(config, replicated=True)
         partitions = PartitionManager(config.broker_id, config, image, logs)
         local = None
         if is_voter:
@@ -233,10 +244,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
                                    inter_broker, protocols.get(inter_broker, "PLAINTEXT"))
         controller_node.forwarded = forwarder.handle
         controller = ForwardingController(local, loader, channel, lifecycle, forwarder)
-        partitions.refresh_dynamic_broker_configs()
-        partitions.sync_all()
-        controller.subscribe(partitions.on_changes)
-        loader.on_reset(partitions.sync_all)
+        _follow(partitions, controller, loader)
     except BaseException:
         await controller_node.stop()
         raise
@@ -289,10 +297,7 @@ async def build_controller_only(config: BrokerConfig,
         await serve_controller_listener(controller_node,
                                         {n.upper() for n in
                                          controller_node.quorum.controller_listener_names})
-        logs = LogManager(config.log_dirs, max_open_files=config.get("max.open.files"),
-                          producer_id_expiration_ms=config.get("producer.id.expiration.ms"),
-                          replicated=True, owned_elsewhere=frozenset({METADATA_TOPIC}))
-        await asyncio.to_thread(logs.load)
+        logs = await _load_logs(config, replicated=True)
         partitions = PartitionManager(controller_node.node_id, config, image, logs)
         local = _cluster_controller(config, controller_node, loader, partitions)
         controller_node.cluster = local
