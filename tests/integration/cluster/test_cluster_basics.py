@@ -155,7 +155,9 @@ def test_topic_deleted_while_a_replica_is_down(make_cluster):
     _create(cluster.brokers[0].bootstrap, "gone", 1, 3)
     b3 = cluster.broker(3)
     wait_for(lambda: (b3.data_dir / "gone-0").exists(), 30, "a replica on broker 3")
-    old_id = _metadata(cluster.bootstrap).topics["gone"]
+    # every broker's metadata shows it soon, not at once (CI asked one that had not yet)
+    old_id = wait_for(lambda: _metadata(cluster.bootstrap).topics.get("gone"), 30,
+                      "the topic in metadata")
     b3.stop()
     admin = AdminClient({"bootstrap.servers": cluster.brokers[0].bootstrap})
     admin.delete_topics(["gone"], operation_timeout=30)["gone"].result(30)
@@ -166,7 +168,8 @@ def test_topic_deleted_while_a_replica_is_down(make_cluster):
     wait_for(lambda: len(_metadata(cluster.brokers[0].bootstrap).brokers) == 3, 30, "broker 3 back")
     # broker 3 holds no replica of the new topic (RF 2 over brokers 1, 2 or placed elsewhere);
     # whatever it holds must belong to the new topic id, never the old one
-    new = _metadata(cluster.brokers[0].bootstrap).topics["gone"]
+    new = wait_for(lambda: _metadata(cluster.brokers[0].bootstrap).topics.get("gone"), 30,
+                   "the new topic in metadata")
     assert old_id is not new
     from strom.storage.checkpoints import read_partition_metadata
 
