@@ -166,6 +166,10 @@ def test_five_voters_survive_two_failures(make_kraft_cluster):
     survivors = ",".join(b.bootstrap for b in cluster.brokers if b.running)
     wait_for(lambda: _admin(survivors).list_topics(timeout=5).controller_id
              not in (*victims, -1), 20, "a new active controller among the three")
+    # the new controller gives every broker a fresh session: the dead ones count as live
+    # (and get replicas) until it ends
+    wait_for(lambda: len(_admin(survivors).list_topics(timeout=5).brokers) == 3, 30,
+             "the two dead brokers fenced")
     _create(survivors, "kr-five-after", 3)  # needs a leader and a majority of the quorum
     wait_for(lambda: _fully_replicated(survivors, "kr-five-after", 3), 30,
              "the new topic on the three survivors")
@@ -248,6 +252,8 @@ def test_killing_the_active_controller_loses_no_acknowledged_write(make_kraft_cl
     elected_after = time.monotonic() - killed_at
     acked = producer.total_acked()
     wait_for(lambda: producer.total_acked() >= acked + 300, 60, "progress after the kill")
+    wait_for(lambda: len(_admin(survivors).list_topics(timeout=5).brokers) == 2, 30,
+             "the dead broker fenced")  # until then it counts as live, and may get replicas
     _create(survivors, "kr-after-kill", 2, rf=2)  # topic creation resumes
     wait_for(lambda: _fully_replicated(survivors, "kr-after-kill", 2, rf=2), 30,
              "the new topic's ISRs")
