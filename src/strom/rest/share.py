@@ -66,6 +66,10 @@ DEFAULT_TIMEOUT_MS = 1000  # how long a GET waits for records, unless it says
 MAX_TIMEOUT_MS = 30000
 POLL_SLICE_S = 0.25  # one librdkafka poll: a DELETE waits at most this for a GET to yield
 ACK_TIMEOUT_S = 30.0  # commit_sync of acknowledgements
+# A DELETE (or the process's shutdown) waits this long for librdkafka's close; the instance is
+# gone for clients at once, and a slower close (seen once in CI: over 30 s after the member had
+# left the group) goes on in the background instead of holding the HTTP answer.
+CLOSE_WAIT_S = 5.0
 LOCK_TTL_S = 30.0  # how long the group's lock duration, once read, is trusted
 NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 ACK_TYPES = {"ACCEPT": AcknowledgeType.ACCEPT, "RELEASE": AcknowledgeType.RELEASE,
@@ -344,7 +348,16 @@ class ShareInstances:
     async def remove(self, instance: ShareInstance) -> None:
         if self.by_id.get((instance.group, instance.instance_id)) is instance:
             del self.by_id[(instance.group, instance.instance_id)]
-        await instance.close()
+        closing = asyncio.ensure_future(instance.close())
+        closing.add_done_callback(functools.partial(_closed, instance))
+        try:
+            await asyncio.wait_for(asyncio.shield(closing), CLOSE_WAIT_S)
+        except TimeoutError:
+            log.warning("share consumer instance %s of group %s: its consumer is still closing "
+                        "after %.0f s; it goes on in the background", instance.instance_id,
+                        instance.group, CLOSE_WAIT_S)
+        except Exception:  # logged by _closed
+            pass
 
     async def _sweep(self) -> None:
         interval = max(0.2, min(30.0, self.idle_s / 5))
@@ -355,10 +368,17 @@ class ShareInstances:
                 if now - instance.used > self.idle_s and not instance.fetching.locked():
                     log.info("share consumer instance %s of group %s idle: closed",
                              instance.instance_id, instance.group)
-                    try:
-                        await self.remove(instance)
-                    except Exception:  # keep sweeping the others
-                        log.exception("closing share consumer %s failed", instance.instance_id)
+                    await self.remove(instance)
+
+
+def _closed(instance: ShareInstance, closing: asyncio.Future[None]) -> None:
+    """Log how an instance's close ended (awaited or not, its failure is never lost)."""
+    if closing.cancelled():
+        return
+    failure = closing.exception()
+    if failure is not None:
+        log.error("closing share consumer instance %s of group %s failed: %r",
+                  instance.instance_id, instance.group, failure)
 
 
 REGISTRIES: list[ShareInstances] = []
