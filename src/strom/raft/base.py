@@ -20,21 +20,30 @@ from strom.protocol.errors import ErrorCode
 from . import messages as m
 from .channels import RequestManager
 from .leader import LeaderState
-from .log import RaftLog, RawSnapshotWriter, SnapshotContent
+from .log import LogAppendInfo, RaftLog, RawSnapshotWriter, SnapshotContent, snapshot_quorum
 from .messages import Message
 from .quorum import QuorumState
 from .quorum_state import QuorumStateStore
 from .states import EpochState, ResignedState
 from .types import (
     Endpoint,
+    Entry,
     FatalRaftError,
     KRaftVersion,
     LeaderAndEpoch,
+    OffsetAndEpoch,
     RaftBatch,
     RaftSettings,
     ReplicaKey,
     VoterSet,
     leader_change_record,
+)
+from .voter_history import (
+    VoterHistory,
+    describe_voters,
+    kraft_version_entry,
+    voter_set_of_record,
+    voters_entry,
 )
 
 logger = logging.getLogger("strom.raft.client")
@@ -70,6 +79,21 @@ class Pending:
     response: Message | None = None
 
 
+@dataclass(eq=False)
+class PendingVoterChange:
+    """An AddRaftVoter/RemoveRaftVoter/UpdateRaftVoter answered once its VotersRecord (at
+    `offset`) commits, or at `deadline_ms`, or when this leadership ends (voter_changes.py)."""
+
+    api_key: ApiKey
+    epoch: int
+    offset: int
+    deadline_ms: int
+    response: Message | None = None
+
+
+Parked = Pending | PendingVoterChange  # a request answered later, from `poll`
+
+
 @dataclass(frozen=True)
 class Outbound:
     destination: int
@@ -81,7 +105,7 @@ class Outbound:
 @dataclass
 class PollResult:
     outbound: list[Outbound]
-    completed: list[Pending]
+    completed: list[Parked]
     deadline_ms: int  # absolute: call poll again by then
 
 
@@ -104,7 +128,9 @@ class ClientBase:
                  settings: RaftSettings | None = None, directory_id: uuid.UUID | None = None,
                  bootstrap: Sequence[int] | None = None,
                  local_endpoints: tuple[Endpoint, ...] = (),
-                 kraft_version: KRaftVersion = KRaftVersion.STATIC) -> None:
+                 kraft_version: KRaftVersion = KRaftVersion.STATIC,
+                 bootstrap_endpoints: Mapping[int, Endpoint] | None = None,
+                 auto_join: bool = False) -> None:
         self.settings = settings or RaftSettings()
         self.local = ReplicaKey(node_id, directory_id)
         self.cluster_id = cluster_id
@@ -112,10 +138,20 @@ class ClientBase:
         self.quorum = QuorumState(local=self.local, voters=voters, store=store, rng=rng,
                                   settings=self.settings, local_endpoints=local_endpoints,
                                   kraft_version=kraft_version)
+        # the voters in force: the configured ones (kraft.version 0), or the latest VotersRecord
+        # of snapshot and log (1); `_load_voters` reads them at start-up
+        self.voter_history = VoterHistory(voters, kraft_version)
         self.requests = RequestManager(
             self.settings, list(bootstrap) if bootstrap is not None else voters.ids(), rng)
+        self._static_bootstrap = bootstrap is None  # the voters are the bootstrap servers
         self._parked: list[Pending] = []
-        self._completed: list[Pending] = []
+        self._completed: list[Parked] = []
+        self._voter_change: PendingVoterChange | None = None
+        # pseudo node ids (-2, -3, ...) of controller.quorum.bootstrap.servers, for the driver
+        self.bootstrap_endpoints: dict[int, Endpoint] = dict(bootstrap_endpoints or {})
+        self.auto_join = auto_join
+        self._join_after_ms = 0  # auto-join: when it may ask the leader again
+        self._voter_updated_epoch: int | None = None  # UpdateRaftVoter done in this epoch
         self._out: list[Outbound] = []
         self._listeners: list[ListenerContext] = []
         self._next_cid = 0
@@ -198,12 +234,79 @@ class ClientBase:
         # The epoch starts with a LeaderChange control batch: the HW may only pass records of
         # older epochs once a record of this one commits, and this is that record.
         self.log.initialize_leader_epoch(st.epoch)
-        record = leader_change_record(self.local.id, self.quorum.voters.ids(), set(st.granting))
-        self.log.append_as_leader([record], st.epoch, now)
+        records: list[Entry] = [
+            leader_change_record(self.local.id, self.quorum.voters.ids(), set(st.granting))]
+        if self.voter_history.needs_logging():
+            # The voters come from the bootstrap snapshot, which no replica fetches: the
+            # first leader writes them into the log (Kafka does the same).
+            records += [kraft_version_entry(self.voter_history.kraft_version()),
+                        voters_entry(self.quorum.voters)]
+        self._appended(self.log.append_as_leader(records, st.epoch, now))
         self.log.flush()
         st.accumulator.next_offset = self.log.end_offset()
         if st.update_local_end_offset(self.log.end_offset()):
             self._on_leader_high_watermark(st)
+
+    def _append_batches(self, now: int, st: LeaderState) -> None:
+        for records in st.accumulator.drain():
+            self._appended(self.log.append_as_leader(list(records), st.epoch, now))
+        self.log.flush()  # the leader counts its own end offset only once it is durable
+        leo = self.log.end_offset()
+        if leo != st.accumulator.next_offset:
+            raise FatalRaftError(f"log end {leo} != accumulator {st.accumulator.next_offset}")
+        for p in self._parked:
+            if int(p.partition["fetch_offset"]) < leo:
+                p.woken = True
+        if st.update_local_end_offset(leo):
+            self._on_leader_high_watermark(st)
+
+    # -- the voter set (voter_history.py) ----------------------------------------------------
+
+    def _load_voters(self) -> None:
+        """At start-up: the voter set of the latest snapshot, then of the log's control
+        records after it."""
+        history = self.voter_history
+        sid = self.log.latest_snapshot_id()
+        if sid is not None:
+            self._reset_voters_to_snapshot(sid)
+        else:
+            history.next_offset = self.log.start_offset()
+        end = self.log.end_offset()
+        history.add(self.log.control_entries(history.next_offset, end), end)
+        self._voters_changed()
+
+    def _reset_voters_to_snapshot(self, sid: OffsetAndEpoch) -> None:
+        level, record = snapshot_quorum(self.log, sid)
+        self.voter_history.reset(sid.offset, KRaftVersion(level),
+                                 voter_set_of_record(record) if record is not None else None)
+
+    def _appended(self, info: LogAppendInfo | None) -> None:
+        """Follow the control records just appended to the log (voter changes count at once)."""
+        if info is None:
+            return
+        if self.voter_history.add(info.controls, self.log.end_offset()):
+            self._voters_changed()
+
+    def _truncated(self, offset: int) -> None:
+        if self.voter_history.truncate_to(offset):
+            self._voters_changed()
+
+    def _voters_changed(self) -> None:
+        q = self.quorum
+        voters = self.voter_history.latest()
+        q.kraft_version = self.voter_history.kraft_version()
+        if voters == q.voters:
+            return
+        q.voters = voters
+        if self._static_bootstrap:
+            self.requests.bootstrap = voters.ids()
+        st = q.state
+        if isinstance(st, LeaderState):
+            st.update_voters(voters)
+            if st.update_local_end_offset(self.log.end_offset()):
+                self._on_leader_high_watermark(st)
+        if self._initialized:
+            logger.info("raft %d: the voters are now %s", self.local.id, describe_voters(voters))
 
     def _log_state(self) -> None:
         logger.info("raft %d: %s", self.local.id, self.quorum.state.describe())

@@ -25,7 +25,16 @@ from typing import Any
 from strom.protocol.api_keys import ApiKey
 
 from . import messages as m
-from .base import ListenerContext, Outbound, Pending, PollResult, RaftListener, Shutdown, logger
+from .base import (
+    ListenerContext,
+    Outbound,
+    Parked,
+    Pending,
+    PollResult,
+    RaftListener,
+    Shutdown,
+    logger,
+)
 from .elections import ElectionHandlers
 from .leader import LeaderState
 from .log import end_offset
@@ -40,14 +49,16 @@ from .states import (
     UnattachedState,
 )
 from .types import DataRecord, LeaderAndEpoch, NotLeaderError
+from .voter_changes import VoterChangeHandlers
 
 __all__ = ["Outbound", "Pending", "PollResult", "RaftClient", "RaftListener"]
 
 
-class RaftClient(ElectionHandlers, ReplicationHandlers):
+class RaftClient(ElectionHandlers, ReplicationHandlers, VoterChangeHandlers):
     def initialize(self, now_ms: int) -> None:
         """Load the stored election and pick the start-up state (design brief §2.1)."""
         self._now = now_ms
+        self._load_voters()
         self.quorum.initialize(now_ms, end_offset(self.log))
         self._initialized = True
         logger.info("raft %d starts as %s", self.local.id, self.quorum.state.describe())
@@ -89,13 +100,13 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
         return st.accumulator.add([DataRecord(bytes(r)) for r in records], now)
 
     def handle_request(self, now_ms: int, source: int, api_key: int,
-                       request: Mapping[str, Any]) -> Message | Pending:
+                       request: Mapping[str, Any]) -> Message | Parked:
         self._require_initialized()
         self._now = now_ms
         handler = _REQUEST_HANDLERS.get(ApiKey(api_key))
         if handler is None:
             raise ValueError(f"not a Raft request: api key {api_key}")
-        response: Message | Pending = handler(self, now_ms, source, request)
+        response: Message | Parked = handler(self, now_ms, source, request)
         return response
 
     def handle_response(self, now_ms: int, source: int, api_key: int, correlation_id: int,
@@ -125,6 +136,7 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
             deadline = self._poll_state(now_ms)
             if self.quorum.state is before:
                 break
+        deadline = min(deadline, self._poll_voter_change(now_ms))
         self._complete_parked(now_ms)
         self._update_listeners()
         candidates = [deadline, *(p.deadline_ms for p in self._parked)]
@@ -153,8 +165,14 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
         return self._poll_unattached(now, st)
 
     def _poll_leader(self, now: int, st: LeaderState) -> int:
-        if self._shutdown is not None or st.resign_requested or st.check_quorum_expired(now):
-            if st.check_quorum_expired(now):
+        removed = self._removed_leader_resigns(st)
+        if self._shutdown is not None or st.resign_requested or removed \
+                or st.check_quorum_expired(now):
+            if removed:
+                logger.info("raft %d: no longer a voter (the removal committed): resigning",
+                            self.local.id)
+                self._poll_voter_change(now)  # answered as committed, before leadership ends
+            elif st.check_quorum_expired(now):
                 logger.info("raft %d: no majority fetched within %d ms: resigning",
                             self.local.id, self.settings.check_quorum_timeout_ms)
             self._to_resigned(now, st.non_leader_voters_by_descending_fetch_offset())
@@ -203,12 +221,14 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
                             st.leader, self.settings.fetch_timeout_ms)
                 self._to_prospective(now)
                 return now
-            self._fetch_from_leader(now, st)  # Fetch, or FetchSnapshot while downloading
+            if not self._maybe_send_voter_update(now, st):
+                self._fetch_from_leader(now, st)  # Fetch, or FetchSnapshot while downloading
             return st.fetch_deadline
         if now >= st.fetch_deadline:
             self._fetch_any_bootstrap(now)  # an observer looks for whoever leads now
             return NEVER
-        self._fetch_from_leader(now, st)
+        if not self._maybe_auto_join(now, st):
+            self._fetch_from_leader(now, st)
         return st.fetch_deadline
 
     def _poll_unattached(self, now: int, st: UnattachedState) -> int:
@@ -229,8 +249,10 @@ class RaftClient(ElectionHandlers, ReplicationHandlers):
                     preferred=st.preferred_successors, leader_endpoints=st.endpoints))
         if self._shutdown is not None:
             return self._shutdown.deadline_ms
-        # (the only voter has no one to wait for: a restarted one-voter quorum elects at once)
-        if now >= st.election_deadline or self.quorum.is_only_voter():
+        # (the only voter has no one to wait for: a restarted one-voter quorum elects at once;
+        # a replica removed from the voters never stands again, so it does not wait either)
+        if now >= st.election_deadline or self.quorum.is_only_voter() \
+                or not self.quorum.is_voter():
             # A new epoch, so no fetch answer can name this replica leader any more.
             self._to_unattached(now, st.epoch + 1)
             return now
@@ -265,6 +287,9 @@ _REQUEST_HANDLERS: dict[ApiKey, _Handler] = {
     ApiKey.END_QUORUM_EPOCH: RaftClient._handle_end_quorum_epoch_request,
     ApiKey.DESCRIBE_QUORUM: RaftClient._handle_describe_quorum_request,
     ApiKey.FETCH_SNAPSHOT: RaftClient._handle_fetch_snapshot_request,
+    ApiKey.ADD_RAFT_VOTER: RaftClient._handle_add_raft_voter_request,
+    ApiKey.REMOVE_RAFT_VOTER: RaftClient._handle_remove_raft_voter_request,
+    ApiKey.UPDATE_RAFT_VOTER: RaftClient._handle_update_raft_voter_request,
 }
 _RESPONSE_HANDLERS: dict[ApiKey, _Handler] = {
     ApiKey.FETCH: RaftClient._handle_fetch_response,
@@ -272,4 +297,7 @@ _RESPONSE_HANDLERS: dict[ApiKey, _Handler] = {
     ApiKey.BEGIN_QUORUM_EPOCH: RaftClient._handle_begin_quorum_epoch_response,
     ApiKey.END_QUORUM_EPOCH: RaftClient._handle_end_quorum_epoch_response,
     ApiKey.FETCH_SNAPSHOT: RaftClient._handle_fetch_snapshot_response,
+    ApiKey.ADD_RAFT_VOTER: RaftClient._handle_voter_change_response,
+    ApiKey.REMOVE_RAFT_VOTER: RaftClient._handle_voter_change_response,
+    ApiKey.UPDATE_RAFT_VOTER: RaftClient._handle_update_raft_voter_response,
 }

@@ -46,7 +46,7 @@ from strom.protocol.errors import ErrorCode, UnsupportedVersion
 from strom.security.client import PLAINTEXT, ClientSecurity
 from strom.storage.errors import KafkaStorageError
 
-from .base import Outbound, Pending, PollResult
+from .base import Outbound, Parked, Pending, PendingVoterChange, PollResult
 from .client import RaftClient
 from .messages import Message
 from .types import FatalRaftError
@@ -100,8 +100,8 @@ class RaftDriver:
         self._task: asyncio.Task[None] | None = None
         self._sends: set[asyncio.Task[None]] = set()
         self._peers: dict[int, _Peer] = {}
-        # parked Fetch requests by id(Pending): the future their handler waits on
-        self._parked: dict[int, tuple[Pending, asyncio.Future[Message]]] = {}
+        # parked requests (Fetch, voter changes) by id: the future their handler waits on
+        self._parked: dict[int, tuple[Parked, asyncio.Future[Message]]] = {}
         self._stopped = False
 
     # -- the Raft thread ------------------------------------------------------------------
@@ -203,7 +203,7 @@ class RaftDriver:
             self._fail(e)
             return {"error_code": int(ErrorCode.BROKER_NOT_AVAILABLE)}
         self.wake()
-        if not isinstance(result, Pending):
+        if not isinstance(result, Pending | PendingVoterChange):
             return result
         fut: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._parked[id(result)] = (result, fut)
@@ -225,7 +225,7 @@ class RaftDriver:
     # -- outbound ---------------------------------------------------------------------------
 
     def _peer(self, node_id: int) -> _Peer | None:
-        endpoint = None
+        endpoint = self.client.bootstrap_endpoints.get(node_id)
         for ep in self.client.quorum.voters.endpoints(node_id):
             if ep.name == self.client.settings.listener:
                 endpoint = ep

@@ -162,6 +162,24 @@ class LeaderState(EpochState):
             return False  # nothing of this epoch committed yet
         return self.update_high_watermark(candidate)
 
+    def update_voters(self, voters: VoterSet) -> None:
+        """A voter change was appended (or truncated away): count the new set's majority from
+        now on. A voter keeps the progress it made as an observer, and a removed one goes on
+        as an observer until it stops fetching."""
+        old = self.voter_states
+        self.voters = voters
+        self.voter_states = {}
+        for node in voters:
+            state = old.get(node.key.id)
+            if state is None or not state.key.matches(node.key):
+                state = self.observer_states.pop(node.key, None) or ReplicaState(
+                    node.key, acknowledged=node.key.id == self.local.id)
+            self.voter_states[node.key.id] = state
+        for node_id, state in old.items():
+            if node_id not in self.voter_states and node_id != self.local.id:
+                self.observer_states[state.key] = state
+        self.fetched_voters &= set(self.voter_states)
+
     # -- check quorum
     def update_check_quorum(self, key: ReplicaKey, now_ms: int) -> None:
         state = self.voter_states.get(key.id)

@@ -34,8 +34,11 @@ from strom.record import (
 )
 
 from .control import (
+    ControlRecord,
+    KRaftVersionRecord,
     SnapshotFooterRecord,
     SnapshotHeaderRecord,
+    VotersRecord,
     build_control_batch,
     check_batch,
     decoded_controls,
@@ -57,6 +60,8 @@ BOOTSTRAP_SNAPSHOT_ID = OffsetAndEpoch(0, 0)
 class LogAppendInfo:
     first_offset: int
     last_offset: int
+    # the control records appended, by offset (the voter history follows them: voter_history.py)
+    controls: tuple[tuple[int, ControlEntry], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +136,10 @@ class RaftLog(Protocol):
 
     def read_batches(self, start: int, end: int) -> list[RaftBatch]:
         """Decoded batches covering [start, end) (for listeners; `end` is the HW)."""
+        ...
+
+    def control_entries(self, start: int, end: int) -> list[tuple[int, ControlEntry]]:
+        """The control records in [start, end) by offset (data batches are not decoded)."""
         ...
 
     def truncate_to(self, offset: int) -> None: ...
@@ -221,17 +230,24 @@ class SnapshotContent:
     snapshot_id: OffsetAndEpoch
     last_contained_log_timestamp: int
     values: tuple[bytes, ...]
+    # what its header batch says of the quorum (kraft.version 1 snapshots hold the voter set)
+    kraft_version: int = 0
+    voters: VotersRecord | None = None
 
 
 def snapshot_chunks(snapshot_id: OffsetAndEpoch, values: Iterable[bytes], *,
                     last_contained_log_timestamp: int, timestamp: int,
-                    max_batch_bytes: int = MAX_BATCH_BYTES) -> Iterator[bytes]:
-    """The bytes of a Kafka snapshot (kraft.version 0: no voter set in the header), batch by
-    batch: what `snapshot.write_snapshot` writes to a file for the same arguments."""
+                    max_batch_bytes: int = MAX_BATCH_BYTES,
+                    voters: VotersRecord | None = None) -> Iterator[bytes]:
+    """The bytes of a Kafka snapshot, batch by batch: what `snapshot.write_snapshot` writes to
+    a file for the same arguments. With `voters` (kraft.version 1) the header batch also holds
+    KRaftVersionRecord(1) and the voter set; without, it is a kraft.version 0 snapshot."""
     epoch = snapshot_id.epoch
-    yield build_control_batch([SnapshotHeaderRecord(last_contained_log_timestamp)],
-                              base_offset=0, leader_epoch=epoch, timestamp=timestamp)
-    offset = 1
+    header: list[ControlRecord] = [SnapshotHeaderRecord(last_contained_log_timestamp)]
+    if voters is not None:
+        header += [KRaftVersionRecord(1), voters]
+    yield build_control_batch(header, base_offset=0, leader_epoch=epoch, timestamp=timestamp)
+    offset = len(header)
     pending: list[Record] = []
     pending_bytes = 0
     for value in values:
@@ -254,6 +270,8 @@ def parse_snapshot(snapshot_id: OffsetAndEpoch, data: bytes) -> SnapshotContent:
     header first, the footer last, nothing after it. Raises `SnapshotCorruptError`."""
     name = f"snapshot {snapshot_id.offset}-{snapshot_id.epoch}"
     header: SnapshotHeaderRecord | None = None
+    kraft_version = 0
+    voters: VotersRecord | None = None
     footer = False
     expected = 0
     end = 0
@@ -274,6 +292,11 @@ def parse_snapshot(snapshot_id: OffsetAndEpoch, data: bytes) -> SnapshotContent:
                     if not controls or not isinstance(controls[0], SnapshotHeaderRecord):
                         raise SnapshotCorruptError(f"{name}: the first batch is not a header")
                     header = controls[0]
+                for c in controls:
+                    if isinstance(c, KRaftVersionRecord):
+                        kraft_version = c.kraft_version
+                    elif isinstance(c, VotersRecord):
+                        voters = c
                 footer = any(isinstance(c, SnapshotFooterRecord) for c in controls)
                 continue
             if header is None:
@@ -290,7 +313,8 @@ def parse_snapshot(snapshot_id: OffsetAndEpoch, data: bytes) -> SnapshotContent:
         raise SnapshotCorruptError(f"{name}: {len(data) - end} stray bytes at position {end}")
     if header is None or not footer:
         raise SnapshotCorruptError(f"{name}: no {'header' if header is None else 'footer'}")
-    return SnapshotContent(snapshot_id, header.last_contained_log_timestamp, tuple(values))
+    return SnapshotContent(snapshot_id, header.last_contained_log_timestamp, tuple(values),
+                           kraft_version, voters)
 
 
 def load_snapshot(log: RaftLog, snapshot_id: OffsetAndEpoch) -> SnapshotContent | None:
@@ -299,6 +323,31 @@ def load_snapshot(log: RaftLog, snapshot_id: OffsetAndEpoch) -> SnapshotContent 
     if raw is None:
         return None
     return parse_snapshot(snapshot_id, raw.read(0, raw.size()))
+
+
+_HEADER_READ = 1 << 16  # a snapshot's header batch is far smaller: records of a few voters
+
+
+def snapshot_quorum(log: RaftLog, snapshot_id: OffsetAndEpoch) -> tuple[int, VotersRecord | None]:
+    """The kraft.version and voter set a snapshot's header batch holds (kraft.version 0
+    snapshots hold neither), read without decoding the rest of the snapshot."""
+    raw = log.read_snapshot(snapshot_id)
+    if raw is None:
+        return 0, None
+    data = raw.read(0, min(raw.size(), _HEADER_READ))
+    kraft_version, voters = 0, None
+    for pos, h in iter_batches(data):
+        batch = data[pos:pos + h.size]
+        check_batch(batch)
+        if not h.is_control:
+            break
+        for c in decoded_controls(decode_records(batch)):
+            if isinstance(c, KRaftVersionRecord):
+                kraft_version = c.kraft_version
+            elif isinstance(c, VotersRecord):
+                voters = c
+        break  # only the first batch is the header
+    return kraft_version, voters
 
 
 def _snapshot_order(sid: OffsetAndEpoch) -> tuple[int, int]:
@@ -468,7 +517,7 @@ class MemoryRaftLog(SnapshotIds):
         self._assign(batch.epoch, batch.base_offset)
         self.batches.append(batch)
         self._bases.append(batch.base_offset)
-        return LogAppendInfo(batch.base_offset, batch.last_offset)
+        return LogAppendInfo(batch.base_offset, batch.last_offset, _controls(batch))
 
     def append_as_leader(self, records: list[Entry], epoch: int, now_ms: int) -> LogAppendInfo:
         return self._append(RaftBatch(self.end_offset(), epoch, tuple(records), now_ms))
@@ -477,13 +526,15 @@ class MemoryRaftLog(SnapshotIds):
         if not isinstance(records, tuple) or not records:
             return None
         first = last = -1
+        controls: list[tuple[int, ControlEntry]] = []
         for batch in records:
             if not isinstance(batch, RaftBatch):
                 raise TypeError(f"not a RaftBatch: {batch!r}")
             info = self._append(batch)
             first = info.first_offset if first < 0 else first
             last = info.last_offset
-        return LogAppendInfo(first, last)
+            controls.extend(info.controls)
+        return LogAppendInfo(first, last, tuple(controls))
 
     def truncate_to(self, offset: int) -> None:
         if offset >= self.end_offset():
@@ -579,5 +630,15 @@ class MemoryRaftLog(SnapshotIds):
         return True
 
     def control_records(self) -> list[tuple[int, ControlEntry]]:
-        return [(off, r) for off, _, r in self.records_between(0, self.end_offset())
+        return self.control_entries(0, self.end_offset())
+
+    def control_entries(self, start: int, end: int) -> list[tuple[int, ControlEntry]]:
+        return [(off, r) for off, _, r in self.records_between(max(start, self._start), end)
                 if isinstance(r, ControlEntry)]
+
+
+def _controls(batch: RaftBatch) -> tuple[tuple[int, ControlEntry], ...]:
+    if not batch.is_control:
+        return ()
+    return tuple((batch.base_offset + i, r) for i, r in enumerate(batch.records)
+                 if isinstance(r, ControlEntry))

@@ -385,3 +385,46 @@ def fetch_snapshot_response(*, error: ErrorCode, leader_id: int | None, epoch: i
         }]}],
         "node_endpoints": nodes,
     }
+
+
+# ------------------------------------------- AddRaftVoter (80), RemoveRaftVoter (81), UpdateRaftVoter (82)
+
+
+def listener_list(endpoints: Iterable[Endpoint]) -> list[Message]:
+    """AddRaftVoter/UpdateRaftVoter `listeners`."""
+    return [{"name": e.name, "host": e.host, "port": e.port} for e in endpoints]
+
+
+def add_raft_voter_request(*, cluster_id: str | None, voter: ReplicaKey, timeout_ms: int,
+                           endpoints: Iterable[Endpoint], ack_when_committed: bool) -> Message:
+    return {"cluster_id": cluster_id, "timeout": timeout_ms, "voter_id": voter.id,
+            "voter_directory_id": voter.wire_directory_id(),
+            "listeners": listener_list(endpoints), "ack_when_committed": ack_when_committed}
+
+
+def remove_raft_voter_request(*, cluster_id: str | None, voter: ReplicaKey) -> Message:
+    return {"cluster_id": cluster_id, "voter_id": voter.id,
+            "voter_directory_id": voter.wire_directory_id()}
+
+
+def voter_change_response(error: ErrorCode, message: str | None = None) -> Message:
+    """AddRaftVoter's and RemoveRaftVoter's answer."""
+    return {"throttle_time": 0, "error_code": int(error), "error_message": message}
+
+
+def update_raft_voter_request(*, cluster_id: str | None, epoch: int, voter: ReplicaKey,
+                              endpoints: Iterable[Endpoint], kraft_range: tuple[int, int]
+                              ) -> Message:
+    return {"cluster_id": cluster_id, "current_leader_epoch": epoch, "voter_id": voter.id,
+            "voter_directory_id": voter.wire_directory_id(),
+            "listeners": listener_list(endpoints),
+            "k_raft_version_feature": {"min_supported_version": kraft_range[0],
+                                       "max_supported_version": kraft_range[1]}}
+
+
+def update_raft_voter_response(*, error: ErrorCode, leader_id: int | None, epoch: int,
+                               leader_endpoint: Endpoint | None) -> Message:
+    return {"throttle_time": 0, "error_code": int(error), "current_leader": {
+        "leader_id": NO_ID if leader_id is None else leader_id, "leader_epoch": epoch,
+        "host": leader_endpoint.host if leader_endpoint is not None else "",
+        "port": leader_endpoint.port if leader_endpoint is not None else -1}}

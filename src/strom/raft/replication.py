@@ -34,10 +34,12 @@ from .types import (
     METADATA_PARTITION,
     METADATA_TOPIC,
     FatalRaftError,
+    KRaftVersion,
     OffsetAndEpoch,
     ReplicaKey,
     ValidKind,
 )
+from .voter_history import voters_record_of
 
 
 class ReplicationHandlers(ClientBase):
@@ -121,19 +123,6 @@ class ReplicationHandlers(ClientBase):
             self._completed.append(p)
         self._parked = keep
 
-    def _append_batches(self, now: int, st: LeaderState) -> None:
-        for records in st.accumulator.drain():
-            self.log.append_as_leader(list(records), st.epoch, now)
-        self.log.flush()  # the leader counts its own end offset only once it is durable
-        leo = self.log.end_offset()
-        if leo != st.accumulator.next_offset:
-            raise FatalRaftError(f"log end {leo} != accumulator {st.accumulator.next_offset}")
-        for p in self._parked:
-            if int(p.partition["fetch_offset"]) < leo:
-                p.woken = True
-        if st.update_local_end_offset(leo):
-            self._on_leader_high_watermark(st)
-
     def _send_fetch(self, now: int, destination: int) -> None:
         self._send(now, destination, ApiKey.FETCH, m.fetch_request(
             cluster_id=self.cluster_id, replica=self.local, epoch=self.quorum.epoch,
@@ -211,6 +200,7 @@ class ReplicationHandlers(ClientBase):
             records = part.get("records")
             if isinstance(records, Sized) and len(records) > 0:  # bytes, or a memory log's tuple
                 info = self.log.append_as_follower(records)
+                self._appended(info)
                 if info is not None and self.quorum.is_voter():
                     # A voter's next fetch offset counts toward the HW: it must be durable.
                     self.log.flush()
@@ -231,6 +221,7 @@ class ReplicationHandlers(ClientBase):
         logger.info("raft %d: truncating to %d (diverging epoch %d ends at %d)",
                     self.local.id, offset, diverging.epoch, diverging.offset)
         self.log.truncate_to(offset)
+        self._truncated(offset)
 
     def _snapshot_needed(self, st: FollowerState, snapshot: Mapping[str, Any]) -> bool:
         """The leader named a snapshot instead of records: start downloading it."""
@@ -270,6 +261,8 @@ class ReplicationHandlers(ClientBase):
                 f"high watermark {hw}")
         self.log.install_snapshot(sid)
         logger.info("raft %d: the log restarts at snapshot %s", self.local.id, sid)
+        self._reset_voters_to_snapshot(sid)
+        self._voters_changed()
         # The listeners load it at the next poll (they are now behind the log start).
         self._update_follower_high_watermark(st, sid.offset)
 
@@ -410,9 +403,11 @@ class ReplicationHandlers(ClientBase):
         if writer is None:
             return None
         try:
+            dynamic = self.voter_history.kraft_version() == KRaftVersion.DYNAMIC
+            voters = voters_record_of(self.voter_history.committed(end_offset)) if dynamic else None
             for chunk in snapshot_chunks(
                     sid, values, last_contained_log_timestamp=before[-1].append_time_ms,
-                    timestamp=self._now if now_ms is None else now_ms):
+                    timestamp=self._now if now_ms is None else now_ms, voters=voters):
                 writer.append(chunk)
             writer.freeze()
         except BaseException:

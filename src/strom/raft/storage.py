@@ -235,7 +235,9 @@ class PartitionRaftLog(SnapshotIds):
         batch = encode_batch(records, base_offset=base, epoch=epoch, now_ms=now_ms)
         result = self.plog.append(memoryview(bytearray(batch)), leader_epoch=epoch,
                                   now_ms=now_ms, origin=ORIGIN_COORDINATOR)
-        return LogAppendInfo(result.first_offset, result.last_offset)
+        controls = tuple((result.first_offset + i, r) for i, r in enumerate(records)
+                         if isinstance(r, ControlEntry))
+        return LogAppendInfo(result.first_offset, result.last_offset, controls)
 
     def append_as_follower(self, records: object) -> LogAppendInfo | None:
         if not isinstance(records, bytes | bytearray | memoryview) or len(records) == 0:
@@ -244,7 +246,8 @@ class PartitionRaftLog(SnapshotIds):
         expected = self.plog.log_end_offset
         last_epoch = self.last_fetched_epoch() if expected > self.plog.log_start_offset else -1
         count = 0
-        for _pos, h in iter_batches(data):
+        controls: list[tuple[int, ControlEntry]] = []
+        for pos, h in iter_batches(data):
             if h.base_offset != expected:
                 raise CorruptRecordError(f"fetched batch at offset {h.base_offset}, but the "
                                          f"metadata log ends at {expected}")
@@ -254,12 +257,14 @@ class PartitionRaftLog(SnapshotIds):
             last_epoch = h.partition_leader_epoch
             expected = h.base_offset + h.last_offset_delta + 1
             count += 1
+            if h.is_control:
+                controls.extend(_control_entries(bytes(data[pos:pos + h.size]), h.base_offset))
         if count == 0:
             return None
         now_ms = int(time.time() * 1000)
         result = self.plog.append(data, leader_epoch=-1, now_ms=now_ms,
                                   origin=ORIGIN_REPLICATION)
-        return LogAppendInfo(result.first_offset, result.last_offset)
+        return LogAppendInfo(result.first_offset, result.last_offset, tuple(controls))
 
     # -- reads ------------------------------------------------------------------------------
 
@@ -294,6 +299,13 @@ class PartitionRaftLog(SnapshotIds):
             piece = batch.slice_from(start).slice_to(end)
             if piece is not None:
                 out.append(piece)
+        return out
+
+    def control_entries(self, start: int, end: int) -> list[tuple[int, ControlEntry]]:
+        out: list[tuple[int, ControlEntry]] = []
+        for base, _epoch, data in self._raw_batches(start, end):
+            if read_header(data, 0).is_control:
+                out.extend((o, e) for o, e in _control_entries(data, base) if start <= o < end)
         return out
 
     # -- truncation, durability, the high watermark -----------------------------------------
@@ -408,3 +420,12 @@ def decode_batch(data: bytes, base_offset: int, epoch: int) -> RaftBatch:
             entries.append(DataRecord(rec.value or b""))
     timestamp = records[0].timestamp
     return RaftBatch(base_offset, max(epoch, 0), tuple(entries), timestamp)
+
+
+def _control_entries(data: bytes, base_offset: int) -> list[tuple[int, ControlEntry]]:
+    """The records of one control batch, by offset."""
+    out = []
+    for rec in decode_records(data):
+        kind, body = decode_control_body(rec.key, rec.value)
+        out.append((rec.offset, ControlEntry(kind, body)))
+    return out

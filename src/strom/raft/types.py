@@ -101,8 +101,8 @@ class VoterNode:
 class VoterSet:
     """The voters of the quorum, by node id.
 
-    Under kraft.version 0 this is `controller.quorum.voters` and never changes; kraft.version 1
-    will keep a history of these by log offset (VotersRecord), which is why it is a value.
+    Under kraft.version 0 this is `controller.quorum.voters` and never changes; under
+    kraft.version 1 voter_history.py keeps these by log offset (VotersRecord).
     """
 
     nodes: Mapping[int, VoterNode]
@@ -113,6 +113,12 @@ class VoterSet:
         if not by_id:
             raise ValueError("a voter set needs at least one voter")
         return VoterSet(dict(sorted(by_id.items())))
+
+    @staticmethod
+    def none() -> VoterSet:
+        """No voters known yet: a controller of a dynamic quorum formatted without initial
+        controllers, until it has fetched the set (it is an observer meanwhile)."""
+        return VoterSet({})
 
     @staticmethod
     def static(ids: Iterable[int], listener: str = "CONTROLLER") -> VoterSet:

@@ -24,23 +24,29 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import request_codec, response_codec
+from strom.raft.base import Parked, PendingVoterChange
 from strom.raft.client import Pending, RaftClient
 from strom.raft.leader import LeaderState
 from strom.raft.log import MemoryRaftLog, SnapshotContent
 from strom.raft.quorum_state import MemoryQuorumStateStore
 from strom.raft.types import (
     DataRecord,
+    Endpoint,
     Entry,
+    KRaftVersion,
     LeaderAndEpoch,
     OffsetAndEpoch,
     RaftBatch,
     RaftSettings,
+    ReplicaKey,
+    VoterNode,
     VoterSet,
 )
 
@@ -52,7 +58,17 @@ WIRE_VERSIONS: dict[int, tuple[int, ...]] = {
     ApiKey.END_QUORUM_EPOCH: (0, 1),
     ApiKey.DESCRIBE_QUORUM: (2,),
     ApiKey.FETCH_SNAPSHOT: (0, 1),
+    ApiKey.ADD_RAFT_VOTER: (0, 1),
+    ApiKey.REMOVE_RAFT_VOTER: (0,),
+    ApiKey.UPDATE_RAFT_VOTER: (0,),
 }
+
+ADMIN = 0  # the source of requests a test sends itself (AddRaftVoter, ...): no node
+LISTENER = "CONTROLLER"
+
+
+def sim_endpoints(node_id: int) -> tuple[Endpoint, ...]:
+    return (Endpoint(LISTENER, f"node-{node_id}", 9093),)
 
 
 class InvariantViolation(AssertionError):
@@ -175,6 +191,7 @@ class SimNode:
     incarnation: int = 0
     wake_token: int = 0
     verified_to: int = 0  # log prefix already checked against the committed entries
+    directory_id: uuid.UUID | None = None  # a dynamic quorum's replicas have one
 
     @property
     def alive(self) -> bool:
@@ -198,13 +215,26 @@ class SimNetwork:
     def __init__(self, seed: int, voters: Iterable[int], observers: Iterable[int] = (), *,
                  settings: RaftSettings | None = None, min_delay_ms: int = 1,
                  max_delay_ms: int = 5, drop_rate: float = 0.0, wire: bool = False,
-                 cluster_id: str | None = "sim-cluster") -> None:
+                 cluster_id: str | None = "sim-cluster", dynamic: bool = False,
+                 auto_join: Iterable[int] = ()) -> None:
         self.rng = random.Random(seed)
         self.clock = SimClock()
         self.settings = settings or RaftSettings()
-        self.voter_set = VoterSet.static(voters)
+        self.dynamic = dynamic  # kraft.version 1: voters with directory ids, voter changes
+        self.auto_join = set(auto_join)
         self.nodes = {i: SimNode(i, True) for i in voters}
         self.nodes.update({i: SimNode(i, False) for i in observers})
+        if dynamic:
+            for node in self.nodes.values():
+                node.directory_id = uuid.UUID(int=self.rng.getrandbits(128))
+            self.voter_set = VoterSet.of(
+                VoterNode(ReplicaKey(i, self.nodes[i].directory_id), sim_endpoints(i))
+                for i in voters)
+        else:
+            self.voter_set = VoterSet.static(voters)
+        self.bootstrap = list(voters)
+        self.admin_responses: dict[int, Any] = {}  # correlation id -> response to ADMIN
+        self._admin_ids = itertools.count(1)
         self.min_delay_ms = min_delay_ms
         self.max_delay_ms = max_delay_ms
         self.drop_rate = drop_rate
@@ -214,7 +244,7 @@ class SimNetwork:
         self._queue: list[tuple[int, int, str, Any]] = []
         self._seq = itertools.count()
         self._groups: list[frozenset[int]] | None = None
-        self._pending: dict[int, tuple[Pending, _Envelope]] = {}
+        self._pending: dict[int, tuple[Parked, _Envelope]] = {}
         self._records: dict[int, object] = {}
         self._record_keys = itertools.count(1)
         self.delivered = 0
@@ -232,10 +262,18 @@ class SimNetwork:
 
     def _boot(self, node: SimNode) -> None:
         node.incarnation += 1
+        # a dynamic quorum's later replicas start knowing no voters (formatted without
+        # initial controllers): they learn them from the log
+        initial = node.id in self.voter_set or not self.dynamic
         client = RaftClient(
-            node_id=node.id, voters=self.voter_set, log=node.log, store=node.store,
+            node_id=node.id, voters=self.voter_set if initial else VoterSet.none(),
+            log=node.log, store=node.store,
             rng=random.Random(self.rng.getrandbits(64)), cluster_id=self.cluster_id,
-            settings=self.settings)
+            settings=self.settings, directory_id=node.directory_id,
+            bootstrap=self.bootstrap if self.dynamic else None,
+            local_endpoints=sim_endpoints(node.id),
+            kraft_version=KRaftVersion.DYNAMIC if self.dynamic else KRaftVersion.STATIC,
+            auto_join=node.id in self.auto_join)
         listener = SimListener(node, self.history, self.clock)
         client.register(listener)
         client.initialize(self.clock.now)
@@ -254,12 +292,37 @@ class SimNetwork:
         assert node.client is None, f"node {node_id} is running"
         self._boot(node)
 
-    def add_observer(self, node_id: int) -> SimNode:
+    def add_observer(self, node_id: int, *, auto_join: bool = False) -> SimNode:
         """A brand-new observer joins now, with an empty log."""
         assert node_id not in self.nodes
         node = self.nodes[node_id] = SimNode(node_id, False)
+        if self.dynamic:
+            node.directory_id = uuid.UUID(int=self.rng.getrandbits(128))
+        if auto_join:
+            self.auto_join.add(node_id)
         self._boot(node)
         return node
+
+    def wipe(self, node_id: int, *, auto_join: bool = False) -> None:
+        """Crash a node and bring it back on an empty disk, formatted anew (a new directory
+        id, no voters known): under a dynamic quorum it is an observer."""
+        self.crash(node_id)
+        node = self.nodes[node_id]
+        node.log, node.store = MemoryRaftLog(), MemoryQuorumStateStore()
+        node.directory_id = uuid.UUID(int=self.rng.getrandbits(128))
+        node.voter = False
+        self.history.voter_hw.pop(node_id, None)
+        (self.auto_join.add if auto_join else self.auto_join.discard)(node_id)
+        self._boot(node)
+
+    def admin(self, node_id: int, api_key: ApiKey, message: dict[str, Any]) -> int:
+        """Send `message` to a node as an admin client would; the response lands in
+        `admin_responses[<the returned id>]`."""
+        cid = next(self._admin_ids)
+        dst = self.nodes[node_id]
+        env = _Envelope(ADMIN, node_id, 0, dst.incarnation, api_key, cid, message, True)
+        self._push(self.clock.now + 1, "deliver", self._through_codec(env) if self.wire else env)
+        return cid
 
     def partition(self, *groups: Iterable[int]) -> None:
         """Only nodes in the same group talk; nodes named nowhere form one more group."""
@@ -271,7 +334,7 @@ class SimNetwork:
         self._groups = None
 
     def connected(self, a: int, b: int) -> bool:
-        if self._groups is None:
+        if self._groups is None or ADMIN in (a, b):
             return True
         return any(a in g and b in g for g in self._groups)
 
@@ -319,6 +382,9 @@ class SimNetwork:
         self._push(t_ms, "call", action)
 
     def _deliver(self, env: _Envelope) -> None:
+        if env.dst == ADMIN:
+            self.admin_responses[env.correlation_id] = env.message
+            return
         node = self.nodes[env.dst]
         if node.client is None or node.incarnation != env.dst_incarnation \
                 or not self.connected(env.src, env.dst):
@@ -329,7 +395,7 @@ class SimNetwork:
         now = self.clock.now
         if env.is_request:
             result = node.client.handle_request(now, env.src, env.api_key, env.message)
-            if isinstance(result, Pending):
+            if isinstance(result, Pending | PendingVoterChange):
                 self._pending[id(result)] = (result, env)
             else:
                 self._reply(env, result)
@@ -370,6 +436,8 @@ class SimNetwork:
         if isinstance(state, LeaderState):
             self.history.check_leader(self.clock.now, node.id, state.epoch)
         hw = client.high_watermark
+        if self.dynamic:
+            node.voter = client.quorum.is_voter()
         self.history.check_hw(node.id, node.incarnation, hw, node.voter)
         if hw is not None and hw > node.verified_to:
             for offset, epoch, record in node.log.records_between(node.verified_to, hw):

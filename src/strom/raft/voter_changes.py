@@ -1,0 +1,296 @@
+"""Voter changes of a dynamic quorum (KIP-853, kraft.version 1).
+
+The leader takes AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter: each appends a
+VotersRecord with the whole new set, in force from that moment (voter_history.py), and is
+answered once it commits (AddRaftVoter with ``ack_when_committed=false``: once appended). One
+change at a time: while a VotersRecord is above the high watermark, another waits
+(REQUEST_TIMED_OUT, as Kafka answers). A leader that removed itself resigns once the removal
+commits.
+
+Replicas send them too: a voter whose entry in the set is stale (its endpoints changed) sends
+UpdateRaftVoter, and an observer controller with ``controller.quorum.auto.join.enable`` that
+has caught up sends AddRaftVoter for itself -- after a RemoveRaftVoter of the replica that had
+its id before (a voter restarted on a wiped disk comes back with a new directory id, so it
+never votes with the empty log it now has). Either goes out instead of a Fetch, never beside
+one: a replica keeps one request in flight to the leader.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode
+
+from . import messages as m
+from .base import ClientBase, PendingVoterChange, logger
+from .leader import LeaderState
+from .messages import Message
+from .states import NEVER, FollowerState
+from .types import Endpoint, KRaftVersion, ReplicaKey, VoterNode, VoterSet
+from .voter_history import SUPPORTED_KRAFT_VERSIONS, describe_voters, voters_entry
+
+E = ErrorCode
+
+
+class VoterChangeHandlers(ClientBase):
+    # -- the leader ------------------------------------------------------------------------
+
+    def _voter_change_refused(self, req: Mapping[str, Any]) -> tuple[ErrorCode, str] | None:
+        """What every voter change checks first (Kafka's order)."""
+        if not self._cluster_ok(req.get("cluster_id")):
+            return E.INCONSISTENT_CLUSTER_ID, "the request names another cluster"
+        st = self.quorum.state
+        if not isinstance(st, LeaderState) or self._shutdown is not None:
+            return E.NOT_LEADER_OR_FOLLOWER, f"node {self.local.id} is not the leader"
+        return None
+
+    def _voter_change_blocked(self, st: LeaderState) -> tuple[ErrorCode, str] | None:
+        if st.high_watermark is None:
+            return E.REQUEST_TIMED_OUT, "the leader has not committed its epoch yet"
+        if self.voter_history.kraft_version() < KRaftVersion.DYNAMIC:
+            return (E.UNSUPPORTED_VERSION, "the quorum's voters are static "
+                    "(kraft.version 0, controller.quorum.voters): they cannot change")
+        if self.voter_history.uncommitted_change(st.high_watermark) is not None:
+            return E.REQUEST_TIMED_OUT, "another voter change is not committed yet"
+        return None
+
+    def _request_key(self, req: Mapping[str, Any]) -> ReplicaKey:
+        directory = req.get("voter_directory_id")
+        return ReplicaKey.of(int(req.get("voter_id", -1)),
+                             directory if isinstance(directory, uuid.UUID) else None)
+
+    def _handle_add_raft_voter_request(self, now: int, source: int,
+                                       req: Mapping[str, Any]) -> Message | PendingVoterChange:
+        refused = self._voter_change_refused(req)
+        if refused is not None:
+            return m.voter_change_response(*refused)
+        st = self.quorum.state
+        assert isinstance(st, LeaderState)
+        key = self._request_key(req)
+        if key.id < 0 or key.directory_id is None:
+            return m.voter_change_response(E.INVALID_REQUEST, "the voter needs an id and a "
+                                           "directory id")
+        endpoints = m.endpoints_from_listeners(req.get("listeners") or [])
+        if not any(e.name == self.settings.listener for e in endpoints):
+            return m.voter_change_response(E.INVALID_REQUEST, "the voter has no endpoint on "
+                                           f"the {self.settings.listener} listener")
+        blocked = self._voter_change_blocked(st)
+        if blocked is not None:
+            return m.voter_change_response(*blocked)
+        voters = self.quorum.voters
+        if key.id in voters:
+            return m.voter_change_response(E.DUPLICATE_VOTER, f"node {key.id} is a voter already")
+        observer = st.observer_states.get(key)
+        if observer is None or observer.last_caught_up_ms < 0 or \
+                now - observer.last_fetch_ms >= self.settings.observer_session_timeout_ms:
+            return m.voter_change_response(
+                E.REQUEST_TIMED_OUT, f"replica {key.id} (directory {key.directory_id}) is not a "
+                "caught-up observer of the leader: start it, and let it fetch the metadata log")
+        new = VoterSet.of([*voters, VoterNode(key, endpoints)])
+        timeout = int(req.get("timeout", self.settings.request_timeout_ms))
+        return self._append_voters(now, st, ApiKey.ADD_RAFT_VOTER, new, timeout,
+                                   wait=bool(req.get("ack_when_committed", True)))
+
+    def _handle_remove_raft_voter_request(self, now: int, source: int,
+                                          req: Mapping[str, Any]) -> Message | PendingVoterChange:
+        refused = self._voter_change_refused(req)
+        if refused is not None:
+            return m.voter_change_response(*refused)
+        st = self.quorum.state
+        assert isinstance(st, LeaderState)
+        key = self._request_key(req)
+        if key.id < 0 or key.directory_id is None:
+            return m.voter_change_response(E.INVALID_REQUEST, "the voter needs an id and a "
+                                           "directory id")
+        blocked = self._voter_change_blocked(st)
+        if blocked is not None:
+            return m.voter_change_response(*blocked)
+        voters = self.quorum.voters
+        if not voters.is_voter(key) or voters.nodes[key.id].key.directory_id != key.directory_id:
+            return m.voter_change_response(E.VOTER_NOT_FOUND, f"no voter {key.id} with "
+                                           f"directory {key.directory_id}")
+        if len(voters) == 1:
+            return m.voter_change_response(E.VOTER_NOT_FOUND, "the only voter cannot be removed")
+        new = VoterSet.of(n for n in voters if n.key.id != key.id)
+        return self._append_voters(now, st, ApiKey.REMOVE_RAFT_VOTER, new,
+                                   self.settings.request_timeout_ms, wait=True)
+
+    def _handle_update_raft_voter_request(self, now: int, source: int,
+                                          req: Mapping[str, Any]) -> Message:
+        def answer(error: ErrorCode) -> Message:
+            st = self.quorum.state
+            leader_ep = next((e for e in st.leader_endpoints
+                              if e.name == self.settings.listener), None)
+            return m.update_raft_voter_response(error=error, leader_id=st.leader_id,
+                                                epoch=self.quorum.epoch, leader_endpoint=leader_ep)
+
+        if not self._cluster_ok(req.get("cluster_id")):
+            return answer(E.INCONSISTENT_CLUSTER_ID)
+        error = self._validate_leader_only(int(req.get("current_leader_epoch", -1)))
+        if error is not None:
+            return answer(error)
+        st = self.quorum.state
+        assert isinstance(st, LeaderState)
+        key = self._request_key(req)
+        endpoints = m.endpoints_from_listeners(req.get("listeners") or [])
+        feature = req.get("k_raft_version_feature") or {}
+        lo, hi = int(feature.get("min_supported_version", 0)), int(
+            feature.get("max_supported_version", 0))
+        if key.id < 0 or key.directory_id is None or lo > hi \
+                or not any(e.name == self.settings.listener for e in endpoints):
+            return answer(E.INVALID_REQUEST)
+        blocked = self._voter_change_blocked(st)
+        if blocked is not None:
+            return answer(blocked[0])
+        if not lo <= self.voter_history.kraft_version() <= hi:
+            return answer(E.INVALID_REQUEST)
+        voters = self.quorum.voters
+        node = voters.nodes.get(key.id)
+        if node is None or node.key.directory_id != key.directory_id:
+            return answer(E.VOTER_NOT_FOUND)
+        if set(node.endpoints) != set(endpoints):
+            new = VoterSet.of(VoterNode(n.key, endpoints) if n.key.id == key.id else n
+                              for n in voters)
+            self._append_voters(now, st, ApiKey.UPDATE_RAFT_VOTER, new,
+                                self.settings.request_timeout_ms, wait=False)
+        return answer(E.NONE)
+
+    def _append_voters(self, now: int, st: LeaderState, api_key: ApiKey, voters: VoterSet,
+                       timeout_ms: int, *, wait: bool) -> Message | PendingVoterChange:
+        """Append the new set after what the leader has taken so far; it counts at once."""
+        if st.accumulator.groups:
+            self._append_batches(now, st)  # records taken before it go first
+        info = self.log.append_as_leader([voters_entry(voters)], st.epoch, now)
+        self.log.flush()
+        st.accumulator.next_offset = self.log.end_offset()
+        logger.info("raft %d: %s: the voters become %s (offset %d, uncommitted)",
+                    self.local.id, api_key.name, describe_voters(voters), info.first_offset)
+        self._appended(info)
+        for p in self._parked:
+            p.woken = True  # followers fetch the record at once
+        if st.update_local_end_offset(self.log.end_offset()):
+            self._on_leader_high_watermark(st)
+        if not wait:
+            return m.voter_change_response(E.NONE)
+        pending = PendingVoterChange(api_key, st.epoch, info.first_offset,
+                                     now + max(0, timeout_ms))
+        self._poll_voter_change(now)  # the one before committed: it is answered first
+        self._voter_change = pending
+        return pending
+
+    def _answer_voter_change(self, error: ErrorCode, message: str | None = None) -> None:
+        pending, self._voter_change = self._voter_change, None
+        if pending is not None:
+            pending.response = m.voter_change_response(error, message)
+            self._completed.append(pending)
+
+    def _poll_voter_change(self, now: int) -> int:
+        """Answer a waiting voter change that committed, timed out, or lost its leader."""
+        pending = self._voter_change
+        if pending is None:
+            return NEVER
+        st = self.quorum.state
+        if not isinstance(st, LeaderState) or st.epoch != pending.epoch:
+            self._answer_voter_change(E.NOT_LEADER_OR_FOLLOWER, "the leader changed")
+        elif st.high_watermark is not None and st.high_watermark > pending.offset:
+            self._answer_voter_change(E.NONE)
+        elif now >= pending.deadline_ms:
+            self._answer_voter_change(E.REQUEST_TIMED_OUT, "the voter change did not commit "
+                                      "in time (it may still commit)")
+        else:
+            return pending.deadline_ms
+        return NEVER
+
+    def _removed_leader_resigns(self, st: LeaderState) -> bool:
+        """A leader no longer in the voter set leads until the removal commits."""
+        return (not self.quorum.is_voter() and st.high_watermark is not None
+                and self.voter_history.uncommitted_change(st.high_watermark) is None)
+
+    # -- voters and observers --------------------------------------------------------------
+
+    def _maybe_send_voter_update(self, now: int, st: FollowerState) -> bool:
+        """A voter whose entry in the set has other endpoints than its own sends
+        UpdateRaftVoter to the leader (once per epoch when it succeeds). True if sent."""
+        q = self.quorum
+        if (self.voter_history.kraft_version() < KRaftVersion.DYNAMIC
+                or not st.has_fetched_from_leader or self._voter_updated_epoch == st.epoch
+                or not q.local_endpoints or self.local.directory_id is None):
+            return False
+        node = q.voters.nodes.get(self.local.id)
+        if node is None or set(node.endpoints) == set(q.local_endpoints):
+            return False
+        if self.requests.has_any_inflight() or not self.requests.is_ready(st.leader, now):
+            return False
+        self._send(now, st.leader, ApiKey.UPDATE_RAFT_VOTER, m.update_raft_voter_request(
+            cluster_id=self.cluster_id, epoch=st.epoch, voter=self.local,
+            endpoints=q.local_endpoints, kraft_range=SUPPORTED_KRAFT_VERSIONS))
+        return True
+
+    def _maybe_auto_join(self, now: int, st: FollowerState) -> bool:
+        """An observer controller with auto-join, caught up to the leader's high watermark,
+        asks to become a voter (after removing a replica that had its id). True if sent."""
+        q = self.quorum
+        if (not self.auto_join or q.is_voter() or now < self._join_after_ms
+                or self.voter_history.kraft_version() < KRaftVersion.DYNAMIC
+                or not st.has_fetched_from_leader or st.high_watermark is None
+                or self.log.end_offset() < st.high_watermark or not q.local_endpoints
+                or self.local.directory_id is None):
+            return False
+        if self.requests.has_any_inflight() or not self.requests.is_ready(st.leader, now):
+            return False
+        self._join_after_ms = now + self.settings.request_timeout_ms
+        old = q.voters.nodes.get(self.local.id)
+        if old is not None:
+            logger.info("raft %d: voter %d has another directory (%s): asking leader %d to "
+                        "remove it, so this replica can join", self.local.id, self.local.id,
+                        old.key.directory_id, st.leader)
+            self._send(now, st.leader, ApiKey.REMOVE_RAFT_VOTER, m.remove_raft_voter_request(
+                cluster_id=self.cluster_id, voter=old.key))
+        else:
+            logger.info("raft %d: caught up: asking leader %d to add it as a voter",
+                        self.local.id, st.leader)
+            self._send(now, st.leader, ApiKey.ADD_RAFT_VOTER, m.add_raft_voter_request(
+                cluster_id=self.cluster_id, voter=self.local,
+                timeout_ms=self.settings.request_timeout_ms, endpoints=q.local_endpoints,
+                ack_when_committed=False))
+        return True
+
+    def _handle_voter_change_response(self, now: int, source: int,
+                                      resp: Mapping[str, Any]) -> bool:
+        error = int(resp.get("error_code", 0))
+        if error == E.NONE:
+            self._join_after_ms = now  # the next step (add after remove) may go at once
+        else:
+            logger.info("raft %d: voter change refused by node %d: %s %s", self.local.id,
+                        source, _name(error), resp.get("error_message") or "")
+        return True
+
+    def _handle_update_raft_voter_response(self, now: int, source: int,
+                                           resp: Mapping[str, Any]) -> bool:
+        error = int(resp.get("error_code", 0))
+        if error == E.NONE:
+            self._voter_updated_epoch = self.quorum.epoch
+            return True
+        current = resp.get("current_leader") or {}
+        leader = m.opt_id(int(current.get("leader_id", -1)))
+        epoch = int(current.get("leader_epoch", -1))
+        endpoints: tuple[Endpoint, ...] = ()
+        if leader is not None and current.get("host"):
+            endpoints = (Endpoint(self.settings.listener, str(current["host"]),
+                                  int(current["port"])),)
+        handled = self._common_response(now, error, leader, epoch, endpoints)
+        if handled is None:
+            logger.info("raft %d: UpdateRaftVoter refused by node %d: %s", self.local.id,
+                        source, _name(error))
+            return False
+        return handled
+
+
+def _name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return str(code)
