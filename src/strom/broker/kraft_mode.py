@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from strom.broker.core import Broker, Node
 from strom.broker.partitions import PartitionManager
@@ -30,11 +30,13 @@ from strom.config.broker import BrokerConfig, ConfigSource
 from strom.controller.loader import MetadataLoader, SnapshotPolicy
 from strom.controller.node import ControllerNode
 from strom.controller.quorum_controller import QuorumController
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import KafkaError
 from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
 from strom.storage.manager import LogManager
 
 if TYPE_CHECKING:
-    from strom.broker.kraft_cluster import AdminForwarder, BrokerLifecycle
+    from strom.broker.kraft_cluster import AdminForwarder, BrokerLifecycle, ControllerChannel
     from strom.controller.cluster_controller import ClusterQuorumController
 
 log = logging.getLogger(__name__)
@@ -94,11 +96,12 @@ async def build_kraft_broker(config: BrokerConfig, serve_controller_listener: Se
     if source is not ConfigSource.DEFAULT_CONFIG and int(broker_id) != config.get("node.id"):
         raise StartupError(f"broker.id={broker_id} must be equal to node.id="
                            f"{config.get('node.id')} (or left out)")
-    if not config.get("controller.quorum.voters"):
-        raise StartupError("a KRaft node needs controller.quorum.voters (a static quorum): "
-                           "controller.quorum.bootstrap.servers (a dynamic quorum, KIP-853) is "
-                           "not built yet")
     controller_node = ControllerNode(config)
+    if controller_node.dynamic:
+        # a dynamic quorum (KIP-853): whether this node votes is the log's to say, and may
+        # change; a combined node serves its controller listener either way
+        return await build_cluster_broker(config, controller_node, combined(config),
+                                          serve_controller_listener)
     voter_ids = {v.key.id for v in controller_node.voters}
     is_voter = controller_node.node_id in voter_ids
     if not combined(config) and is_voter:
@@ -217,9 +220,11 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         if is_voter:
             await serve_controller_listener(controller_node, parts.controller_listener_names)
         if not await _caught_up(controller_node, loader, ELECTION_WAIT_S):
+            where = ("controller.quorum.bootstrap.servers" if controller_node.dynamic
+                     else "controller.quorum.voters")
             raise StartupError(f"the metadata quorum had no leader this node could catch up "
-                               f"with within {ELECTION_WAIT_S:.0f} s (are the voters of "
-                               f"controller.quorum.voters up? see the log above)")
+                               f"with within {ELECTION_WAIT_S:.0f} s (are the controllers of "
+                               f"{where} up? see the log above)")
         inherited = loader.hold_inherited_leaderships(config.broker_id)
         if inherited:
             log.info("%d partition(s) led by this broker before it restarted are not served "
@@ -257,9 +262,30 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     replicas = build_replica_manager(node)
     controller.subscribe(replicas.on_changes)
     broker = wire_broker(node, loop, replicas, lifecycle.current)
-    broker.metadata_quorum = controller_node.raft_request
+    broker.metadata_quorum = _quorum_requests(controller_node, channel)
     parts.cluster = ClusterRole(local, lifecycle, forwarder)
     return broker, parts
+
+
+# the versions a broker forwards the quorum's requests at (Kafka 4.4's highest)
+QUORUM_FORWARD_VERSIONS = {ApiKey.DESCRIBE_QUORUM: 2, ApiKey.ADD_RAFT_VOTER: 1,
+                           ApiKey.REMOVE_RAFT_VOTER: 0}
+
+
+def _quorum_requests(controller_node: ControllerNode, channel: ControllerChannel,
+                     ) -> Callable[[ApiKey, Mapping[str, Any]], Awaitable[Mapping[str, Any]]]:
+    """DescribeQuorum and voter changes from a broker listener: the quorum's leader answers
+    them (this node's own Raft client when it leads, else the active controller's)."""
+    async def request(api_key: ApiKey, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        if controller_node.leader_id() == controller_node.node_id:
+            return await controller_node.raft_request(api_key, body)
+        try:
+            response = await channel.request(api_key, QUORUM_FORWARD_VERSIONS[api_key], body)
+        except KafkaError as exc:
+            return {"error_code": int(exc.code), "error_message": exc.message}
+        return response.to_dict()
+
+    return request
 
 
 @dataclass

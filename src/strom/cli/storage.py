@@ -36,7 +36,6 @@ Where Strom differs from Kafka 4.4's tool, on purpose:
 from __future__ import annotations
 
 import re
-import socket
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -111,23 +110,16 @@ def _parse_features(items: list[str]) -> dict[str, int]:
 
 def _controller_endpoints(config: BrokerConfig, quorum: QuorumConfig) -> tuple[Endpoint, ...]:
     """This controller's advertised controller listeners (for --standalone's voter)."""
-    from strom.config.listeners import advertised_listeners, listeners
+    from strom.config.listeners import controller_endpoints
 
     try:
-        adv = {lst.name: lst for lst in advertised_listeners(config)}
-        own = {lst.name: lst for lst in listeners(config)}
+        found = controller_endpoints(config, quorum.controller_listener_names)
     except ConfigError as e:
         raise CliError(str(e)) from None
-    out = []
-    for raw in quorum.controller_listener_names:
-        name = raw.strip().upper()
-        lst = adv.get(name) or own.get(name)
-        if lst is not None:
-            out.append(Endpoint(name, lst.host or socket.getfqdn(), lst.port))
-    if not out:
+    if not found:
         raise CliError("--standalone needs a controller listener (controller.listener.names "
                        "naming one of the 'listeners') to put in the voter set")
-    return tuple(out)
+    return tuple(Endpoint(name, host, port) for name, host, port in found)
 
 
 def format_storage(opts: FormatOptions) -> list[str]:

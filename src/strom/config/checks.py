@@ -185,9 +185,6 @@ def _kraft_problems(config: BrokerConfig) -> Iterator[str]:
                f"is not")
     if config.get("zookeeper.connect"):
         yield "zookeeper.connect cannot be set on a KRaft controller (process.roles=controller)"
-    if quorum.bootstrap_servers and not quorum.voters:
-        yield ("controller.quorum.bootstrap.servers (a dynamic quorum, KIP-853) is not "
-               "implemented by Strom yet; list the voters in controller.quorum.voters")
     insecure = [lst.name for lst in own if lst.name in names and lst.protocol != PLAINTEXT]
     if insecure:
         yield (f"controller listener {','.join(insecure)} uses "

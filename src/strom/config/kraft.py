@@ -55,8 +55,9 @@ KRAFT_CONFIGS = (
     ConfigDef(_Q + "voters", T.LIST, [], "static voter set, id@host:port,... (kraft.version 0)",
               validate_voters, read_only=True, implemented=True),
     ConfigDef(_Q + "bootstrap.servers", T.LIST, [],
-              "controllers to find a dynamic quorum through, host:port,... (KIP-853)",
-              validate_bootstrap_servers, read_only=True, implemented=False),
+              "controllers to find a dynamic quorum through, host:port,... (KIP-853; its voters "
+              "are in the metadata log, kraft.version 1)",
+              validate_bootstrap_servers, read_only=True, implemented=True),
     ConfigDef(_Q + "election.timeout.ms", T.INT, 1000,
               "time without a leader before an election (randomised to [T, 2T))", at_least(0),
               read_only=True, implemented=True),
@@ -75,8 +76,9 @@ KRAFT_CONFIGS = (
     ConfigDef(_Q + "retry.backoff.ms", T.INT, 20, "pause before retrying a quorum request",
               at_least(0), read_only=True, implemented=True),
     ConfigDef(_Q + "auto.join.enable", T.BOOLEAN, False,
-              "a caught-up controller outside the voter set adds itself (controllers only)",
-              read_only=True, implemented=False),
+              "a caught-up controller outside the voter set of a dynamic quorum adds itself, "
+              "first removing a voter with its id and another directory (controllers only)",
+              read_only=True, implemented=True),
     ConfigDef(_Q + "fetch.max.bytes", T.INT, 1048576,
               "most bytes a quorum Fetch response carries (KIP-1219)", read_only=True,
               implemented=True),

@@ -7,6 +7,7 @@ its name maps to. Clients are told the advertised address of the listener they c
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from strom.config.broker import BrokerConfig, parse_listener
@@ -144,3 +145,21 @@ def default_listener(config: BrokerConfig) -> Listener:
     adv = advertised_listeners(config)
     name = inter_broker_listener_name(config)
     return next((lst for lst in adv if lst.name == name), adv[0])
+
+
+def controller_endpoints(config: BrokerConfig, names: Sequence[str]) -> list[tuple[str, str, int]]:
+    """(name, host, port) of this node's controller listeners (`names`:
+    controller.listener.names) as other controllers reach them: advertised where set, else
+    as listened on (an empty host is the machine's name). What a dynamic quorum's voter set
+    holds for this node (storage format --standalone, auto-join, UpdateRaftVoter)."""
+    import socket
+
+    adv = {lst.name: lst for lst in advertised_listeners(config)}
+    own = {lst.name: lst for lst in listeners(config)}
+    out = []
+    for raw in names:
+        name = raw.strip().upper()
+        lst = adv.get(name) or own.get(name)
+        if lst is not None:
+            out.append((name, lst.host or socket.getfqdn(), lst.port))
+    return out

@@ -8,8 +8,11 @@ admin client finds the active controller with ``--bootstrap-controller``. The Ra
 the node's `RaftDriver` unchanged; the Raft client validates them as Kafka does (a Fetch of
 any other topic is INVALID_REQUEST).
 
-ApiVersions lists exactly these; its supported features add ``kraft.version`` (0 only: the
-voter set is static, kraft.version 1 comes later).
+AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter (KIP-853) go to the Raft client as well: a
+dynamic quorum's leader takes them.
+
+ApiVersions lists exactly these; its supported features add ``kraft.version`` (0, a static
+voter set, to 1, a dynamic one).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ class ControllerNode(Protocol):
 BROKER_ENDPOINT = 1
 CONTROLLER_ENDPOINT = 2
 UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
-KRAFT_VERSION = ("kraft.version", 0, 0)  # (name, lowest, highest supported)
+KRAFT_VERSION = ("kraft.version", 0, 1)  # (name, lowest, highest supported)
 
 
 def _raft(node: ControllerNode, api_key: ApiKey, request: Struct) -> Awaitable[Message]:
@@ -85,6 +88,26 @@ def fetch_snapshot(node: ControllerNode, ctx: RequestContext,
 def describe_quorum(node: ControllerNode, ctx: RequestContext,
                     request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.DESCRIBE_QUORUM, request)
+
+
+@handles(ApiKey.ADD_RAFT_VOTER, 0, 1)
+def add_raft_voter(node: ControllerNode, ctx: RequestContext,
+                   request: Struct) -> Awaitable[Message]:
+    """KIP-853 (``kafka-metadata-quorum add-controller``, auto-join): the leader answers once
+    the new voter set commits; any other controller NOT_LEADER_OR_FOLLOWER."""
+    return _raft(node, ApiKey.ADD_RAFT_VOTER, request)
+
+
+@handles(ApiKey.REMOVE_RAFT_VOTER, 0, 0)
+def remove_raft_voter(node: ControllerNode, ctx: RequestContext,
+                      request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.REMOVE_RAFT_VOTER, request)
+
+
+@handles(ApiKey.UPDATE_RAFT_VOTER, 0, 0)
+def update_raft_voter(node: ControllerNode, ctx: RequestContext,
+                      request: Struct) -> Awaitable[Message]:
+    return _raft(node, ApiKey.UPDATE_RAFT_VOTER, request)
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)

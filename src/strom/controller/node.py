@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from strom.raft.storage import (
 )
 from strom.raft.types import (
     Endpoint,
+    KRaftVersion,
     NotLeaderError,
     RaftSettings,
     ReplicaKey,
@@ -50,6 +52,7 @@ from strom.raft.types import (
     VoterSet,
 )
 from strom.security.client import controller_security
+from strom.storage.checkpoints import topic_id_from_str
 
 log = logging.getLogger("strom.controller")
 
@@ -78,8 +81,37 @@ def formatted_cluster_id(dirs: list[Path], node_id: int) -> str:
 
 
 def voter_set(quorum: QuorumConfig, listener: str) -> VoterSet:
+    """The static voters (controller.quorum.voters); none for a dynamic quorum, whose voters
+    come from its metadata log (voter_history.py)."""
+    if not quorum.voters:
+        return VoterSet.none()
     return VoterSet.of(VoterNode(ReplicaKey(v.node_id), (Endpoint(listener, v.host, v.port),))
                        for v in quorum.voters)
+
+
+# controller.quorum.bootstrap.servers as the Raft client's peers: ids no node has (Kafka numbers
+# them the same way), mapped to their addresses
+FIRST_BOOTSTRAP_ID = -2
+
+
+def bootstrap_endpoints(quorum: QuorumConfig, listener: str) -> dict[int, Endpoint]:
+    return {FIRST_BOOTSTRAP_ID - i: Endpoint(listener, hp.host, hp.port)
+            for i, hp in enumerate(quorum.bootstrap_servers)}
+
+
+def metadata_directory_id(metadata_dir: Path) -> uuid.UUID:
+    """The directory.id `strom storage format` wrote in the metadata log dir's meta.properties:
+    the replica's half of its voter key in a dynamic quorum (a wiped and reformatted disk gets
+    a new one, so it can never vote as the replica it replaced)."""
+    meta = metadata_dir / "meta.properties"
+    try:
+        props = dict(line.split("=", 1) for line in meta.read_text("utf-8").splitlines()
+                     if "=" in line and not line.lstrip().startswith("#"))
+        return topic_id_from_str(props["directory.id"].strip())
+    except (OSError, KeyError, ValueError) as e:
+        raise StartupError(f"{meta} has no valid directory.id ({e}): a controller of a dynamic "
+                           "quorum (controller.quorum.bootstrap.servers) needs its metadata log "
+                           "dir formatted by `strom storage format`") from None
 
 
 def raft_settings(quorum: QuorumConfig, listener: str) -> RaftSettings:
@@ -110,7 +142,10 @@ class ControllerNode:
         self.metadata_dir = metadata_log_dir(config)
         dirs = list(dict.fromkeys([self.metadata_dir, *config.log_dirs]))
         self.cluster_id = formatted_cluster_id(dirs, self.node_id)
-        self.voters = voter_set(self.quorum, self.listener)
+        self.static_voters = voter_set(self.quorum, self.listener)
+        # a dynamic quorum (KIP-853): no controller.quorum.voters; the voters are in the log
+        self.dynamic = not self.quorum.voters
+        self.directory_id = metadata_directory_id(self.metadata_dir) if self.dynamic else None
         self.settings = raft_settings(self.quorum, self.listener)
         self.raft_log: PartitionRaftLog | None = None
         self.raft: RaftClient | None = None
@@ -126,11 +161,30 @@ class ControllerNode:
     def log_dir(self) -> Path:
         return self.metadata_dir / METADATA_DIR_NAME
 
+    @property
+    def voters(self) -> VoterSet:
+        """The voters in force (a dynamic quorum's change as the log does)."""
+        return self.raft.quorum.voters if self.raft is not None else self.static_voters
+
+    @property
+    def is_controller(self) -> bool:
+        return "controller" in (self.config.get("process.roles") or [])
+
     def router(self) -> ControllerRouter:
         from strom.controller import broker_apis
 
-        in_cluster = len(self.voters) > 1 or "broker" not in (self.config.get("process.roles") or [])
+        in_cluster = self.dynamic or len(self.voters) > 1 \
+            or "broker" not in (self.config.get("process.roles") or [])
         return ControllerRouter(self, extra=[broker_apis] if in_cluster else [])
+
+    def _local_endpoints(self) -> tuple[Endpoint, ...]:
+        """This controller's listeners as its voter entry holds them (a dynamic quorum's)."""
+        from strom.config.listeners import controller_endpoints
+
+        if not self.dynamic or not self.is_controller:
+            return ()
+        names = self.quorum.controller_listener_names
+        return tuple(Endpoint(n, h, p) for n, h, p in controller_endpoints(self.config, names))
 
     async def start(self, listeners: Sequence[RaftListener] = ()) -> None:
         """Open the metadata log (an old single node's is upgraded first: upgrade.py) and start
@@ -142,10 +196,16 @@ class ControllerNode:
         # Opening recovers the log: off the event loop (the Raft thread takes it over).
         self.raft_log = await asyncio.to_thread(PartitionRaftLog.open, self.metadata_dir,
                                                 config=log_config)
+        bootstrap = bootstrap_endpoints(self.quorum, self.listener) if self.dynamic else {}
         self.raft = RaftClient(
-            node_id=self.node_id, voters=self.voters, log=self.raft_log,
+            node_id=self.node_id, voters=self.static_voters, log=self.raft_log,
             store=FileQuorumStateStore(self.log_dir / QUORUM_STATE_FILE),
-            rng=random.Random(), cluster_id=self.cluster_id, settings=self.settings)
+            rng=random.Random(), cluster_id=self.cluster_id, settings=self.settings,
+            directory_id=self.directory_id,
+            bootstrap=list(bootstrap) if self.dynamic else None,
+            bootstrap_endpoints=bootstrap, local_endpoints=self._local_endpoints(),
+            kraft_version=KRaftVersion.DYNAMIC if self.dynamic else KRaftVersion.STATIC,
+            auto_join=self.dynamic and self.is_controller and self.quorum.auto_join)
         for listener in listeners:
             self.raft.register(listener)
         self.driver = RaftDriver(self.raft, client_id=f"raft-client-{self.node_id}",
@@ -206,6 +266,13 @@ class ControllerNode:
         return out
 
     def describe(self) -> str:
-        voters = ",".join(f"{i}@{h}:{p}" for i, (h, p) in sorted(self.controller_endpoints().items()))
-        return (f"controller {self.node_id} of voters {voters}, metadata log in {self.log_dir}, "
+        if self.dynamic:
+            servers = ",".join(f"{hp.host}:{hp.port}" for hp in self.quorum.bootstrap_servers)
+            quorum = (f"a dynamic quorum (bootstrap servers {servers}, directory id "
+                      f"{self.directory_id})")
+        else:
+            voters = ",".join(f"{i}@{h}:{p}"
+                              for i, (h, p) in sorted(self.controller_endpoints().items()))
+            quorum = f"voters {voters}"
+        return (f"controller {self.node_id} of {quorum}, metadata log in {self.log_dir}, "
                 f"cluster id {self.cluster_id}")

@@ -297,7 +297,7 @@ _RESPONSE_HANDLERS: dict[ApiKey, _Handler] = {
     ApiKey.BEGIN_QUORUM_EPOCH: RaftClient._handle_begin_quorum_epoch_response,
     ApiKey.END_QUORUM_EPOCH: RaftClient._handle_end_quorum_epoch_response,
     ApiKey.FETCH_SNAPSHOT: RaftClient._handle_fetch_snapshot_response,
-    ApiKey.ADD_RAFT_VOTER: RaftClient._handle_voter_change_response,
-    ApiKey.REMOVE_RAFT_VOTER: RaftClient._handle_voter_change_response,
+    ApiKey.ADD_RAFT_VOTER: RaftClient._handle_add_raft_voter_response,
+    ApiKey.REMOVE_RAFT_VOTER: RaftClient._handle_remove_raft_voter_response,
     ApiKey.UPDATE_RAFT_VOTER: RaftClient._handle_update_raft_voter_response,
 }

@@ -192,7 +192,7 @@ class QuorumConfig:
             append_linger_ms=get(q + "append.linger.ms"),
             request_timeout_ms=get(q + "request.timeout.ms"),
             retry_backoff_ms=get(q + "retry.backoff.ms"),
-            auto_join=get(q + "auto.join.enable"),
+            auto_join=get("controller.quorum.auto.join.enable"),
             fetch_max_bytes=get(q + "fetch.max.bytes"),
             fetch_snapshot_max_bytes=get(q + "fetch.snapshot.max.bytes"),
         )

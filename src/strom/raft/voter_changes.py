@@ -258,12 +258,22 @@ class VoterChangeHandlers(ClientBase):
                 ack_when_committed=False))
         return True
 
+    def _handle_add_raft_voter_response(self, now: int, source: int,
+                                        resp: Mapping[str, Any]) -> bool:
+        # taken: the next try (should this replica not see itself among the voters by then)
+        # waits out the backoff set when it was sent
+        return self._handle_voter_change_response(now, source, resp)
+
+    def _handle_remove_raft_voter_response(self, now: int, source: int,
+                                           resp: Mapping[str, Any]) -> bool:
+        if int(resp.get("error_code", 0)) == E.NONE:
+            self._join_after_ms = now  # the old key is gone: the AddRaftVoter may go at once
+        return self._handle_voter_change_response(now, source, resp)
+
     def _handle_voter_change_response(self, now: int, source: int,
                                       resp: Mapping[str, Any]) -> bool:
         error = int(resp.get("error_code", 0))
-        if error == E.NONE:
-            self._join_after_ms = now  # the next step (add after remove) may go at once
-        else:
+        if error != E.NONE:
             logger.info("raft %d: voter change refused by node %d: %s %s", self.local.id,
                         source, _name(error), resp.get("error_message") or "")
         return True

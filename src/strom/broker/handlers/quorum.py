@@ -1,8 +1,9 @@
-"""DescribeQuorum and UnregisterBroker on the broker listeners of a KRaft node.
+"""DescribeQuorum, AddRaftVoter, RemoveRaftVoter and UnregisterBroker on the broker listeners
+of a KRaft node.
 
-Kafka's brokers pass DescribeQuorum on to the active controller, which is how
-``kafka-metadata-quorum --bootstrap-server`` and the Java ``Admin.describeMetadataQuorum`` reach
-it. A combined node asks its own controller. Only KRaft nodes serve this module
+Kafka's brokers pass DescribeQuorum (and a dynamic quorum's voter changes) on to the active
+controller, which is how ``kafka-metadata-quorum --bootstrap-server`` and the Java
+``Admin.describeMetadataQuorum``/``addRaftVoter``/``removeRaftVoter`` reach it. A combined node asks its own controller. Only KRaft nodes serve this module
 (`strom.broker.app` adds it), so a broker without KRaft does not advertise the API, as a
 ZooKeeper-mode Kafka broker did not. It needs DESCRIBE on the cluster, as Kafka's controller
 checks.
@@ -29,6 +30,23 @@ async def describe_quorum(broker: Broker, ctx: RequestContext, request: Struct) 
     if broker.metadata_quorum is None:  # never: the module is served by KRaft nodes only
         return {"error_code": ErrorCode.NOT_CONTROLLER}
     return dict(await broker.metadata_quorum(ApiKey.DESCRIBE_QUORUM, request.to_dict()))
+
+
+@handles(ApiKey.ADD_RAFT_VOTER, 0, 1)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+async def add_raft_voter(broker: Broker, ctx: RequestContext, request: Struct) -> dict[str, Any]:
+    if broker.metadata_quorum is None:
+        return {"error_code": ErrorCode.NOT_CONTROLLER}
+    return dict(await broker.metadata_quorum(ApiKey.ADD_RAFT_VOTER, request.to_dict()))
+
+
+@handles(ApiKey.REMOVE_RAFT_VOTER, 0, 0)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+async def remove_raft_voter(broker: Broker, ctx: RequestContext,
+                            request: Struct) -> dict[str, Any]:
+    if broker.metadata_quorum is None:
+        return {"error_code": ErrorCode.NOT_CONTROLLER}
+    return dict(await broker.metadata_quorum(ApiKey.REMOVE_RAFT_VOTER, request.to_dict()))
 
 
 @handles(ApiKey.UNREGISTER_BROKER, 0, 0)
