@@ -55,11 +55,12 @@ KAFKA = {
 }
 
 
-# What a KRaft node acts on (a static quorum; snapshots; broker sessions); the rest is warned
-# by name.
+# What a KRaft node acts on (static and dynamic quorums; snapshots; broker sessions); the rest
+# is warned by name.
 IMPLEMENTED = {
     "metadata.log.max.record.bytes.between.snapshots", "metadata.log.max.snapshot.interval.ms",
     "process.roles", "node.id", "controller.listener.names", "controller.quorum.voters",
+    "controller.quorum.bootstrap.servers", "controller.quorum.auto.join.enable",
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
     "controller.quorum.election.backoff.max.ms", "controller.quorum.append.linger.ms",
     "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms",
@@ -81,12 +82,12 @@ def test_a_kafka_4_server_properties_loads_and_is_warned_about(caplog) -> None:
         "controller.listener.names": "CONTROLLER",
         "controller.quorum.voters": "1@localhost:9093,2@[::1]:9094",
         "controller.quorum.election.timeout.ms": "1500",
-        "controller.quorum.auto.join.enable": "false"})
+        "controller.quorum.fetch.snapshot.max.bytes": "2097152"})
     assert cfg.get("process.roles") == ["broker", "controller"]
     assert cfg.get("controller.quorum.voters") == ["1@localhost:9093", "2@[::1]:9094"]
     with caplog.at_level(logging.WARNING, logger="strom.config.checks"):
         check_startup(cfg)
-    assert "config controller.quorum.auto.join.enable is accepted but not implemented" \
+    assert "config controller.quorum.fetch.snapshot.max.bytes is accepted but not implemented" \
         in caplog.text
     q = QuorumConfig.from_config(cfg.get)
     assert q.voters == (VoterAddress(1, "localhost", 9093), VoterAddress(2, "::1", 9094))
@@ -209,6 +210,12 @@ def test_a_controller_only_node_passes_the_checks_without_a_protocol_map() -> No
     _check(CONTROLLER)  # Kafka maps controller listeners to PLAINTEXT when the map is default
 
 
+def test_a_controller_of_a_dynamic_quorum_passes_the_checks() -> None:
+    dynamic = {k: v for k, v in CONTROLLER.items() if k != "controller.quorum.voters"}
+    _check({**dynamic, "controller.quorum.bootstrap.servers": "127.0.0.1:9093",
+            "controller.quorum.auto.join.enable": "true"})
+
+
 @pytest.mark.parametrize(("changes", "why"), [
     ({"controller.quorum.voters": "2@127.0.0.1:9094"},
      "node.id 1 of a controller must be one of the voters"),
@@ -219,8 +226,6 @@ def test_a_controller_only_node_passes_the_checks_without_a_protocol_map() -> No
     ({"listeners": "CONTROLLER://127.0.0.1:9093,PLAINTEXT://127.0.0.1:9092"},
      "must all be controller listeners from controller.listener.names; PLAINTEXT is not"),
     ({"zookeeper.connect": "localhost:2181"}, "zookeeper.connect cannot be set"),
-    ({"controller.quorum.voters": None, "controller.quorum.bootstrap.servers": "h:9093"},
-     "a dynamic quorum, KIP-853) is not implemented"),
     ({"listener.security.protocol.map": "CONTROLLER:SSL"}, "PLAINTEXT only"),
     # a map set explicitly must name the controller listener (Kafka maps it only by default)
     ({"listener.security.protocol.map": "PLAINTEXT:PLAINTEXT"},
