@@ -111,11 +111,13 @@ KRAFT_CONFIGS = (
     ConfigDef("metadata.log.segment.ms", T.LONG, 604800000,
               "segment roll time of the metadata log", read_only=True, implemented=True),
     ConfigDef("metadata.max.retention.bytes", T.LONG, 104857600,
-              "metadata log and snapshot bytes kept before old snapshots are deleted",
-              read_only=True, implemented=False),
+              "metadata log and snapshot bytes kept before the oldest snapshots (and the log "
+              "below the next one) are deleted; the latest snapshot always stays; -1: no limit",
+              read_only=True, implemented=True),
     ConfigDef("metadata.max.retention.ms", T.LONG, 604800000,
-              "how long metadata log segments and snapshots are kept", read_only=True,
-              implemented=False),
+              "a snapshot whose last record is older than this goes, with the log below the "
+              "next snapshot; the latest always stays; -1: no limit", read_only=True,
+              implemented=True),
     ConfigDef("metadata.max.idle.interval.ms", T.INT, 500,
               "the active controller writes a no-op record when idle this long", at_least(0),
               read_only=True, implemented=False),

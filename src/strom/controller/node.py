@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -248,10 +249,15 @@ class ControllerNode:
         return await self.driver.append(values)
 
     async def snapshot(self, end_offset: int, values: list[bytes]) -> object:
-        """Snapshot the state machine as of `end_offset` (written in the Raft thread)."""
+        """Snapshot the state machine as of `end_offset` (written in the Raft thread), then
+        apply metadata.max.retention.bytes/.ms to the older snapshots and the log."""
         if self.driver is None or self.raft is None:
             return None
-        return await self.driver.call(self.raft.create_snapshot, end_offset, values)
+        sid = await self.driver.call(self.raft.create_snapshot, end_offset, values)
+        await self.driver.call(self.raft.enforce_retention,
+                               self.config.get("metadata.max.retention.bytes"),
+                               self.config.get("metadata.max.retention.ms"), int(time.time() * 1000))
+        return sid
 
     def leader_id(self) -> int | None:
         return self.raft.quorum.leader_id if self.raft is not None else None

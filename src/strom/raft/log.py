@@ -156,6 +156,14 @@ class RaftLog(Protocol):
 
     def latest_snapshot_id(self) -> OffsetAndEpoch | None: ...
 
+    def snapshot_ids(self) -> list[OffsetAndEpoch]:
+        """The frozen snapshots, oldest first."""
+        ...
+
+    def size_bytes(self) -> int:
+        """The bytes of the log's records and its snapshots (metadata.max.retention.bytes)."""
+        ...
+
     def earliest_snapshot_id(self) -> OffsetAndEpoch | None: ...
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshot | None: ...
@@ -328,26 +336,45 @@ def load_snapshot(log: RaftLog, snapshot_id: OffsetAndEpoch) -> SnapshotContent 
 _HEADER_READ = 1 << 16  # a snapshot's header batch is far smaller: records of a few voters
 
 
-def snapshot_quorum(log: RaftLog, snapshot_id: OffsetAndEpoch) -> tuple[int, VotersRecord | None]:
-    """The kraft.version and voter set a snapshot's header batch holds (kraft.version 0
-    snapshots hold neither), read without decoding the rest of the snapshot."""
+@dataclass(frozen=True, slots=True)
+class SnapshotHeader:
+    """What a snapshot's first (control) batch says: when its last record was written, and
+    under kraft.version 1 the voter set."""
+
+    last_contained_log_timestamp: int = -1
+    kraft_version: int = 0
+    voters: VotersRecord | None = None
+
+
+def snapshot_header(log: RaftLog, snapshot_id: OffsetAndEpoch) -> SnapshotHeader | None:
+    """A snapshot's header batch, read without decoding the rest of the snapshot (None: no
+    such snapshot)."""
     raw = log.read_snapshot(snapshot_id)
     if raw is None:
-        return 0, None
+        return None
     data = raw.read(0, min(raw.size(), _HEADER_READ))
-    kraft_version, voters = 0, None
+    timestamp, kraft_version, voters = -1, 0, None
     for pos, h in iter_batches(data):
         batch = data[pos:pos + h.size]
         check_batch(batch)
         if not h.is_control:
             break
         for c in decoded_controls(decode_records(batch)):
-            if isinstance(c, KRaftVersionRecord):
+            if isinstance(c, SnapshotHeaderRecord):
+                timestamp = c.last_contained_log_timestamp
+            elif isinstance(c, KRaftVersionRecord):
                 kraft_version = c.kraft_version
             elif isinstance(c, VotersRecord):
                 voters = c
         break  # only the first batch is the header
-    return kraft_version, voters
+    return SnapshotHeader(timestamp, kraft_version, voters)
+
+
+def snapshot_quorum(log: RaftLog, snapshot_id: OffsetAndEpoch) -> tuple[int, VotersRecord | None]:
+    """The kraft.version and voter set a snapshot's header batch holds (kraft.version 0
+    snapshots hold neither)."""
+    header = snapshot_header(log, snapshot_id)
+    return (0, None) if header is None else (header.kraft_version, header.voters)
 
 
 def _snapshot_order(sid: OffsetAndEpoch) -> tuple[int, int]:
@@ -405,6 +432,9 @@ class SnapshotIds:
 
     def _snapshot_ids(self) -> list[OffsetAndEpoch]:
         raise NotImplementedError
+
+    def snapshot_ids(self) -> list[OffsetAndEpoch]:
+        return self._snapshot_ids()
 
     def latest_snapshot_id(self) -> OffsetAndEpoch | None:
         ids = self._snapshot_ids()
@@ -579,6 +609,10 @@ class MemoryRaftLog(SnapshotIds):
 
     def high_watermark(self) -> int:
         return self._hw
+
+    def size_bytes(self) -> int:
+        return sum(b.size() for b in self.batches) + sum(
+            snap.size() for snap in self.snapshots.values())
 
     # -- snapshots
     def _snapshot_ids(self) -> list[OffsetAndEpoch]:

@@ -25,6 +25,7 @@ from .log import (
     BOOTSTRAP_SNAPSHOT_ID,
     load_snapshot,
     snapshot_chunks,
+    snapshot_header,
     truncation_offset,
     validate_offset_and_epoch,
 )
@@ -427,6 +428,29 @@ class ReplicationHandlers(ClientBase):
         if moved:
             logger.info("raft %d: the log starts at snapshot %s", self.local.id, sid)
         return moved
+
+    def enforce_retention(self, max_bytes: int, max_ms: int, now_ms: int | None = None) -> int:
+        """Kafka's metadata.max.retention.bytes/.ms: while the log and its snapshots hold more
+        than `max_bytes`, or the oldest snapshot's last record is older than `max_ms`, that
+        snapshot goes with the log below the next one. The latest snapshot always stays (and
+        with it everything after it); a negative limit is no limit. Returns how many went."""
+        now = self._now if now_ms is None else now_ms
+        dropped = 0
+        while True:
+            ids = self.log.snapshot_ids()
+            if len(ids) < 2:
+                return dropped
+            header = snapshot_header(self.log, ids[0])
+            stamp = header.last_contained_log_timestamp if header is not None else -1
+            too_big = max_bytes >= 0 and self.log.size_bytes() > max_bytes
+            too_old = max_ms >= 0 and stamp >= 0 and now - stamp > max_ms
+            if not (too_big or too_old) or not self.trim_log(ids[1]):
+                return dropped
+            dropped += 1
+            logger.info("raft %d: metadata retention (%s): snapshot %s and the log below "
+                        "%s deleted", self.local.id,
+                        "metadata.max.retention.bytes" if too_big else "metadata.max.retention.ms",
+                        ids[0], ids[1])
 
     def _maybe_load_snapshot(self, ctx: ListenerContext) -> None:
         """Before a commit: a new listener starts from the latest snapshot, and one behind the

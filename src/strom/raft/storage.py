@@ -26,6 +26,7 @@ or restarts from one (`install_snapshot`).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -336,6 +337,13 @@ class PartitionRaftLog(SnapshotIds):
 
     def _snapshot_ids(self) -> list[OffsetAndEpoch]:
         return [OffsetAndEpoch(s.end_offset, s.epoch) for s in snapshot_ids(self.dir)]
+
+    def size_bytes(self) -> int:
+        snapshots = 0
+        for sid in self._snapshot_ids():
+            with contextlib.suppress(OSError):  # deleted meanwhile
+                snapshots += (self.dir / snapshot_name(_sid(sid))).stat().st_size
+        return self.plog.size_bytes() + snapshots
 
     def read_snapshot(self, snapshot_id: OffsetAndEpoch) -> RawSnapshot | None:
         if snapshot_id.offset < 0 or snapshot_id.epoch < 0:

@@ -292,10 +292,14 @@ class SimNetwork:
         assert node.client is None, f"node {node_id} is running"
         self._boot(node)
 
-    def add_observer(self, node_id: int, *, auto_join: bool = False) -> SimNode:
-        """A brand-new observer joins now, with an empty log."""
+    def add_observer(self, node_id: int, *, auto_join: bool = False,
+                     log: MemoryRaftLog | None = None) -> SimNode:
+        """A brand-new observer joins now, with an empty log (`log`: of the kind the other
+        nodes have, e.g. a disk log)."""
         assert node_id not in self.nodes
         node = self.nodes[node_id] = SimNode(node_id, False)
+        if log is not None:
+            node.log = log
         if self.dynamic:
             node.directory_id = uuid.UUID(int=self.rng.getrandbits(128))
         if auto_join:

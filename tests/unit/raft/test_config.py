@@ -61,6 +61,7 @@ IMPLEMENTED = {
     "metadata.log.max.record.bytes.between.snapshots", "metadata.log.max.snapshot.interval.ms",
     "process.roles", "node.id", "controller.listener.names", "controller.quorum.voters",
     "controller.quorum.bootstrap.servers", "controller.quorum.auto.join.enable",
+    "metadata.max.retention.bytes", "metadata.max.retention.ms",
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
     "controller.quorum.election.backoff.max.ms", "controller.quorum.append.linger.ms",
     "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms",
