@@ -146,6 +146,8 @@ class Broker(Node):
     # DescribeQuorum); None without KRaft
     metadata_quorum: Callable[[ApiKey, Mapping[str, Any]], Awaitable[Mapping[str, Any]]] | None \
         = None
+    # a KRaft node's quorum's kraft.version (0 static voters, 1 dynamic); None without KRaft
+    kraft_version: Callable[[], int] | None = None
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,

@@ -65,7 +65,7 @@ FORWARDED_APIS = frozenset({
     ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ELECT_LEADERS,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-    ApiKey.UNREGISTER_BROKER,
+    ApiKey.UNREGISTER_BROKER, ApiKey.UPDATE_FEATURES,
 })
 # a stopping broker's heartbeats that went unanswered before it stops without the controller
 UNANSWERED_SHUTDOWN_ASKS = 2
@@ -345,6 +345,10 @@ class ForwardingController:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
                              f"topic {name} was created but is not in this broker's metadata yet")
         return self.image.topics[name]
+
+    async def update_features(self, levels: Mapping[str, int], *, validate_only: bool) -> None:
+        """Forwarded here (FORWARDED_APIS) before a handler runs: only the active one acts."""
+        await self._required().update_features(levels, validate_only=validate_only)
 
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         local = self._active()

@@ -134,6 +134,7 @@ async def build_combined_broker(config: BrokerConfig,
                                f"{ELECTION_WAIT_S:.0f} s (see the log above)")
         logs = await _load_logs(config, replicated=False)
         controller = QuorumController(loader, controller_node.append, info)
+        controller_node.feature_controller = controller
         partitions = PartitionManager(config.broker_id, config, image, logs)
         _follow(partitions, controller, loader)
     except BaseException:
@@ -146,6 +147,7 @@ async def build_combined_broker(config: BrokerConfig,
                 partitions, logs, PLAINTEXT_CLIENT, build_authorizer(config, image))
     broker = wire_broker(node, loop)
     broker.metadata_quorum = controller_node.raft_request
+    broker.kraft_version = controller_node.kraft_version
     return broker, parts
 
 
@@ -174,6 +176,7 @@ def _loader(config: BrokerConfig, image: MetadataImage, loop: asyncio.AbstractEv
         max_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"),
         max_interval_ms=config.get("metadata.log.max.snapshot.interval.ms")))
     loader.snapshot = controller_node.snapshot
+    controller_node.image = image
     return loader
 
 
@@ -235,6 +238,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         if is_voter:
             local = _cluster_controller(config, controller_node, loader, partitions)
             controller_node.cluster = local
+            controller_node.feature_controller = local
         channel = ControllerChannel(
             lambda: loader.leader.leader_id, controller_node.controller_endpoints,
             client_id=f"broker-{config.broker_id}-to-controller",
@@ -263,6 +267,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     controller.subscribe(replicas.on_changes)
     broker = wire_broker(node, loop, replicas, lifecycle.current)
     broker.metadata_quorum = _quorum_requests(controller_node, channel)
+    broker.kraft_version = controller_node.kraft_version
     parts.cluster = ClusterRole(local, lifecycle, forwarder)
     return broker, parts
 
@@ -327,6 +332,7 @@ async def build_controller_only(config: BrokerConfig,
         partitions = PartitionManager(controller_node.node_id, config, image, logs)
         local = _cluster_controller(config, controller_node, loader, partitions)
         controller_node.cluster = local
+        controller_node.feature_controller = local
         listener = controller_node.listener
         channel = ControllerChannel(lambda: loader.leader.leader_id,
                                     controller_node.controller_endpoints,

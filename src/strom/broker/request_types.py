@@ -664,6 +664,22 @@ class AlterUserScramCredentialsRequest(Protocol):
     upsertions: list[AlterUserScramCredentialsRequestUpsertions]
 
 
+# UPDATE_FEATURES v0-2
+
+
+class UpdateFeaturesRequestFeatureUpdates(Protocol):
+    feature: str
+    max_version_level: int
+    allow_downgrade: bool
+    upgrade_type: int
+
+
+class UpdateFeaturesRequest(Protocol):
+    timeout: int
+    feature_updates: list[UpdateFeaturesRequestFeatureUpdates]
+    validate_only: bool
+
+
 # DESCRIBE_CLUSTER v0-2
 
 
@@ -1441,6 +1457,16 @@ ABSENT: dict[tuple[int, int], tuple[Absent, ...]] = {
     ),
     (45, 0): (  # ALTER_PARTITION_REASSIGNMENTS v0
         ((), 'allow_replication_factor_change', True),
+    ),
+    (57, 0): (  # UPDATE_FEATURES v0
+        (('feature_updates',), 'upgrade_type', 1),
+        ((), 'validate_only', False),
+    ),
+    (57, 1): (  # UPDATE_FEATURES v1
+        (('feature_updates',), 'allow_downgrade', False),
+    ),
+    (57, 2): (  # UPDATE_FEATURES v2
+        (('feature_updates',), 'allow_downgrade', False),
     ),
     (60, 0): (  # DESCRIBE_CLUSTER v0
         ((), 'endpoint_type', 1),

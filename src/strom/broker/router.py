@@ -160,7 +160,7 @@ class Router:
                 if spec is not None:
                     self._register(spec, fn)
         self._header_cache: dict[tuple[int, int, bool], int] = {}
-        self._api_versions_replies: dict[tuple[int, int], bytes] = {}
+        self._api_versions_replies: dict[tuple[int, int, int, int], bytes] = {}
         # an ApiVersions version we lack, as the hooks see it (`dispatch`)
         self._unsupported_route = Route(ApiSpec(ApiKey.API_VERSIONS, 0, API_VERSIONS_MAX, True),
                                         self._unsupported_api_versions_handler)
@@ -350,7 +350,7 @@ class Router:
     def api_versions_reply(self, version: int, error_code: int = ErrorCode.NONE) -> bytes:
         """The encoded ApiVersions body. Every client opens each connection with ApiVersions and
         the routes never change after start-up, so each (version, error) is encoded once."""
-        key = (version, error_code)
+        key = (version, error_code, *self.features_state())
         reply = self._api_versions_replies.get(key)
         if reply is None:
             reply = self._api_versions_replies[key] = response_codec(
@@ -366,9 +366,25 @@ class Router:
             })
         return reply
 
+    def features_state(self) -> tuple[int, int]:
+        """What the finalized features depend on: where the levels last changed and the
+        quorum's kraft.version (a new value: a new ApiVersions answer)."""
+        image = getattr(self.broker, "image", None)
+        kraft = getattr(self.broker, "kraft_version", None)
+        return (image.features_epoch if image is not None else -1,
+                kraft() if callable(kraft) else -1)
+
     def api_versions_features(self, version: int) -> dict[str, object]:
-        """The feature fields of an ApiVersions answer (a broker's; a controller has its own)."""
-        return api_versions_features(version)
+        """The feature fields of an ApiVersions answer (a broker's; a controller has its own):
+        the levels a KRaft cluster finalized in its metadata log, over the defaults."""
+        image = getattr(self.broker, "image", None)
+        if image is None:
+            return api_versions_features(version)
+        levels = dict(image.finalized_features)
+        kraft = getattr(self.broker, "kraft_version", None)
+        if kraft is not None:  # a KRaft node also shows its quorum's level, as Kafka's do
+            levels["kraft.version"] = kraft()
+        return api_versions_features(version, levels, image.features_epoch)
 
 
 def _overriding(hooks: tuple[RequestHook, ...],

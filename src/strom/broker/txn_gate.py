@@ -18,7 +18,7 @@ their request version can carry.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, Protocol
 
 from strom.cluster.client import BrokerClient, BrokerClients, BrokerConnectionError
@@ -194,7 +194,8 @@ def produce_codes(codes: Codes, version: int) -> ProduceVerdicts:
     return out
 
 
-def adds_partitions(produce_version: int) -> bool:
+def adds_partitions(produce_version: int, finalized: Mapping[str, int] | None = None) -> bool:
     """Produce v12+ comes from producers on transaction version 2, which leave adding the
-    partition to the leader (when the cluster has finalized that version)."""
-    return produce_version >= 12 and finalized_level("transaction.version") >= 2
+    partition to the leader (when the cluster has finalized that version: `finalized`, the
+    metadata image's levels)."""
+    return produce_version >= 12 and finalized_level("transaction.version", finalized) >= 2

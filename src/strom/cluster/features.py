@@ -6,11 +6,14 @@ only when `transaction.version` >= 2 is finalized; the consumer protocol of KIP-
 `group.version` >= 1; Kafka Streams' `group.protocol=streams` (KIP-1071) needs
 `streams.version` >= 1; share groups (KIP-932) need `share.version` >= 1. Strom finalizes the
 levels of Kafka 4.4's defaults for the features it implements, and advertises none it does not
-(no `kraft.version` or `eligible.leader.replicas.version`).
+(no `eligible.leader.replicas.version`). A KRaft cluster keeps its finalized levels in its
+metadata log (FeatureLevelRecords: `strom storage format` writes them, UpdateFeatures changes
+them, strom.broker.handlers.features); the defaults fill in what the log never named.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from strom.protocol.primitives import write_uvarint
@@ -32,12 +35,24 @@ FEATURES: tuple[Feature, ...] = (
     Feature("streams.version", 0, 1, 1),
     Feature("transaction.version", 0, 2, 2),
 )
-# Kafka sends the metadata offset of the last feature change; the levels never change here.
+# Kafka sends the metadata offset of the last feature change; without one (no KRaft metadata
+# log, or one that never changed a level), this.
 FINALIZED_EPOCH = 1
 
 
-def api_versions_features(version: int) -> dict[str, object]:
-    """The feature fields of an ApiVersions response of `version` (tagged fields of v3+).
+def finalized_levels(levels: Mapping[str, int] | None = None) -> dict[str, int]:
+    """The finalized level of each feature: `levels` (a KRaft cluster's, from its metadata log)
+    over Strom's defaults (a cluster whose log never named a feature, ZooKeeper mode)."""
+    out = {f.name: f.finalized for f in FEATURES}
+    out.update(levels or {})
+    return out
+
+
+def api_versions_features(version: int, levels: Mapping[str, int] | None = None,
+                          epoch: int | None = None) -> dict[str, object]:
+    """The feature fields of an ApiVersions response of `version` (tagged fields of v3+):
+    `levels` finalized (see `finalized_levels`; a level 0 is not listed), changed last at
+    metadata offset `epoch`.
 
     v3 lists only features whose lowest supported level is at least 1, as Kafka does: clients
     of that version fail on a range that starts at 0 (KIP-1022)."""
@@ -49,20 +64,45 @@ def api_versions_features(version: int) -> dict[str, object]:
             {"name": f.name, "min_version": f.min_version, "max_version": f.max_version}
             for f in supported
         ],
-        "finalized_features_epoch": FINALIZED_EPOCH,
+        "finalized_features_epoch": FINALIZED_EPOCH if epoch is None or epoch < 0 else epoch,
         "finalized_features": [
-            {"name": f.name, "min_version_level": f.finalized, "max_version_level": f.finalized}
-            for f in FEATURES
+            {"name": name, "min_version_level": level, "max_version_level": level}
+            for name, level in sorted(finalized_levels(levels).items()) if level > 0
         ],
     }
 
 
-def finalized_level(name: str) -> int:
+# UpdateFeatures' upgrade types (v1+; v0's allow_downgrade is SAFE_DOWNGRADE)
+UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
+
+
+def feature_update_refused(name: str, level: int, upgrade_type: int,
+                           current: Mapping[str, int]) -> str | None:
+    """Why a KRaft controller refuses to finalize `name` at `level` (INVALID_UPDATE_VERSION),
+    as Kafka's controller words it; None when it may. `current`: the finalized levels."""
+    feature = next((f for f in FEATURES if f.name == name), None)
+    if feature is None:
+        return (f"Invalid update version {level} for feature {name}. The controller does not "
+                "support the given feature.")
+    if not (level == 0 and name != "metadata.version") and \
+            not feature.min_version <= level <= feature.max_version:
+        return (f"Invalid update version {level} for feature {name}. Strom supports versions "
+                f"{feature.min_version}-{feature.max_version}.")
+    now = current.get(name, 0)
+    if level < now:
+        if upgrade_type == UPGRADE:
+            return (f"Invalid update version {level} for feature {name}. Can't downgrade the "
+                    "version of this feature without setting the upgrade type to either safe "
+                    "or unsafe downgrade.")
+        if name == "metadata.version":
+            return (f"Invalid metadata.version {level}. Refusing to downgrade the metadata "
+                    f"version from {now}: Strom supports no metadata.version downgrade.")
+    return None
+
+
+def finalized_level(name: str, levels: Mapping[str, int] | None = None) -> int:
     """The finalized level of a feature (0 when Strom does not have it)."""
-    for f in FEATURES:
-        if f.name == name:
-            return f.finalized
-    return 0
+    return finalized_levels(levels).get(name, 0)
 
 
 _FEATURE_LEVEL_API_KEY = 12  # Kafka's FeatureLevelRecord

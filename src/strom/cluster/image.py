@@ -170,6 +170,11 @@ class MetadataImage:
     next_producer_id: int = 0
     # KRaft clusters: every registered broker, live or fenced (`brokers` holds the live ones)
     registrations: dict[int, Registration] = field(default_factory=dict)
+    # KRaft: the feature levels the metadata log finalized (FeatureLevelRecords; features it
+    # never named keep Strom's defaults, strom.cluster.features), and the offset of the last
+    # change (ApiVersions' finalized_features_epoch; -1: none)
+    finalized_features: dict[str, int] = field(default_factory=dict)
+    features_epoch: int = -1
     version: int = 0  # bumped on every applied record: cheap cache invalidation
 
     def topic(self, name: str) -> TopicState | None:

@@ -32,6 +32,7 @@ from strom.raft.messages import Message
 
 if TYPE_CHECKING:
     from strom.broker.core import Broker
+    from strom.cluster.image import MetadataImage
 
 
 class ControllerNode(Protocol):
@@ -110,6 +111,24 @@ def update_raft_voter(node: ControllerNode, ctx: RequestContext,
     return _raft(node, ApiKey.UPDATE_RAFT_VOTER, request)
 
 
+@handles(ApiKey.UPDATE_FEATURES, 0, 2)
+async def update_features(node: ControllerNode, ctx: RequestContext,
+                          request: Struct) -> dict[str, Any]:
+    """``kafka-features --bootstrap-controller upgrade``: as on a broker listener
+    (strom.broker.handlers.features), answered by the active controller; another controller's
+    answer is NOT_CONTROLLER (its commit cannot go through)."""
+    from strom.broker.handlers.features import answer_update_features
+
+    image = getattr(node, "image", None)
+    controller = getattr(node, "feature_controller", None)
+    if image is None or controller is None:
+        return {"throttle_time": 0, "error_code": ErrorCode.NOT_CONTROLLER,
+                "error_message": "this controller is still starting", "results": []}
+    kraft = getattr(node, "kraft_version", None)
+    return await answer_update_features(image, controller, request, ctx.api_version,
+                                        kraft() if callable(kraft) else None)
+
+
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 def describe_cluster(node: ControllerNode, ctx: RequestContext,
                      request: Struct) -> dict[str, Any]:
@@ -140,15 +159,25 @@ def describe_cluster(node: ControllerNode, ctx: RequestContext,
     }
 
 
-def controller_features(version: int) -> dict[str, object]:
-    """ApiVersions' feature fields on a controller listener: the broker's, plus kraft.version
-    (listed from v4 on only, as a range starting at 0; KIP-1022)."""
-    fields = api_versions_features(version)
+def controller_features(version: int, image: MetadataImage | None = None,
+                        kraft_version: int = 0) -> dict[str, object]:
+    """ApiVersions' feature fields on a controller listener: the broker's (the levels `image`
+    finalized), plus kraft.version (supported listed from v4 on only, as a range starting at
+    0, KIP-1022; finalized when the quorum is at level 1)."""
+    if image is None:
+        fields = api_versions_features(version)
+    else:
+        fields = api_versions_features(version, image.finalized_features, image.features_epoch)
     if version >= 4:
         name, lo, hi = KRAFT_VERSION
         supported = cast(list[dict[str, object]], fields["supported_features"])
         fields["supported_features"] = [
             *supported, {"name": name, "min_version": lo, "max_version": hi}]
+    if version >= 3 and kraft_version > 0:
+        finalized = cast(list[dict[str, object]], fields["finalized_features"])
+        fields["finalized_features"] = [*finalized, {
+            "name": KRAFT_VERSION[0], "min_version_level": kraft_version,
+            "max_version_level": kraft_version}]
     return fields
 
 
@@ -162,4 +191,7 @@ class ControllerRouter(Router):
         super().__init__(cast("Broker", node), [sys.modules[__name__], *extra], hooks)
 
     def api_versions_features(self, version: int) -> dict[str, object]:
-        return controller_features(version)
+        node = self.broker
+        kraft = getattr(node, "kraft_version", None)
+        return controller_features(version, getattr(node, "image", None),
+                                   kraft() if callable(kraft) else 0)

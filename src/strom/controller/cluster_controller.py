@@ -96,6 +96,8 @@ class ClusterQuorumController(QuorumController):
         self._unclean_for = unclean_for
         self._rebalance = RebalanceSchedule(rebalance_interval_s, imbalance_percentage)
         self._last_seen: dict[int, float] = {}  # broker id -> monotonic time of its heartbeat
+        # broker id -> the offset of its registration record, as this controller wrote it
+        self._registered_at: dict[int, int] = {}
         self._shutting_down: set[int] = set()
         self._was_leader = False
         self._wake = asyncio.Event()
@@ -132,8 +134,8 @@ class ClusterQuorumController(QuorumController):
                 return current.epoch
             epoch = max(self._loader.applied_offset,
                         max((r.epoch for r in self.image.registrations.values()), default=0)) + 1
-            await self._commit([rec.register_broker_record(
-                Registration(info, epoch, incarnation, fenced=True))])
+            self._registered_at[info.broker_id] = await self._commit_at(
+                [rec.register_broker_record(Registration(info, epoch, incarnation, fenced=True))])
             self._last_seen[info.broker_id] = time.monotonic()
             self._shutting_down.discard(info.broker_id)
             log.info("broker %d registered (epoch %d, incarnation %s)%s", info.broker_id,
@@ -157,7 +159,11 @@ class ClusterQuorumController(QuorumController):
         self._require_active()
         reg = self._registration(broker_id, epoch)
         self._last_seen[broker_id] = time.monotonic()
-        caught_up = metadata_offset >= reg.epoch
+        # caught up: it has applied its own registration (Kafka's rule). A controller that did
+        # not write it knows the epoch only: the log's next offset when the registration began,
+        # plus one, so at or below the record's offset (more would leave a lone broker fenced
+        # until some other record came)
+        caught_up = metadata_offset >= self._registered_at.get(broker_id, reg.epoch - 1)
         if want_shut_down and not reg.fenced:
             if broker_id not in self._shutting_down:
                 log.info("broker %d asks for a controlled shutdown", broker_id)

@@ -163,6 +163,8 @@ class MetadataLoader:
         fresh = MetadataImage(cluster_id=self.image.cluster_id)
         for record in records:
             rec.apply(fresh, record)
+        fresh.finalized_features = dict(features)
+        fresh.features_epoch = snapshot.snapshot_id.offset - 1 if features else -1
         self.loop.call_soon_threadsafe(self._apply_snapshot, fresh, features,
                                        snapshot.snapshot_id.offset)
 
@@ -181,7 +183,10 @@ class MetadataLoader:
                     changes.append(change)
                 if self._inherited and record.get("type") == "partition":
                     self._inherited.discard((record["topic_id"], record["partition"]))
-            self.features.update(features)
+            if features:
+                self.features.update(features)
+                self.image.finalized_features.update(features)
+                self.image.features_epoch = end - 1
             self.applied_offset = end
             if records:
                 self._bytes_since_snapshot += size

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from strom.broker.wiring import StartupError, cluster_id_for
+from strom.cluster.image import MetadataImage
 from strom.config.broker import BrokerConfig
 from strom.controller.apis import ControllerRouter
 from strom.controller.broker_apis import ForwardedHandler
@@ -157,6 +158,11 @@ class ControllerNode:
         # requests they forward (strom.controller.broker_apis); set by the node's builder
         self.cluster: ClusterQuorumController | None = None
         self.forwarded: ForwardedHandler | None = None
+        # the node's metadata image (its loader's), for ApiVersions' finalized features, and
+        # what commits feature levels (UpdateFeatures on the CONTROLLER listener); set by the
+        # node's builder
+        self.image: MetadataImage | None = None
+        self.feature_controller: object | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -258,6 +264,10 @@ class ControllerNode:
                                self.config.get("metadata.max.retention.bytes"),
                                self.config.get("metadata.max.retention.ms"), int(time.time() * 1000))
         return sid
+
+    def kraft_version(self) -> int:
+        """The quorum's kraft.version (0: static voters, 1: dynamic)."""
+        return int(self.raft.quorum.kraft_version) if self.raft is not None else 0
 
     def leader_id(self) -> int | None:
         return self.raft.quorum.leader_id if self.raft is not None else None

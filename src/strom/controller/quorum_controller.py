@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from strom.cluster.controller import LARGE_COMMIT, PlanningController
+from strom.cluster.features import feature_level_record
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
 from strom.cluster.quotas import QuotaEntity
 from strom.cluster.reassignment import Assignment
@@ -69,6 +70,18 @@ class QuorumController(PlanningController):
             values = await asyncio.to_thread(encode_values, records)
         else:
             values = encode_values(records)
+        return await self._commit_values(values)
+
+    async def update_features(self, levels: Mapping[str, int], *, validate_only: bool) -> None:
+        """Finalize feature levels (checked by the UpdateFeatures handler): FeatureLevelRecords,
+        committed together, which the loader applies to the image."""
+        if validate_only or not levels:
+            return
+        await self._commit_values([feature_level_record(name, level)
+                                   for name, level in sorted(levels.items())])
+
+    async def _commit_values(self, values: list[bytes]) -> int:
+        """Append encoded values; their commit waited for as `_commit` does."""
         try:
             last = await self._append(values)
         except NotLeaderError as exc:

@@ -143,7 +143,7 @@ class ClientBase:
         self.voter_history = VoterHistory(voters, kraft_version)
         self.requests = RequestManager(
             self.settings, list(bootstrap) if bootstrap is not None else voters.ids(), rng)
-        self._static_bootstrap = bootstrap is None  # the voters are the bootstrap servers
+        self._bootstrap = list(bootstrap) if bootstrap is not None else []
         self._parked: list[Pending] = []
         self._completed: list[Parked] = []
         self._voter_change: PendingVoterChange | None = None
@@ -298,11 +298,13 @@ class ClientBase:
         if voters == q.voters:
             return
         q.voters = voters
-        if self._static_bootstrap:
-            self.requests.bootstrap = voters.ids()
+        # whom to ask for the leader: the voters, and a dynamic quorum's bootstrap servers too
+        # (the voters may have moved on from the ones those name)
+        self.requests.bootstrap = [*self._bootstrap,
+                                   *(i for i in voters.ids() if i not in self._bootstrap)]
         st = q.state
         if isinstance(st, LeaderState):
-            st.update_voters(voters)
+            st.update_voters(voters, self._now)
             if st.update_local_end_offset(self.log.end_offset()):
                 self._on_leader_high_watermark(st)
         if self._initialized:
@@ -380,6 +382,11 @@ class ClientBase:
                                        self.settings.listener)
         return found or self.quorum.voters.endpoints(leader)
 
+    def _endpoints_of(self, node: int) -> tuple[Endpoint, ...]:
+        """Where requests to `node` go: a bootstrap server's address, or a voter's."""
+        bootstrap = self.bootstrap_endpoints.get(node)
+        return (bootstrap,) if bootstrap is not None else self.quorum.voters.endpoints(node)
+
     def _common_response(self, now: int, error: int, leader: int | None, epoch: int,
                          endpoints: tuple[Endpoint, ...]) -> bool | None:
         """Errors every response shares (brief §2.6). None: go on with the API's own handling;
@@ -390,7 +397,8 @@ class ClientBase:
         if epoch > q.epoch or error in (E.FENCED_LEADER_EPOCH, E.NOT_LEADER_OR_FOLLOWER):
             self._maybe_transition(now, leader, epoch, endpoints)
             return True
-        if epoch == q.epoch and leader is not None and q.leader_id is None:
+        if epoch == q.epoch and leader is not None and (
+                q.leader_id is None or (endpoints and not q.state.leader_endpoints)):
             self._maybe_transition(now, leader, epoch, endpoints)
             # An observer learns the leader and takes the records of the same answer.
             return None if error == E.NONE else True

@@ -179,6 +179,7 @@ class RaftClient(ElectionHandlers, ReplicationHandlers, VoterChangeHandlers):
             return now
         if st.accumulator.ready(now):
             self._append_batches(now, st)
+        self._maybe_update_own_entry(now, st)
         if now >= st.begin_quorum_deadline:
             for node in self.quorum.voters:
                 if node.key.id != self.local.id and self.requests.is_ready(node.key.id, now):

@@ -225,15 +225,16 @@ class RaftDriver:
     # -- outbound ---------------------------------------------------------------------------
 
     def _peer(self, node_id: int) -> _Peer | None:
+        listener = self.client.settings.listener
         endpoint = self.client.bootstrap_endpoints.get(node_id)
-        for ep in self.client.quorum.voters.endpoints(node_id):
-            if ep.name == self.client.settings.listener:
-                endpoint = ep
+        st = self.client.quorum.state
+        if st.leader_id == node_id:
+            # what the leader itself announced (BeginQuorumEpoch, a fetch answer) is fresher
+            # than the voter set: a voter may have come back at another address and won
+            endpoint = next((e for e in st.leader_endpoints if e.name == listener), None)
         if endpoint is None:
-            st = self.client.quorum.state
-            if st.leader_id == node_id:
-                endpoint = next((e for e in st.leader_endpoints
-                                 if e.name == self.client.settings.listener), None)
+            endpoint = next((e for e in self.client.quorum.voters.endpoints(node_id)
+                             if e.name == listener), None)
         if endpoint is None:
             return None
         peer = self._peers.get(node_id)

@@ -162,11 +162,13 @@ class LeaderState(EpochState):
             return False  # nothing of this epoch committed yet
         return self.update_high_watermark(candidate)
 
-    def update_voters(self, voters: VoterSet) -> None:
+    def update_voters(self, voters: VoterSet, now_ms: int) -> None:
         """A voter change was appended (or truncated away): count the new set's majority from
         now on. A voter keeps the progress it made as an observer, and a removed one goes on
-        as an observer until it stops fetching."""
+        as an observer until it stops fetching. Check-quorum starts over: a leader that was
+        alone never had a deadline that mattered, and the new voter needs a moment to fetch."""
         old = self.voter_states
+        self.check_quorum_deadline = now_ms + self.settings.check_quorum_timeout_ms
         self.voters = voters
         self.voter_states = {}
         for node in voters:

@@ -155,7 +155,7 @@ class ReplicationHandlers(ClientBase):
             self._fetch_any_bootstrap(now, {st.leader})
 
     def _current_leader_outcome(self, now: int, resp: Mapping[str, Any],
-                                part: Mapping[str, Any]) -> tuple[bool | None, int]:
+                                part: Mapping[str, Any], source: int) -> tuple[bool | None, int]:
         """What Fetch and FetchSnapshot answers share: the partition's error and the leader it
         names (`current_leader`) through the common response path. Returns that path's outcome
         (None: go on with the answer) and the error code."""
@@ -163,8 +163,13 @@ class ReplicationHandlers(ClientBase):
         leader = m.opt_id(int(current.get("leader_id", -1)))
         epoch = int(current.get("leader_epoch", -1))
         error = int(part.get("error_code", 0))
-        handled = self._common_response(
-            now, error, leader, epoch, self._leader_endpoints(resp.get("node_endpoints"), leader))
+        endpoints = self._leader_endpoints(resp.get("node_endpoints"), leader)
+        if not endpoints and error == E.NONE and leader is not None:
+            # only the leader answers without an error: it is where the request went (an
+            # observer of a dynamic quorum may know no voter's address, and answers before
+            # Fetch v17 name no endpoints)
+            endpoints = self._endpoints_of(source)
+        handled = self._common_response(now, error, leader, epoch, endpoints)
         return handled, error
 
     def _handle_fetch_response(self, now: int, source: int, resp: Mapping[str, Any]) -> bool:
@@ -174,7 +179,7 @@ class ReplicationHandlers(ClientBase):
         part = m.fetch_response_partition(resp)
         if part is None:
             return False
-        handled, error = self._current_leader_outcome(now, resp, part)
+        handled, error = self._current_leader_outcome(now, resp, part, source)
         if handled is not None:
             # An error answer from a non-leader: pause before asking that peer again.
             return handled and error == E.NONE
@@ -341,7 +346,7 @@ class ReplicationHandlers(ClientBase):
         part = _fetch_snapshot_response_partition(resp)
         if part is None:
             return False
-        handled, error = self._current_leader_outcome(now, resp, part)
+        handled, error = self._current_leader_outcome(now, resp, part, source)
         if handled is not None:
             return handled and error == E.NONE
         st = self.quorum.state

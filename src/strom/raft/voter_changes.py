@@ -209,6 +209,20 @@ class VoterChangeHandlers(ClientBase):
         return (not self.quorum.is_voter() and st.high_watermark is not None
                 and self.voter_history.uncommitted_change(st.high_watermark) is None)
 
+    def _maybe_update_own_entry(self, now: int, st: LeaderState) -> None:
+        """A leader whose own voter entry has other endpoints than it listens on (it came back
+        at another address and won) corrects it, as a follower would with UpdateRaftVoter."""
+        q = self.quorum
+        node = q.voters.nodes.get(self.local.id)
+        if (node is None or not q.local_endpoints or self.local.directory_id is None
+                or node.key.directory_id != self.local.directory_id
+                or set(node.endpoints) == set(q.local_endpoints)
+                or self._voter_change_blocked(st) is not None):
+            return
+        self._append_voters(now, st, ApiKey.UPDATE_RAFT_VOTER, VoterSet.of(
+            VoterNode(n.key, q.local_endpoints) if n.key.id == self.local.id else n
+            for n in q.voters), self.settings.request_timeout_ms, wait=False)
+
     # -- voters and observers --------------------------------------------------------------
 
     def _maybe_send_voter_update(self, now: int, st: FollowerState) -> bool:
@@ -246,7 +260,7 @@ class VoterChangeHandlers(ClientBase):
         if old is not None:
             logger.info("raft %d: voter %d has another directory (%s): asking leader %d to "
                         "remove it, so this replica can join", self.local.id, self.local.id,
-                        old.key.directory_id, st.leader)
+                        describe_voters(VoterSet.of([old])), st.leader)
             self._send(now, st.leader, ApiKey.REMOVE_RAFT_VOTER, m.remove_raft_voter_request(
                 cluster_id=self.cluster_id, voter=old.key))
         else:

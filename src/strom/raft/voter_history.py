@@ -14,6 +14,8 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from strom.storage.checkpoints import topic_id_to_str
+
 from .control import ControlType, Voter, VotersRecord
 from .control import Endpoint as RecordEndpoint
 from .types import ZERO_UUID, ControlEntry, Endpoint, KRaftVersion, ReplicaKey, VoterNode, VoterSet
@@ -32,7 +34,8 @@ def describe_voters(voters: VoterSet) -> str:
         return "none"
     return ", ".join(
         f"{n.key.id}" + "".join(f"@{e.host}:{e.port}" for e in n.endpoints[:1])
-        + (f" (directory {n.key.directory_id})" if n.key.directory_id is not None else "")
+        + (f" (directory {topic_id_to_str(n.key.directory_id)})"
+           if n.key.directory_id is not None else "")
         for n in voters)
 
 

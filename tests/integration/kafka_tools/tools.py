@@ -41,6 +41,7 @@ MAIN_CLASSES = {
     "kafka-verifiable-producer": "org.apache.kafka.tools.VerifiableProducer",
     "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
+    "kafka-features": "org.apache.kafka.tools.FeatureCommand",
 }
 
 # kafka-run-class.sh's KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults.

@@ -65,10 +65,11 @@ def test_a_new_registration_is_fenced_until_the_broker_caught_up() -> None:
         s = Setup()
         epoch = await s.controller.register_broker(info(2), "a")
         assert s.image.registrations[2].fenced and 2 not in s.image.brokers
-        behind = await s.controller.heartbeat(2, epoch, epoch - 1, want_fence=False,
+        at = s.loader.applied_offset - 1  # the registration record is the last one applied
+        behind = await s.controller.heartbeat(2, epoch, at - 1, want_fence=False,
                                               want_shut_down=False)
         assert behind.is_fenced and not behind.is_caught_up
-        caught_up = await s.controller.heartbeat(2, epoch, epoch, want_fence=False,
+        caught_up = await s.controller.heartbeat(2, epoch, at, want_fence=False,
                                                  want_shut_down=False)
         assert not caught_up.is_fenced and caught_up.is_caught_up
         assert 2 in s.image.brokers

@@ -271,6 +271,8 @@ class SimNetwork:
             rng=random.Random(self.rng.getrandbits(64)), cluster_id=self.cluster_id,
             settings=self.settings, directory_id=node.directory_id,
             bootstrap=self.bootstrap if self.dynamic else None,
+            bootstrap_endpoints={i: sim_endpoints(i)[0] for i in self.bootstrap}
+            if self.dynamic else None,
             local_endpoints=sim_endpoints(node.id),
             kraft_version=KRaftVersion.DYNAMIC if self.dynamic else KRaftVersion.STATIC,
             auto_join=node.id in self.auto_join)

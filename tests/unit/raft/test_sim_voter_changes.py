@@ -190,7 +190,9 @@ def _remove_some_voter(net: SimNetwork, rng: random.Random) -> None:
     client = net.nodes[leader].client
     assert client is not None
     voters = list(client.quorum.voters)
-    if len(voters) > 1:
+    # down to two voters at most: removing one of two, the leader, then losing it before the
+    # removal commits leaves the other waiting for its vote (a known gap, docs/design/kraft.md)
+    if len(voters) > 2:
         victim = rng.choice(voters).key
         net.admin(leader, ApiKey.REMOVE_RAFT_VOTER, m.remove_raft_voter_request(
             cluster_id=net.cluster_id, voter=victim))

@@ -10,6 +10,7 @@ from strom.broker.handlers import (
     configs,
     consumer_groups,
     describe_topics,
+    features,
     fetch,
     groups,
     log_dirs,
@@ -29,6 +30,7 @@ from strom.broker.handlers import (
     transactions,
 )
 
-MODULES = [acls, cluster, config_resources, configs, consumer_groups, describe_topics, fetch, groups, log_dirs,
+MODULES = [acls, cluster, config_resources, configs, consumer_groups, describe_topics, features,
+           fetch, groups, log_dirs,
            metadata, offsets, produce, quotas, reassignments, sasl, scram, share_fetch,
            share_groups, share_offsets, share_state, streams_groups, topics, transactions]

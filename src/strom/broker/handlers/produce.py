@@ -345,7 +345,7 @@ def _check_transaction(broker: Broker, request: ProduceRequest, transactional_id
         return {}
     pid, epoch, wanted = first
     checked = broker.txn_gate.check(transactional_id, pid, epoch, wanted,
-                                    add=adds_partitions(version))
+                                    add=adds_partitions(version, broker.image.finalized_features))
     if isinstance(checked, Awaitable):
         async def mapped() -> ProduceVerdicts:
             return produce_codes(await checked, version)
