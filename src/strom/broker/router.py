@@ -380,11 +380,9 @@ class Router:
         image = getattr(self.broker, "image", None)
         if image is None:
             return api_versions_features(version)
-        levels = dict(image.finalized_features)
-        kraft = getattr(self.broker, "kraft_version", None)
-        if kraft is not None:  # a KRaft node also shows its quorum's level, as Kafka's do
-            levels["kraft.version"] = kraft()
-        return api_versions_features(version, levels, image.features_epoch)
+        kraft = getattr(self.broker, "kraft_version", None)  # a KRaft node's, as Kafka's show
+        return api_versions_features(version, image.finalized_features, image.features_epoch,
+                                     kraft() if callable(kraft) else None)
 
 
 def _overriding(hooks: tuple[RequestHook, ...],

@@ -48,17 +48,27 @@ def finalized_levels(levels: Mapping[str, int] | None = None) -> dict[str, int]:
     return out
 
 
+# a KRaft node's quorum feature (KIP-853): supported 0 (static voters) to 1 (dynamic); its level
+# is the Raft log's, not a FeatureLevelRecord
+KRAFT_VERSION = Feature("kraft.version", 0, 1, 0)
+
+
 def api_versions_features(version: int, levels: Mapping[str, int] | None = None,
-                          epoch: int | None = None) -> dict[str, object]:
+                          epoch: int | None = None,
+                          kraft_version: int | None = None) -> dict[str, object]:
     """The feature fields of an ApiVersions response of `version` (tagged fields of v3+):
     `levels` finalized (see `finalized_levels`; a level 0 is not listed), changed last at
-    metadata offset `epoch`.
+    metadata offset `epoch`; on a KRaft node also kraft.version at `kraft_version`.
 
     v3 lists only features whose lowest supported level is at least 1, as Kafka does: clients
     of that version fail on a range that starts at 0 (KIP-1022)."""
     if version < 3:
         return {}
-    supported = [f for f in FEATURES if version >= 4 or f.min_version >= 1]
+    features = [*FEATURES, KRAFT_VERSION] if kraft_version is not None else list(FEATURES)
+    supported = [f for f in features if version >= 4 or f.min_version >= 1]
+    finalized = finalized_levels(levels)
+    if kraft_version is not None:
+        finalized[KRAFT_VERSION.name] = kraft_version
     return {
         "supported_features": [
             {"name": f.name, "min_version": f.min_version, "max_version": f.max_version}
@@ -67,7 +77,7 @@ def api_versions_features(version: int, levels: Mapping[str, int] | None = None,
         "finalized_features_epoch": FINALIZED_EPOCH if epoch is None or epoch < 0 else epoch,
         "finalized_features": [
             {"name": name, "min_version_level": level, "max_version_level": level}
-            for name, level in sorted(finalized_levels(levels).items()) if level > 0
+            for name, level in sorted(finalized.items()) if level > 0
         ],
     }
 

@@ -50,7 +50,6 @@ class ControllerNode(Protocol):
 BROKER_ENDPOINT = 1
 CONTROLLER_ENDPOINT = 2
 UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
-KRAFT_VERSION = ("kraft.version", 0, 1)  # (name, lowest, highest supported)
 
 
 def _raft(node: ControllerNode, api_key: ApiKey, request: Struct) -> Awaitable[Message]:
@@ -161,24 +160,13 @@ def describe_cluster(node: ControllerNode, ctx: RequestContext,
 
 def controller_features(version: int, image: MetadataImage | None = None,
                         kraft_version: int = 0) -> dict[str, object]:
-    """ApiVersions' feature fields on a controller listener: the broker's (the levels `image`
-    finalized), plus kraft.version (supported listed from v4 on only, as a range starting at
-    0, KIP-1022; finalized when the quorum is at level 1)."""
+    """ApiVersions' feature fields on a controller listener: the levels `image` finalized, and
+    kraft.version (supported listed from v4 on only, as a range starting at 0, KIP-1022;
+    finalized when the quorum is at level 1)."""
     if image is None:
-        fields = api_versions_features(version)
-    else:
-        fields = api_versions_features(version, image.finalized_features, image.features_epoch)
-    if version >= 4:
-        name, lo, hi = KRAFT_VERSION
-        supported = cast(list[dict[str, object]], fields["supported_features"])
-        fields["supported_features"] = [
-            *supported, {"name": name, "min_version": lo, "max_version": hi}]
-    if version >= 3 and kraft_version > 0:
-        finalized = cast(list[dict[str, object]], fields["finalized_features"])
-        fields["finalized_features"] = [*finalized, {
-            "name": KRAFT_VERSION[0], "min_version_level": kraft_version,
-            "max_version_level": kraft_version}]
-    return fields
+        return api_versions_features(version, kraft_version=kraft_version)
+    return api_versions_features(version, image.finalized_features, image.features_epoch,
+                                 kraft_version)
 
 
 class ControllerRouter(Router):

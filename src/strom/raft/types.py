@@ -7,6 +7,7 @@ design brief and Kafka's sources read alike.
 
 from __future__ import annotations
 
+import base64
 import enum
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
@@ -74,6 +75,13 @@ class ReplicaKey:
 
     def wire_directory_id(self) -> uuid.UUID:
         return self.directory_id if self.directory_id is not None else ZERO_UUID
+
+    def __repr__(self) -> str:
+        """The directory id as Kafka's tools and meta.properties print it (base64url)."""
+        if self.directory_id is None:
+            return f"ReplicaKey(id={self.id})"
+        text = base64.urlsafe_b64encode(self.directory_id.bytes).decode().rstrip("=")
+        return f"ReplicaKey(id={self.id}, directory_id={text})"
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,8 +87,8 @@ class VoterChangeHandlers(ClientBase):
         if observer is None or observer.last_caught_up_ms < 0 or \
                 now - observer.last_fetch_ms >= self.settings.observer_session_timeout_ms:
             return m.voter_change_response(
-                E.REQUEST_TIMED_OUT, f"replica {key.id} (directory {key.directory_id}) is not a "
-                "caught-up observer of the leader: start it, and let it fetch the metadata log")
+                E.REQUEST_TIMED_OUT, f"{key!r} is not a caught-up observer of the leader: "
+                "start it, and let it fetch the metadata log")
         new = VoterSet.of([*voters, VoterNode(key, endpoints)])
         timeout = int(req.get("timeout", self.settings.request_timeout_ms))
         return self._append_voters(now, st, ApiKey.ADD_RAFT_VOTER, new, timeout,
@@ -110,8 +110,7 @@ class VoterChangeHandlers(ClientBase):
             return m.voter_change_response(*blocked)
         voters = self.quorum.voters
         if not voters.is_voter(key) or voters.nodes[key.id].key.directory_id != key.directory_id:
-            return m.voter_change_response(E.VOTER_NOT_FOUND, f"no voter {key.id} with "
-                                           f"directory {key.directory_id}")
+            return m.voter_change_response(E.VOTER_NOT_FOUND, f"{key!r} is not a voter")
         if len(voters) == 1:
             return m.voter_change_response(E.VOTER_NOT_FOUND, "the only voter cannot be removed")
         new = VoterSet.of(n for n in voters if n.key.id != key.id)
