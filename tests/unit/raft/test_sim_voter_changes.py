@@ -225,3 +225,27 @@ def test_safety_while_voters_come_and_go_under_random_faults(seed: int) -> None:
     leader = net.leader()
     assert leader is not None
     assert net.history.committed_end() > 0
+
+
+@pytest.mark.parametrize("moved", ["leader", "follower"])
+def test_a_voter_at_a_new_address_corrects_its_entry(moved: str) -> None:
+    """A voter that listens somewhere else now (restarted on another port) puts its new address
+    in the voter set: a follower with UpdateRaftVoter, a leader by appending the set itself."""
+    from strom.raft.types import Endpoint
+
+    net = SimNetwork(17, [1, 2, 3], dynamic=True).start()
+    leader = _elect(net)
+    net.run_for(1000)
+    node = leader if moved == "leader" else next(i for i in (1, 2, 3) if i != leader)
+    client = net.nodes[node].client
+    assert client is not None
+    new = (Endpoint("CONTROLLER", f"node-{node}-moved", 9095),)
+    client.quorum.local_endpoints = new
+
+    def everywhere() -> bool:
+        return all(c is not None and c.quorum.voters.endpoints(node) == new
+                   for c in (net.nodes[i].client for i in (1, 2, 3)))
+
+    assert net.run_for(10_000, everywhere), net.states()
+    assert net.leader() == leader  # no election needed
+    net.check_logs_agree()
