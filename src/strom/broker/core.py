@@ -148,6 +148,8 @@ class Broker(Node):
         = None
     # a KRaft node's quorum's kraft.version (0 static voters, 1 dynamic); None without KRaft
     kraft_version: Callable[[], int] | None = None
+    # ...and its upgrade (kraft.version 0 -> 1, answered once committed)
+    kraft_upgrade: Callable[[int], Awaitable[None]] | None = None
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,

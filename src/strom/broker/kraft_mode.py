@@ -148,6 +148,7 @@ async def build_combined_broker(config: BrokerConfig,
     broker = wire_broker(node, loop)
     broker.metadata_quorum = controller_node.raft_request
     broker.kraft_version = controller_node.kraft_version
+    broker.kraft_upgrade = controller_node.upgrade_kraft_version
     return broker, parts
 
 
@@ -268,6 +269,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     broker = wire_broker(node, loop, replicas, lifecycle.current)
     broker.metadata_quorum = _quorum_requests(controller_node, channel)
     broker.kraft_version = controller_node.kraft_version
+    broker.kraft_upgrade = controller_node.upgrade_kraft_version
     parts.cluster = ClusterRole(local, lifecycle, forwarder)
     return broker, parts
 

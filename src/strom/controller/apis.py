@@ -125,7 +125,8 @@ async def update_features(node: ControllerNode, ctx: RequestContext,
                 "error_message": "this controller is still starting", "results": []}
     kraft = getattr(node, "kraft_version", None)
     return await answer_update_features(image, controller, request, ctx.api_version,
-                                        kraft() if callable(kraft) else None)
+                                        kraft() if callable(kraft) else None,
+                                        getattr(node, "upgrade_kraft_version", None))
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)

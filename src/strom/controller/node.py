@@ -30,7 +30,7 @@ from strom.controller.broker_apis import ForwardedHandler
 from strom.controller.cluster_controller import ClusterQuorumController
 from strom.controller.upgrade import upgrade_single_node_metadata
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.errors import ErrorCode
+from strom.protocol.errors import ErrorCode, KafkaError
 from strom.raft import messages as m
 from strom.raft.base import RaftListener
 from strom.raft.client import RaftClient
@@ -48,6 +48,7 @@ from strom.raft.types import (
     Endpoint,
     KRaftVersion,
     NotLeaderError,
+    RaftError,
     RaftSettings,
     ReplicaKey,
     VoterNode,
@@ -101,6 +102,13 @@ def bootstrap_endpoints(quorum: QuorumConfig, listener: str) -> dict[int, Endpoi
             for i, hp in enumerate(quorum.bootstrap_servers)}
 
 
+def optional_directory_id(metadata_dir: Path) -> uuid.UUID | None:
+    try:
+        return metadata_directory_id(metadata_dir)
+    except StartupError:
+        return None
+
+
 def metadata_directory_id(metadata_dir: Path) -> uuid.UUID:
     """The directory.id `strom storage format` wrote in the metadata log dir's meta.properties:
     the replica's half of its voter key in a dynamic quorum (a wiped and reformatted disk gets
@@ -147,7 +155,10 @@ class ControllerNode:
         self.static_voters = voter_set(self.quorum, self.listener)
         # a dynamic quorum (KIP-853): no controller.quorum.voters; the voters are in the log
         self.dynamic = not self.quorum.voters
-        self.directory_id = metadata_directory_id(self.metadata_dir) if self.dynamic else None
+        # the replica's directory id: a dynamic quorum's voters need one; a static voter sends
+        # its own when formatted with one (the kraft.version upgrade needs every voter's)
+        self.directory_id = (metadata_directory_id(self.metadata_dir) if self.dynamic
+                             else optional_directory_id(self.metadata_dir))
         self.settings = raft_settings(self.quorum, self.listener)
         self.raft_log: PartitionRaftLog | None = None
         self.raft: RaftClient | None = None
@@ -268,6 +279,30 @@ class ControllerNode:
     def kraft_version(self) -> int:
         """The quorum's kraft.version (0: static voters, 1: dynamic)."""
         return int(self.raft.quorum.kraft_version) if self.raft is not None else 0
+
+    async def upgrade_kraft_version(self, level: int) -> None:
+        """kraft.version to `level` (0 -> 1: the static voters become a dynamic voter set),
+        once committed and applied here. KafkaError: not the leader (NOT_CONTROLLER), or why
+        not (INVALID_UPDATE_VERSION)."""
+        if self.driver is None or self.raft is None or self.image is None:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"node {self.node_id} is not running")
+        try:
+            offset = await self.driver.call(self.raft.upgrade_kraft_version, level)
+        except NotLeaderError as exc:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, str(exc)) from exc
+        except RaftError as exc:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, str(exc)) from exc
+        self.driver.wake()
+        if offset is None:
+            return
+        deadline = time.monotonic() + self.settings.request_timeout_ms / 1000 * 5
+        while time.monotonic() < deadline:
+            hw = await self.driver.call(getattr, self.raft, "high_watermark")
+            if hw is not None and hw > offset:
+                return
+            await asyncio.sleep(0.02)  # a poll interval: the commit is the Raft thread's
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the kraft.version upgrade did not commit "
+                         "in time (it may still commit)")
 
     def leader_id(self) -> int | None:
         return self.raft.quorum.leader_id if self.raft is not None else None

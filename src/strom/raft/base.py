@@ -296,7 +296,7 @@ class ClientBase:
         voters = self.voter_history.latest()
         q.kraft_version = self.voter_history.kraft_version()
         if voters == q.voters:
-            return
+            return  # (the voters' keys and addresses are the same; kraft.version may be not)
         q.voters = voters
         # whom to ask for the leader: the voters, and a dynamic quorum's bootstrap servers too
         # (the voters may have moved on from the ones those name)

@@ -10,6 +10,7 @@ expose. The HW never moves back.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,6 +28,9 @@ class ReplicaState:
     last_fetch_leader_end: int = -1
     last_caught_up_ms: int = -1
     acknowledged: bool = False
+    # the directory id it fetches with (a static voter's key has none: the kraft.version
+    # upgrade needs every voter's)
+    fetched_directory_id: uuid.UUID | None = None
 
     def update_follower(self, now_ms: int, fetch_offset: int, leader_end: int | None) -> None:
         # "Caught up" = reached the leader's end; reaching the end the leader had at the
@@ -136,6 +140,8 @@ class LeaderState(EpochState):
             return False  # a consumer, or a bogus request naming this node
         state = self._state_of(key)
         state.update_follower(now_ms, fetch_offset, self._state_of(self.local).end_offset)
+        if key.directory_id is not None:
+            state.fetched_directory_id = key.directory_id
         self.update_check_quorum(key, now_ms)
         return self._is_voter_state(state) and self._maybe_update_high_watermark()
 
@@ -176,6 +182,7 @@ class LeaderState(EpochState):
             if state is None or not state.key.matches(node.key):
                 state = self.observer_states.pop(node.key, None) or ReplicaState(
                     node.key, acknowledged=node.key.id == self.local.id)
+            state.key = node.key  # a static voter's key gains its directory id (kraft.version 1)
             self.voter_states[node.key.id] = state
         for node_id, state in old.items():
             if node_id not in self.voter_states and node_id != self.local.id:

@@ -29,8 +29,21 @@ from .base import ClientBase, PendingVoterChange, logger
 from .leader import LeaderState
 from .messages import Message
 from .states import NEVER, FollowerState
-from .types import Endpoint, KRaftVersion, ReplicaKey, VoterNode, VoterSet
-from .voter_history import SUPPORTED_KRAFT_VERSIONS, describe_voters, voters_entry
+from .types import (
+    Endpoint,
+    KRaftVersion,
+    NotLeaderError,
+    RaftError,
+    ReplicaKey,
+    VoterNode,
+    VoterSet,
+)
+from .voter_history import (
+    SUPPORTED_KRAFT_VERSIONS,
+    describe_voters,
+    kraft_version_entry,
+    voters_entry,
+)
 
 E = ErrorCode
 
@@ -221,6 +234,54 @@ class VoterChangeHandlers(ClientBase):
         self._append_voters(now, st, ApiKey.UPDATE_RAFT_VOTER, VoterSet.of(
             VoterNode(n.key, q.local_endpoints) if n.key.id == self.local.id else n
             for n in q.voters), self.settings.request_timeout_ms, wait=False)
+
+    def upgrade_kraft_version(self, level: int, now_ms: int | None = None) -> int | None:
+        """kraft.version 0 -> 1 (``kafka-features upgrade --feature kraft.version=1``): the
+        static voters, keyed with the directory ids they fetch with, become a VotersRecord,
+        after a KRaftVersionRecord(1); from then on the voters can change. Returns the offset
+        to wait for (None: at that level already). Raises NotLeaderError, or RaftError saying
+        why not (a voter that never fetched with a directory id, no epoch committed yet)."""
+        now = self._now if now_ms is None else now_ms
+        st = self.quorum.state
+        if not isinstance(st, LeaderState) or self._shutdown is not None:
+            raise NotLeaderError(f"node {self.local.id} is not the leader")
+        current = self.voter_history.kraft_version()
+        if level == current:
+            return None
+        if level != KRaftVersion.DYNAMIC or current != KRaftVersion.STATIC:
+            raise RaftError(f"kraft.version can go from 0 to 1 only, not from {int(current)} "
+                            f"to {level}")
+        if st.high_watermark is None:
+            raise RaftError("the leader has not committed its epoch yet; try again")
+        nodes, missing = [], []
+        for node in self.quorum.voters:
+            state = st.voter_states.get(node.key.id)
+            directory = (self.local.directory_id if node.key.id == self.local.id
+                         else state.fetched_directory_id if state is not None else None)
+            if directory is None:
+                missing.append(node.key.id)
+            else:
+                nodes.append(VoterNode(ReplicaKey(node.key.id, directory), node.endpoints))
+        if missing:
+            raise RaftError(f"voters {sorted(missing)} have not fetched with a directory id "
+                            "(each needs a directory.id in its metadata log dir's "
+                            "meta.properties, as `strom storage format` writes, and must be up)")
+        if st.accumulator.groups:
+            self._append_batches(now, st)
+        info = self.log.append_as_leader(
+            [kraft_version_entry(KRaftVersion.DYNAMIC), voters_entry(VoterSet.of(nodes))],
+            st.epoch, now)
+        self.log.flush()
+        st.accumulator.next_offset = self.log.end_offset()
+        logger.info("raft %d: kraft.version 1: the voters are %s from now on (offset %d, "
+                    "uncommitted)", self.local.id, describe_voters(VoterSet.of(nodes)),
+                    info.last_offset)
+        self._appended(info)
+        for p in self._parked:
+            p.woken = True
+        if st.update_local_end_offset(self.log.end_offset()):
+            self._on_leader_high_watermark(st)
+        return info.last_offset
 
     # -- voters and observers --------------------------------------------------------------
 

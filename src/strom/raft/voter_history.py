@@ -142,8 +142,8 @@ class VoterHistory:
 
     def add(self, entries: Iterable[tuple[int, ControlEntry]], end_offset: int) -> bool:
         """Control records appended at their offsets, up to the log's `end_offset`; True if the
-        latest voter set changed."""
-        before = self.latest()
+        latest voter set or kraft.version changed."""
+        before = self.latest(), self.kraft_version()
         for offset, entry in entries:
             if offset < self.next_offset:
                 continue
@@ -154,13 +154,13 @@ class VoterHistory:
                 self._krafts.append((offset, KRaftVersion(level if isinstance(level, int)
                                                           else 0)))
         self.next_offset = max(self.next_offset, end_offset)
-        return self.latest() != before
+        return (self.latest(), self.kraft_version()) != before
 
     def truncate_to(self, offset: int) -> bool:
         """The log was cut back to `offset`: what was appended there is gone. True if the
-        latest voter set changed."""
-        before = self.latest()
+        latest voter set or kraft.version changed."""
+        before = self.latest(), self.kraft_version()
         self._sets = [at for at in self._sets if at.offset < offset]
         self._krafts = [k for k in self._krafts if k[0] < offset]
         self.next_offset = min(self.next_offset, offset)
-        return self.latest() != before
+        return (self.latest(), self.kraft_version()) != before

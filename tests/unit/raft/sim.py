@@ -216,7 +216,7 @@ class SimNetwork:
                  settings: RaftSettings | None = None, min_delay_ms: int = 1,
                  max_delay_ms: int = 5, drop_rate: float = 0.0, wire: bool = False,
                  cluster_id: str | None = "sim-cluster", dynamic: bool = False,
-                 auto_join: Iterable[int] = ()) -> None:
+                 auto_join: Iterable[int] = (), directories: bool = False) -> None:
         self.rng = random.Random(seed)
         self.clock = SimClock()
         self.settings = settings or RaftSettings()
@@ -224,13 +224,14 @@ class SimNetwork:
         self.auto_join = set(auto_join)
         self.nodes = {i: SimNode(i, True) for i in voters}
         self.nodes.update({i: SimNode(i, False) for i in observers})
-        if dynamic:
+        if dynamic or directories:  # a static quorum's replicas may have directory ids too
             for node in self.nodes.values():
                 node.directory_id = uuid.UUID(int=self.rng.getrandbits(128))
+        if dynamic:
             self.voter_set = VoterSet.of(
                 VoterNode(ReplicaKey(i, self.nodes[i].directory_id), sim_endpoints(i))
                 for i in voters)
-        else:
+        else:  # controller.quorum.voters: ids and addresses only
             self.voter_set = VoterSet.static(voters)
         self.bootstrap = list(voters)
         self.admin_responses: dict[int, Any] = {}  # correlation id -> response to ADMIN

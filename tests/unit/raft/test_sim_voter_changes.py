@@ -249,3 +249,43 @@ def test_a_voter_at_a_new_address_corrects_its_entry(moved: str) -> None:
     assert net.run_for(10_000, everywhere), net.states()
     assert net.leader() == leader  # no election needed
     net.check_logs_agree()
+
+
+def test_a_static_quorum_upgrades_to_kraft_version_1_and_then_changes_voters() -> None:
+    """``kafka-features upgrade --feature kraft.version=1``: the static voters, keyed with the
+    directory ids they fetch with, become the voter set in the log; then a voter can be added."""
+    from strom.raft.types import KRaftVersion, RaftError
+
+    net = SimNetwork(23, [1, 2, 3], observers=[4], directories=True).start()
+    leader = _elect(net)
+    net.schedule_appends(net.clock.now + 8000)
+    net.run_for(1000)
+    client = net.nodes[leader].client
+    assert client is not None
+    with pytest.raises(RaftError, match="from 0 to 1 only"):
+        client.upgrade_kraft_version(2)
+    offset = client.upgrade_kraft_version(1)
+    assert offset is not None
+    net.run_for(2000)
+    for i in (1, 2, 3, 4):
+        c = net.nodes[i].client
+        assert c is not None and c.quorum.kraft_version == KRaftVersion.DYNAMIC
+        assert _voters(net, i) == {n: net.nodes[n].directory_id for n in (1, 2, 3)}
+    assert client.upgrade_kraft_version(1) is None  # at that level already
+    # dynamic now: the observer becomes a voter
+    leader = net.leader() or leader
+    assert _add(net, leader, 4)["error_code"] == E.NONE
+    assert set(_voters(net, leader)) == {1, 2, 3, 4}
+    net.check_logs_agree()
+
+
+def test_the_upgrade_needs_every_voters_directory_id() -> None:
+    from strom.raft.types import RaftError
+
+    net = SimNetwork(29, [1, 2, 3]).start()  # replicas without directory ids
+    leader = _elect(net)
+    net.run_for(1000)
+    client = net.nodes[leader].client
+    assert client is not None
+    with pytest.raises(RaftError, match="have not fetched with a directory id"):
+        client.upgrade_kraft_version(1)

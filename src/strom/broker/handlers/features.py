@@ -7,12 +7,14 @@ metadata.version never goes down; ``validate_only`` checks and changes nothing. 
 a request commit together, or none does. Brokers forward the request to the active controller
 (strom.broker.kraft_cluster), which appends the records and answers once they are committed;
 ApiVersions then lists the new levels. kraft.version (the quorum's own, not a metadata record)
-cannot be changed by Strom yet, nor can the levels of a node without a KRaft metadata log
-(ZooKeeper mode, a single node without process.roles). It needs ALTER on the cluster.
+goes from 0 to 1 only (a static quorum becomes dynamic: the Raft leader writes the voters with
+their directory ids), never down. The levels of a node without a KRaft metadata log (ZooKeeper
+mode, a single node without process.roles) cannot change. It needs ALTER on the cluster.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from strom.broker.authz import cluster_name, requires
@@ -48,11 +50,13 @@ def _answer(request: Struct, error: ErrorCode, message: str | None) -> dict[str,
 async def update_features(broker: Broker, ctx: RequestContext, request: Struct) -> dict[str, Any]:
     kraft = broker.kraft_version() if broker.kraft_version is not None else None
     return await answer_update_features(broker.image, broker.controller, request,
-                                        ctx.api_version, kraft)
+                                        ctx.api_version, kraft, broker.kraft_upgrade)
 
 
 async def answer_update_features(image: MetadataImage, controller: object, request: Struct,
-                                 api_version: int, kraft_version: int | None) -> dict[str, Any]:
+                                 api_version: int, kraft_version: int | None,
+                                 kraft_upgrade: Callable[[int], Awaitable[None]] | None = None,
+                                 ) -> dict[str, Any]:
     """The UpdateFeatures answer of a node with `image` whose `controller` commits the levels
     (a broker's, or a controller's on its CONTROLLER listener, KIP-919)."""
     update = getattr(controller, "update_features", None)
@@ -62,6 +66,7 @@ async def answer_update_features(image: MetadataImage, controller: object, reque
                        "process.roles): its feature levels are Strom's own and cannot change")
     current = finalized_levels(image.finalized_features)
     wanted: dict[str, int] = {}
+    kraft_wanted: int | None = None
     for u in request.feature_updates:
         name, level = str(u.feature), int(u.max_version_level)
         if name in wanted:
@@ -71,20 +76,26 @@ async def answer_update_features(image: MetadataImage, controller: object, reque
             kind = SAFE_DOWNGRADE if getattr(u, "allow_downgrade", False) else UPGRADE
         else:
             kind = int(getattr(u, "upgrade_type", UPGRADE))
-        if name == KRAFT_VERSION and level == kraft_version:
-            continue  # already so
         if name == KRAFT_VERSION:
-            return _answer(request, ErrorCode.INVALID_UPDATE_VERSION,
-                           "Strom cannot change kraft.version yet: a quorum formatted with "
-                           "controller.quorum.voters stays static (kraft.version 0), one "
-                           "formatted with --standalone or --initial-controllers is dynamic (1)")
+            if level == kraft_version:
+                continue  # already so
+            if kraft_upgrade is None or kraft_version is None or level < kraft_version:
+                return _answer(request, ErrorCode.INVALID_UPDATE_VERSION,
+                               f"Invalid update version {level} for feature kraft.version: "
+                               "Strom upgrades kraft.version from 0 to 1 only (a static quorum "
+                               "becomes dynamic), never down")
+            kraft_wanted = level
+            continue
         why = feature_update_refused(name, level, kind, current)
         if why is not None:
             return _answer(request, ErrorCode.INVALID_UPDATE_VERSION, why)
         wanted[name] = level
     changes = {n: lv for n, lv in wanted.items() if current.get(n, 0) != lv}
+    validate_only = bool(getattr(request, "validate_only", False))
     try:
-        await update(changes, validate_only=bool(getattr(request, "validate_only", False)))
+        await update(changes, validate_only=validate_only)
+        if kraft_wanted is not None and kraft_upgrade is not None and not validate_only:
+            await kraft_upgrade(kraft_wanted)  # the quorum's own change, after the others
     except KafkaError as exc:
         return _answer(request, exc.code, exc.message)
     return _answer(request, ErrorCode.NONE, None)
