@@ -75,8 +75,10 @@ class VoterChangeHandlers(ClientBase):
         return ReplicaKey.of(int(req.get("voter_id", -1)),
                              directory if isinstance(directory, uuid.UUID) else None)
 
-    def _handle_add_raft_voter_request(self, now: int, source: int,
-                                       req: Mapping[str, Any]) -> Message | PendingVoterChange:
+    def _voter_change_target(self, req: Mapping[str, Any]
+                             ) -> tuple[LeaderState, ReplicaKey] | Message:
+        """What AddRaftVoter and RemoveRaftVoter check first (Kafka's order): the leader and
+        the voter's key (an id and a directory id), or the answer refusing them."""
         refused = self._voter_change_refused(req)
         if refused is not None:
             return m.voter_change_response(*refused)
@@ -86,6 +88,14 @@ class VoterChangeHandlers(ClientBase):
         if key.id < 0 or key.directory_id is None:
             return m.voter_change_response(E.INVALID_REQUEST, "the voter needs an id and a "
                                            "directory id")
+        return st, key
+
+    def _handle_add_raft_voter_request(self, now: int, source: int,
+                                       req: Mapping[str, Any]) -> Message | PendingVoterChange:
+        target = self._voter_change_target(req)
+        if not isinstance(target, tuple):
+            return target
+        st, key = target
         endpoints = m.endpoints_from_listeners(req.get("listeners") or [])
         if not any(e.name == self.settings.listener for e in endpoints):
             return m.voter_change_response(E.INVALID_REQUEST, "the voter has no endpoint on "
@@ -109,15 +119,10 @@ class VoterChangeHandlers(ClientBase):
 
     def _handle_remove_raft_voter_request(self, now: int, source: int,
                                           req: Mapping[str, Any]) -> Message | PendingVoterChange:
-        refused = self._voter_change_refused(req)
-        if refused is not None:
-            return m.voter_change_response(*refused)
-        st = self.quorum.state
-        assert isinstance(st, LeaderState)
-        key = self._request_key(req)
-        if key.id < 0 or key.directory_id is None:
-            return m.voter_change_response(E.INVALID_REQUEST, "the voter needs an id and a "
-                                           "directory id")
+        target = self._voter_change_target(req)
+        if not isinstance(target, tuple):
+            return target
+        st, key = target
         blocked = self._voter_change_blocked(st)
         if blocked is not None:
             return m.voter_change_response(*blocked)
