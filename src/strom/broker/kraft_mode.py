@@ -177,7 +177,7 @@ def _loader(config: BrokerConfig, image: MetadataImage, loop: asyncio.AbstractEv
         max_bytes=config.get("metadata.log.max.record.bytes.between.snapshots"),
         max_interval_ms=config.get("metadata.log.max.snapshot.interval.ms")))
     loader.snapshot = controller_node.snapshot
-    controller_node.image = image
+    controller_node.loader = loader
     return loader
 
 

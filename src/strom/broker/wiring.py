@@ -76,7 +76,7 @@ class StartupError(Exception):
 # --------------------------------------------------------------------------------------------
 
 
-def _read_meta(meta: Path) -> dict[str, str]:
+def read_meta_properties(meta: Path) -> dict[str, str]:
     """meta.properties as a dict; an unreadable one stops the start-up with one clear line (it
     holds the cluster id, which nothing else can supply)."""
     try:
@@ -95,7 +95,7 @@ def cluster_id_for(log_dirs: list[Path], broker_id: int, expected: str | None = 
         d.mkdir(parents=True, exist_ok=True)
         meta = d / "meta.properties"
         if meta.exists():
-            props = _read_meta(meta)
+            props = read_meta_properties(meta)
             node = props.get("node.id", props.get("broker.id"))
             if node is not None and not node.strip().lstrip("-").isdigit():
                 raise StartupError(f"{meta} has node.id={node}, which is not a number")

@@ -22,12 +22,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from strom.broker.wiring import StartupError, cluster_id_for
+from strom.broker.wiring import StartupError, cluster_id_for, read_meta_properties
 from strom.cluster.image import MetadataImage
 from strom.config.broker import BrokerConfig
 from strom.controller.apis import ControllerRouter
 from strom.controller.broker_apis import ForwardedHandler
 from strom.controller.cluster_controller import ClusterQuorumController
+from strom.controller.loader import MetadataLoader
 from strom.controller.upgrade import upgrade_single_node_metadata
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -115,10 +116,8 @@ def metadata_directory_id(metadata_dir: Path) -> uuid.UUID:
     a new one, so it can never vote as the replica it replaced)."""
     meta = metadata_dir / "meta.properties"
     try:
-        props = dict(line.split("=", 1) for line in meta.read_text("utf-8").splitlines()
-                     if "=" in line and not line.lstrip().startswith("#"))
-        return topic_id_from_str(props["directory.id"].strip())
-    except (OSError, KeyError, ValueError) as e:
+        return topic_id_from_str(read_meta_properties(meta)["directory.id"].strip())
+    except (StartupError, KeyError, ValueError) as e:
         raise StartupError(f"{meta} has no valid directory.id ({e}): a controller of a dynamic "
                            "quorum (controller.quorum.bootstrap.servers) needs its metadata log "
                            "dir formatted by `strom storage format`") from None
@@ -169,15 +168,19 @@ class ControllerNode:
         # requests they forward (strom.controller.broker_apis); set by the node's builder
         self.cluster: ClusterQuorumController | None = None
         self.forwarded: ForwardedHandler | None = None
-        # the node's metadata image (its loader's), for ApiVersions' finalized features, and
+        # the node's metadata loader (its image gives ApiVersions' finalized features), and
         # what commits feature levels (UpdateFeatures on the CONTROLLER listener); set by the
         # node's builder
-        self.image: MetadataImage | None = None
+        self.loader: MetadataLoader | None = None
         self.feature_controller: object | None = None
 
     @property
     def log_dir(self) -> Path:
         return self.metadata_dir / METADATA_DIR_NAME
+
+    @property
+    def image(self) -> MetadataImage | None:
+        return self.loader.image if self.loader is not None else None
 
     @property
     def voters(self) -> VoterSet:
@@ -293,16 +296,14 @@ class ControllerNode:
         except RaftError as exc:
             raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION, str(exc)) from exc
         self.driver.wake()
-        if offset is None:
+        loader = self.loader
+        if offset is None or loader is None:
             return
-        deadline = time.monotonic() + self.settings.request_timeout_ms / 1000 * 5
-        while time.monotonic() < deadline:
-            hw = await self.driver.call(getattr, self.raft, "high_watermark")
-            if hw is not None and hw > offset:
-                return
-            await asyncio.sleep(0.02)  # a poll interval: the commit is the Raft thread's
-        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the kraft.version upgrade did not commit "
-                         "in time (it may still commit)")
+        # committed once this node's loader has applied past it, as every controller change
+        if not await loader.wait_for(lambda: loader.applied_offset > offset,
+                                     self.settings.request_timeout_ms / 1000 * 5):
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "the kraft.version upgrade did not "
+                             "commit in time (it may still commit)")
 
     def leader_id(self) -> int | None:
         return self.raft.quorum.leader_id if self.raft is not None else None

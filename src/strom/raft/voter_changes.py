@@ -27,10 +27,12 @@ from strom.protocol.errors import ErrorCode
 from . import messages as m
 from .base import ClientBase, PendingVoterChange, logger
 from .leader import LeaderState
+from .log import LogAppendInfo
 from .messages import Message
 from .states import NEVER, FollowerState
 from .types import (
     Endpoint,
+    Entry,
     KRaftVersion,
     NotLeaderError,
     RaftError,
@@ -178,18 +180,9 @@ class VoterChangeHandlers(ClientBase):
     def _append_voters(self, now: int, st: LeaderState, api_key: ApiKey, voters: VoterSet,
                        timeout_ms: int, *, wait: bool) -> Message | PendingVoterChange:
         """Append the new set after what the leader has taken so far; it counts at once."""
-        if st.accumulator.groups:
-            self._append_batches(now, st)  # records taken before it go first
-        info = self.log.append_as_leader([voters_entry(voters)], st.epoch, now)
-        self.log.flush()
-        st.accumulator.next_offset = self.log.end_offset()
+        info = self._append_control(now, st, [voters_entry(voters)])
         logger.info("raft %d: %s: the voters become %s (offset %d, uncommitted)",
                     self.local.id, api_key.name, describe_voters(voters), info.first_offset)
-        self._appended(info)
-        for p in self._parked:
-            p.woken = True  # followers fetch the record at once
-        if st.update_local_end_offset(self.log.end_offset()):
-            self._on_leader_high_watermark(st)
         if not wait:
             return m.voter_change_response(E.NONE)
         pending = PendingVoterChange(api_key, st.epoch, info.first_offset,
@@ -271,22 +264,27 @@ class VoterChangeHandlers(ClientBase):
             raise RaftError(f"voters {sorted(missing)} have not fetched with a directory id "
                             "(each needs a directory.id in its metadata log dir's "
                             "meta.properties, as `strom storage format` writes, and must be up)")
-        if st.accumulator.groups:
-            self._append_batches(now, st)
-        info = self.log.append_as_leader(
-            [kraft_version_entry(KRaftVersion.DYNAMIC), voters_entry(VoterSet.of(nodes))],
-            st.epoch, now)
-        self.log.flush()
-        st.accumulator.next_offset = self.log.end_offset()
+        info = self._append_control(now, st, [kraft_version_entry(KRaftVersion.DYNAMIC),
+                                              voters_entry(VoterSet.of(nodes))])
         logger.info("raft %d: kraft.version 1: the voters are %s from now on (offset %d, "
                     "uncommitted)", self.local.id, describe_voters(VoterSet.of(nodes)),
                     info.last_offset)
+        return info.last_offset
+
+    def _append_control(self, now: int, st: LeaderState, entries: list[Entry]) -> LogAppendInfo:
+        """A control batch of the leader's own, after the records it has taken so far: durable,
+        followed (voter_history.py), and sent to the parked fetches at once."""
+        if st.accumulator.groups:
+            self._append_batches(now, st)  # records taken before it go first
+        info = self.log.append_as_leader(entries, st.epoch, now)
+        self.log.flush()
+        st.accumulator.next_offset = self.log.end_offset()
         self._appended(info)
         for p in self._parked:
             p.woken = True
         if st.update_local_end_offset(self.log.end_offset()):
             self._on_leader_high_watermark(st)
-        return info.last_offset
+        return info
 
     # -- voters and observers --------------------------------------------------------------
 
