@@ -406,6 +406,8 @@ async def serve(config: BrokerConfig) -> None:
         if kraft_cluster.controller is not None:
             kraft_cluster.controller.start()
         kraft_cluster.lifecycle.start()
+        if kraft_cluster.assignments is not None:
+            kraft_cluster.assignments.start()
         replication_task = asyncio.create_task(run_replication(broker.replicas, broker))
     if kraft is not None:
         broker.producer_ids.prefetch()  # the controller answers later than the first producer
@@ -473,6 +475,8 @@ async def serve(config: BrokerConfig) -> None:
     if kraft_cluster is not None:
         if broker.replicas is not None:
             await _step("replication", cancel_and_wait(replication_task))
+        if kraft_cluster.assignments is not None:
+            await _step("directory assignments", kraft_cluster.assignments.stop())
         await _step("broker lifecycle", kraft_cluster.lifecycle.stop())
         if kraft_cluster.controller is not None:
             await _step("controller", kraft_cluster.controller.stop())

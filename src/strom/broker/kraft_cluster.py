@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from strom.broker.context import RequestContext, RequestTimes, Throttle
 from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.cluster.features import supported_ranges
 from strom.cluster.image import BrokerInfo, MetadataImage, PartitionState, TopicState
 from strom.cluster.quotas import QuotaEntity
 from strom.cluster.reassignment import Assignment
@@ -65,7 +66,7 @@ FORWARDED_APIS = frozenset({
     ApiKey.ALTER_CONFIGS, ApiKey.INCREMENTAL_ALTER_CONFIGS, ApiKey.ALTER_CLIENT_QUOTAS,
     ApiKey.CREATE_ACLS, ApiKey.DELETE_ACLS, ApiKey.ELECT_LEADERS,
     ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.ALTER_USER_SCRAM_CREDENTIALS,
-    ApiKey.UNREGISTER_BROKER, ApiKey.UPDATE_FEATURES,
+    ApiKey.UNREGISTER_BROKER, ApiKey.UPDATE_FEATURES, ApiKey.UNREGISTER_CONTROLLER,
 })
 # a stopping broker's heartbeats that went unanswered before it stops without the controller
 UNANSWERED_SHUTDOWN_ASKS = 2
@@ -144,7 +145,8 @@ class BrokerLifecycle:
 
     def __init__(self, channel: ControllerChannel, info: BrokerInfo, cluster_id: str,
                  protocols: Mapping[str, str], loader: MetadataLoader, *,
-                 interval_ms: int, session_timeout_ms: int) -> None:
+                 interval_ms: int, session_timeout_ms: int,
+                 log_dirs: Sequence[uuid.UUID] = ()) -> None:
         self.channel = channel
         self.session_s = session_timeout_ms / 1000
         self._last_answer = float("-inf")  # monotonic time of the last heartbeat answered
@@ -154,6 +156,7 @@ class BrokerLifecycle:
         self.loader = loader
         self.interval_s = interval_ms / 1000
         self.incarnation = uuid.uuid4()
+        self.log_dirs = list(log_dirs)  # the directory ids of its log dirs (KIP-858)
         self.epoch = -1
         self.fenced = True
         self.want_shut_down = False
@@ -189,8 +192,11 @@ class BrokerLifecycle:
         response = await self.channel.request(ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION, {
             "broker_id": self.info.broker_id, "cluster_id": self.cluster_id,
             "incarnation_id": self.incarnation, "listeners": self._listeners(),
-            "features": [], "rack": self.info.rack, "is_migrating_zk_broker": False,
-            "log_dirs": [], "previous_broker_epoch": -1})
+            "features": [{"name": name, "min_supported_version": lo,
+                          "max_supported_version": hi}
+                         for name, (lo, hi) in sorted(supported_ranges().items())],
+            "rack": self.info.rack, "is_migrating_zk_broker": False,
+            "log_dirs": self.log_dirs, "previous_broker_epoch": -1})
         if response.error_code != ErrorCode.NONE:
             raise KafkaError(ErrorCode(response.error_code),
                              f"the controller refused the registration of broker "
@@ -417,6 +423,9 @@ class ForwardingController:
 
     async def unregister_broker(self, broker_id: int) -> None:
         await self._required().unregister_broker(broker_id)
+
+    async def unregister_controller(self, controller_id: int) -> None:
+        await self._required().unregister_controller(controller_id)
 
 
 class _ForwardedConnection:

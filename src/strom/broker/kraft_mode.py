@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from strom.broker.core import Broker, Node
@@ -33,9 +34,11 @@ from strom.controller.quorum_controller import QuorumController
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import KafkaError
 from strom.security.client import PLAINTEXT as PLAINTEXT_CLIENT
+from strom.storage.checkpoints import topic_id_from_str
 from strom.storage.manager import LogManager
 
 if TYPE_CHECKING:
+    from strom.broker.dir_assignments import DirectoryAssignments
     from strom.broker.kraft_cluster import AdminForwarder, BrokerLifecycle, ControllerChannel
     from strom.controller.cluster_controller import ClusterQuorumController
 
@@ -59,6 +62,7 @@ class ClusterRole:
     controller: ClusterQuorumController | None  # on a voter: active while it leads
     lifecycle: BrokerLifecycle
     forwarder: AdminForwarder
+    assignments: DirectoryAssignments | None = None  # with several log.dirs
 
 
 @dataclass
@@ -246,9 +250,21 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
             security=controller_security(config),
             timeout_s=config.get("controller.quorum.request.timeout.ms") / 1000)
         protocols = {lst.name: lst.protocol for lst in advertised_listeners(config)}
+        dir_ids = _log_dir_ids(logs)
         lifecycle = BrokerLifecycle(channel, info, controller_node.cluster_id, protocols, loader,
                                     interval_ms=config.get("broker.heartbeat.interval.ms"),
-                                    session_timeout_ms=config.get("broker.session.timeout.ms"))
+                                    session_timeout_ms=config.get("broker.session.timeout.ms"),
+                                    log_dirs=[topic_id_from_str(d) for d in dir_ids.values()])
+        assignments = None
+        if len(dir_ids) > 1:  # where each replica lives, for the controller (KIP-858)
+            from strom.broker.dir_assignments import DirectoryAssignments
+
+            assignments = DirectoryAssignments(config.broker_id, image, logs, dir_ids,
+                                               channel.request, lambda: lifecycle.epoch)
+            loader.subscribe(assignments.wake)
+            logs.on_placed(assignments.wake)
+        if combined(config):
+            _keep_registered(config, controller_node, loader, channel)
         inter_broker = inter_broker_listener_name(config)
         forwarder = AdminForwarder(channel, lambda: local is not None and local.active,
                                    inter_broker, protocols.get(inter_broker, "PLAINTEXT"))
@@ -270,8 +286,23 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     broker.metadata_quorum = _quorum_requests(controller_node, channel)
     broker.kraft_version = controller_node.kraft_version
     broker.kraft_upgrade = controller_node.upgrade_kraft_version
-    parts.cluster = ClusterRole(local, lifecycle, forwarder)
+    parts.cluster = ClusterRole(local, lifecycle, forwarder, assignments)
     return broker, parts
+
+
+def _log_dir_ids(logs: LogManager) -> dict[Path, str]:
+    """The directory id (meta.properties' directory.id) of each log dir, when every one has
+    one (a dir formatted before directory ids has none: then none is reported)."""
+    from strom.broker.wiring import read_meta_properties
+
+    out = {}
+    for d in logs.log_dirs:
+        meta = d / "meta.properties"
+        props = read_meta_properties(meta) if meta.exists() else {}
+        if "directory.id" not in props:
+            return {}
+        out[d] = props["directory.id"]
+    return out
 
 
 # the versions a broker forwards the quorum's requests at (Kafka 4.4's highest)
@@ -342,6 +373,7 @@ async def build_controller_only(config: BrokerConfig,
                                     security=controller_security(config),
                                     timeout_s=config.get("controller.quorum.request.timeout.ms")
                                     / 1000)
+        _keep_registered(config, controller_node, loader, channel)
         forwarder = AdminForwarder(channel, lambda: local.active, listener, "PLAINTEXT")
         info = BrokerInfo(controller_node.node_id, "", 0)
         node = Node(config, controller_node.node_id, controller_node.cluster_id, info, image,
@@ -356,6 +388,21 @@ async def build_controller_only(config: BrokerConfig,
         await controller_node.stop()
         raise
     return ControllerOnlyParts(controller_node, loader, local, broker)
+
+
+def _keep_registered(config: BrokerConfig, controller_node: ControllerNode,
+                     loader: MetadataLoader, channel: ControllerChannel) -> None:
+    """Start the node's ControllerRegistration (KIP-919): a controller of a cluster, voter or
+    observer, registers its CONTROLLER listeners with the active controller."""
+    from strom.config.listeners import controller_endpoints, protocol_map
+    from strom.controller.registration import ControllerRegistrationManager
+
+    names = controller_node.quorum.controller_listener_names
+    manager = ControllerRegistrationManager(
+        controller_node.node_id, controller_endpoints(config, names), protocol_map(config),
+        loader, channel.request)
+    controller_node.registration = manager
+    manager.start()
 
 
 def _cluster_controller(config: BrokerConfig, controller_node: ControllerNode,

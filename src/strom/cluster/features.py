@@ -86,10 +86,24 @@ def api_versions_features(version: int, levels: Mapping[str, int] | None = None,
 UPGRADE, SAFE_DOWNGRADE, UNSAFE_DOWNGRADE = 1, 2, 3
 
 
+def supported_ranges() -> dict[str, tuple[int, int]]:
+    """What this software supports, as registrations carry it: {name: (min, max)}."""
+    return {f.name: (f.min_version, f.max_version) for f in (*FEATURES, KRAFT_VERSION)}
+
+
+def _range_text(lo: int, hi: int) -> str:
+    return str(lo) if lo == hi else f"{lo}-{hi}"
+
+
 def feature_update_refused(name: str, level: int, upgrade_type: int,
-                           current: Mapping[str, int]) -> str | None:
+                           current: Mapping[str, int],
+                           supporters: Mapping[str, Mapping[str, tuple[int, int]]] | None = None,
+                           ) -> str | None:
     """Why a KRaft controller refuses to finalize `name` at `level` (INVALID_UPDATE_VERSION),
-    as Kafka's controller words it; None when it may. `current`: the finalized levels."""
+    as Kafka's controller words it; None when it may. `current`: the finalized levels;
+    `supporters`: the registered brokers and controllers ("Broker 4", "Controller 1") and the
+    levels each supports: every one must support `level` (an old node still registered would
+    fail on it)."""
     feature = next((f for f in FEATURES if f.name == name), None)
     if feature is None:
         return (f"Invalid update version {level} for feature {name}. The controller does not "
@@ -107,6 +121,12 @@ def feature_update_refused(name: str, level: int, upgrade_type: int,
         if name == "metadata.version":
             return (f"Invalid metadata.version {level}. Refusing to downgrade the metadata "
                     f"version from {now}: Strom supports no metadata.version downgrade.")
+    for who, ranges in (supporters or {}).items():
+        lo, hi = ranges.get(name, (0, 0))
+        if not lo <= level <= hi:
+            why = ("does not support this feature." if hi == 0
+                   else f"only supports versions {_range_text(lo, hi)}")
+            return f"Invalid update version {level} for feature {name}. {who} {why}"
     return None
 
 

@@ -30,6 +30,10 @@ class PartitionState:
     # first; `adding` are target replicas catching up, `removing` leave once they have
     adding_replicas: list[int] = field(default_factory=list)
     removing_replicas: list[int] = field(default_factory=list)
+    # KRaft, several log.dirs (AssignReplicasToDirs, KIP-858): the log dir (its directory.id,
+    # base64url) each replica's broker keeps the partition in; a replica not listed is
+    # unassigned (its broker has one log dir, or has not said yet)
+    directories: dict[int, str] = field(default_factory=dict)
 
     @property
     def reassigning(self) -> bool:
@@ -93,6 +97,24 @@ class Registration:
     incarnation: str  # the process's incarnation id (a restarted broker has a new one)
     fenced: bool = True  # a new registration is fenced until the broker has caught up
     in_controlled_shutdown: bool = False
+    # the feature levels the broker's software supports: {name: (min, max)}; a feature it
+    # does not list it does not support above level 0 (UpdateFeatures checks them)
+    features: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # the directory ids (base64url) of the broker's log dirs, as it registered them
+    log_dirs: list[str] = field(default_factory=list)
+
+
+@dataclass
+class ControllerRegistration:
+    """A KRaft controller's registration (KIP-919, Kafka's RegisterControllerRecord): where it
+    listens and which feature levels it supports. DescribeCluster on a CONTROLLER listener
+    lists the registered controllers; UpdateFeatures refuses a level one of them lacks, until
+    UnregisterController (KIP-1312) removes the registration of one that is gone for good."""
+
+    controller_id: int
+    incarnation: str  # the process's incarnation id: a restarted controller registers again
+    endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
+    features: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
@@ -170,6 +192,8 @@ class MetadataImage:
     next_producer_id: int = 0
     # KRaft clusters: every registered broker, live or fenced (`brokers` holds the live ones)
     registrations: dict[int, Registration] = field(default_factory=dict)
+    # KRaft clusters: every registered controller (voters and observers alike)
+    controllers: dict[int, ControllerRegistration] = field(default_factory=dict)
     # KRaft: the feature levels the metadata log finalized (FeatureLevelRecords; features it
     # never named keep Strom's defaults, strom.cluster.features), and the offset of the last
     # change (ApiVersions' finalized_features_epoch; -1: none)

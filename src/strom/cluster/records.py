@@ -12,6 +12,7 @@ from typing import Any
 
 from strom.cluster.image import (
     BrokerInfo,
+    ControllerRegistration,
     MetadataImage,
     PartitionState,
     Registration,
@@ -27,7 +28,8 @@ class Change:
 
     # topic_created | topic_deleted | partitions_created | partition_changed | topic_configs |
     # broker_configs | user_configs | group_configs | client_quotas | acls | brokers_changed
-    # (a broker registered or left, or the controller changed)
+    # (a broker registered or left, or the controller changed) | controllers_changed (a
+    # controller registered or was unregistered)
     kind: str
     topic: TopicState | None = None
     partitions: tuple[int, ...] = ()
@@ -50,6 +52,8 @@ def partition_record(topic_id: uuid.UUID, p: PartitionState) -> dict[str, Any]:
         "partition_epoch": p.partition_epoch,
         "adding_replicas": p.adding_replicas,
         "removing_replicas": p.removing_replicas,
+        **({"directories": {str(b): d for b, d in p.directories.items() if b in p.replicas}}
+           if p.directories else {}),
     }
 
 
@@ -101,7 +105,31 @@ def register_broker_record(registration: Registration) -> dict[str, Any]:
     return {"type": "register_broker", "broker": broker_record(registration.info),
             "epoch": registration.epoch, "incarnation": registration.incarnation,
             "fenced": registration.fenced,
-            "in_controlled_shutdown": registration.in_controlled_shutdown}
+            "in_controlled_shutdown": registration.in_controlled_shutdown,
+            "features": _ranges_out(registration.features),
+            **({"log_dirs": registration.log_dirs} if registration.log_dirs else {})}
+
+
+def _ranges_out(features: dict[str, tuple[int, int]]) -> list[list[Any]]:
+    return [[name, lo, hi] for name, (lo, hi) in sorted(features.items())]
+
+
+def _ranges_in(items: list[list[Any]] | None) -> dict[str, tuple[int, int]]:
+    return {name: (int(lo), int(hi)) for name, lo, hi in items or []}
+
+
+def register_controller_record(reg: ControllerRegistration) -> dict[str, Any]:
+    """A KRaft controller registered (Kafka's RegisterControllerRecord): its listeners and
+    supported feature levels; a new process replaces the registration of its previous one."""
+    return {"type": "register_controller", "controller_id": reg.controller_id,
+            "incarnation": reg.incarnation,
+            "endpoints": [[name, host, port] for name, (host, port) in reg.endpoints.items()],
+            "features": _ranges_out(reg.features)}
+
+
+def unregister_controller_record(controller_id: int) -> dict[str, Any]:
+    """A controller's registration removed (Kafka's UnregisterControllerRecord, KIP-1312)."""
+    return {"type": "unregister_controller", "controller_id": controller_id}
 
 
 def broker_state_record(broker_id: int, epoch: int, *, fenced: bool,
@@ -127,7 +155,8 @@ def _apply_registration(image: MetadataImage, record: dict[str, Any]) -> Change 
     if kind == "register_broker":
         info = _broker_info(record["broker"])
         reg = Registration(info, record["epoch"], record["incarnation"], record["fenced"],
-                           record.get("in_controlled_shutdown", False))
+                           record.get("in_controlled_shutdown", False),
+                           _ranges_in(record.get("features")), list(record.get("log_dirs") or []))
         image.registrations[info.broker_id] = reg
     else:
         reg_or_none = image.registrations.get(record["broker_id"])
@@ -158,6 +187,7 @@ def image_records(image: MetadataImage) -> list[dict[str, Any]]:
     content, as Kafka's snapshots hold the records of the image."""
     out: list[dict[str, Any]] = [producer_ids_record(image.next_producer_id)]
     out += [register_broker_record(reg) for reg in image.registrations.values()]
+    out += [register_controller_record(reg) for reg in image.controllers.values()]
     for resource, configs_by_name in (("broker", image.broker_configs),
                                       ("user", image.user_configs),
                                       ("group", image.group_configs)):
@@ -190,6 +220,7 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
                                          "partition_epoch")}
         fields["adding_replicas"] = record.get("adding_replicas") or []
         fields["removing_replicas"] = record.get("removing_replicas") or []
+        fields["directories"] = {int(b): d for b, d in (record.get("directories") or {}).items()}
         is_new = record["partition"] not in topic.partitions
         topic.partitions[record["partition"]] = PartitionState(**fields)
         return Change("partitions_created" if is_new else "partition_changed", topic,
@@ -230,6 +261,17 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
         return Change("brokers_changed")
     if kind in ("register_broker", "broker_state", "unregister_broker"):
         return _apply_registration(image, record)
+    if kind == "register_controller":
+        cid = record["controller_id"]
+        image.controllers[cid] = ControllerRegistration(
+            cid, record["incarnation"],
+            {name: (host, port) for name, host, port in record.get("endpoints") or []},
+            _ranges_in(record.get("features")))
+        return Change("controllers_changed")
+    if kind == "unregister_controller":
+        if image.controllers.pop(record["controller_id"], None) is None:
+            return None
+        return Change("controllers_changed")
     if kind == "remove_broker":
         if image.brokers.pop(record["broker_id"], None) is None:
             return None

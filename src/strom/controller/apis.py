@@ -132,8 +132,7 @@ async def update_features(node: ControllerNode, ctx: RequestContext,
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
 def describe_cluster(node: ControllerNode, ctx: RequestContext,
                      request: Struct) -> dict[str, Any]:
-    """KIP-919: on a controller listener, the controllers (here: the voters) and the active
-    one. Endpoint type checks as Kafka's (AuthHelper.computeDescribeClusterResponse)."""
+    """KIP-919: on a controller listener, the registered controllers and the active one. Endpoint type checks as Kafka's (AuthHelper.computeDescribeClusterResponse)."""
     wanted = int(request.endpoint_type)  # v0: BROKER
     if wanted != CONTROLLER_ENDPOINT:
         v0 = ctx.api_version == 0
@@ -145,7 +144,7 @@ def describe_cluster(node: ControllerNode, ctx: RequestContext,
                 else ErrorCode.MISMATCHED_ENDPOINT_TYPE,
                 "error_message": "The request was sent to an endpoint of type CONTROLLER, but "
                                  "we wanted an endpoint of type BROKER"}
-    controllers = node.controller_endpoints()
+    controllers = _described_controllers(node, ctx.listener)
     leader = node.leader_id()
     return {
         "error_code": ErrorCode.NONE,
@@ -157,6 +156,18 @@ def describe_cluster(node: ControllerNode, ctx: RequestContext,
                     for node_id, (host, port) in sorted(controllers.items())],
         "cluster_authorized_operations": UNKNOWN_AUTHORIZED_OPERATIONS,
     }
+
+
+def _described_controllers(node: ControllerNode, listener: str) -> dict[int, tuple[str, int]]:
+    """The registered controllers' addresses on `listener`, as Kafka's controllers answer
+    DescribeCluster (an unregistered voter is not listed); before any has registered (a quorum
+    starting, or a single node, which registers with nobody), the voters'."""
+    image = getattr(node, "image", None)
+    registered = image.controllers if image is not None else {}
+    if not registered:
+        return node.controller_endpoints()
+    return {cid: reg.endpoints[listener] for cid, reg in sorted(registered.items())
+            if listener in reg.endpoints}
 
 
 def controller_features(version: int, image: MetadataImage | None = None,

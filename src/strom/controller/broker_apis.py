@@ -1,6 +1,8 @@
-"""What brokers ask of the active controller on its CONTROLLER listener.
+"""What brokers (and controllers) ask of the active controller on its CONTROLLER listener.
 
-BrokerRegistration, BrokerHeartbeat and UnregisterBroker (the broker lifecycle), AlterPartition
+BrokerRegistration, BrokerHeartbeat and UnregisterBroker (the broker lifecycle),
+ControllerRegistration and UnregisterController (the controllers', KIP-919/KIP-1312),
+AssignReplicasToDirs (which log dir keeps each replica, KIP-858), AlterPartition
 (a leader changes an ISR), AllocateProducerIds (a block of producer ids) and Envelope (an admin
 request a broker forwards with its client's principal). Each goes to the node's
 `ClusterQuorumController`; a node that is not the active controller answers NOT_CONTROLLER,
@@ -19,13 +21,14 @@ from typing import Any, Protocol
 
 from strom.broker.context import RequestContext
 from strom.broker.router import handles
-from strom.cluster.image import BrokerInfo
+from strom.cluster.image import BrokerInfo, ControllerRegistration
 from strom.controller.cluster_controller import ClusterQuorumController
 from strom.controller.envelope import decode_principal
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.principal import KafkaPrincipal
+from strom.storage.checkpoints import topic_id_to_str
 
 Message = dict[str, Any]
 # Strom's own listener entry in a registration: the broker's schema registry (http or https)
@@ -62,9 +65,12 @@ async def broker_registration(node: BrokerFacingNode, ctx: RequestContext,
     if registry is not None:
         scheme = "https" if registry.security_protocol == 1 else "http"
         info.registry_url = f"{scheme}://{registry.host}:{registry.port}"
+    features = {str(f.name): (int(f.min_supported_version), int(f.max_supported_version))
+                for f in request.features}
+    log_dirs = [topic_id_to_str(d) for d in request.log_dirs]
     try:
         epoch = await _controller(node).register_broker(
-            info, str(request.incarnation_id or uuid.UUID(int=0)))
+            info, str(request.incarnation_id or uuid.UUID(int=0)), features, log_dirs)
     except KafkaError as exc:
         return {"error_code": exc.code, "broker_epoch": -1}
     return {"error_code": ErrorCode.NONE, "broker_epoch": epoch}
@@ -90,6 +96,55 @@ async def unregister_broker(node: BrokerFacingNode, ctx: RequestContext,
                             request: Struct) -> Message:
     try:
         await _controller(node).unregister_broker(int(request.broker_id))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "error_message": exc.message}
+    return {"error_code": ErrorCode.NONE, "error_message": None}
+
+
+@handles(ApiKey.ASSIGN_REPLICAS_TO_DIRS, 0, 0)
+async def assign_replicas_to_dirs(node: BrokerFacingNode, ctx: RequestContext,
+                                  request: Struct) -> Message:
+    """A broker with several log dirs says which one keeps each of its replicas (KIP-858;
+    strom.broker.dir_assignments sends it)."""
+    items = [(topic_id_to_str(d.id_), t.topic_id, int(p.partition_index))
+             for d in request.directories for t in d.topics for p in t.partitions]
+    try:
+        errors = iter(await _controller(node).assign_replicas_to_dirs(
+            int(request.broker_id), int(request.broker_epoch), items))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "directories": []}
+    return {"error_code": ErrorCode.NONE, "directories": [
+        {"id_": d.id_, "topics": [
+            {"topic_id": t.topic_id, "partitions": [
+                {"partition_index": p.partition_index, "error_code": next(errors)}
+                for p in t.partitions]}
+            for t in d.topics]}
+        for d in request.directories]}
+
+
+@handles(ApiKey.CONTROLLER_REGISTRATION, 0, 0)
+async def controller_registration(node: BrokerFacingNode, ctx: RequestContext,
+                                  request: Struct) -> Message:
+    """A controller registers itself with the active one (strom.controller.registration)."""
+    registration = ControllerRegistration(
+        int(request.controller_id), str(request.incarnation_id or uuid.UUID(int=0)),
+        {str(lst.name): (str(lst.host), int(lst.port)) for lst in request.listeners},
+        {str(f.name): (int(f.min_supported_version), int(f.max_supported_version))
+         for f in request.features})
+    try:
+        await _controller(node).register_controller(registration)
+    except KafkaError as exc:
+        return {"error_code": exc.code, "error_message": exc.message}
+    return {"error_code": ErrorCode.NONE, "error_message": None}
+
+
+@handles(ApiKey.UNREGISTER_CONTROLLER, 0, 0)
+async def unregister_controller(node: BrokerFacingNode, ctx: RequestContext,
+                                request: Struct) -> Message:
+    """``kafka-cluster unregister-controller --bootstrap-controller``, Admin.unregisterController
+    (Kafka 4.4, KIP-1312)."""
+    try:
+        await _controller(node).unregister_controller(int(request.controller_id))
     except KafkaError as exc:
         return {"error_code": exc.code, "error_message": exc.message}
     return {"error_code": ErrorCode.NONE, "error_message": None}

@@ -17,6 +17,9 @@ uses (`strom.cluster.decisions`, pure functions over the image):
 - **Controlled shutdown**: a heartbeat asking to shut down moves the broker's leaderships to
   other in-sync replicas; once it leads nothing another replica could lead, it is fenced and
   told it may stop.
+- **Controllers register too** (ControllerRegistration, KIP-919): their listeners and feature
+  ranges, which DescribeCluster on a CONTROLLER listener and UpdateFeatures read;
+  UnregisterController (KIP-1312) removes the registration of one that is gone.
 - **ISR changes** (AlterPartition) are compare-and-sets on the partition epoch; only live
   brokers join an ISR. **Reassignments** complete once their target replicas are in sync, as in
   ZooKeeper mode; **preferred leaders** come back by ElectLeaders or the auto rebalance.
@@ -32,7 +35,8 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from strom.cluster import records as rec
@@ -48,7 +52,14 @@ from strom.cluster.decisions import (
     reassignment_state,
     shutdown_move,
 )
-from strom.cluster.image import BrokerInfo, PartitionState, Registration, TopicState
+from strom.cluster.features import finalized_levels
+from strom.cluster.image import (
+    BrokerInfo,
+    ControllerRegistration,
+    PartitionState,
+    Registration,
+    TopicState,
+)
 from strom.cluster.reassignment import Assignment, reassign_state
 from strom.common.tasks import cancel_all
 from strom.controller.loader import MetadataLoader
@@ -61,6 +72,8 @@ Key = tuple[str, int]
 # How often the active controller looks for expired sessions and decisions to make when
 # nothing changed (a change wakes it at once).
 RECONCILE_INTERVAL_S = 0.5
+# the metadata.version UnregisterController needs (Kafka's 4.4-IV2): its record is new there
+UNREGISTER_CONTROLLER_MV = 33
 
 
 @dataclass(frozen=True)
@@ -123,11 +136,33 @@ class ClusterQuorumController(QuorumController):
 
     # -- brokers ----------------------------------------------------------------------------
 
-    async def register_broker(self, info: BrokerInfo, incarnation: str) -> int:
+    async def register_broker(self, info: BrokerInfo, incarnation: str,
+                              features: Mapping[str, tuple[int, int]] | None = None,
+                              log_dirs: Sequence[str] = ()) -> int:
         """A broker's registration: its broker epoch. The same process registering again (a
-        lost answer) keeps its epoch; a new process gets a new one and starts fenced."""
+        lost answer) keeps its epoch; a new process gets a new one and starts fenced. A broker
+        that does not support a finalized feature level is refused (UNSUPPORTED_VERSION); so
+        is one naming a log dir twice, or another broker's (INVALID_REGISTRATION)."""
         async with self._serial:
             self._require_active()
+            features = dict(features or {})
+            if len(set(log_dirs)) != len(log_dirs):
+                raise KafkaError(ErrorCode.INVALID_REGISTRATION,
+                                 f"broker {info.broker_id} names a log dir twice: {log_dirs}")
+            for other, reg in self.image.registrations.items():
+                taken = set(reg.log_dirs) & set(log_dirs) if other != info.broker_id else ()
+                if taken:
+                    raise KafkaError(ErrorCode.INVALID_REGISTRATION,
+                                     f"log dir {sorted(taken)[0]} is registered by broker "
+                                     f"{other}")
+            levels = finalized_levels(self.image.finalized_features)
+            for name, (lo, hi) in sorted(features.items()):
+                level = levels.get(name)
+                if level is not None and not lo <= level <= hi:
+                    raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                                     f"Unable to register because the broker does not support "
+                                     f"finalized version {level} of {name}. The broker wants a "
+                                     f"version between {lo} and {hi}, inclusive.")
             current = self.image.registrations.get(info.broker_id)
             if current is not None and current.incarnation == incarnation:
                 self._last_seen[info.broker_id] = time.monotonic()
@@ -135,7 +170,9 @@ class ClusterQuorumController(QuorumController):
             epoch = max(self._loader.applied_offset,
                         max((r.epoch for r in self.image.registrations.values()), default=0)) + 1
             self._registered_at[info.broker_id] = await self._commit_at(
-                [rec.register_broker_record(Registration(info, epoch, incarnation, fenced=True))])
+                [rec.register_broker_record(Registration(info, epoch, incarnation, fenced=True,
+                                                         features=features,
+                                                         log_dirs=list(log_dirs)))])
             self._last_seen[info.broker_id] = time.monotonic()
             self._shutting_down.discard(info.broker_id)
             log.info("broker %d registered (epoch %d, incarnation %s)%s", info.broker_id,
@@ -193,6 +230,73 @@ class ClusterQuorumController(QuorumController):
             await self._commit([rec.unregister_broker_record(broker_id, reg.epoch)])
             self._last_seen.pop(broker_id, None)
             log.info("broker %d unregistered", broker_id)
+
+    async def assign_replicas_to_dirs(
+        self, broker_id: int, epoch: int,
+        assignments: Sequence[tuple[str, uuid.UUID, int]],
+    ) -> list[ErrorCode]:
+        """AssignReplicasToDirs (KIP-858): the broker keeps each (directory id, topic id,
+        partition) in that log dir; the answer per item, as Kafka's controller gives it:
+        UNKNOWN_TOPIC_ID, UNKNOWN_TOPIC_OR_PARTITION, NOT_LEADER_OR_FOLLOWER (the broker is not
+        a replica). The directory is kept in the partition's record; the partition epoch
+        stays (a directory is not a change AlterPartition's compare-and-set should fail on)."""
+        async with self._serial:
+            self._require_active()
+            self._registration(broker_id, epoch)
+            errors: list[ErrorCode] = []
+            changed: dict[tuple[uuid.UUID, int], PartitionState] = {}
+            for directory, topic_id, partition in assignments:
+                topic = self.image.topics_by_id.get(topic_id)
+                state = topic.partitions.get(partition) if topic is not None else None
+                if topic is None:
+                    errors.append(ErrorCode.UNKNOWN_TOPIC_ID)
+                elif state is None:
+                    errors.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+                elif broker_id not in state.replicas:
+                    errors.append(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                else:
+                    errors.append(ErrorCode.NONE)
+                    current = changed.get((topic_id, partition), state)
+                    if current.directories.get(broker_id) != directory:
+                        changed[(topic_id, partition)] = dataclasses.replace(
+                            current, directories={**current.directories, broker_id: directory})
+            if changed:
+                await self._commit([rec.partition_record(topic_id, state)
+                                    for (topic_id, _p), state in changed.items()])
+            return errors
+
+    # -- controllers (KIP-919, KIP-1312) -------------------------------------------------------
+
+    async def register_controller(self, registration: ControllerRegistration) -> None:
+        """Record a controller's registration (a registration it already has is not written
+        again)."""
+        async with self._serial:
+            self._require_active()
+            if self.image.controllers.get(registration.controller_id) == registration:
+                return
+            await self._commit([rec.register_controller_record(registration)])
+            log.info("controller %d registered (incarnation %s)", registration.controller_id,
+                     registration.incarnation)
+
+    async def unregister_controller(self, controller_id: int) -> None:
+        """Remove a controller's registration, as Kafka 4.4's: not the active one's own
+        (INVALID_REQUEST), only a registered one (CONTROLLER_ID_NOT_REGISTERED). A controller
+        still running registers again (what KIP-1312 wants: remove it from the voters and
+        stop it first)."""
+        async with self._serial:
+            self._require_active()
+            if controller_id == self.node_id:
+                raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                 "Controller cannot unregister itself while it is active.")
+            if finalized_levels(self.image.finalized_features)["metadata.version"] \
+                    < UNREGISTER_CONTROLLER_MV:
+                raise KafkaError(ErrorCode.UNSUPPORTED_VERSION, "The current MetadataVersion "
+                                 "is too old to support controller unregistration.")
+            if controller_id not in self.image.controllers:
+                raise KafkaError(ErrorCode.CONTROLLER_ID_NOT_REGISTERED,
+                                 f"Controller ID {controller_id} is not currently registered.")
+            await self._commit([rec.unregister_controller_record(controller_id)])
+            log.info("controller %d unregistered", controller_id)
 
     async def _set_state(self, reg: Registration, *, fenced: bool,
                          in_controlled_shutdown: bool = False) -> None:

@@ -29,6 +29,7 @@ from strom.controller.apis import ControllerRouter
 from strom.controller.broker_apis import ForwardedHandler
 from strom.controller.cluster_controller import ClusterQuorumController
 from strom.controller.loader import MetadataLoader
+from strom.controller.registration import ControllerRegistrationManager
 from strom.controller.upgrade import upgrade_single_node_metadata
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -173,6 +174,9 @@ class ControllerNode:
         # node's builder
         self.loader: MetadataLoader | None = None
         self.feature_controller: object | None = None
+        # a node with the controller role in a cluster keeps itself registered (KIP-919); set
+        # and started by the node's builder, stopped here
+        self.registration: ControllerRegistrationManager | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -241,6 +245,8 @@ class ControllerNode:
 
     async def stop(self) -> None:
         """Hand leadership over (bounded), then close the metadata log."""
+        if self.registration is not None:
+            await self.registration.stop()
         driver = self.driver
         if driver is None:
             if self.raft_log is not None:

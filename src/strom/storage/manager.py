@@ -173,6 +173,8 @@ class LogManager:
         self.offline_check_interval_s = OFFLINE_CHECK_INTERVAL_S
         self._recovery_task: asyncio.Task[None] | None = None
         self._online_listeners: list[Callable[[Path], None]] = []
+        # told (on the loop) when a log is placed in a dir: created, or moved to another
+        self._placed_listeners: list[Callable[[], None]] = []
         self._fd_log = RateLimitedLog(log)
         self._reload_log = RateLimitedLog(log, 60.0)  # a reload failing at every check
         self.flush_times = Histogram()  # ms per log flushed in the background (metrics)
@@ -296,6 +298,15 @@ class LogManager:
         self._logs[tp] = log
         self._dir_of[tp] = d
         self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
+        self._placed()
+
+    def on_placed(self, listener: Callable[[], None]) -> None:
+        """Call `listener` whenever a log is placed in a log dir (created there, or moved)."""
+        self._placed_listeners.append(listener)
+
+    def _placed(self) -> None:
+        for listener in self._placed_listeners:
+            listener()
 
     def _unregister(self, tp: tuple[str, int]) -> PartitionLog | None:
         self._cancel_move(tp)
@@ -748,6 +759,7 @@ class LogManager:
         self._dir_counts[old] -= 1
         self._dir_of[tp] = d
         self._dir_counts[d] = self._dir_counts.get(d, 0) + 1
+        self._placed()
 
     # --- periodic work -------------------------------------------------------------------------
 

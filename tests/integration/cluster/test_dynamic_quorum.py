@@ -14,6 +14,11 @@ directory id of its metadata log dir (meta.properties' ``directory.id``).
   server.properties>`` makes it a voter again; a removed controller whose auto-join is on adds
   itself back (Kafka 4.4's do, ~1 s after the removal): it is removed while it is down, so
   that the removal can be seen, and rejoins once started again.
+- Controller registrations (KIP-919, KIP-1312): ``kafka-cluster list-endpoints
+  --bootstrap-controller`` lists every running controller, a removed one that is an observer
+  too; ``remove-controller --unregister`` of a stopped one removes it from the list;
+  ``kafka-cluster unregister-controller`` refuses the active controller's own id and an id no
+  longer registered; started again, the controller registers again.
 - A broker-only node on the bootstrap servers is an observer of the quorum, registers with the
   active controller and serves a produce/consume round trip.
 - The leader answers AddRaftVoter/RemoveRaftVoter errors with Kafka's codes: DUPLICATE_VOTER,
@@ -227,18 +232,53 @@ def _leader(nodes: dict[int, BrokerProcess]) -> BrokerProcess:
 
 
 def remove_controller(tools: KafkaTools | None, nodes: dict[int, BrokerProcess],
-                      voter: Key) -> None:
+                      voter: Key, *, unregister: bool = False) -> None:
     """``kafka-metadata-quorum --bootstrap-controller <the running controllers>
-    remove-controller`` (or, without Java, the RemoveRaftVoter it sends, to the leader)."""
+    remove-controller [--unregister]`` (or, without Java, the RemoveRaftVoter and
+    UnregisterController it sends, to the leader)."""
     if tools is None:
         answer = remove_raft_voter(_leader(nodes), voter)
         assert answer["error_code"] == 0, answer
+        if unregister:
+            answer = _request(_leader(nodes), ApiKey.UNREGISTER_CONTROLLER, 0,
+                              {"controller_id": voter[0]})
+            assert answer["error_code"] == 0, answer
         return
     out = tools.run("kafka-metadata-quorum", "--bootstrap-controller",
                     ",".join(n.bootstrap for n in _running(nodes)), "remove-controller",
                     "--controller-id", str(voter[0]),
-                    "--controller-directory-id", voter[1]).stdout
+                    "--controller-directory-id", voter[1],
+                    *(["--unregister"] if unregister else [])).stdout
     assert f"Removed KRaft controller {voter[0]} with directory id {voter[1]}" in out, out
+    if unregister:
+        assert f"Unregistered KRaft controller {voter[0]}" in out, out
+
+
+def listed_controllers(tools: KafkaTools | None, nodes: dict[int, BrokerProcess]) -> set[int]:
+    """``kafka-cluster list-endpoints --bootstrap-controller``: the registered controllers,
+    from DescribeCluster on a CONTROLLER listener (KIP-919)."""
+    if tools is None:
+        answer = _request(_leader(nodes), ApiKey.DESCRIBE_CLUSTER, 2, {
+            "include_cluster_authorized_operations": False, "endpoint_type": 2,
+            "include_fenced_brokers": False})
+        return {b["broker_id"] for b in answer["brokers"]}
+    out = tools.run("kafka-cluster", "list-endpoints", "--bootstrap-controller",
+                    ",".join(n.bootstrap for n in _running(nodes))).stdout
+    return {int(r[0]) for r in rows(out)[1:]}
+
+
+def unregister_controller(tools: KafkaTools | None, nodes: dict[int, BrokerProcess],
+                          controller_id: int) -> str:
+    """``kafka-cluster unregister-controller`` that fails: its error (Kafka 4.4, KIP-1312)."""
+    if tools is None:
+        answer = _request(_leader(nodes), ApiKey.UNREGISTER_CONTROLLER, 0,
+                          {"controller_id": controller_id})
+        return str(answer["error_message"])
+    result = tools.run("kafka-cluster", "unregister-controller", "--bootstrap-controller",
+                       ",".join(n.bootstrap for n in _running(nodes)),
+                       "--id", str(controller_id), code=None)
+    assert result.returncode != 0, result.stdout
+    return result.stdout + result.stderr
 
 
 def add_controller(tools: KafkaTools | None, nodes: dict[int, BrokerProcess],
@@ -340,6 +380,8 @@ def test_a_removed_controller_is_an_observer_until_added_back(
     # it stays out (auto-join is off) and keeps replicating as an observer
     holds(lambda: _view_where(nodes, lambda v: voters(v) == rest and key in observers(v)), 2.0,
           f"{key} an observer, not a voter")
+    # still registered (KIP-919): an observer that is a controller is listed with them
+    assert listed_controllers(tools, nodes) == set(nodes)
     if tools is not None:
         out = tools.run("kafka-metadata-quorum", "--bootstrap-controller",
                         ",".join(n.bootstrap for n in _running(nodes)), "describe",
@@ -361,12 +403,23 @@ def test_a_removed_controller_is_an_observer_until_added_back(
     other = next(i for i in sorted(nodes) if i not in (view["leader_id"], follower))
     returning = nodes[other]
     returning_key = (other, _dir_id(returning))
+    poll(lambda: listed_controllers(tools, nodes) == set(nodes), 15,
+         "every controller registered (KIP-919)")
     returning.stop()
-    remove_controller(tools, nodes, returning_key)
+    # --unregister (KIP-1312): its registration goes too, so list-endpoints no longer shows it
+    remove_controller(tools, nodes, returning_key, unregister=True)
     wait_voters(nodes, everyone - {returning_key}, 15, f"{returning_key} removed")
+    assert listed_controllers(tools, nodes) == set(nodes) - {other}
+    leader = _view_where(nodes, lambda v: True)
+    assert leader is not None
+    assert "cannot unregister itself" in unregister_controller(tools, nodes, leader["leader_id"])
+    assert "is not currently registered" in unregister_controller(tools, nodes, other)
     returning.start()
     view = wait_voters(nodes, everyone, JOIN_TIMEOUT_S, f"{returning_key} back by auto-join")
     assert returning_key not in observers(view)
+    # a running controller registers again, as Kafka's does
+    poll(lambda: listed_controllers(tools, nodes) == set(nodes), 15,
+         f"controller {other} registered again")
 
 
 def test_a_broker_only_node_registers_with_the_dynamic_quorum_and_serves(

@@ -87,6 +87,10 @@ def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quorum]:
         for node in nodes:
             node.wait_ready()
         view = poll(lambda: leader_view(nodes), 15, "a leader")
+        # every controller registered (KIP-919: one record each), so that the tests see a
+        # quorum to which nothing is appended any more
+        poll(lambda: all(f"controller {i} is registered" in n.log_text(limit=1 << 20)
+                         for i, n in enumerate(nodes, 1)), 15, "the controllers registered")
         poll(lambda: caught_up(nodes, view["leader_id"], view["leader_epoch"]), 10,
              "voters caught up")
         yield Quorum(nodes)

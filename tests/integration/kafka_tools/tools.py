@@ -42,6 +42,7 @@ MAIN_CLASSES = {
     "kafka-verifiable-consumer": "org.apache.kafka.tools.VerifiableConsumer",
     "kafka-metadata-quorum": "org.apache.kafka.tools.MetadataQuorumCommand",
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",
+    "kafka-cluster": "org.apache.kafka.tools.ClusterTool",
 }
 
 # kafka-run-class.sh's KAFKA_HEAP_OPTS and KAFKA_JVM_PERFORMANCE_OPTS defaults.

@@ -53,6 +53,14 @@ async def update_features(broker: Broker, ctx: RequestContext, request: Struct) 
                                         ctx.api_version, kraft, broker.kraft_upgrade)
 
 
+def registered_support(image: MetadataImage) -> dict[str, dict[str, tuple[int, int]]]:
+    """The feature ranges of every registered broker (that sent them) and controller."""
+    out = {f"Broker {b}": reg.features for b, reg in sorted(image.registrations.items())
+           if reg.features}
+    out.update((f"Controller {c}", reg.features) for c, reg in sorted(image.controllers.items()))
+    return out
+
+
 async def answer_update_features(image: MetadataImage, controller: object, request: Struct,
                                  api_version: int, kraft_version: int | None,
                                  kraft_upgrade: Callable[[int], Awaitable[None]] | None = None,
@@ -86,7 +94,7 @@ async def answer_update_features(image: MetadataImage, controller: object, reque
                                "becomes dynamic), never down")
             kraft_wanted = level
             continue
-        why = feature_update_refused(name, level, kind, current)
+        why = feature_update_refused(name, level, kind, current, registered_support(image))
         if why is not None:
             return _answer(request, ErrorCode.INVALID_UPDATE_VERSION, why)
         wanted[name] = level

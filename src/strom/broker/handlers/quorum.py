@@ -1,5 +1,5 @@
-"""DescribeQuorum, AddRaftVoter, RemoveRaftVoter and UnregisterBroker on the broker listeners
-of a KRaft node.
+"""DescribeQuorum, AddRaftVoter, RemoveRaftVoter, UnregisterBroker and UnregisterController on
+the broker listeners of a KRaft node.
 
 Kafka's brokers pass DescribeQuorum (and a dynamic quorum's voter changes) on to the active
 controller, which is how ``kafka-metadata-quorum --bootstrap-server`` and the Java
@@ -62,6 +62,28 @@ async def unregister_broker(broker: Broker, ctx: RequestContext,
                                  "a cluster of one"}
     try:
         await unregister(int(request.broker_id))
+    except KafkaError as exc:
+        return {"error_code": exc.code, "error_message": exc.message}
+    return {"error_code": ErrorCode.NONE, "error_message": None}
+
+
+@handles(ApiKey.UNREGISTER_CONTROLLER, 0, 0)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+async def unregister_controller(broker: Broker, ctx: RequestContext,
+                                request: Struct) -> dict[str, Any]:
+    """Admin.unregisterController (Kafka 4.4, KIP-1312): a controller's registration removed
+    (one gone for good, removed from the voters first). Other brokers forward it here, to the
+    active controller."""
+    controller_id = int(request.controller_id)
+    unregister = getattr(broker.controller, "unregister_controller", None)
+    if unregister is None:  # a node that is its own quorum: its controller is itself
+        if controller_id == broker.broker_id:
+            return {"error_code": ErrorCode.INVALID_REQUEST,
+                    "error_message": "Controller cannot unregister itself while it is active."}
+        return {"error_code": ErrorCode.CONTROLLER_ID_NOT_REGISTERED,
+                "error_message": f"Controller ID {controller_id} is not currently registered."}
+    try:
+        await unregister(controller_id)
     except KafkaError as exc:
         return {"error_code": exc.code, "error_message": exc.message}
     return {"error_code": ErrorCode.NONE, "error_message": None}

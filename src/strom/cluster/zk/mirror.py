@@ -107,13 +107,14 @@ def state_from(partition: int, replicas: list[int],
                removing: list[int] | None = None) -> PartitionState:
     """The image's PartitionState for a state znode (None: not created yet by the controller)
     and the partition's assignment in its topic znode."""
-    moving = {"adding_replicas": list(adding or ()), "removing_replicas": list(removing or ())}
+    moving = list(adding or ()), list(removing or ())
     if read is None:
         return PartitionState(partition, list(replicas), [], NO_LEADER, NO_STATE, NO_STATE,
-                              **moving)
+                              adding_replicas=moving[0], removing_replicas=moving[1])
     state, version = read
     return PartitionState(partition, list(replicas), list(state.isr), state.leader,
-                          state.leader_epoch, version, **moving)
+                          state.leader_epoch, version, adding_replicas=moving[0],
+                          removing_replicas=moving[1])
 
 
 def partition_update_needed(current: PartitionState | None, desired: PartitionState) -> bool:
