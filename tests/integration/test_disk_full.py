@@ -9,7 +9,6 @@ record is readable, nothing else.
 
 from __future__ import annotations
 
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,8 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from .disks import tmpfs
 
 TMPFS_SIZE = "8m"
 FILLER_BYTES = 3 * 1024 * 1024  # freed to let the dir come back
@@ -27,17 +28,8 @@ DEADLINE_S = 60.0
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A tmpfs of TMPFS_SIZE mounted on a fresh dir, always unmounted at the end."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TMPFS_SIZE}", "tmpfs", str(mnt)],
-                           capture_output=True, text=True, timeout=30)  # fmt: skip
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root): {mount.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", TMPFS_SIZE) as mnt:
         yield mnt
-    finally:
-        if subprocess.run(["umount", str(mnt)], capture_output=True, timeout=30).returncode:
-            subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
 
 
 def _error_lines(log_path: Path, since: int) -> list[str]:

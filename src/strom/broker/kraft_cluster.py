@@ -146,7 +146,8 @@ class BrokerLifecycle:
     def __init__(self, channel: ControllerChannel, info: BrokerInfo, cluster_id: str,
                  protocols: Mapping[str, str], loader: MetadataLoader, *,
                  interval_ms: int, session_timeout_ms: int,
-                 log_dirs: Sequence[uuid.UUID] = ()) -> None:
+                 log_dirs: Sequence[uuid.UUID] = (),
+                 offline_dirs: Callable[[], list[uuid.UUID]] = list) -> None:
         self.channel = channel
         self.session_s = session_timeout_ms / 1000
         self._last_answer = float("-inf")  # monotonic time of the last heartbeat answered
@@ -157,6 +158,7 @@ class BrokerLifecycle:
         self.interval_s = interval_ms / 1000
         self.incarnation = uuid.uuid4()
         self.log_dirs = list(log_dirs)  # the directory ids of its log dirs (KIP-858)
+        self.offline_dirs = offline_dirs  # those offline now (a failed or full disk)
         self.epoch = -1
         self.fenced = True
         self.want_shut_down = False
@@ -209,7 +211,7 @@ class BrokerLifecycle:
         response = await self.channel.request(ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION, {
             "broker_id": self.info.broker_id, "broker_epoch": self.epoch,
             "current_metadata_offset": self.loader.applied_offset - 1, "want_fence": False,
-            "want_shut_down": self.want_shut_down, "offline_log_dirs": [],
+            "want_shut_down": self.want_shut_down, "offline_log_dirs": self.offline_dirs(),
             "cordoned_log_dirs": None}, timeout_s=max(self.interval_s, 1.0))
         if response.error_code in (ErrorCode.STALE_BROKER_EPOCH,
                                    ErrorCode.BROKER_ID_NOT_REGISTERED):

@@ -254,7 +254,10 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         lifecycle = BrokerLifecycle(channel, info, controller_node.cluster_id, protocols, loader,
                                     interval_ms=config.get("broker.heartbeat.interval.ms"),
                                     session_timeout_ms=config.get("broker.session.timeout.ms"),
-                                    log_dirs=[topic_id_from_str(d) for d in dir_ids.values()])
+                                    log_dirs=[topic_id_from_str(d) for d in dir_ids.values()],
+                                    offline_dirs=lambda: [topic_id_from_str(dir_ids[d])
+                                                          for d in logs.offline_dirs
+                                                          if d in dir_ids])
         assignments = None
         if len(dir_ids) > 1:  # where each replica lives, for the controller (KIP-858)
             from strom.broker.dir_assignments import DirectoryAssignments

@@ -86,19 +86,25 @@ def _last_isr_member(state: PartitionState) -> tuple[int, ...]:
 
 
 def decide(topics: Iterable[TopicState], live: Collection[int],
-           unclean: Callable[[TopicState], bool]) -> list[Decision]:
-    """Every state write the controller should make now, over the whole image."""
+           unclean: Callable[[TopicState], bool],
+           unavailable: Callable[[PartitionState], Collection[int]] | None = None,
+           ) -> list[Decision]:
+    """Every state write the controller should make now, over the whole image. `unavailable`:
+    replicas of a partition that count as gone although their broker is live (kept in a log
+    dir that is offline)."""
     out: list[Decision] = []
     for topic in topics:
         allow_unclean: bool | None = None
         for p in sorted(topic.partitions):
             state = topic.partitions[p]
+            lost = unavailable(state) if unavailable is not None else ()
+            here = [b for b in live if b not in lost] if lost else live
             if state.partition_epoch == NO_STATE:
-                write = initial_state(state.replicas, live)
+                write = initial_state(state.replicas, here)
             else:
                 if allow_unclean is None:
                     allow_unclean = unclean(topic)
-                write = next_state(state, live, allow_unclean)
+                write = next_state(state, here, allow_unclean)
             if write is not None:
                 out.append(Decision(topic.name, p, write, state.partition_epoch))
     return out

@@ -8,6 +8,7 @@ broker following a replicated metadata source end up with the same image.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,6 +103,9 @@ class Registration:
     features: dict[str, tuple[int, int]] = field(default_factory=dict)
     # the directory ids (base64url) of the broker's log dirs, as it registered them
     log_dirs: list[str] = field(default_factory=list)
+    # those of its log dirs that are offline (a failed or full disk), from its heartbeats: the
+    # replicas the metadata places there are unavailable
+    offline_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,6 +119,10 @@ class ControllerRegistration:
     incarnation: str  # the process's incarnation id: a restarted controller registers again
     endpoints: dict[str, tuple[str, int]] = field(default_factory=dict)
     features: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+
+def _nobody(_state: PartitionState) -> set[int]:
+    return set()
 
 
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
@@ -203,6 +211,30 @@ class MetadataImage:
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)
+
+    def in_offline_dirs(self, state: PartitionState) -> set[int]:
+        """The replicas of a partition kept in a log dir that is offline: the metadata places
+        them in a dir their broker reports offline, or every log dir of their broker is."""
+        return self.offline_dirs_check()(state)
+
+    def offline_dirs_check(self) -> Callable[[PartitionState], set[int]]:
+        """`in_offline_dirs` for many partitions: the registrations are looked at once."""
+        hit = {b: reg for b, reg in self.registrations.items() if reg.offline_dirs}
+        if not hit:
+            return _nobody
+        whole = {b for b, reg in hit.items()
+                 if reg.log_dirs and set(reg.log_dirs) <= set(reg.offline_dirs)}
+
+        def check(state: PartitionState) -> set[int]:
+            out = set()
+            for b in state.replicas:
+                reg = hit.get(b)
+                if reg is not None and (b in whole or state.directories.get(b)
+                                        in reg.offline_dirs):
+                    out.add(b)
+            return out
+
+        return check
 
     def capture(self) -> ImageCapture:
         """What a snapshot needs, independent of later changes, cheaply enough for the event

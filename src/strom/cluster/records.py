@@ -107,7 +107,8 @@ def register_broker_record(registration: Registration) -> dict[str, Any]:
             "fenced": registration.fenced,
             "in_controlled_shutdown": registration.in_controlled_shutdown,
             "features": _ranges_out(registration.features),
-            **({"log_dirs": registration.log_dirs} if registration.log_dirs else {})}
+            **({"log_dirs": registration.log_dirs} if registration.log_dirs else {}),
+            **({"offline_dirs": registration.offline_dirs} if registration.offline_dirs else {})}
 
 
 def _ranges_out(features: dict[str, tuple[int, int]]) -> list[list[Any]]:
@@ -140,6 +141,12 @@ def broker_state_record(broker_id: int, epoch: int, *, fenced: bool,
             "in_controlled_shutdown": in_controlled_shutdown}
 
 
+def broker_dirs_record(broker_id: int, epoch: int, offline: list[str]) -> dict[str, Any]:
+    """The log dirs of a registered broker that are offline now (Kafka's
+    BrokerRegistrationChangeRecord with its online dirs), for the registration of that epoch."""
+    return {"type": "broker_dirs", "broker_id": broker_id, "epoch": epoch, "offline": offline}
+
+
 def unregister_broker_record(broker_id: int, epoch: int) -> dict[str, Any]:
     return {"type": "unregister_broker", "broker_id": broker_id, "epoch": epoch}
 
@@ -156,7 +163,8 @@ def _apply_registration(image: MetadataImage, record: dict[str, Any]) -> Change 
         info = _broker_info(record["broker"])
         reg = Registration(info, record["epoch"], record["incarnation"], record["fenced"],
                            record.get("in_controlled_shutdown", False),
-                           _ranges_in(record.get("features")), list(record.get("log_dirs") or []))
+                           _ranges_in(record.get("features")), list(record.get("log_dirs") or []),
+                           list(record.get("offline_dirs") or []))
         image.registrations[info.broker_id] = reg
     else:
         reg_or_none = image.registrations.get(record["broker_id"])
@@ -166,6 +174,9 @@ def _apply_registration(image: MetadataImage, record: dict[str, Any]) -> Change 
         if kind == "unregister_broker":
             del image.registrations[reg.info.broker_id]
             image.brokers.pop(reg.info.broker_id, None)
+            return Change("brokers_changed")
+        if kind == "broker_dirs":
+            reg.offline_dirs = list(record["offline"])
             return Change("brokers_changed")
         reg.fenced = record["fenced"]
         reg.in_controlled_shutdown = record.get("in_controlled_shutdown", False)
@@ -259,7 +270,7 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
     if kind == "broker":
         image.brokers[record["broker_id"]] = _broker_info(record)
         return Change("brokers_changed")
-    if kind in ("register_broker", "broker_state", "unregister_broker"):
+    if kind in ("register_broker", "broker_state", "unregister_broker", "broker_dirs"):
         return _apply_registration(image, record)
     if kind == "register_controller":
         cid = record["controller_id"]

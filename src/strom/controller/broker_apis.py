@@ -83,7 +83,8 @@ async def broker_heartbeat(node: BrokerFacingNode, ctx: RequestContext,
         answer = await _controller(node).heartbeat(
             int(request.broker_id), int(request.broker_epoch),
             int(request.current_metadata_offset), want_fence=bool(request.want_fence),
-            want_shut_down=bool(request.want_shut_down))
+            want_shut_down=bool(request.want_shut_down),
+            offline_dirs=[topic_id_to_str(d) for d in request.offline_log_dirs])
     except KafkaError as exc:
         return {"error_code": exc.code, "is_caught_up": False, "is_fenced": True,
                 "should_shut_down": False}

@@ -192,10 +192,14 @@ class ClusterQuorumController(QuorumController):
         return reg
 
     async def heartbeat(self, broker_id: int, epoch: int, metadata_offset: int, *,
-                        want_fence: bool, want_shut_down: bool) -> HeartbeatAnswer:
+                        want_fence: bool, want_shut_down: bool,
+                        offline_dirs: Sequence[str] = ()) -> HeartbeatAnswer:
         self._require_active()
         reg = self._registration(broker_id, epoch)
         self._last_seen[broker_id] = time.monotonic()
+        if sorted(offline_dirs) != sorted(reg.offline_dirs):
+            await self._set_offline_dirs(reg, sorted(offline_dirs))
+            reg = self.image.registrations.get(broker_id, reg)
         # caught up: it has applied its own registration (Kafka's rule). A controller that did
         # not write it knows the epoch only: the log's next offset when the registration began,
         # plus one, so at or below the record's offset (more would leave a lone broker fenced
@@ -216,6 +220,28 @@ class ClusterQuorumController(QuorumController):
         reg = self.image.registrations.get(broker_id, reg)
         return HeartbeatAnswer(caught_up, reg.fenced,
                                want_shut_down and reg.fenced and reg.epoch == epoch)
+
+    async def _set_offline_dirs(self, reg: Registration, offline: list[str]) -> None:
+        """A broker's log dirs went offline (or came back): the replicas the metadata places in
+        an offline one are unavailable, so their leaderships move and they leave the ISRs
+        (`_reconcile`), as Kafka's controller handles a failed JBOD disk."""
+        async with self._serial:
+            self._require_active()
+            broker_id = reg.info.broker_id
+            current = self.image.registrations.get(broker_id)
+            if current is None or current.epoch != reg.epoch or current.offline_dirs == offline:
+                return
+            before = set(current.offline_dirs)  # the record changes the registration in place
+            await self._commit([rec.broker_dirs_record(broker_id, reg.epoch, offline)])
+            gone = sorted(set(offline) - before)
+            back = sorted(before - set(offline))
+            if gone:
+                log.warning("broker %d reports log dir(s) %s offline: the replicas there are "
+                            "unavailable, their leaderships move", broker_id, ", ".join(gone))
+            if back:
+                log.info("broker %d reports log dir(s) %s back online", broker_id,
+                         ", ".join(back))
+            self._wake.set()
 
     async def unregister_broker(self, broker_id: int) -> None:
         async with self._serial:
@@ -361,9 +387,10 @@ class ClusterQuorumController(QuorumController):
         """Every partition write the image calls for now: elections and ISR shrinks for fenced
         brokers, controlled shutdowns, completed reassignments, the preferred-leader rebalance."""
         live = set(self.image.brokers)
+        decisions = decide(list(self.image.topics.values()), live, self._unclean_for,
+                           self.image.offline_dirs_check())
         writes = [_Write(self.image.topics[d.topic], d.partition, d.write, d.expected_version)
-                  for d in decide(list(self.image.topics.values()), live, self._unclean_for)
-                  if d.topic in self.image.topics]
+                  for d in decisions if d.topic in self.image.topics]
         leaving = self._shutting_down & live
         for topic in list(self.image.topics.values()):
             for p, state in topic.partitions.items():
@@ -448,7 +475,9 @@ class ClusterQuorumController(QuorumController):
                                  f"{topic}-{partition} does not exist")
             # a broker in a controlled shutdown may not join an ISR (Kafka's
             # INELIGIBLE_REPLICA): it would only have to leave it again
-            eligible = set(self.image.brokers) - self._shutting_down
+            # nor may a replica kept in a log dir that is offline
+            eligible = set(self.image.brokers) - self._shutting_down \
+                - self.image.in_offline_dirs(state)
             check_isr_update(state, leader_epoch, partition_epoch, isr, eligible)
             new = dataclasses.replace(state, isr=list(isr), partition_epoch=partition_epoch + 1)
             await self._commit([rec.partition_record(t.topic_id, new)])

@@ -18,6 +18,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from strom.broker.dir_assignments import DirectoryAssignments
 from strom.cluster import records as rec
 from strom.cluster.image import MetadataImage
@@ -170,3 +172,53 @@ def test_directory_ids_come_from_meta_properties(tmp_path: Path) -> None:
     assert _log_dir_ids(LogManager(dirs)) == {dirs[0]: DIR_A, dirs[1]: DIR_B}
     (dirs[1] / "meta.properties").write_text("version=0\nbroker.id=1\n")
     assert _log_dir_ids(LogManager(dirs)) == {}
+
+
+def test_a_replica_in_an_offline_log_dir_loses_its_leadership_and_isr_place() -> None:
+    """KIP-858's failed disk: broker 1 reports the log dir of its replica offline in its
+    heartbeat; the controller moves the leadership, takes it out of the ISR, Metadata shows it
+    offline, and it may rejoin the ISR only once the dir is back. A broker whose every log dir
+    is offline (one dir, full) counts as gone for all its replicas."""
+    from strom.broker.handlers.metadata import partition_metadata
+
+    async def main() -> None:
+        s = Setup()
+        epochs = {b: await s.live_broker(b) for b in (1, 2, 3)}
+        registered = s.image.registrations
+        for b, dirs in ((1, [DIR_A, DIR_B]), (2, [topic_id_to_str(uuid.uuid4())])):
+            registered[b].log_dirs = dirs  # as they registered them
+        topic = await s.controller.create_topic("t", -1, -1, {0: [1, 2, 3], 1: [2, 3, 1]}, {})
+        await s.settle()
+        await s.controller.assign_replicas_to_dirs(1, epochs[1], [(DIR_A, topic.topic_id, 0),
+                                                                  (DIR_B, topic.topic_id, 1)])
+        parts = s.image.topics["t"].partitions
+        assert parts[0].leader == 1 and parts[0].isr == [1, 2, 3]
+
+        async def beat(broker: int, offline: list[str]) -> None:
+            await s.controller.heartbeat(broker, epochs[broker], s.loader.applied_offset,
+                                         want_fence=False, want_shut_down=False,
+                                         offline_dirs=offline)
+
+        await beat(1, [DIR_A])
+        await s.settle()
+        assert parts[0].leader == 2 and 1 not in parts[0].isr
+        assert parts[1].leader == 2 and 1 in parts[1].isr  # its replica is in the other dir
+        assert partition_metadata(parts[0], s.image.brokers,
+                                  s.image.offline_dirs_check()).offline_replicas == [1]
+        with pytest.raises(KafkaError) as refused:
+            await s.controller.alter_isr("t", 0, parts[0].leader_epoch, parts[0].partition_epoch,
+                                         [2, 3, 1])
+        assert refused.value.code == ErrorCode.INELIGIBLE_REPLICA
+
+        await beat(1, [])  # back online: it may catch up and rejoin
+        state = parts[0]
+        await s.controller.alter_isr("t", 0, state.leader_epoch, state.partition_epoch,
+                                     [2, 3, 1])
+        assert s.image.topics["t"].partitions[0].isr == [2, 3, 1]
+
+        await beat(2, registered[2].log_dirs)  # broker 2's only dir: everything of it is gone
+        await s.settle()
+        parts = s.image.topics["t"].partitions
+        assert all(p.leader != 2 and 2 not in p.isr for p in parts.values())
+
+    run(main)

@@ -104,12 +104,13 @@ def _topic(broker: Broker, topic: TopicState, first: int,
     count = len(topic.partitions)
     end = min(count, first + limit)
     live = broker.image.brokers
+    check = broker.image.offline_dirs_check()
     partitions = []
     for index in range(first, end):
         state = topic.partitions.get(index)
         if state is None:
             continue
-        p = partition_metadata(state, live)
+        p = partition_metadata(state, live, check)
         partitions.append({
             "error_code": ErrorCode.NONE, "partition_index": p.partition_index,
             "leader_id": p.leader_id, "leader_epoch": p.leader_epoch,

@@ -7,7 +7,7 @@ changes, so a 10,000-partition Metadata request is mostly a join of cached bytes
 from __future__ import annotations
 
 import logging
-from collections.abc import Coroutine, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from functools import partial
 from typing import Any
 
@@ -38,14 +38,18 @@ from strom.security.acl import CLUSTER_NAME, AclOperation
 log = logging.getLogger(__name__)
 
 
-def partition_metadata(p: PartitionState, live: Mapping[int, Any]) -> MetadataPartition:
+def partition_metadata(p: PartitionState, live: Mapping[int, Any],
+                       in_offline_dirs: Callable[[PartitionState], set[int]] | None = None,
+                       ) -> MetadataPartition:
     """A partition as Metadata and DescribeTopicPartitions show it: its leader only while that
-    broker is live (LEADER_NOT_AVAILABLE otherwise), replicas on brokers not live as offline."""
+    broker is live (LEADER_NOT_AVAILABLE otherwise), replicas on brokers not live, or kept in a
+    log dir that is offline, as offline."""
     leads = p.leader in live
+    lost = in_offline_dirs(p) if in_offline_dirs is not None else ()
     return MetadataPartition(
         ErrorCode.NONE if leads else ErrorCode.LEADER_NOT_AVAILABLE, p.partition,
         p.leader if leads else -1, p.leader_epoch, list(p.replicas), list(p.isr),
-        [r for r in p.replicas if r not in live])
+        [r for r in p.replicas if r not in live or r in lost])
 
 
 def _topic_entry(broker: Broker, version: int, topic: TopicState) -> bytes:
@@ -57,7 +61,8 @@ def _topic_entry(broker: Broker, version: int, topic: TopicState) -> bytes:
     encoded = cache.get(key)
     if encoded is None:
         live = broker.image.brokers
-        partitions = [partition_metadata(p, live)
+        check = broker.image.offline_dirs_check()
+        partitions = [partition_metadata(p, live, check)
                       for p in sorted(topic.partitions.values(), key=lambda s: s.partition)]
         entry = MetadataTopic(ErrorCode.NONE, topic.name, topic.topic_id, topic.internal,
                               partitions)
@@ -155,7 +160,8 @@ def _topic_entry_with_ops(broker: Broker, version: int, topic: TopicState, ops: 
     """A topic entry with the principal's authorized operations (never cached: they differ
     between principals)."""
     live = broker.image.brokers
-    partitions = [partition_metadata(p, live)
+    check = broker.image.offline_dirs_check()
+    partitions = [partition_metadata(p, live, check)
                   for p in sorted(topic.partitions.values(), key=lambda s: s.partition)]
     return encode_metadata_topic(version, MetadataTopic(
         ErrorCode.NONE, topic.name, topic.topic_id, topic.internal, partitions,
