@@ -280,10 +280,18 @@ async def serve_controller(config: BrokerConfig) -> None:
     if metrics_endpoint(config.get("metrics.listener")) is not None \
             and config.source_of("metrics.listener")[1] is not ConfigSource.DEFAULT_CONFIG:
         log.warning("metrics.listener is set, but a controller-only node serves no metrics yet")
-    securities = listener_securities(config, dict)  # no SCRAM users: nothing to look up
+    serving: list[ControllerNode] = []
+
+    def user_configs() -> UserConfigs:
+        """SCRAM credentials from the node's metadata image, as a broker reads them."""
+        image = serving[0].image if serving else None
+        return image.user_configs if image is not None else {}
+
+    securities = listener_securities(config, user_configs)
     servers: list[BrokerServer] = []
 
     async def serve_listener(node: ControllerNode, names: set[str]) -> None:
+        serving.append(node)
         servers.extend(make_servers(node.router(), config, securities))
         await _start_servers(servers)
 

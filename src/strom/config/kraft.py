@@ -122,8 +122,9 @@ KRAFT_CONFIGS = (
               "the active controller writes a no-op record when idle this long", at_least(0),
               read_only=True, implemented=False),
     ConfigDef("sasl.mechanism.controller.protocol", T.STRING, "GSSAPI",
-              "SASL mechanism for requests to the controllers", read_only=True,
-              implemented=False),
+              "SASL mechanism for requests to the controllers (a SASL_PLAINTEXT or SASL_SSL "
+              "controller listener: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", read_only=True,
+              implemented=True),
     ConfigDef("early.start.listeners", T.STRING, None,
               "listeners started before the node has caught up (default: the controller "
               "listeners)", read_only=True, implemented=False),

@@ -196,11 +196,15 @@ class ControllerNode:
         return "controller" in (self.config.get("process.roles") or [])
 
     def router(self) -> ControllerRouter:
+        """The CONTROLLER listener's: the quorum's APIs, SASL (a SASL_PLAINTEXT or SASL_SSL
+        controller listener authenticates as any listener does), and in a cluster the
+        brokers' and controllers' requests to the active controller."""
+        from strom.broker.handlers import sasl
         from strom.controller import broker_apis
 
         in_cluster = self.dynamic or len(self.voters) > 1 \
             or "broker" not in (self.config.get("process.roles") or [])
-        return ControllerRouter(self, extra=[broker_apis] if in_cluster else [])
+        return ControllerRouter(self, extra=[sasl, broker_apis] if in_cluster else [sasl])
 
     def _local_endpoints(self) -> tuple[Endpoint, ...]:
         """This controller's listeners as its voter entry holds them (a dynamic quorum's)."""

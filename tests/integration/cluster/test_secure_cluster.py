@@ -1,15 +1,24 @@
 """Brokers of a cluster reach each other over a SASL_SSL inter-broker listener: replication
 (acks=all with three replicas in sync), and failover, with every broker authenticating to the
-others as the broker principal over TLS."""
+others as the broker principal over TLS. On KRaft the CONTROLLER listener is SASL_SSL too
+(sasl.mechanism.controller.protocol=PLAIN): the quorum elects, brokers register and fail over
+through it."""
 
 from __future__ import annotations
+
+import asyncio
 
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.protocol.api_keys import ApiKey
+
 from .. import clients as kc
+from ..broker import HOST
 from ..security.certs import CertificateAuthority
+from .conftest import on_zookeeper
 from .faults import wait_for
 
 pytestmark = pytest.mark.timeout(240)
@@ -18,15 +27,25 @@ JAAS = ("org.apache.kafka.common.security.plain.PlainLoginModule required "
         'username="broker" password="broker-secret" user_broker="broker-secret";')
 
 
+async def _plaintext_api_versions(port: int) -> None:
+    client = BrokerClient(HOST, port, client_id="plaintext-probe", timeout_s=5.0)
+    try:
+        await client.request(ApiKey.API_VERSIONS, 3, {"client_software_name": "probe",
+                                                      "client_software_version": "1"})
+    finally:
+        client.close()
+
+
 def _isr(bootstrap: str, topic: str) -> list[int]:
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=10)
     return sorted(meta.topics[topic].partitions[0].isrs)
 
 
-def test_replication_over_a_sasl_ssl_inter_broker_listener(make_cluster, tmp_path) -> None:
+def test_replication_over_a_sasl_ssl_inter_broker_listener(make_cluster, tmp_path,
+                                                          request) -> None:
     ca = CertificateAuthority(tmp_path / "pki")
     server = ca.issue("broker", server=True, CN="localhost")
-    cluster = make_cluster(3, {
+    overrides = {
         "listeners": "PLAINTEXT://127.0.0.1:{port},INTERNAL://127.0.0.1:0",
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_SSL",
         "inter.broker.listener.name": "INTERNAL",
@@ -35,7 +54,17 @@ def test_replication_over_a_sasl_ssl_inter_broker_listener(make_cluster, tmp_pat
         "sasl.enabled.mechanisms": "PLAIN",
         "sasl.mechanism.inter.broker.protocol": "PLAIN",
         "listener.name.internal.plain.sasl.jaas.config": JAAS,
-    })
+    }
+    kraft = not on_zookeeper(request)
+    if kraft:  # the CONTROLLER listener too: Raft between the voters, and the brokers'
+        # registrations and heartbeats, authenticate (sasl.mechanism.controller.protocol)
+        overrides["listener.security.protocol.map"] += ",CONTROLLER:SASL_SSL"
+        overrides["sasl.mechanism.controller.protocol"] = "PLAIN"
+        overrides["listener.name.controller.plain.sasl.jaas.config"] = JAAS
+    cluster = make_cluster(3, overrides)
+    if kraft:  # a client without TLS and SASL gets nothing from a controller listener
+        with pytest.raises(BrokerConnectionError):
+            asyncio.run(_plaintext_api_versions(cluster.broker(1).controller_port))
     bootstrap = cluster.bootstrap
     topic = "secured-replicas"
     admin = AdminClient({"bootstrap.servers": bootstrap})
