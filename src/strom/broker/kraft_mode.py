@@ -148,7 +148,7 @@ async def build_combined_broker(config: BrokerConfig,
              "epoch %d)", sum(1 for _ in logs.logs()), len(image.topics),
              time.monotonic() - started, loader.applied_offset, loader.leader.epoch)
     node = Node(config, config.broker_id, controller_node.cluster_id, info, image, controller,
-                partitions, logs, PLAINTEXT_CLIENT, build_authorizer(config, image))
+                partitions, logs, PLAINTEXT_CLIENT, controller_node.authorizer)
     broker = wire_broker(node, loop)
     broker.metadata_quorum = controller_node.raft_request
     broker.kraft_version = controller_node.kraft_version
@@ -182,6 +182,9 @@ def _loader(config: BrokerConfig, image: MetadataImage, loop: asyncio.AbstractEv
         max_interval_ms=config.get("metadata.log.max.snapshot.interval.ms")))
     loader.snapshot = controller_node.snapshot
     controller_node.loader = loader
+    # the ACLs, checked on the CONTROLLER listener from its first request (super users only
+    # until the metadata is replayed), and the broker's
+    controller_node.authorizer = build_authorizer(config, image)
     return loader
 
 
@@ -282,7 +285,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
              time.monotonic() - started, loader.applied_offset, loader.leader.epoch,
              loader.leader.leader_id)
     node = Node(config, config.broker_id, controller_node.cluster_id, info, image, controller,
-                partitions, logs, inter_broker_security(config), build_authorizer(config, image))
+                partitions, logs, inter_broker_security(config), controller_node.authorizer)
     replicas = build_replica_manager(node)
     controller.subscribe(replicas.on_changes)
     broker = wire_broker(node, loop, replicas, lifecycle.current)
@@ -380,7 +383,7 @@ async def build_controller_only(config: BrokerConfig,
         forwarder = AdminForwarder(channel, lambda: local.active, listener, "PLAINTEXT")
         info = BrokerInfo(controller_node.node_id, "", 0)
         node = Node(config, controller_node.node_id, controller_node.cluster_id, info, image,
-                    local, partitions, logs, PLAINTEXT_CLIENT, build_authorizer(config, image))
+                    local, partitions, logs, PLAINTEXT_CLIENT, controller_node.authorizer)
         broker = wire_broker(node, loop)
         router = Router(broker, [*MODULES, quorum_handlers])
         forwarder.dispatch = router.dispatch

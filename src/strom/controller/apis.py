@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
+from strom.broker.authz import cluster_name, requires
 from strom.broker.context import RequestContext
 from strom.broker.router import RequestHook, Router, handles
 from strom.cluster.features import api_versions_features
@@ -29,6 +30,8 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct
 from strom.protocol.errors import ErrorCode
 from strom.raft.messages import Message
+from strom.security.acl import AclOperation as Op
+from strom.security.acl import ResourceType as Res
 
 if TYPE_CHECKING:
     from strom.broker.core import Broker
@@ -57,40 +60,47 @@ def _raft(node: ControllerNode, api_key: ApiKey, request: Struct) -> Awaitable[M
 
 
 @handles(ApiKey.VOTE, 0, 2)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def vote(node: ControllerNode, ctx: RequestContext, request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.VOTE, request)
 
 
 @handles(ApiKey.BEGIN_QUORUM_EPOCH, 0, 1)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def begin_quorum_epoch(node: ControllerNode, ctx: RequestContext,
                        request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.BEGIN_QUORUM_EPOCH, request)
 
 
 @handles(ApiKey.END_QUORUM_EPOCH, 0, 1)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def end_quorum_epoch(node: ControllerNode, ctx: RequestContext,
                      request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.END_QUORUM_EPOCH, request)
 
 
 @handles(ApiKey.FETCH, 4, 18)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def fetch(node: ControllerNode, ctx: RequestContext, request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.FETCH, request)
 
 
 @handles(ApiKey.FETCH_SNAPSHOT, 0, 1)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def fetch_snapshot(node: ControllerNode, ctx: RequestContext,
                    request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.FETCH_SNAPSHOT, request)
 
 
 @handles(ApiKey.DESCRIBE_QUORUM, 0, 2)
+@requires(Op.DESCRIBE, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def describe_quorum(node: ControllerNode, ctx: RequestContext,
                     request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.DESCRIBE_QUORUM, request)
 
 
 @handles(ApiKey.ADD_RAFT_VOTER, 0, 1)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def add_raft_voter(node: ControllerNode, ctx: RequestContext,
                    request: Struct) -> Awaitable[Message]:
     """KIP-853 (``kafka-metadata-quorum add-controller``, auto-join): the leader answers once
@@ -99,18 +109,21 @@ def add_raft_voter(node: ControllerNode, ctx: RequestContext,
 
 
 @handles(ApiKey.REMOVE_RAFT_VOTER, 0, 0)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def remove_raft_voter(node: ControllerNode, ctx: RequestContext,
                       request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.REMOVE_RAFT_VOTER, request)
 
 
 @handles(ApiKey.UPDATE_RAFT_VOTER, 0, 0)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def update_raft_voter(node: ControllerNode, ctx: RequestContext,
                       request: Struct) -> Awaitable[Message]:
     return _raft(node, ApiKey.UPDATE_RAFT_VOTER, request)
 
 
 @handles(ApiKey.UPDATE_FEATURES, 0, 2)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def update_features(node: ControllerNode, ctx: RequestContext,
                           request: Struct) -> dict[str, Any]:
     """``kafka-features --bootstrap-controller upgrade``: as on a broker listener
@@ -130,6 +143,7 @@ async def update_features(node: ControllerNode, ctx: RequestContext,
 
 
 @handles(ApiKey.DESCRIBE_CLUSTER, 0, 2)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 def describe_cluster(node: ControllerNode, ctx: RequestContext,
                      request: Struct) -> dict[str, Any]:
     """KIP-919: on a controller listener, the registered controllers and the active one. Endpoint type checks as Kafka's (AuthHelper.computeDescribeClusterResponse)."""

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
+from strom.broker.authz import cluster_name, requires
 from strom.broker.context import RequestContext
 from strom.broker.router import handles
 from strom.cluster.image import BrokerInfo, ControllerRegistration
@@ -27,6 +28,8 @@ from strom.controller.envelope import decode_principal
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct
 from strom.protocol.errors import ErrorCode, KafkaError
+from strom.security.acl import AclOperation as Op
+from strom.security.acl import ResourceType as Res
 from strom.security.principal import KafkaPrincipal
 from strom.storage.checkpoints import topic_id_to_str
 
@@ -51,6 +54,7 @@ def _controller(node: BrokerFacingNode) -> ClusterQuorumController:
 
 
 @handles(ApiKey.BROKER_REGISTRATION, 0, 4)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def broker_registration(node: BrokerFacingNode, ctx: RequestContext,
                               request: Struct) -> Message:
     if request.cluster_id != node.cluster_id:
@@ -77,6 +81,7 @@ async def broker_registration(node: BrokerFacingNode, ctx: RequestContext,
 
 
 @handles(ApiKey.BROKER_HEARTBEAT, 0, 2)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def broker_heartbeat(node: BrokerFacingNode, ctx: RequestContext,
                            request: Struct) -> Message:
     try:
@@ -93,6 +98,7 @@ async def broker_heartbeat(node: BrokerFacingNode, ctx: RequestContext,
 
 
 @handles(ApiKey.UNREGISTER_BROKER, 0, 0)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def unregister_broker(node: BrokerFacingNode, ctx: RequestContext,
                             request: Struct) -> Message:
     try:
@@ -103,6 +109,7 @@ async def unregister_broker(node: BrokerFacingNode, ctx: RequestContext,
 
 
 @handles(ApiKey.ASSIGN_REPLICAS_TO_DIRS, 0, 0)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def assign_replicas_to_dirs(node: BrokerFacingNode, ctx: RequestContext,
                                   request: Struct) -> Message:
     """A broker with several log dirs says which one keeps each of its replicas (KIP-858;
@@ -124,6 +131,7 @@ async def assign_replicas_to_dirs(node: BrokerFacingNode, ctx: RequestContext,
 
 
 @handles(ApiKey.CONTROLLER_REGISTRATION, 0, 0)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def controller_registration(node: BrokerFacingNode, ctx: RequestContext,
                                   request: Struct) -> Message:
     """A controller registers itself with the active one (strom.controller.registration)."""
@@ -140,6 +148,7 @@ async def controller_registration(node: BrokerFacingNode, ctx: RequestContext,
 
 
 @handles(ApiKey.UNREGISTER_CONTROLLER, 0, 0)
+@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def unregister_controller(node: BrokerFacingNode, ctx: RequestContext,
                                 request: Struct) -> Message:
     """``kafka-cluster unregister-controller --bootstrap-controller``, Admin.unregisterController
@@ -159,6 +168,7 @@ def _check_broker(controller: ClusterQuorumController, broker_id: int, epoch: in
 
 
 @handles(ApiKey.ALTER_PARTITION, 2, 3)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def alter_partition(node: BrokerFacingNode, ctx: RequestContext,
                           request: Struct) -> Message:
     try:
@@ -196,6 +206,7 @@ async def alter_partition(node: BrokerFacingNode, ctx: RequestContext,
 
 
 @handles(ApiKey.ALLOCATE_PRODUCER_IDS, 0, 0)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def allocate_producer_ids(node: BrokerFacingNode, ctx: RequestContext,
                                 request: Struct) -> Message:
     try:
@@ -208,6 +219,7 @@ async def allocate_producer_ids(node: BrokerFacingNode, ctx: RequestContext,
 
 
 @handles(ApiKey.ENVELOPE, 0, 0)
+@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def envelope(node: BrokerFacingNode, ctx: RequestContext, request: Struct) -> Message:
     if node.forwarded is None or node.cluster is None or not node.cluster.active:
         return {"error_code": ErrorCode.NOT_CONTROLLER, "response_data": None}

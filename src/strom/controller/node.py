@@ -56,6 +56,7 @@ from strom.raft.types import (
     VoterNode,
     VoterSet,
 )
+from strom.security.acl import Authorizer
 from strom.security.client import controller_security
 from strom.storage.checkpoints import topic_id_from_str
 
@@ -177,6 +178,10 @@ class ControllerNode:
         # a node with the controller role in a cluster keeps itself registered (KIP-919); set
         # and started by the node's builder, stopped here
         self.registration: ControllerRegistrationManager | None = None
+        # the ACLs the CONTROLLER listener checks (Kafka's: CLUSTER_ACTION for what nodes
+        # ask of each other, ALTER or DESCRIBE for the admin requests): the node's authorizer,
+        # set by its builder; None: everything allowed
+        self.authorizer: Authorizer | None = None
 
     @property
     def log_dir(self) -> Path:

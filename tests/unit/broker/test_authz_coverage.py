@@ -10,4 +10,5 @@ def test_every_served_api_is_authorized_or_exempt(broker_harness) -> None:
     assert not CHECKED_APIS & UNCHECKED_APIS
     # the quorum's APIs are served by KRaft nodes only (strom.broker.handlers.quorum)
     assert (CHECKED_APIS | UNCHECKED_APIS) - served == {
-        ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER}
+        ApiKey.DESCRIBE_QUORUM, ApiKey.ADD_RAFT_VOTER, ApiKey.REMOVE_RAFT_VOTER,
+        ApiKey.UNREGISTER_BROKER, ApiKey.UNREGISTER_CONTROLLER}
