@@ -244,18 +244,20 @@ class ClusterQuorumController(QuorumController):
             self._wake.set()
 
     async def unregister_broker(self, broker_id: int) -> None:
+        """Remove a broker's registration (UnregisterBroker), as Kafka's controller does, live
+        or not: it leads nothing and leaves every ISR (`_reconcile`); one still running is told
+        so by its next heartbeat and registers again, fenced until caught up."""
         async with self._serial:
             self._require_active()
             reg = self.image.registrations.get(broker_id)
             if reg is None:
                 raise KafkaError(ErrorCode.BROKER_ID_NOT_REGISTERED,
-                                 f"broker {broker_id} is not registered")
-            if not reg.fenced:
-                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE,
-                                 f"broker {broker_id} is live: stop it before unregistering it")
+                                 f"Broker ID {broker_id} is not currently registered")
             await self._commit([rec.unregister_broker_record(broker_id, reg.epoch)])
             self._last_seen.pop(broker_id, None)
-            log.info("broker %d unregistered", broker_id)
+            log.info("broker %d unregistered%s", broker_id,
+                     "" if reg.fenced else " while live: it will register again if it runs")
+            self._wake.set()
 
     async def assign_replicas_to_dirs(
         self, broker_id: int, epoch: int,

@@ -423,7 +423,8 @@ def test_a_removed_controller_is_an_observer_until_added_back(
 
 
 def test_a_broker_only_node_registers_with_the_dynamic_quorum_and_serves(
-        grown: dict[int, BrokerProcess], tmp_path_factory: pytest.TempPathFactory) -> None:
+        grown: dict[int, BrokerProcess], tmp_path_factory: pytest.TempPathFactory,
+        tools: KafkaTools | None) -> None:
     nodes = grown
     _grown(nodes)
     broker = BrokerProcess(tmp_path_factory.mktemp("dq-broker"), name="dq-broker")
@@ -455,8 +456,29 @@ def test_a_broker_only_node_registers_with_the_dynamic_quorum_and_serves(
         kc.produce(broker.bootstrap, topic, sent, partition=0, acks="all")
         got = kc.consume(broker.bootstrap, topic, len(sent))
         assert kc.contents(got) == kc.contents(sent)
+
+        # gone for good: unregistered (``kafka-cluster unregister``, Admin.unregisterBroker),
+        # through the controllers; a second time it is not registered any more
+        broker.kill()
+        assert "is no longer registered" in unregister_broker(tools, nodes, 4, fails=False)
+        assert "is not currently registered" in unregister_broker(tools, nodes, 4, fails=True)
     finally:
         broker.kill()
+
+
+def unregister_broker(tools: KafkaTools | None, nodes: dict[int, BrokerProcess],
+                      broker_id: int, *, fails: bool) -> str:
+    """``kafka-cluster unregister --bootstrap-controller --id``: its output (or, without Java,
+    the UnregisterBroker answer's error message, "... is no longer registered" when none)."""
+    if tools is None:
+        answer = _request(_leader(nodes), ApiKey.UNREGISTER_BROKER, 0, {"broker_id": broker_id})
+        assert (answer["error_code"] != 0) == fails, answer
+        return answer["error_message"] or f"Broker {broker_id} is no longer registered."
+    result = tools.run("kafka-cluster", "unregister", "--bootstrap-controller",
+                       ",".join(n.bootstrap for n in _running(nodes)), "--id", str(broker_id),
+                       code=None)
+    assert (result.returncode != 0) == fails, result.stdout + result.stderr
+    return result.stdout + result.stderr
 
 
 def test_the_leader_answers_voter_changes_it_refuses_with_kafkas_errors(
