@@ -36,12 +36,14 @@ from strom.security.acl import ResourceType as Res
 if TYPE_CHECKING:
     from strom.broker.core import Broker
     from strom.cluster.image import MetadataImage
+    from strom.security.acl import Authorizer
 
 
 class ControllerNode(Protocol):
     """What the handlers ask of the node (strom.controller.node.ControllerNode)."""
 
     cluster_id: str
+    authorizer: Authorizer | None  # the ACLs `requires` checks; None: everything allowed
 
     def raft_request(self, api_key: ApiKey, request: Mapping[str, Any]) -> Awaitable[Message]:
         ...

@@ -29,6 +29,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.security.acl import AclOperation as Op
+from strom.security.acl import Authorizer
 from strom.security.acl import ResourceType as Res
 from strom.security.principal import KafkaPrincipal
 from strom.storage.checkpoints import topic_id_to_str
@@ -43,6 +44,7 @@ ForwardedHandler = Callable[[KafkaPrincipal, str, bytes], Awaitable[bytes]]
 
 class BrokerFacingNode(Protocol):
     cluster_id: str
+    authorizer: Authorizer | None  # the ACLs `requires` checks; None: everything allowed
     cluster: ClusterQuorumController | None
     forwarded: ForwardedHandler | None
 

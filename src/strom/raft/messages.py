@@ -312,6 +312,12 @@ def describe_quorum_request() -> Message:
                         "partitions": [{"partition_index": METADATA_PARTITION}]}]}
 
 
+# A partition-level DescribeQuorum error as Kafka's (singletonErrorResponse): the other
+# fields keep the message's defaults, 0 (not -1) for the leader, epoch and high watermark
+_ERROR_PARTITION: Message = {"error_message": None, "leader_id": 0, "leader_epoch": 0,
+                    "high_watermark": 0, "current_voters": [], "observers": []}
+
+
 def describe_quorum_error(error: ErrorCode, request: Mapping[str, Any] | None = None) -> Message:
     """Partition-level error; for a wrong topic-partition, echo what was asked."""
     topics: list[Message] = []
@@ -319,14 +325,11 @@ def describe_quorum_error(error: ErrorCode, request: Mapping[str, Any] | None = 
         for t in request.get("topics") or []:
             topics.append({"topic_name": t.get("topic_name", ""), "partitions": [
                 {"partition_index": p.get("partition_index", 0), "error_code": int(error),
-                 "error_message": None, "leader_id": NO_ID, "leader_epoch": -1,
-                 "high_watermark": -1, "current_voters": [], "observers": []}
+                 **_ERROR_PARTITION}
                 for p in t.get("partitions") or []]})
     else:
-        topics = _voter_topics({
-            "partition_index": METADATA_PARTITION, "error_code": int(error),
-            "error_message": None, "leader_id": NO_ID, "leader_epoch": -1,
-            "high_watermark": -1, "current_voters": [], "observers": []})
+        topics = _voter_topics({"partition_index": METADATA_PARTITION,
+                                "error_code": int(error), **_ERROR_PARTITION})
     return {"error_code": 0, "error_message": None, "topics": topics, "nodes": []}
 
 

@@ -56,7 +56,8 @@ def test_the_controller_keeps_each_replicas_directory() -> None:
         s = Setup()
         epochs = {b: await s.live_broker(b) for b in (1, 2, 3)}
         topic = await s.controller.create_topic("t", -1, -1, {0: [1, 2], 1: [2, 3]}, {})
-        node = SimpleNamespace(cluster=s.controller, cluster_id="c", forwarded=None)
+        node = SimpleNamespace(cluster=s.controller, cluster_id="c", forwarded=None,
+                               authorizer=None)
         before = s.image.topics["t"].partitions[0]
 
         answer = await broker_apis.assign_replicas_to_dirs(node, Ctx(), assign(
@@ -127,7 +128,7 @@ def test_the_broker_reports_where_its_replicas_live(tmp_path: Path) -> None:
             request = decoded(api_key, version, body)
             requests.append(request)
             answer = await broker_apis.assign_replicas_to_dirs(
-                SimpleNamespace(cluster=s.controller), Ctx(), request)
+                SimpleNamespace(cluster=s.controller, authorizer=None), Ctx(), request)
             if answer["error_code"] != ErrorCode.NONE:
                 raise KafkaError(ErrorCode(answer["error_code"]), "refused")
             return decoded_response(answer)

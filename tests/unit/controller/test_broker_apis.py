@@ -30,6 +30,8 @@ def run(factory: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 
 class Node:
+    authorizer = None  # no ACLs: everything allowed (test_controller_authz checks them)
+
     def __init__(self) -> None:
         self.cluster_id = "the-cluster"
         self.loader = MetadataLoader(MetadataImage(cluster_id="the-cluster"),

@@ -56,6 +56,7 @@ class Node:
     """The `ControllerNode` the router's handlers see, around one driver."""
 
     stats = None
+    authorizer = None  # no ACLs: every request allowed
 
     def __init__(self, node_id: int, root: Path) -> None:
         self.node_id = node_id
