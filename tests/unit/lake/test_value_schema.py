@@ -156,3 +156,44 @@ def test_a_value_that_does_not_decode_is_held_back(tmp_path: Path, registry: Non
     assert rows[3]["value"] is None
     summary = table.current_snapshot().summary
     assert summary["strom.offsets"] == '{"0":2,"1":2}'
+
+
+COUNTRY = {"type": "enum", "name": "Country", "namespace": "geo", "symbols": ["DE", "FR"]}
+ADDRESS = {"type": "record", "name": "Address", "namespace": "geo", "fields": [
+    {"name": "city", "type": "string"}, {"name": "country", "type": "geo.Country"}]}
+SHIPMENT = {"type": "record", "name": "Shipment", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "to", "type": "geo.Address"},
+    {"name": "via", "type": ["null", "geo.Address"], "default": None}]}
+
+
+def test_avro_schema_references_give_their_named_types(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Confluent's schema references: Shipment uses geo.Address from another subject, which
+    uses geo.Country from a third; the column has their fields, values decode."""
+    answers = {
+        "/subjects/shipments-value/versions/latest": {
+            "id": 7, "schema": json.dumps(SHIPMENT),
+            "references": [{"name": "geo.Address", "subject": "address", "version": 1}]},
+        "/subjects/address/versions/1": {
+            "id": 5, "schema": json.dumps(ADDRESS),
+            "references": [{"name": "geo.Country", "subject": "country", "version": 1}]},
+        "/subjects/country/versions/1": {"id": 4, "schema": json.dumps(COUNTRY)},
+    }
+    monkeypatch.setattr(ValueSchema, "_get", lambda self, path: answers[path])
+    schema = ValueSchema("http://registry", "shipments-value")
+    column = schema.type
+    assert isinstance(column, StructType)
+    to = column.field_by_name("to")
+    assert to is not None and to.required and isinstance(to.field_type, StructType)
+    assert [(f.name, f.field_type) for f in to.field_type.fields] == [
+        ("city", StringType()), ("country", StringType())]
+    via = column.field_by_name("via")
+    assert via is not None and not via.required
+
+    named: dict[str, Any] = {}
+    for ref in (COUNTRY, ADDRESS):
+        fastavro.parse_schema(ref, named_schemas=named)
+    writer = fastavro.parse_schema(SHIPMENT, named_schemas=named)
+    out = io.BytesIO()
+    value = {"id": 9, "to": {"city": "Lyon", "country": "FR"}, "via": None}
+    fastavro.schemaless_writer(out, writer, value)
+    assert schema.decode(b"\0" + (7).to_bytes(4, "big") + out.getvalue()) == value

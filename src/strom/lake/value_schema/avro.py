@@ -4,8 +4,9 @@ id names read as the latest one (Avro schema resolution).
 Avro to Iceberg: boolean, int, long, float, double, bytes, string; enum as string; fixed as
 fixed; record as struct; array as list; map as map with string keys; a union of null and one
 type as that type, optional; logical types date, timestamp-millis/-micros (timestamptz),
-decimal and uuid (as string). Anything else (other unions, recursive records, schema
-references) is refused when the table is made."""
+decimal and uuid (as string). Named types may come from the schema's references (Confluent's
+schema references: other subjects' schemas, whose named types the schema uses by full name).
+Anything else (other unions, recursive records) is refused when the table is made."""
 
 from __future__ import annotations
 
@@ -119,10 +120,64 @@ class _Types(Ids):
         self.named[full] = node
         return full
 
+    def learn(self, node: Any, space: str | None = None) -> None:
+        """Define the named types of a referenced schema (records, enums, fixed, at any depth)
+        without making columns of them: the schema that references it may use them."""
+        if isinstance(node, list):
+            for member in node:
+                self.learn(member, space)
+            return
+        if not isinstance(node, dict):
+            return
+        kind = node.get("type")
+        if kind in ("record", "enum", "fixed") and "name" in node:
+            full = self._define(node, space)
+            inner = full.rpartition(".")[0] or None
+            for field in node.get("fields", []) if kind == "record" else []:
+                self.learn(field.get("type"), inner)
+        elif kind == "array":
+            self.learn(node.get("items"), space)
+        elif kind == "map":
+            self.learn(node.get("values"), space)
+        elif isinstance(kind, (dict, list)):
+            self.learn(kind, space)
 
-def iceberg_type(schema: Any) -> IcebergType:
-    """The value column's type for an Avro schema (parsed JSON)."""
-    return _Types().convert(schema)[0]
+
+def iceberg_type(schema: Any, references: dict[str, str] | None = None) -> IcebergType:
+    """The value column's type for an Avro schema (parsed JSON), whose named types may be
+    defined in its references (texts by reference name)."""
+    types = _Types()
+    for text in (references or {}).values():
+        try:
+            types.learn(_parse(text))
+        except Undecodable as exc:
+            raise Unsupported(f"a referenced schema: {exc}") from None
+    return types.convert(schema)[0]
+
+
+def _parse(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise Undecodable(f"a schema that is not JSON: {exc}") from None
+
+
+def parsed_with_references(schema: Any, references: dict[str, str]) -> Any:
+    """fastavro's parsed schema, the referenced schemas' named types known to it. A referenced
+    schema may itself use another's types, so they are parsed in an order that works."""
+    named: dict[str, Any] = {}
+    pending = [_parse(text) for text in references.values()]
+    while pending:
+        left = []
+        for ref in pending:
+            try:
+                fastavro.parse_schema(ref, named_schemas=named)
+            except fastavro.schema.UnknownType:
+                left.append(ref)
+        if len(left) == len(pending):  # none parsed in this pass: a name nobody defines
+            fastavro.parse_schema(left[0], named_schemas=named)  # raises, naming it
+        pending = left
+    return fastavro.parse_schema(schema, named_schemas=named)
 
 
 def _plain(value: Any) -> Any:
@@ -141,12 +196,12 @@ class AvroValues:
 
     def __init__(self, registered: dict[str, Any], references: dict[str, str]) -> None:
         self.schema = json.loads(registered["schema"])
-        self.type = iceberg_type(self.schema)
-        self.reader = fastavro.parse_schema(self.schema)
+        self.type = iceberg_type(self.schema, references)
+        self.reader = parsed_with_references(self.schema, references)
 
     def writer(self, registered: dict[str, Any], references: dict[str, str]) -> Any:
         try:
-            return fastavro.parse_schema(json.loads(registered["schema"]))
+            return parsed_with_references(json.loads(registered["schema"]), references)
         except Exception as exc:
             raise Undecodable(f"its schema does not parse: {exc}") from None
 
