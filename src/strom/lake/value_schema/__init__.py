@@ -58,8 +58,6 @@ class ValueSchema:
         self.version = latest.get("version")
         self.kind = str(latest.get("schemaType", "AVRO"))
         cls = _values(self.kind)
-        if latest.get("references") and self.kind == "JSON":
-            raise Unsupported(f"schema references ({self.kind})")
         references = self.references(latest)
         self.values: Values = cls(latest, references)
         self.type = self.values.type
@@ -105,8 +103,6 @@ class ValueSchema:
                 kind = registered.get("schemaType", "AVRO")
                 if kind != self.kind:
                     raise Undecodable(f"schema id {schema_id} is {kind}, not {self.kind}")
-                if registered.get("references") and self.kind == "JSON":
-                    raise Undecodable(f"schema id {schema_id} has references")
                 references = self.references(registered)
             except urllib.error.HTTPError as exc:
                 if exc.code == 404:

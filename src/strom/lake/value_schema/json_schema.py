@@ -9,8 +9,10 @@ schema a list; string (`format` date: date, date-time: timestamptz), integer (lo
 (double), boolean; `enum`s of strings or of integers; `null` in a type list, or a `oneOf` /
 `anyOf` of null and one schema, makes a value optional. `$ref`s resolve inside the schema
 (`#/definitions/...`, `#/$defs/...`, any JSON pointer). Anything else (other `oneOf`/`anyOf`,
-`allOf`, tuples, objects without properties, any-value schemas, recursive `$ref`s, schema
-references) is refused when the table is made."""
+`allOf`, tuples, objects without properties, any-value schemas, recursive `$ref`s) is
+refused when the table is made. A `$ref` to another subject's schema (Confluent's schema
+references: `"$ref": "address.json"`, the reference's name, with or without a `#` pointer
+into it) resolves to that schema, and values are validated with the references known."""
 
 from __future__ import annotations
 
@@ -49,9 +51,11 @@ def _is_null(node: Any) -> bool:
 
 
 class _Types(Ids):
-    def __init__(self, root: Any) -> None:
+    def __init__(self, root: Any, docs: dict[str, Any] | None = None) -> None:
         super().__init__()
-        self.root = root
+        self.root = root  # the document local `$ref`s point into: the schema, or a reference
+        self.docs = docs or {}  # the referenced schemas, by reference name
+        self.doc = ""  # the name of `root` ("" for the schema itself)
         self.open: list[str] = []  # the $refs being expanded (a recursive one is refused)
 
     def convert(self, node: Any) -> tuple[IcebergType, bool]:
@@ -60,13 +64,23 @@ class _Types(Ids):
             raise Unsupported(f"the schema {_text(node)} (a schema of any value, or none)")
         if "$ref" in node:
             ref = str(node["$ref"])
-            if ref in self.open:
+            name, _, pointer = ref.partition("#")
+            doc = name or self.doc
+            key = f"{doc}#{pointer}"
+            if key in self.open:
                 raise Unsupported(f"the recursive $ref {ref!r}")
-            self.open.append(ref)
+            saved = self.root, self.doc
+            if name:
+                if name not in self.docs:
+                    raise Unsupported(f"the $ref {ref!r} (neither local nor a reference of "
+                                      "the schema)")
+                self.root, self.doc = self.docs[name], name
+            self.open.append(key)
             try:
-                return self.convert(self.resolve(ref))
+                return self.convert(self.resolve(f"#{pointer}"))
             finally:
                 self.open.pop()
+                self.root, self.doc = saved
         for combined in ("oneOf", "anyOf"):
             if combined in node:
                 branches = node[combined]
@@ -157,9 +171,23 @@ class _Types(Ids):
         raise Unsupported(f"the $ref {ref!r} (not found in the schema)")
 
 
-def iceberg_type(schema: Any) -> IcebergType:
-    """The value column's type for a JSON Schema (parsed JSON)."""
-    return _Types(schema).convert(schema)[0]
+def iceberg_type(schema: Any, references: dict[str, str] | None = None) -> IcebergType:
+    """The value column's type for a JSON Schema (parsed JSON), with the texts of its
+    references by name."""
+    try:
+        docs = {name: json.loads(text) for name, text in (references or {}).items()}
+    except ValueError as exc:
+        raise Unsupported(f"a referenced schema that is not JSON: {exc}") from None
+    return _Types(schema, docs).convert(schema)[0]
+
+
+def _both_definitions(schema: Any) -> Any:
+    """`#/definitions/X` finds `$defs` too, and back, as the registry resolves them."""
+    if isinstance(schema, dict):
+        for one, other in (("definitions", "$defs"), ("$defs", "definitions")):
+            if one in schema and other not in schema:
+                schema = {**schema, other: schema[one]}
+    return schema
 
 
 class JsonValues:
@@ -168,22 +196,23 @@ class JsonValues:
 
     def __init__(self, registered: dict[str, Any], references: dict[str, str]) -> None:
         self.schema = json.loads(registered["schema"])
-        self.type = iceberg_type(self.schema)
+        self.type = iceberg_type(self.schema, references)
         self.shape = shaper(self.type)
 
     def writer(self, registered: dict[str, Any], references: dict[str, str]) -> Any:
         import jsonschema
         from jsonschema import validators
+        from referencing import Registry, Resource
+        from referencing.jsonschema import DRAFT7
 
-        if references:
-            raise Undecodable("its schema has references (not read here)")
         try:
-            schema = json.loads(registered["schema"])
-            if isinstance(schema, dict):  # `#/definitions/X` finds `$defs` too, and back
-                for one, other in (("definitions", "$defs"), ("$defs", "definitions")):
-                    if one in schema and other not in schema:
-                        schema = {**schema, other: schema[one]}
-            return validators.validator_for(schema, default=jsonschema.Draft7Validator)(schema)
+            schema = _both_definitions(json.loads(registered["schema"]))
+            known: Registry[Any] = Registry().with_resources(
+                (name, Resource.from_contents(_both_definitions(json.loads(text)),
+                                              default_specification=DRAFT7))
+                for name, text in references.items())
+            cls = validators.validator_for(schema, default=jsonschema.Draft7Validator)
+            return cls(schema, registry=known)
         except Exception as exc:
             raise Undecodable(f"its schema does not load: {exc}") from None
 

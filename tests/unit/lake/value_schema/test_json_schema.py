@@ -184,12 +184,37 @@ def test_a_schema_out_of_reach_waits(registry: None) -> None:
         schema.decode(framed(OUT_OF_REACH, _json({"id": 1})))
 
 
-def test_a_schema_with_references_makes_no_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    ref = {"name": "other.json", "subject": "other", "version": 1}
-    stub_registry(monkeypatch, {"/subjects/orders-value/versions/latest": _registered(
-        2, {"type": "object", "properties": {"a": {"$ref": "other.json"}}}, references=[ref])})
-    with pytest.raises(Unsupported):
-        ValueSchema("http://registry", "orders-value")
+ADDRESS = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+           "properties": {"city": {"type": "string"}, "zone": {"$ref": "#/definitions/Zone"}},
+           "required": ["city"], "definitions": {"Zone": {"type": "integer"}}}
+SHIPMENT = {"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
+            "properties": {"id": {"type": "integer"}, "to": {"$ref": "address.json"},
+                           "zone": {"$ref": "address.json#/definitions/Zone"}}}
+
+
+def test_schema_references_resolve_to_other_subjects(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Confluent's JSON Schema references: `address.json` (the reference's name) is another
+    subject's schema, whose local `$ref`s resolve inside it; values are validated with it."""
+    ref = {"name": "address.json", "subject": "address", "version": 1}
+    stub_registry(monkeypatch, {
+        "/subjects/shipments-value/versions/latest": _registered(2, SHIPMENT, references=[ref]),
+        "/subjects/address/versions/1": _registered(1, ADDRESS)})
+    schema = ValueSchema("http://registry", "shipments-value")
+    assert schema.type == iceberg_type(SHIPMENT, {"address.json": json.dumps(ADDRESS)})
+    column = schema.type
+    assert isinstance(column, StructType)
+    to = column.field_by_name("to")
+    assert to is not None and isinstance(to.field_type, StructType)
+    assert [(f.name, f.field_type) for f in to.field_type.fields] == [
+        ("city", StringType()), ("zone", LongType())]
+    assert column.field_by_name("zone").field_type == LongType()  # type: ignore[union-attr]
+    good = {"id": 1, "to": {"city": "Oslo", "zone": 3}, "zone": 3}
+    assert written(tmp_path, schema, [framed(2, _json(good))]) == [good]
+    with pytest.raises(Undecodable, match="not valid"):  # the referenced schema's `required`
+        schema.decode(framed(2, _json({"id": 2, "to": {"zone": 1}})))
+    with pytest.raises(Unsupported):  # a name that is not one of the references
+        iceberg_type(SHIPMENT, {"other.json": json.dumps(ADDRESS)})
 
 
 def test_decoded_values_reach_the_table(tmp_path: Path, registry: None) -> None:
