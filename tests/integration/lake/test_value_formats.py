@@ -1,6 +1,7 @@
 """Iceberg topics in value_schema mode with JSON Schema and Protobuf values (issue 33 point 2):
 values produced with confluent-kafka's JSONSerializer and ProtobufSerializer against the
-broker's own registry land decoded in the tables' typed value columns."""
+broker's own registry land decoded in the tables' typed value columns; so do Avro values whose
+schema takes a named type from another subject (a schema reference), from AvroSerializer."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-from confluent_kafka.schema_registry import SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
 from confluent_kafka.schema_registry.protobuf import ProtobufSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
@@ -33,6 +35,11 @@ ORDER = {
         "sku": {"type": "string"}, "qty": {"type": "integer"}}}},
 }
 AT = datetime(2026, 11, 29, 4, 0, tzinfo=UTC)
+ADDRESS = {"type": "record", "name": "Address", "namespace": "geo", "fields": [
+    {"name": "city", "type": "string"},
+    {"name": "zip", "type": ["null", "string"], "default": None}]}
+SHIPMENT = {"type": "record", "name": "Shipment", "namespace": "shop", "fields": [
+    {"name": "id", "type": "long"}, {"name": "to", "type": "geo.Address"}]}
 
 
 def _order_class() -> type:
@@ -87,12 +94,27 @@ def test_json_schema_and_protobuf_values_decode_into_columns(make_broker, unique
             message.line.sku, message.line.qty = f"s{i}", i
         proto_values.append(to_proto(message, context))
 
+    # Avro with a schema reference: shop.Shipment uses geo.Address, registered under a
+    # subject of its own; the serializer writes with the subject's latest version
+    avro_topic = unique_topic("avro-refs")
+    client.register_schema("geo-address", Schema(json.dumps(ADDRESS), "AVRO"))
+    client.register_schema(f"{avro_topic}-value", Schema(
+        json.dumps(SHIPMENT), "AVRO", [SchemaReference("geo.Address", "geo-address", 1)]))
+    to_avro = AvroSerializer(client, conf={"auto.register.schemas": False,
+                                           "use.latest.version": True})
+    context = SerializationContext(avro_topic, MessageField.VALUE)
+    shipments = [{"id": i, "to": {"city": f"c{i}", "zip": None if i % 2 else f"z{i}"}}
+                 for i in range(3)]
+    avro_values = [to_avro(v, context) for v in shipments]
+
     config = {"iceberg.mode": "value_schema", "iceberg.commit.interval.ms": "300"}
     kc.create_topic(broker.bootstrap, json_topic, 1, config)
     kc.create_topic(broker.bootstrap, proto_topic, 1, config)
+    kc.create_topic(broker.bootstrap, avro_topic, 1, config)
     json_sent = kc.produce(broker.bootstrap, json_topic, [kc.Msg(b"k", v) for v in json_values])
     proto_sent = kc.produce(broker.bootstrap, proto_topic,
                             [kc.Msg(b"k", v) for v in proto_values])
+    avro_sent = kc.produce(broker.bootstrap, avro_topic, [kc.Msg(b"k", v) for v in avro_values])
 
     catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path}/catalog.db",
                          warehouse=(tmp_path / "warehouse").as_uri())
@@ -104,4 +126,6 @@ def test_json_schema_and_protobuf_values_decode_into_columns(make_broker, unique
     assert [r["value"] for r in rows[:2]] == [  # an unset message field is null
         {"id": 0, "note": "n0", "at": AT, "tags": [], "line": None},
         {"id": 1, "note": "n1", "at": AT, "tags": ["b"], "line": {"sku": "s1", "qty": 1}}]
+    rows = sorted(wait_exactly(catalog, avro_topic, avro_sent), key=lambda r: r["offset"])
+    assert [r["value"] for r in rows] == shipments
     assert "does not decode" not in broker.log_text()
