@@ -37,6 +37,8 @@ VERSION = 0
 MAX_PER_REQUEST = 2250
 # after a failed request, try again this much later (a back-off, not a wait for something)
 RETRY_S = 1.0
+# how long to gather wake-ups before looking again (a debounce, not a wait for something)
+COALESCE_S = 0.1
 # a replica the controller refused (deleted or reassigned meanwhile) is asked for again only
 # this much later, should the metadata still call for it
 REFUSED_RETRY_S = 30.0
@@ -152,4 +154,7 @@ class DirectoryAssignments:
             timeout = RETRY_S if retry or work else None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), timeout)
+            # a burst of metadata changes (thousands of partitions created) is looked at once,
+            # not once per change: each look walks every local log
+            await asyncio.sleep(COALESCE_S)
 
