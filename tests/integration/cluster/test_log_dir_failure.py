@@ -93,7 +93,7 @@ def _run(cluster: Any, small: Path, filler: Path) -> None:
                  "jbod-0 with 3 replicas in sync")
         assert (small / f"{TOPIC}-0").is_dir(), "jbod-0 is not on the small disk"
         assert _partition(admin)["leader_id"] == 1
-        mark = first.log_size()
+        marks = {b: b.log_size() for b in cluster.brokers}
 
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
                              "enable.idempotence": True, "linger.ms": 5,
@@ -121,10 +121,10 @@ def _run(cluster: Any, small: Path, filler: Path) -> None:
         assert not failed, failed[:3]
         assert len(acked) == 1000
 
-        text = first.log_text(mark, limit=1 << 20)
+        text = first.log_text(marks[first], limit=1 << 26)
         assert "No space left on device" in text and "is offline" in text, \
             "the small disk never filled up"
-        wait_for(lambda: any("broker 1 reports log dir(s)" in b.log_text(limit=1 << 20)
+        wait_for(lambda: any("broker 1 reports log dir(s)" in b.log_text(marks[b], 1 << 26)
                              for b in cluster.brokers), 30,
                  "the active controller told of the offline dir")
 
@@ -134,6 +134,12 @@ def _run(cluster: Any, small: Path, filler: Path) -> None:
                 and 1 not in p["isr_nodes"] else None
 
         wait_for(moved, 30, "the leadership away from broker 1, its replica offline")
+
+        # the leader does not ask, fetch after fetch, to add a replica the controller would
+        # refuse (INELIGIBLE_REPLICA) while its dir is offline
+        refusals = sum(b.log_text(marks[b], 1 << 26).count("INELIGIBLE_REPLICA")
+                       for b in cluster.brokers)
+        assert refusals <= 2, f"{refusals} ISR expansions refused"
 
         filler.unlink()  # space returns: the dir comes back, the replica catches up
         wait_for(lambda: (p := _partition(admin)) and p["offline_replicas"] == []

@@ -310,10 +310,13 @@ class ReplicaManager:
         self._maybe_advance_hw(key, plog, state)
         # Only a registered (live) broker may join: one whose ZooKeeper session ended would be
         # taken out again by the controller at once (Kafka's ISR eligibility, KIP-841).
-        # A replica a reassignment is removing stays out (the controller is taking it out).
+        # A replica a reassignment is removing stays out (the controller is taking it out),
+        # and so does one its broker keeps in a log dir that is offline (KIP-858: the
+        # controller would refuse it, INELIGIBLE_REPLICA, at every fetch).
         if replica_id not in state.isr and replica_id in self.image.brokers and \
                 replica_id not in state.removing_replicas and \
-                replica_id in leader.ready_to_join(state.isr, plog.high_watermark):
+                replica_id in leader.ready_to_join(state.isr, plog.high_watermark) and \
+                replica_id not in self.image.in_offline_dirs(state):
             self._alter_isr(key, state, sorted(set(state.isr) | {replica_id}))
         return ErrorCode.NONE
 
