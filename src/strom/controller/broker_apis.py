@@ -27,7 +27,7 @@ from strom.controller.cluster_controller import ClusterQuorumController
 from strom.controller.envelope import decode_principal
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct
-from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.errors import ErrorCode, KafkaError, error_only
 from strom.security.acl import AclOperation as Op
 from strom.security.acl import Authorizer
 from strom.security.acl import ResourceType as Res
@@ -103,11 +103,7 @@ async def broker_heartbeat(node: BrokerFacingNode, ctx: RequestContext,
 @requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def unregister_broker(node: BrokerFacingNode, ctx: RequestContext,
                             request: Struct) -> Message:
-    try:
-        await _controller(node).unregister_broker(int(request.broker_id))
-    except KafkaError as exc:
-        return {"error_code": exc.code, "error_message": exc.message}
-    return {"error_code": ErrorCode.NONE, "error_message": None}
+    return await error_only(lambda: _controller(node).unregister_broker(int(request.broker_id)))
 
 
 @handles(ApiKey.ASSIGN_REPLICAS_TO_DIRS, 0, 0)
@@ -142,11 +138,7 @@ async def controller_registration(node: BrokerFacingNode, ctx: RequestContext,
         {str(lst.name): (str(lst.host), int(lst.port)) for lst in request.listeners},
         {str(f.name): (int(f.min_supported_version), int(f.max_supported_version))
          for f in request.features})
-    try:
-        await _controller(node).register_controller(registration)
-    except KafkaError as exc:
-        return {"error_code": exc.code, "error_message": exc.message}
-    return {"error_code": ErrorCode.NONE, "error_message": None}
+    return await error_only(lambda: _controller(node).register_controller(registration))
 
 
 @handles(ApiKey.UNREGISTER_CONTROLLER, 0, 0)
@@ -155,11 +147,8 @@ async def unregister_controller(node: BrokerFacingNode, ctx: RequestContext,
                                 request: Struct) -> Message:
     """``kafka-cluster unregister-controller --bootstrap-controller``, Admin.unregisterController
     (Kafka 4.4, KIP-1312)."""
-    try:
-        await _controller(node).unregister_controller(int(request.controller_id))
-    except KafkaError as exc:
-        return {"error_code": exc.code, "error_message": exc.message}
-    return {"error_code": ErrorCode.NONE, "error_message": None}
+    return await error_only(
+        lambda: _controller(node).unregister_controller(int(request.controller_id)))
 
 
 def _check_broker(controller: ClusterQuorumController, broker_id: int, epoch: int) -> None:

@@ -8,7 +8,9 @@ connection should be closed, not answered.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from enum import IntEnum
+from typing import Any
 
 
 class ProtocolError(ValueError):
@@ -176,3 +178,13 @@ class KafkaError(Exception):
         self.code = ErrorCode(code)
         self.message = message
         super().__init__(f"{self.code.name}: {message}" if message else self.code.name)
+
+
+async def error_only(call: Callable[[], Awaitable[object]]) -> dict[str, Any]:
+    """The answer of a request whose response is an error code and message only: `call()`
+    awaited, and a KafkaError it raises (before or while awaiting) as the answer."""
+    try:
+        await call()
+    except KafkaError as exc:
+        return {"error_code": exc.code, "error_message": exc.message}
+    return {"error_code": ErrorCode.NONE, "error_message": None}

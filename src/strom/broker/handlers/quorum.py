@@ -19,7 +19,7 @@ from strom.broker.core import Broker
 from strom.broker.router import handles
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.codec import Struct
-from strom.protocol.errors import ErrorCode, KafkaError
+from strom.protocol.errors import ErrorCode, error_only
 from strom.security.acl import AclOperation as Op
 from strom.security.acl import ResourceType as Res
 
@@ -60,11 +60,7 @@ async def unregister_broker(broker: Broker, ctx: RequestContext,
         return {"error_code": ErrorCode.BROKER_ID_NOT_REGISTERED,
                 "error_message": f"broker {request.broker_id} is not registered: this node is "
                                  "a cluster of one"}
-    try:
-        await unregister(int(request.broker_id))
-    except KafkaError as exc:
-        return {"error_code": exc.code, "error_message": exc.message}
-    return {"error_code": ErrorCode.NONE, "error_message": None}
+    return await error_only(lambda: unregister(int(request.broker_id)))
 
 
 @handles(ApiKey.UNREGISTER_CONTROLLER, 0, 0)
@@ -82,8 +78,4 @@ async def unregister_controller(broker: Broker, ctx: RequestContext,
                     "error_message": "Controller cannot unregister itself while it is active."}
         return {"error_code": ErrorCode.CONTROLLER_ID_NOT_REGISTERED,
                 "error_message": f"Controller ID {controller_id} is not currently registered."}
-    try:
-        await unregister(controller_id)
-    except KafkaError as exc:
-        return {"error_code": exc.code, "error_message": exc.message}
-    return {"error_code": ErrorCode.NONE, "error_message": None}
+    return await error_only(lambda: unregister(controller_id))
