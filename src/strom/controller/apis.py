@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Mapping, Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from strom.broker.authz import cluster_name, requires
+from strom.broker.authz import HandlerFn, cluster_name, requires
 from strom.broker.context import RequestContext
 from strom.broker.router import RequestHook, Router, handles
 from strom.cluster.features import api_versions_features
@@ -57,71 +57,32 @@ CONTROLLER_ENDPOINT = 2
 UNKNOWN_AUTHORIZED_OPERATIONS = -(2**31)
 
 
-def _raft(node: ControllerNode, api_key: ApiKey, request: Struct) -> Awaitable[Message]:
-    return node.raft_request(api_key, request.to_dict())
+def _raft_api(api_key: ApiKey, versions: tuple[int, int], operation: Op) -> HandlerFn:
+    """The handler of a Raft RPC: the ACL check Kafka's controllers make (`operation` on the
+    cluster), then the request as it is, to the node's Raft client, which validates it."""
+
+    @handles(api_key, *versions)
+    @requires(operation, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    def handler(node: ControllerNode, ctx: RequestContext,
+                request: Struct) -> Awaitable[Message]:
+        return node.raft_request(api_key, request.to_dict())
+
+    handler.__name__ = handler.__qualname__ = api_key.name.lower()
+    return handler
 
 
-@handles(ApiKey.VOTE, 0, 2)
-@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def vote(node: ControllerNode, ctx: RequestContext, request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.VOTE, request)
-
-
-@handles(ApiKey.BEGIN_QUORUM_EPOCH, 0, 1)
-@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def begin_quorum_epoch(node: ControllerNode, ctx: RequestContext,
-                       request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.BEGIN_QUORUM_EPOCH, request)
-
-
-@handles(ApiKey.END_QUORUM_EPOCH, 0, 1)
-@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def end_quorum_epoch(node: ControllerNode, ctx: RequestContext,
-                     request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.END_QUORUM_EPOCH, request)
-
-
-@handles(ApiKey.FETCH, 4, 18)
-@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def fetch(node: ControllerNode, ctx: RequestContext, request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.FETCH, request)
-
-
-@handles(ApiKey.FETCH_SNAPSHOT, 0, 1)
-@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def fetch_snapshot(node: ControllerNode, ctx: RequestContext,
-                   request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.FETCH_SNAPSHOT, request)
-
-
-@handles(ApiKey.DESCRIBE_QUORUM, 0, 2)
-@requires(Op.DESCRIBE, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def describe_quorum(node: ControllerNode, ctx: RequestContext,
-                    request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.DESCRIBE_QUORUM, request)
-
-
-@handles(ApiKey.ADD_RAFT_VOTER, 0, 1)
-@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def add_raft_voter(node: ControllerNode, ctx: RequestContext,
-                   request: Struct) -> Awaitable[Message]:
-    """KIP-853 (``kafka-metadata-quorum add-controller``, auto-join): the leader answers once
-    the new voter set commits; any other controller NOT_LEADER_OR_FOLLOWER."""
-    return _raft(node, ApiKey.ADD_RAFT_VOTER, request)
-
-
-@handles(ApiKey.REMOVE_RAFT_VOTER, 0, 0)
-@requires(Op.ALTER, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def remove_raft_voter(node: ControllerNode, ctx: RequestContext,
-                      request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.REMOVE_RAFT_VOTER, request)
-
-
-@handles(ApiKey.UPDATE_RAFT_VOTER, 0, 0)
-@requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-def update_raft_voter(node: ControllerNode, ctx: RequestContext,
-                      request: Struct) -> Awaitable[Message]:
-    return _raft(node, ApiKey.UPDATE_RAFT_VOTER, request)
+# CLUSTER_ACTION for what the nodes ask of each other, DESCRIBE or ALTER for an operator's;
+# AddRaftVoter (``kafka-metadata-quorum add-controller``, auto-join) is answered by the
+# leader once the new voter set commits, by any other controller NOT_LEADER_OR_FOLLOWER
+vote = _raft_api(ApiKey.VOTE, (0, 2), Op.CLUSTER_ACTION)
+begin_quorum_epoch = _raft_api(ApiKey.BEGIN_QUORUM_EPOCH, (0, 1), Op.CLUSTER_ACTION)
+end_quorum_epoch = _raft_api(ApiKey.END_QUORUM_EPOCH, (0, 1), Op.CLUSTER_ACTION)
+fetch = _raft_api(ApiKey.FETCH, (4, 18), Op.CLUSTER_ACTION)
+fetch_snapshot = _raft_api(ApiKey.FETCH_SNAPSHOT, (0, 1), Op.CLUSTER_ACTION)
+update_raft_voter = _raft_api(ApiKey.UPDATE_RAFT_VOTER, (0, 0), Op.CLUSTER_ACTION)
+describe_quorum = _raft_api(ApiKey.DESCRIBE_QUORUM, (0, 2), Op.DESCRIBE)
+add_raft_voter = _raft_api(ApiKey.ADD_RAFT_VOTER, (0, 1), Op.ALTER)
+remove_raft_voter = _raft_api(ApiKey.REMOVE_RAFT_VOTER, (0, 0), Op.ALTER)
 
 
 @handles(ApiKey.UPDATE_FEATURES, 0, 2)
