@@ -61,7 +61,6 @@ class DirectoryAssignments:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self.sent = 0  # partitions reported
         self._refused: dict[Item, float] = {}  # item -> monotonic time of the refusal
 
     def wake(self, *_: object) -> None:
@@ -135,7 +134,6 @@ class DirectoryAssignments:
                         log.info("the controller refused the directory of %s-%d: %s", t.topic_id,
                                  p.partition_index, ErrorCode(p.error_code).name)
                         self._refused[(directory, t.topic_id, int(p.partition_index))] = now
-        self.sent += len(batch)
         return True
 
     async def _run(self) -> None:
