@@ -417,14 +417,28 @@ def _cluster_controller(config: BrokerConfig, controller_node: ControllerNode,
     """The controller a voter of a cluster runs: active while it leads the quorum."""
     from strom.controller.cluster_controller import ClusterQuorumController
 
-    return ClusterQuorumController(
-        loader, controller_node.append, node_id=controller_node.node_id,
+    rebalance_interval_s = (config.get("leader.imbalance.check.interval.seconds")
+                            if config.get("auto.leader.rebalance.enable") else None)
+    args: dict[str, Any] = dict(
+        node_id=controller_node.node_id,
         is_leader=lambda: loader.leader.leader_id == controller_node.node_id,
         session_timeout_ms=config.get("broker.session.timeout.ms"),
         unclean_for=_unclean_from(partitions.resolve),
-        rebalance_interval_s=(config.get("leader.imbalance.check.interval.seconds")
-                              if config.get("auto.leader.rebalance.enable") else None),
+        rebalance_interval_s=rebalance_interval_s,
         imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
+    if not config.get("zookeeper.metadata.migration.enable"):
+        return ClusterQuorumController(loader, controller_node.append, **args)
+    from strom.config.listeners import inter_broker_listener_name, protocol_map
+    from strom.controller.zk_migration import MigratingController, MigrationSettings
+
+    settings = MigrationSettings(
+        connect=config.get("zookeeper.connect"),
+        session_timeout_ms=config.get("zookeeper.session.timeout.ms"),
+        inter_broker_listener=inter_broker_listener_name(config),
+        listener_protocols=protocol_map(config), rebalance_interval_s=rebalance_interval_s,
+        imbalance_percentage=args["imbalance_percentage"])
+    return MigratingController(loader, controller_node.append, migration=settings,
+                               cluster_id=controller_node.cluster_id, **args)
 
 
 def _unclean_from(resolve: Callable[[TopicState, str], object]) -> Callable[[TopicState], bool]:

@@ -207,7 +207,19 @@ class MetadataImage:
     # change (ApiVersions' finalized_features_epoch; -1: none)
     finalized_features: dict[str, int] = field(default_factory=dict)
     features_epoch: int = -1
+    # KRaft: where a move from ZooKeeper stands (strom.controller.zk_migration): None (never
+    # migrated), "migrating" (the controllers mirror a ZooKeeper cluster) or "finalized"
+    zk_migration: str | None = None
     version: int = 0  # bumped on every applied record: cheap cache invalidation
+
+    def controller_for_clients(self) -> int:
+        """The controller id Metadata and DescribeCluster name: a live broker, as clients send
+        controller-bound admin requests there. A ZooKeeper cluster's ``/controller`` may be held
+        by a KRaft controller migrating it (strom.controller.zk_migration), which is no broker:
+        then any live broker, each of which handles such requests itself."""
+        if self.controller_id in self.brokers or not self.brokers:
+            return self.controller_id
+        return min(self.brokers)
 
     def topic(self, name: str) -> TopicState | None:
         return self.topics.get(name)

@@ -187,6 +187,12 @@ def _apply_registration(image: MetadataImage, record: dict[str, Any]) -> Change 
     return Change("brokers_changed")
 
 
+def zk_migration_record(state: str) -> dict[str, Any]:
+    """Where a move from ZooKeeper stands ("migrating", "finalized"): Kafka's
+    ZkMigrationStateRecord, in Strom's form."""
+    return {"type": "zk_migration", "state": state}
+
+
 def controller_record(controller_id: int, controller_epoch: int) -> dict[str, Any]:
     return {"type": "controller", "controller_id": controller_id,
             "controller_epoch": controller_epoch}
@@ -197,7 +203,12 @@ def image_records(image: MetadataImage) -> list[dict[str, Any]]:
     aside: those are live state, registered again after a restart): a KRaft snapshot's
     content, as Kafka's snapshots hold the records of the image."""
     out: list[dict[str, Any]] = [producer_ids_record(image.next_producer_id)]
+    if image.zk_migration is not None:
+        out.append(zk_migration_record(image.zk_migration))
     out += [register_broker_record(reg) for reg in image.registrations.values()]
+    if image.zk_migration == "migrating":  # brokers still in ZooKeeper mode: known from it only
+        out += [broker_record(info) for b, info in image.brokers.items()
+                if b not in image.registrations]
     out += [register_controller_record(reg) for reg in image.controllers.values()]
     for resource, configs_by_name in (("broker", image.broker_configs),
                                       ("user", image.user_configs),
@@ -310,6 +321,9 @@ def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
         return Change("client_quotas")
     if kind == "producer_ids":
         image.next_producer_id = max(image.next_producer_id, record["next"])
+        return None
+    if kind == "zk_migration":
+        image.zk_migration = record["state"]
         return None
     return None
 

@@ -387,6 +387,11 @@ BROKER_CONFIGS.add(
     # cluster
     ConfigDef("zookeeper.connect", T.STRING, None, "ZooKeeper connect string (clusters)",
               read_only=True),
+    ConfigDef("zookeeper.metadata.migration.enable", T.BOOLEAN, False,
+              "Strom's own (Kafka 4 removed KIP-866's): on the controllers of a new KRaft "
+              "quorum, with the old cluster's zookeeper.connect, mirror a running ZooKeeper-mode "
+              "cluster so its brokers can restart in KRaft mode one at a time "
+              "(docs/clusters.md)", read_only=True),
     ConfigDef("zookeeper.session.timeout.ms", T.INT, 18000, "ZooKeeper session timeout",
               read_only=True),
     ConfigDef("zookeeper.connection.timeout.ms", T.INT, None,

@@ -150,7 +150,7 @@ def _listener_problems(config: BrokerConfig) -> Iterator[str]:
     try:
         listeners(config)
         advertised_listeners(config)
-        if config.get("zookeeper.connect"):
+        if config.get("zookeeper.connect") and not config.get("process.roles"):
             inter_broker_listener(config)  # Kafka's rule: it must be an advertised listener
         else:
             inter_broker_listener_name(config)
@@ -161,6 +161,13 @@ def _listener_problems(config: BrokerConfig) -> Iterator[str]:
 def _kraft_problems(config: BrokerConfig) -> Iterator[str]:
     """Kafka's KRaft start-up refusals (KafkaConfig's validation), and, for a controller-only
     node (the KRaft role Strom runs so far), what it cannot do yet."""
+    if config.get("zookeeper.metadata.migration.enable"):
+        if set(config.get("process.roles") or []) != {"controller"}:
+            yield ("zookeeper.metadata.migration.enable is for the controller-only nodes of the "
+                   "new quorum (process.roles=controller)")
+        elif not config.get("zookeeper.connect"):
+            yield ("zookeeper.metadata.migration.enable needs the migrated cluster's "
+                   "zookeeper.connect")
     if not config.get("process.roles"):
         return
     quorum = QuorumConfig.from_config(config.get)
@@ -183,8 +190,9 @@ def _kraft_problems(config: BrokerConfig) -> Iterator[str]:
         yield (f"the listeners of a controller-only node (process.roles=controller) must all "
                f"be controller listeners from controller.listener.names; {','.join(others)} "
                f"is not")
-    if config.get("zookeeper.connect"):
-        yield "zookeeper.connect cannot be set on a KRaft controller (process.roles=controller)"
+    if config.get("zookeeper.connect") and not config.get("zookeeper.metadata.migration.enable"):
+        yield ("zookeeper.connect cannot be set on a KRaft controller (process.roles=controller) "
+               "unless it migrates that cluster (zookeeper.metadata.migration.enable=true)")
     insecure = [lst.name for lst in own if lst.name in names and lst.protocol != PLAINTEXT]
     if insecure:
         yield (f"controller listener {','.join(insecure)} uses "

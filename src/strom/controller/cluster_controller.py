@@ -74,6 +74,8 @@ Key = tuple[str, int]
 RECONCILE_INTERVAL_S = 0.5
 # the metadata.version UnregisterController needs (Kafka's 4.4-IV2): its record is new there
 UNREGISTER_CONTROLLER_MV = 33
+# how often a controller that cannot finalize a move from ZooKeeper says why
+FINALIZE_REFUSAL_LOG_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,7 @@ class ClusterQuorumController(QuorumController):
         self._registered_at: dict[int, int] = {}
         self._shutting_down: set[int] = set()
         self._was_leader = False
+        self._finalize_refused_at = -FINALIZE_REFUSAL_LOG_S
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         loader.subscribe(lambda _changes: self._wake.set())
@@ -356,7 +359,10 @@ class ClusterQuorumController(QuorumController):
     async def _run(self) -> None:
         while True:
             try:
-                if self.active:
+                if self.active and self.image.zk_migration == "migrating" \
+                        and not await self._finalize_zk_migration():
+                    pass  # a ZooKeeper-mode broker is still live: ZooKeeper must decide
+                elif self.active:
                     if not self._was_leader:  # every broker gets a fresh session
                         now = time.monotonic()
                         self._last_seen = {b: now for b in self.image.registrations}
@@ -375,6 +381,28 @@ class ClusterQuorumController(QuorumController):
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
+
+    async def _finalize_zk_migration(self) -> bool:
+        """The first leader without zookeeper.metadata.migration.enable after a move from
+        ZooKeeper (strom.controller.zk_migration) ends it, unless a broker the metadata knows
+        only from ZooKeeper is still live: deciding here while it follows ZooKeeper would give
+        a partition two leaders. Then it decides nothing and says why, every 30 s."""
+        zk_only = sorted(set(self.image.brokers) - set(self.image.registrations))
+        if zk_only:
+            now = time.monotonic()
+            if now - self._finalize_refused_at >= FINALIZE_REFUSAL_LOG_S:
+                self._finalize_refused_at = now
+                log.error("cannot finalize the move from ZooKeeper: broker(s) %s still run in "
+                          "ZooKeeper mode; restart them as KRaft brokers first, and keep "
+                          "zookeeper.metadata.migration.enable on a controller until then. "
+                          "This controller decides nothing meanwhile",
+                          ", ".join(map(str, zk_only)))
+            return False
+        async with self._serial:
+            self._require_active()
+            await self._commit([rec.zk_migration_record("finalized")])
+        log.info("the move from ZooKeeper is finalized: the KRaft controller decides alone")
+        return True
 
     async def _expire_sessions(self) -> None:
         now = time.monotonic()

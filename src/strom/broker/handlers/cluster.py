@@ -46,7 +46,7 @@ def describe_cluster(broker: Broker, ctx: RequestContext,
         "error_code": ErrorCode.NONE,
         "endpoint_type": 1,
         "cluster_id": broker.cluster_id,
-        "controller_id": image.controller_id,
+        "controller_id": image.controller_for_clients(),
         "brokers": [
             {"broker_id": b.broker_id, "host": address[0], "port": address[1], "rack": b.rack,
              "is_fenced": False}

@@ -254,4 +254,4 @@ def _answer(broker: Broker, ctx: RequestContext, version: int, parts: list[bytes
     extra = {} if cluster_ops is None else {"cluster_authorized_operations": cluster_ops}
     return encode_metadata_response_from_parts(
         version, encode_metadata_brokers(version, brokers), broker.cluster_id,
-        image.controller_id, parts, **extra)
+        image.controller_for_clients(), parts, **extra)

@@ -159,8 +159,12 @@ def quota_records(current: Quotas, desired: Quotas) -> list[dict[str, Any]]:
 class ZkMirror:
     def __init__(self, zk: ZkClient, image: MetadataImage, *,
                  resync_interval_s: float = 30.0, inter_broker: str = "PLAINTEXT",
-                 own_broker: int | None = None) -> None:
+                 own_broker: int | None = None,
+                 record_sink: Callable[[list[dict[str, Any]]], None] | None = None) -> None:
         self.zk = zk
+        # sees every record before the image does: a KRaft controller migrating a ZooKeeper
+        # cluster copies them into its metadata log (strom.controller.zk_migration)
+        self.record_sink = record_sink
         self.image = image
         self.inter_broker = inter_broker  # the listener whose address brokers reach each other on
         self.resync_interval_s = resync_interval_s
@@ -285,6 +289,8 @@ class ZkMirror:
         """Apply records to the image and tell the subscribers (event loop thread only)."""
         if not records:
             return []
+        if self.record_sink is not None:
+            self.record_sink(records)
         changes = [c for c in (rec.apply(self.image, r) for r in records) if c is not None]
         if changes:
             for listener in list(self._listeners):
