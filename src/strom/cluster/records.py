@@ -187,6 +187,9 @@ def _apply_registration(image: MetadataImage, record: dict[str, Any]) -> Change 
     return Change("brokers_changed")
 
 
+ZK_MIGRATING, ZK_FINALIZED = "migrating", "finalized"  # the states of a move from ZooKeeper
+
+
 def zk_migration_record(state: str) -> dict[str, Any]:
     """Where a move from ZooKeeper stands ("migrating", "finalized"): Kafka's
     ZkMigrationStateRecord, in Strom's form."""
@@ -206,7 +209,7 @@ def image_records(image: MetadataImage) -> list[dict[str, Any]]:
     if image.zk_migration is not None:
         out.append(zk_migration_record(image.zk_migration))
     out += [register_broker_record(reg) for reg in image.registrations.values()]
-    if image.zk_migration == "migrating":  # brokers still in ZooKeeper mode: known from it only
+    if image.zk_migration == ZK_MIGRATING:  # brokers still in ZooKeeper mode: known from it only
         out += [broker_record(info) for b, info in image.brokers.items()
                 if b not in image.registrations]
     out += [register_controller_record(reg) for reg in image.controllers.values()]

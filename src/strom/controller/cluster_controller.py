@@ -76,6 +76,10 @@ RECONCILE_INTERVAL_S = 0.5
 UNREGISTER_CONTROLLER_MV = 33
 # how often a controller that cannot finalize a move from ZooKeeper says why
 FINALIZE_REFUSAL_LOG_S = 30.0
+# what a controller not migrating writes while a move from ZooKeeper waits to be finalized
+KRAFT_ONLY_RECORDS = frozenset({"register_broker", "broker_state", "unregister_broker",
+                                "broker_dirs", "register_controller", "unregister_controller",
+                                "zk_migration"})
 
 
 @dataclass(frozen=True)
@@ -359,7 +363,7 @@ class ClusterQuorumController(QuorumController):
     async def _run(self) -> None:
         while True:
             try:
-                if self.active and self.image.zk_migration == "migrating" \
+                if self.active and self.image.zk_migration == rec.ZK_MIGRATING \
                         and not await self._finalize_zk_migration():
                     pass  # a ZooKeeper-mode broker is still live: ZooKeeper must decide
                 elif self.active:
@@ -382,6 +386,19 @@ class ClusterQuorumController(QuorumController):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), RECONCILE_INTERVAL_S)
 
+    async def _commit_at(self, records: list[Record]) -> int:
+        """Every write goes through here: while a move from ZooKeeper is not finalized, only a
+        migrating controller changes the cluster (ZooKeeper decides; it mirrors); another
+        keeps registrations and heartbeats going, nothing else (NOT_CONTROLLER: retriable)."""
+        if self.image.zk_migration == rec.ZK_MIGRATING and not self._writes_while_migrating() \
+                and any(r.get("type") not in KRAFT_ONLY_RECORDS for r in records):
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, "the move from ZooKeeper is not "
+                             "finalized: a broker still runs in ZooKeeper mode")
+        return await super()._commit_at(records)
+
+    def _writes_while_migrating(self) -> bool:
+        return False  # a MigratingController's are the ZooKeeper cluster's own
+
     async def _finalize_zk_migration(self) -> bool:
         """The first leader without zookeeper.metadata.migration.enable after a move from
         ZooKeeper (strom.controller.zk_migration) ends it, unless a broker the metadata knows
@@ -400,7 +417,7 @@ class ClusterQuorumController(QuorumController):
             return False
         async with self._serial:
             self._require_active()
-            await self._commit([rec.zk_migration_record("finalized")])
+            await self._commit([rec.zk_migration_record(rec.ZK_FINALIZED)])
         log.info("the move from ZooKeeper is finalized: the KRaft controller decides alone")
         return True
 

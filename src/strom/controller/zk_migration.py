@@ -54,7 +54,6 @@ from strom.security.acl import AclBinding
 
 log = logging.getLogger(__name__)
 
-MIGRATING, FINALIZED = "migrating", "finalized"
 # the records a ZooKeeper broker's mirror applies that are not the metadata log's to keep: the
 # log's controller is the quorum's leader, not /controller's
 _NOT_MIRRORED = frozenset({"controller"})
@@ -208,12 +207,15 @@ class MigratingController(ClusterQuorumController):
 
     # -- the loop ---------------------------------------------------------------------------
 
+    def _writes_while_migrating(self) -> bool:
+        return True
+
     async def stop(self) -> None:
         await self._stop_bridge()
         await super().stop()
 
     async def _run(self) -> None:
-        while self.image.zk_migration != FINALIZED:
+        while self.image.zk_migration != rec.ZK_FINALIZED:
             try:
                 if self.active:
                     if self.bridge is None:
@@ -251,8 +253,8 @@ class MigratingController(ClusterQuorumController):
         live = {b: reg.info for b, reg in self.image.registrations.items() if not reg.fenced}
         await bridge.start(self.image, live)
         await self._flush()
-        if self.image.zk_migration != MIGRATING:
-            await self._commit([rec.zk_migration_record(MIGRATING)])
+        if self.image.zk_migration != rec.ZK_MIGRATING:
+            await self._commit([rec.zk_migration_record(rec.ZK_MIGRATING)])
             log.info("migration from ZooKeeper: the metadata log now holds cluster %s as "
                      "ZooKeeper does; brokers may restart in KRaft mode, one at a time",
                      self._cluster_id)
@@ -327,7 +329,7 @@ class MigratingController(ClusterQuorumController):
 
     @property
     def migrating(self) -> bool:
-        return self.image.zk_migration != FINALIZED
+        return self.image.zk_migration != rec.ZK_FINALIZED
 
     def _zk(self) -> ZkController:
         if not (self._ready and self.active and self.bridge is not None

@@ -144,3 +144,18 @@ def test_a_topic_without_partitions_or_configs_survives() -> None:
     image = MetadataImage(cluster_id=CLUSTER)
     rec.apply(image, rec.topic_record("bare", uuid.uuid4()))
     assert rebuilt(image).to_snapshot() == image.to_snapshot()
+
+
+def test_a_move_from_zookeeper_keeps_its_state_and_the_brokers_known_from_zookeeper() -> None:
+    """While a move from ZooKeeper lasts, a broker still in ZooKeeper mode is known from the
+    mirrored ZooKeeper registration only: a snapshot keeps it, or a broker loading the snapshot
+    would not know where that broker's partitions are led."""
+    image = built_image()
+    rec.apply(image, rec.zk_migration_record(rec.ZK_MIGRATING))
+    rec.apply(image, rec.broker_record(BrokerInfo(7, "127.0.0.1", 9097)))
+    copy = rebuilt(image)
+    assert copy.zk_migration == rec.ZK_MIGRATING and 7 in copy.brokers
+    assert set(copy.brokers) == set(image.brokers) - set(image.registrations)
+    rec.apply(image, rec.zk_migration_record(rec.ZK_FINALIZED))
+    copy = rebuilt(image)
+    assert copy.zk_migration == rec.ZK_FINALIZED and copy.brokers == {}
