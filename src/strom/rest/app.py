@@ -15,7 +15,7 @@ from starlette.routing import BaseRoute, Route
 
 from strom.rest import openapi
 from strom.rest.context import RestContext
-from strom.rest.errors import RestError, rest_error_handler
+from strom.rest.errors import RestError, error_media_type, rest_error_handler
 
 log = logging.getLogger("strom.rest")
 
@@ -40,12 +40,14 @@ def endpoint_modules() -> list[ModuleType]:
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return JSONResponse({"error_code": exc.status_code, "message": f"HTTP {exc.status_code} "
-                         f"{exc.detail}"}, status_code=exc.status_code, headers=exc.headers)
+                         f"{exc.detail}"}, status_code=exc.status_code, headers=exc.headers,
+                        media_type=error_media_type(request))
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
     log.error("%s %s failed: %r", request.method, request.url.path, exc, exc_info=exc)
-    return JSONResponse({"error_code": 500, "message": "Internal Server Error"}, status_code=500)
+    return JSONResponse({"error_code": 500, "message": "Internal Server Error"}, status_code=500,
+                        media_type=error_media_type(request))
 
 
 def build_app(ctx: RestContext) -> Starlette:

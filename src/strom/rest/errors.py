@@ -31,6 +31,9 @@ INVALID_SCHEMA = 42205
 KAFKA_ERROR = 50001
 KAFKA_RETRIABLE_ERROR = 50003
 
+V2_JSON = "application/vnd.kafka.v2+json"
+V2_PATHS = "/consumers"  # the v2 API's resources (Strom serves its consumers only)
+
 
 class RestError(Exception):
     """An error answered with Confluent's body; ``status`` defaults to the code's first three
@@ -95,6 +98,19 @@ def kafka_error(code: int, message: str, retriable: bool = False) -> RestError:
     return RestError(KAFKA_RETRIABLE_ERROR if retriable else KAFKA_ERROR, message, 500)
 
 
+def error_media_type(request: Request) -> str:
+    """The type of an error body: v3 answers application/json; v2, as Confluent's, the v2
+    type its resources produce, unless the client accepts application/json and no v2 type."""
+    if not request.url.path.startswith(V2_PATHS):
+        return "application/json"
+    accept = request.headers.get("accept", "").lower()
+    if "application/json" in accept and "vnd.kafka." not in accept and "*/*" not in accept \
+            and "application/*" not in accept:
+        return "application/json"
+    return V2_JSON
+
+
 async def rest_error_handler(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RestError)
-    return JSONResponse(exc.body(), status_code=exc.status)
+    return JSONResponse(exc.body(), status_code=exc.status,
+                        media_type=error_media_type(request))

@@ -40,10 +40,11 @@ def ok(schema: str, description: str = "OK") -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": ref(schema)}}}
 
 
-def error_responses(*statuses: int) -> dict[str, Any]:
-    """Confluent's error body for each of these statuses."""
-    return {str(s): {"description": "an error", "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/Error"}}}} for s in statuses}
+def error_responses(*statuses: int, media: tuple[str, ...] = ("application/json",)
+                    ) -> dict[str, Any]:
+    """Confluent's error body for each of these statuses (in each of these media types)."""
+    return {str(s): {"description": "an error", "content": {m: {
+        "schema": {"$ref": "#/components/schemas/Error"}} for m in media}} for s in statuses}
 
 
 def document(modules: list[ModuleType], basic_auth: bool) -> dict[str, Any]:

@@ -284,8 +284,15 @@ def test_unknown_instances_and_bad_bodies(rest) -> None:
                                                                   {"topics": ["t"]}),
                                  ("POST", "/positions/end", {"partitions": []}),
                                  ("DELETE", "", None)):
-        status, _, error = http(rest, method, path + suffix, body)
+        status, media, error = http(rest, method, path + suffix, body)
         assert (status, error["error_code"]) == (404, 40403), (method, suffix)
+        assert media == V2, (method, suffix)  # the negotiated v2 type, as Confluent's
+    status, media, error = http(rest, "GET", path + "/subscription", accept="application/json")
+    assert (status, media, error["error_code"]) == (404, "application/json", 40403)
+    status, media, _ = http(rest, "GET", "/consumers/g/nowhere")  # no such route: v2 too
+    assert (status, media) == (404, V2)
+    status, media, _ = http(rest, "GET", "/v3/clusters/nope")  # v3 answers application/json
+    assert (status, media) == (404, "application/json")
     live = create(rest, group_name())
     status, error = rest.post(f"{live}/subscription", {"topics": "not-a-list"})
     assert (status, error["error_code"]) == (400, 400)

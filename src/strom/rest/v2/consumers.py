@@ -48,6 +48,7 @@ from strom.rest.context import RestContext
 from strom.rest.errors import (
     CONSUMER_FORMAT_MISMATCH,
     PARTITION_NOT_FOUND,
+    V2_JSON,
     RestError,
 )
 from strom.rest.formats import formats_of
@@ -62,7 +63,6 @@ from strom.rest.v2.requests import (
     MAX_RESPONSE_BYTES,
     RECORD_TYPES,
     STEP_S,
-    V2_JSON,
     _items,
     _metadata,
     _object,
@@ -345,7 +345,8 @@ GROUP = path_param("group_name")
 INSTANCE = [GROUP, path_param("instance")]
 # every instance route: bad body (400), authentication (401), ACLs (403), no such instance (404),
 # a state conflict (409), too large a body (413), a constraint (422), Kafka (500)
-INSTANCE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 422, 500)
+V2_ERRORS = (V2_JSON, "application/json")  # the negotiated type (strom.rest.errors)
+INSTANCE_ERRORS = error_responses(400, 401, 403, 404, 409, 413, 422, 500, media=V2_ERRORS)
 
 TP_PROPERTIES: dict[str, Any] = {
     "topic": {"type": "string"}, "partition": {"type": "integer", "minimum": 0}}
@@ -420,7 +421,8 @@ PATHS: dict[str, Any] = {
         "summary": "Create a consumer instance in a group", "operationId": "v2CreateConsumer",
         "parameters": [GROUP], "requestBody": _body("V2CreateConsumerRequest", required=False),
         "responses": {"200": _v2("V2CreateConsumerResponse"),
-                      **error_responses(400, 401, 409, 413, 422, 429, 500)}}},
+                      **error_responses(400, 401, 409, 413, 422, 429, 500,
+                                        media=V2_ERRORS)}}},
     "/consumers/{group_name}/instances/{instance}": {"delete": {
         "summary": "Close the instance (it leaves its group)", "operationId": "v2DeleteConsumer",
         "parameters": INSTANCE, "responses": {**NO_CONTENT, **INSTANCE_ERRORS}}},
@@ -477,5 +479,5 @@ PATHS: dict[str, Any] = {
             "200": {"description": "the records (possibly none)", "content": {
                 media: {"schema": ref("V2BinaryRecords" if fmt == "BINARY" else "V2Records")}
                 for media, (fmt, _) in RECORD_TYPES.items()}},
-            **error_responses(400, 401, 403, 404, 406, 422, 500)}}},
+            **error_responses(400, 401, 403, 404, 406, 422, 500, media=V2_ERRORS)}}},
 }

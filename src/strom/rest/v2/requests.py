@@ -19,10 +19,10 @@ from strom.rest.errors import (
     CONSUMER_INSTANCE_NOT_FOUND,
     ILLEGAL_STATE,
     INVALID_CONSUMER_CONFIG,
+    V2_JSON,
     RestError,
 )
 
-V2_JSON = "application/vnd.kafka.v2+json"
 FORMATS = ("BINARY", "JSON", "AVRO", "JSONSCHEMA", "PROTOBUF")
 # What GET .../records can answer: media type -> (embedded format, the server's preference).
 # The generic v2 type means BINARY, and with no Accept (or */*) BINARY wins, as in Confluent's.
