@@ -9,10 +9,12 @@ from types import ModuleType
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
+from strom.http.paths import EncodedSegments
 from strom.rest import openapi
 from strom.rest.context import RestContext
 from strom.rest.errors import RestError, error_media_type, rest_error_handler
@@ -63,5 +65,5 @@ def build_app(ctx: RestContext) -> Starlette:
     routes: list[BaseRoute] = [Route("/", root), Route("/openapi.json", openapi_json)]
     for module in modules:
         routes += module.routes(ctx)
-    return Starlette(routes=routes, exception_handlers={
+    return Starlette(routes=routes, middleware=[Middleware(EncodedSegments)], exception_handlers={
         RestError: rest_error_handler, HTTPException: _http_error, Exception: _unexpected})

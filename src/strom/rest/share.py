@@ -575,9 +575,9 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
         instance.touch()
         return JSONResponse({"acknowledgements": results})
 
-    one = BASE + "/{group}/consumers/{instance}"
+    one = BASE + "/{group:segment}/consumers/{instance:segment}"
     return [
-        Route(BASE + "/{group}/consumers", create, methods=["POST"]),
+        Route(BASE + "/{group:segment}/consumers", create, methods=["POST"]),
         Route(one, one_instance, methods=["GET", "DELETE"]),  # one route: one Allow header
         Route(one + "/records", records, methods=["GET"]),
         Route(one + "/acknowledgements", acknowledge, methods=["POST"]),

@@ -303,6 +303,18 @@ def test_unknown_instances_and_bad_bodies(rest) -> None:
     assert rest.delete(live) == (204, None)
 
 
+def test_a_group_name_with_a_slash(rest) -> None:
+    """A group name with '/' is one path segment, %2F-encoded; base_uri encodes it so."""
+    group = f"team/{uuid.uuid4().hex[:8]}"
+    status, body = rest.post(f"/consumers/{group.replace('/', '%2F')}", {"name": "one"})
+    assert status == 200, body
+    assert "/consumers/team%2F" in body["base_uri"] and body["base_uri"].endswith("/instances/one")
+    base = body["base_uri"][len(rest.url):]
+    status, _, got = http(rest, "POST", base + "/subscription", {"topics": ["t"]})
+    assert status == 204, got
+    assert rest.delete(base) == (204, None)
+
+
 def test_idle_instances_expire_and_leave_their_group(rest, unique_topic) -> None:
     topic = unique_topic("v2-expiry")
     kc.create_topic(rest.broker.bootstrap, topic, 1)

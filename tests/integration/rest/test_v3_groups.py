@@ -188,6 +188,25 @@ def test_a_group_of_offsets_only(rest, group: Group) -> None:
                               for x in lags["data"]] == [(1, "", None, "")]
 
 
+def test_a_group_id_with_a_slash_and_a_percent_sign(rest, group: Group) -> None:
+    """Kafka allows any characters in a group id: a URL carries '/' and '%' encoded in one
+    segment (%2F, %25), and the links in the bodies are encoded the same way."""
+    from urllib.parse import quote
+
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    gid = f"team/a%2F-{uuid.uuid4().hex[:8]}"
+    request = [ConsumerGroupTopicPartitions(gid, [TopicPartition(group.topic, 0, 4)])]
+    group.native.alter_consumer_group_offsets(request)[gid].result(10)
+    path = f"{rest.v3}/consumer-groups/{quote(gid, safe='')}"
+    status, body = rest.get(path)
+    assert status == 200, body
+    assert body["consumer_group_id"] == gid
+    assert body["metadata"]["self"] == rest.url + path
+    status, lags = rest.get(f"{path}/lags")
+    assert status == 200 and [x["consumer_group_id"] for x in lags["data"]] == [gid]
+
+
 def test_errors(rest, group: Group) -> None:
     base = f"{rest.v3}/consumer-groups"
     http_404 = (404, {"error_code": 404, "message": "HTTP 404 Not Found"})

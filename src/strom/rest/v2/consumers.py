@@ -310,9 +310,9 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
             await instance.run(lambda: instance.store(handed))
         return JSONResponse(out, media_type=media)
 
-    base = "/consumers/{group_name}/instances/{instance}"
+    base = "/consumers/{group_name:segment}/instances/{instance:segment}"
     return [
-        Route("/consumers/{group_name}", create, methods=["POST"]),
+        Route("/consumers/{group_name:segment}", create, methods=["POST"]),
         Route(base, delete, methods=["DELETE"]),
         Route(f"{base}/offsets", commit, methods=["POST"]),
         Route(f"{base}/offsets", committed, methods=["GET"]),

@@ -340,8 +340,8 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
         })
 
     groups = "/v3/clusters/{cluster_id}/consumer-groups"
-    one = groups + "/{consumer_group_id}"
-    consumer = one + "/consumers/{consumer_id}"
+    one = groups + "/{consumer_group_id:segment}"
+    consumer = one + "/consumers/{consumer_id:segment}"
     return [
         by_method(groups, GET=list_groups),
         by_method(one, GET=get_group),
