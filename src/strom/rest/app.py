@@ -26,6 +26,7 @@ MODULES = (
     "strom.rest.v3.configs",  # broker and cluster configs, every topic's (before topics:
     # its /topics/-/configs would otherwise be taken for a topic named "-")
     "strom.rest.v3.topics",  # topics, their configs and partitions
+    "strom.rest.v3.replicas",  # reassignments under way, a broker's replicas
     "strom.rest.v3.groups",  # consumer groups, consumers, lag
     "strom.rest.v3.acls",  # ACLs
     "strom.rest.v3.records",  # produce

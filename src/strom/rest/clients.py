@@ -23,7 +23,10 @@ from typing import Any, TypeVar
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from confluent_kafka.admin import AdminClient
 
-from strom.rest.errors import RestError, kafka_error
+from strom.cluster.client import BrokerClient, BrokerConnectionError
+from strom.protocol.codec import Struct
+from strom.rest.errors import KAFKA_RETRIABLE_ERROR, RestError, kafka_error
+from strom.security.client import ClientSecurity, SaslCredentials
 
 log = logging.getLogger("strom.rest.clients")
 
@@ -123,6 +126,7 @@ class UserClients:
     used: float = field(default_factory=time.monotonic)
     _admin: AdminClient | None = None
     _producer: ProducerBridge | None = None
+    _raw: BrokerClient | None = None
 
     @property
     def admin(self) -> AdminClient:
@@ -151,10 +155,28 @@ class UserClients:
         except KafkaException as exc:
             raise rest_error_of(exc) from None
 
+    async def request(self, api_key: int, version: int, body: dict[str, Any]) -> Struct:
+        """A Kafka request librdkafka has no call for (ListPartitionReassignments), to this
+        process's broker with the same credentials as the user's other clients."""
+        if self._raw is None:
+            host, port = self.config["bootstrap.servers"].split(",")[0].rsplit(":", 1)
+            sasl = None
+            if self.config.get("security.protocol") == "SASL_PLAINTEXT":
+                sasl = SaslCredentials(self.config.get("sasl.mechanism", "PLAIN"),
+                                       self.config["sasl.username"], self.config["sasl.password"])
+            self._raw = BrokerClient(host.strip("[]"), int(port), client_id="strom-rest",
+                                     timeout_s=ADMIN_TIMEOUT_S, security=ClientSecurity(sasl=sasl))
+        try:
+            return await self._raw.request(api_key, version, body)
+        except BrokerConnectionError as exc:
+            raise RestError(KAFKA_RETRIABLE_ERROR, str(exc), 500) from None
+
     def close(self) -> None:
         if self._producer is not None:
             self._producer.close()
-        self._admin = self._producer = None
+        if self._raw is not None:
+            self._raw.close()
+        self._admin = self._producer = self._raw = None
 
 
 class ClientPool:

@@ -14,6 +14,8 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,15 @@ def _cluster_view(bootstrap: str) -> tuple[int, int]:
         return len(wire.brokers), wire.controller
     finally:
         wire.close()
+
+
+def _http(url: str) -> tuple[int, dict]:
+    """GET a JSON body of the HTTP API (status and body, errors too)."""
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            return resp.status, json.load(resp)
+    except urllib.error.HTTPError as e:
+        return e.code, json.load(e)
 
 
 def _ongoing(bootstrap: str) -> dict:
@@ -174,7 +185,7 @@ def test_raise_replication_factor_and_move_partitions_under_acks_all_load(make_c
 @pytest.mark.timeout(240)
 def test_reassignment_survives_controller_failover_and_can_be_listed_and_cancelled(
         make_cluster, tmp_path):
-    cluster = make_cluster(3)
+    cluster = make_cluster(3, {"rest.listeners": "http://127.0.0.1:0"})  # listed over HTTP too
     meta = _admin(cluster.bootstrap).list_topics(timeout=10)
     controller = meta.controller_id
     a, b = (i for i in (1, 2, 3) if i != controller)
@@ -194,6 +205,21 @@ def test_reassignment_survives_controller_failover_and_can_be_listed_and_cancell
             ("fo", 0): ([a, b], [b], []), ("fo", 1): ([b, a], [b], [])}
         listed = _strom("reassign-partitions", "--list", "-b", cluster.broker(a).bootstrap).stdout
         assert f"fo-0: replicas: {a},{b}. adding: {b}. removing: ." in listed
+        # the HTTP API's reassignments and the broker's replicas (Confluent's v3)
+        http = cluster.broker(a).started_url("HTTP API")
+        v3 = f"{http}/v3/clusters/{_http(f'{http}/v3/clusters')[1]['data'][0]['cluster_id']}"
+        status, body = _http(f"{v3}/topics/-/partitions/-/reassignment")
+        assert status == 200 and [(r["topic_name"], r["partition_id"], r["adding_replicas"],
+                                   r["removing_replicas"]) for r in body["data"]] == [
+            ("fo", 0, [b], []), ("fo", 1, [b], [])], body
+        assert _http(f"{v3}/topics/fo/partitions/-/reassignment")[1]["data"] == body["data"]
+        status, one = _http(f"{v3}/topics/fo/partitions/1/reassignment")
+        assert status == 200 and one == body["data"][1]
+        assert one["metadata"]["resource_name"].endswith("/topic=fo/partition=1/reassignment")
+        status, mine = _http(f"{v3}/brokers/{a}/partition-replicas")
+        assert status == 200 and [(r["topic_name"], r["partition_id"], r["is_leader"])
+                                  for r in mine["data"] if r["topic_name"] == "fo"] == [
+            ("fo", 0, True), ("fo", 1, True)]
         verify = _strom("reassign-partitions", "--verify", "--reassignment-json-file", plan,
                         "-b", cluster.broker(a).bootstrap, check=False)
         assert verify.returncode == 1 and "fo-0 is still in progress" in verify.stdout
@@ -214,6 +240,8 @@ def test_reassignment_survives_controller_failover_and_can_be_listed_and_cancell
     # broker b wakes up (registering again if its session ended), catches up, and the new
     # controller completes the reassignment
     wait_for(lambda: _ongoing(cluster.broker(a).bootstrap) == {}, 60, "the reassignment done")
+    assert _http(f"{v3}/topics/-/partitions/-/reassignment")[1]["data"] == []
+    assert _http(f"{v3}/topics/fo/partitions/1/reassignment")[0] == 404
     wait_for(lambda: _assigned(cluster.broker(a).bootstrap, "fo") == {
         0: ([a, b], sorted([a, b])), 1: ([b, a], sorted([a, b]))}, 30, "new replicas in sync")
     done = _strom("reassign-partitions", "--verify", "--reassignment-json-file", plan,

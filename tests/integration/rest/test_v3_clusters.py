@@ -20,6 +20,12 @@ def test_clusters_and_brokers(rest) -> None:
     assert cluster["controller"]["related"] == brokers["data"][0]["metadata"]["self"]
     status, broker = rest.get(f"/v3/clusters/{cid}/brokers/0")
     assert status == 200 and broker == brokers["data"][0]
+    status, replicas = rest.get(f"/v3/clusters/{cid}/brokers/0/partition-replicas")
+    assert status == 200 and replicas["kind"] == "KafkaReplicaList"
+    assert all(r["broker_id"] == 0 and r["is_leader"] for r in replicas["data"])
+    # a single node has no reassignment under way (the cluster tests list one)
+    status, moving = rest.get(f"/v3/clusters/{cid}/topics/-/partitions/-/reassignment")
+    assert (status, moving["kind"], moving["data"]) == (200, "KafkaReassignmentList", [])
 
 
 def test_errors_are_confluents_bodies(rest) -> None:
@@ -27,6 +33,10 @@ def test_errors_are_confluents_bodies(rest) -> None:
         404, {"error_code": 404, "message": "Cluster no-such-cluster cannot be found."})
     status, body = rest.get(f"{rest.v3}/brokers/77")
     assert (status, body["error_code"]) == (404, 404)
+    assert rest.get(f"{rest.v3}/brokers/77/partition-replicas") == (
+        404, {"error_code": 404, "message": "Broker 77 cannot be found."})
+    assert rest.get(f"{rest.v3}/topics/t/partitions/0/reassignment") == (
+        404, {"error_code": 404, "message": "HTTP 404 Not Found"})
     assert rest.get("/no/such/path") == (404, {"error_code": 404, "message": "HTTP 404 Not Found"})
     status, body = rest.delete("/v3/clusters")
     assert (status, body["error_code"]) == (405, 405)

@@ -154,6 +154,24 @@ def entry_fields(entry: ConfigEntry) -> dict[str, Any]:
     }
 
 
+def replica_body(root: str, cluster_id: str, topic: str, partition: int, broker: int, *,
+                 is_leader: bool, in_sync: bool) -> dict[str, Any]:
+    """Confluent's KafkaReplica (``root``: the cluster's URL)."""
+    url = f"{root}/topics/{q(topic)}/partitions/{partition}/replicas/{broker}"
+    return {
+        "kind": "KafkaReplica",
+        "metadata": resource_metadata(url, crn(
+            cluster_id, f"topic={topic}", f"partition={partition}", f"replica={broker}")),
+        "cluster_id": cluster_id,
+        "topic_name": topic,
+        "partition_id": partition,
+        "broker_id": broker,
+        "is_leader": is_leader,
+        "is_in_sync": in_sync,
+        "broker": related(f"{root}/brokers/{broker}"),
+    }
+
+
 def routes(ctx: RestContext) -> list[BaseRoute]:
     def base(request: Request, cluster_id: str) -> str:
         return ctx.url(request, cluster_path(cluster_id))
@@ -201,23 +219,12 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
             "reassignment": related(f"{url}/reassignment"),
         }
 
-    def replica_body(request: Request, cluster_id: str, topic: str, part: Any, node: Any
-                     ) -> dict[str, Any]:
-        root = base(request, cluster_id)
-        url = f"{root}/topics/{q(topic)}/partitions/{part.id}/replicas/{node.id}"
+    def replica_of(request: Request, cluster_id: str, topic: str, part: Any, node: Any
+                   ) -> dict[str, Any]:
         leader = part.leader
-        return {
-            "kind": "KafkaReplica",
-            "metadata": resource_metadata(url, crn(
-                cluster_id, f"topic={topic}", f"partition={part.id}", f"replica={node.id}")),
-            "cluster_id": cluster_id,
-            "topic_name": topic,
-            "partition_id": part.id,
-            "broker_id": node.id,
-            "is_leader": leader is not None and leader.id == node.id,
-            "is_in_sync": any(n.id == node.id for n in part.isr),
-            "broker": related(f"{root}/brokers/{node.id}"),
-        }
+        return replica_body(base(request, cluster_id), cluster_id, topic, part.id, node.id,
+                            is_leader=leader is not None and leader.id == node.id,
+                            in_sync=any(n.id == node.id for n in part.isr))
 
     def config_body(request: Request, cluster_id: str, topic: str, entry: ConfigEntry
                     ) -> dict[str, Any]:
@@ -446,7 +453,7 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
         cluster_id, topic, part = await replicas_of(request)
         url = f"{base(request, cluster_id)}/topics/{q(topic)}/partitions/{part.id}/replicas"
         return JSONResponse(list_body("KafkaReplicaList", url, [
-            replica_body(request, cluster_id, topic, part, n) for n in part.replicas]))
+            replica_of(request, cluster_id, topic, part, n) for n in part.replicas]))
 
     async def get_replica(request: Request) -> Response:
         cluster_id, topic, part = await replicas_of(request)
@@ -454,7 +461,7 @@ def routes(ctx: RestContext) -> list[BaseRoute]:
         node = next((n for n in part.replicas if n.id == broker), None)
         if node is None:
             raise not_found("HTTP 404 Not Found")
-        return JSONResponse(replica_body(request, cluster_id, topic, part, node))
+        return JSONResponse(replica_of(request, cluster_id, topic, part, node))
 
     topics = "/v3/clusters/{cluster_id}/topics"
     one = topics + "/{topic_name}"
