@@ -4,8 +4,9 @@ watched and stopped by the broker.
 The broker binds the HTTP port itself — a taken port is one clear start-up error, and requests
 that arrive while the process (re)starts wait in the socket's backlog — and hands the socket and
 its config to the process on stdin. The process reaches this broker as a Kafka client through a
-PLAINTEXT listener, or with basic authentication a SASL_PLAINTEXT one (PLAIN or SCRAM), so every
-HTTP request passes the broker's own checks and ACLs. If the process dies it is started again
+PLAINTEXT listener, or with basic authentication a SASL_PLAINTEXT one (PLAIN or SCRAM); on a
+broker with TLS listeners only, through SSL or SASL_SSL (`LoopbackTls`). Every HTTP request
+passes the broker's own checks and ACLs. If the process dies it is started again
 (an ERROR line says so); when the broker stops, closing the process's stdin stops it, and a
 broker killed with -9 takes it along the same way.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from strom.broker.core import Broker
 from strom.broker.helper_process import HelperProcess
@@ -26,7 +27,7 @@ from strom.config.rest import rest_endpoint
 from strom.http.server import bind
 from strom.rest.settings import Handoff
 from strom.security.listeners import ListenerSettings
-from strom.security.tls import server_context
+from strom.security.tls import loopback_tls, server_context
 
 log = logging.getLogger("strom.rest")
 
@@ -49,25 +50,28 @@ class RestListener:
 
 def _client_listener(servers: Sequence[BrokerServer], basic: bool
                      ) -> tuple[BrokerServer, list[str]]:
-    """The broker listener the HTTP API connects through, with its SASL mechanisms."""
-    for server in servers:
-        listener = server.security.listener
-        sasl = server.security.sasl
-        if listener.tls:
-            continue
-        if basic and listener.sasl and sasl is not None:
-            mechanisms = [m for m in sasl.mechanisms if m in ("PLAIN", "SCRAM-SHA-256",
-                                                              "SCRAM-SHA-512")]
-            if mechanisms:
-                return server, mechanisms
-        if not basic and not listener.sasl:
-            return server, []
+    """The broker listener the HTTP API connects through, with its SASL mechanisms: one
+    without TLS if there is one (no encryption on the loopback), else a TLS one."""
+    for tls in (False, True):
+        for server in servers:
+            listener = server.security.listener
+            sasl = server.security.sasl
+            if listener.tls != tls:
+                continue
+            if basic and listener.sasl and sasl is not None:
+                mechanisms = [m for m in sasl.mechanisms if m in ("PLAIN", "SCRAM-SHA-256",
+                                                                  "SCRAM-SHA-512")]
+                if mechanisms:
+                    return server, mechanisms
+            if not basic and not listener.sasl:
+                return server, []
     if basic:
-        raise StartupError("rest.authentication.method=BASIC needs a SASL_PLAINTEXT listener "
-                           "with PLAIN or SCRAM enabled: the HTTP API authenticates to the "
-                           "broker as each HTTP user")
-    raise StartupError("rest.listeners needs a PLAINTEXT listener to reach the broker through "
-                       "(or rest.authentication.method=BASIC with a SASL_PLAINTEXT one)")
+        raise StartupError("rest.authentication.method=BASIC needs a SASL_PLAINTEXT or "
+                           "SASL_SSL listener with PLAIN or SCRAM enabled: the HTTP API "
+                           "authenticates to the broker as each HTTP user")
+    raise StartupError("rest.listeners needs a PLAINTEXT or SSL listener to reach the broker "
+                       "through (or rest.authentication.method=BASIC with a SASL_PLAINTEXT or "
+                       "SASL_SSL one)")
 
 
 def start_rest_listener(broker: Broker, servers: Sequence[BrokerServer]) -> RestListener | None:
@@ -83,6 +87,13 @@ def start_rest_listener(broker: Broker, servers: Sequence[BrokerServer]) -> Rest
             server_context(ListenerSettings(config, Listener(LISTENER, host, port, "SSL")).get)
         except ConfigError as exc:
             raise StartupError(f"rest.listeners: {exc}") from None
+    loopback = None
+    if server.security.listener.tls:
+        try:
+            loopback = loopback_tls(ListenerSettings(config, server.security.listener).get)
+        except ConfigError as exc:
+            raise StartupError(f"rest.listeners: the HTTP API reaches the broker through its "
+                               f"TLS listener {server.security.listener.name}: {exc}") from None
     elif not basic and broker.authorizer is not None:
         log.warning("rest.authentication.method is NONE while the broker has an authorizer: "
                     "every HTTP request is User:ANONYMOUS's (set BASIC)")
@@ -103,7 +114,7 @@ def start_rest_listener(broker: Broker, servers: Sequence[BrokerServer]) -> Rest
                       bootstrap=f"{kafka_shown}:{server.port}",
                       security_protocol=server.security.listener.protocol,
                       sasl_mechanisms=mechanisms, registry_url=broker.info.registry_url,
-                      public_url=url)
+                      public_url=url, tls=asdict(loopback) if loopback is not None else None)
     handoff.config["rest.listeners"] = f"{'https' if tls else 'http'}://{host}:{bound_port}"
     helper = HelperProcess("the HTTP API's process", "strom.rest", handoff.to_line(), log,
                            stop_s=STOP_S, pass_fds=[handoff.fd])

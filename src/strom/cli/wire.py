@@ -8,6 +8,7 @@ empty). It works against any Kafka broker that has the APIs; only PLAINTEXT list
 from __future__ import annotations
 
 import socket
+import ssl
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,10 +27,13 @@ def error_name(code: int) -> str:
 
 
 class Connection:
-    def __init__(self, host: str, port: int, timeout: float) -> None:
+    def __init__(self, host: str, port: int, timeout: float, *,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.address = f"{host}:{port}"
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
+            if ssl_context is not None:
+                self.sock = ssl_context.wrap_socket(self.sock, server_hostname=host)
         except OSError as e:
             raise CliError(f"cannot reach broker at {self.address}: {e.strerror or e}",
                            EXIT_UNREACHABLE) from None

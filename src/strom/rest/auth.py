@@ -5,6 +5,7 @@ remembered, so the user's Kafka clients authenticate the same way."""
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Sequence
 
 from scramp import ScramClient, ScramException
@@ -20,9 +21,11 @@ TIMEOUT_S = 5.0
 
 
 class SaslCheck:
-    def __init__(self, bootstrap: str, mechanisms: Sequence[str]) -> None:
+    def __init__(self, bootstrap: str, mechanisms: Sequence[str],
+                 tls: ssl.SSLContext | None = None) -> None:
         host, _, port = bootstrap.rpartition(":")
         self.host, self.port = host.strip("[]"), int(port)
+        self.tls = tls
         self.mechanisms = [m for m in PREFERRED if m in mechanisms]
         self._mechanism: dict[str, str] = {}
 
@@ -40,7 +43,7 @@ class SaslCheck:
         return False
 
     def _authenticate(self, mechanism: str, user: str, password: str) -> bool:
-        conn = Connection(self.host, self.port, TIMEOUT_S)
+        conn = Connection(self.host, self.port, TIMEOUT_S, ssl_context=self.tls)
         try:
             if conn.call(SASL_HANDSHAKE, 1, {"mechanism": mechanism}).error_code:
                 return False

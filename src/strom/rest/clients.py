@@ -14,6 +14,7 @@ import concurrent.futures
 import functools
 import hashlib
 import logging
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -124,6 +125,7 @@ class UserClients:
     secret: bytes  # a hash of the credentials these clients were made with
     loop: asyncio.AbstractEventLoop
     used: float = field(default_factory=time.monotonic)
+    tls: ssl.SSLContext | None = None  # to a TLS listener (`LoopbackTls`)
     _admin: AdminClient | None = None
     _producer: ProducerBridge | None = None
     _raw: BrokerClient | None = None
@@ -161,11 +163,12 @@ class UserClients:
         if self._raw is None:
             host, port = self.config["bootstrap.servers"].split(",")[0].rsplit(":", 1)
             sasl = None
-            if self.config.get("security.protocol") == "SASL_PLAINTEXT":
+            if self.config.get("security.protocol", "").startswith("SASL_"):
                 sasl = SaslCredentials(self.config.get("sasl.mechanism", "PLAIN"),
                                        self.config["sasl.username"], self.config["sasl.password"])
             self._raw = BrokerClient(host.strip("[]"), int(port), client_id="strom-rest",
-                                     timeout_s=ADMIN_TIMEOUT_S, security=ClientSecurity(sasl=sasl))
+                                     timeout_s=ADMIN_TIMEOUT_S,
+                                     security=ClientSecurity(ssl_context=self.tls, sasl=sasl))
         try:
             return await self._raw.request(api_key, version, body)
         except BrokerConnectionError as exc:
@@ -182,8 +185,10 @@ class UserClients:
 class ClientPool:
     """Kafka clients by HTTP user (None: no authentication)."""
 
-    def __init__(self, base: dict[str, Any], mechanism_of: Callable[[str], str | None]) -> None:
+    def __init__(self, base: dict[str, Any], mechanism_of: Callable[[str], str | None],
+                 tls: ssl.SSLContext | None = None) -> None:
         self.base = base
+        self.tls = tls
         self.mechanism_of = mechanism_of  # the SASL mechanism a user authenticated with
         self._users: dict[str | None, UserClients] = {}
         self._passwords: dict[str, str] = {}
@@ -214,7 +219,8 @@ class ClientPool:
             found.close()
             found = None
         if found is None:
-            found = self._users[user] = UserClients(conf, secret, asyncio.get_running_loop())
+            found = self._users[user] = UserClients(conf, secret, asyncio.get_running_loop(),
+                                                    tls=self.tls)
         found.used = time.monotonic()
         return found
 

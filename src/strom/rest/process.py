@@ -31,8 +31,10 @@ LISTENER = "REST"  # the name its listener.name.<l>.ssl.* overrides use
 async def serve(settings: RestSettings) -> None:
     from starlette.types import ASGIApp
 
-    sasl = SaslCheck(settings.handoff.bootstrap, settings.handoff.sasl_mechanisms)
-    pool = ClientPool(settings.client_base(), sasl.mechanism_of)
+    loopback = settings.handoff.loopback_tls()
+    tls = loopback.context() if loopback is not None else None
+    sasl = SaslCheck(settings.handoff.bootstrap, settings.handoff.sasl_mechanisms, tls)
+    pool = ClientPool(settings.client_base(), sasl.mechanism_of, tls)
     ctx = RestContext(settings, pool)
     app: ASGIApp = build_app(ctx)
     if settings.basic_auth:

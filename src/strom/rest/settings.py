@@ -9,6 +9,7 @@ from typing import Any
 from strom.common.helper_child import JsonLine
 from strom.config.broker import BrokerConfig
 from strom.config.rest import rest_endpoint
+from strom.security.tls import LoopbackTls
 
 
 @dataclass
@@ -16,10 +17,17 @@ class Handoff(JsonLine):
     config: dict[str, str]  # the broker's properties as written (file plus overrides)
     fd: int  # the listening socket, bound by the broker
     bootstrap: str  # host:port of the broker's listener this process connects to
-    security_protocol: str  # PLAINTEXT or SASL_PLAINTEXT
+    security_protocol: str  # PLAINTEXT, SASL_PLAINTEXT, or on a TLS-only broker SSL/SASL_SSL
     sasl_mechanisms: list[str] = field(default_factory=list)  # enabled on that listener
     registry_url: str | None = None  # the broker's schema registry, if it serves one
     public_url: str = ""  # as printed at start-up
+    tls: dict[str, str | None] | None = None  # a LoopbackTls, for a TLS listener
+
+    def loopback_tls(self) -> LoopbackTls | None:
+        if self.tls is None:
+            return None
+        return LoopbackTls(str(self.tls["ca_pem"]), self.tls.get("cert_pem"),
+                           self.tls.get("key_pem"))
 
 
 @dataclass
@@ -51,7 +59,9 @@ class RestSettings:
 
     def client_base(self) -> dict[str, Any]:
         """librdkafka settings every client of this process shares."""
+        tls = self.handoff.loopback_tls()
         return {"bootstrap.servers": self.handoff.bootstrap,
                 "security.protocol": self.handoff.security_protocol,
                 "client.id": "strom-rest",
-                "log_level": 3}
+                "log_level": 3,
+                **(tls.librdkafka() if tls is not None else {})}

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -204,3 +206,88 @@ def peer_distinguished_name(ssl_object: Any) -> str | None:
     from cryptography import x509
 
     return x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
+_PEM_BLOCK = re.compile(rb"-----BEGIN ([A-Z0-9 ]+)-----.+?-----END \1-----\s*", re.S)
+
+
+def _pem_blocks(data: bytes) -> tuple[list[bytes], list[bytes]]:
+    """(private key blocks, certificate blocks) of a PEM text."""
+    keys: list[bytes] = []
+    certs: list[bytes] = []
+    for m in _PEM_BLOCK.finditer(data):
+        (keys if b"PRIVATE KEY" in m.group(1) else certs).append(m.group(0))
+    return keys, certs
+
+
+def _unencrypted_key(pem: bytes, password: bytes | None, name: str) -> bytes:
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        key = serialization.load_pem_private_key(pem, password)
+    except (ValueError, TypeError) as e:
+        raise TlsConfigError(f"{name}: cannot read the private key ({e}); is ssl.key.password "
+                             "right?") from None
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+@dataclass(frozen=True)
+class LoopbackTls:
+    """How another process of this broker (the HTTP API) reaches one of its TLS listeners:
+    trusting the listener's trust store, or without one the certificates of its own key store
+    (its own certificate, self-signed or with its chain), and presenting the key store's
+    certificate when the listener asks for client certificates. The host name is not checked:
+    the connection goes to the broker's own address, not the name its certificate carries."""
+
+    ca_pem: str
+    cert_pem: str | None = None
+    key_pem: str | None = None
+
+    def librdkafka(self) -> dict[str, str]:
+        out = {"ssl.ca.pem": self.ca_pem, "ssl.endpoint.identification.algorithm": "none"}
+        if self.cert_pem and self.key_pem:
+            out.update({"ssl.certificate.pem": self.cert_pem, "ssl.key.pem": self.key_pem})
+        return out
+
+    def context(self) -> ssl.SSLContext:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        ctx.load_verify_locations(cadata=self.ca_pem)
+        if self.cert_pem and self.key_pem:
+            with _private_file((self.key_pem + self.cert_pem).encode()) as path:
+                ctx.load_cert_chain(path)
+        return ctx
+
+
+def loopback_tls(get: Setting) -> LoopbackTls:
+    """`LoopbackTls` from a listener's ssl.* settings (PEM or PKCS12 stores, inline or files)."""
+    kind = (get("ssl.keystore.type") or "JKS").upper()
+    key_password = _password(get("ssl.key.password"))
+    if get("ssl.keystore.key"):
+        key_pems = [get("ssl.keystore.key").encode()]
+        certs = _pem_blocks(get("ssl.keystore.certificate.chain").encode())[1]
+    elif kind == "PKCS12":
+        key, certs = _pkcs12_to_pem(_read(get("ssl.keystore.location"), "ssl.keystore.location"),
+                                    _password(get("ssl.keystore.password")),
+                                    "ssl.keystore.location", want_key=True)
+        key_pems, key_password = [key], None
+    else:
+        key_pems, certs = _pem_blocks(_read(get("ssl.keystore.location"),
+                                            "ssl.keystore.location"))
+    if not key_pems or not certs:
+        raise TlsConfigError("ssl.keystore.location: no private key and certificate found")
+    key_pem = _unencrypted_key(key_pems[0], key_password, "ssl.keystore")
+    trust_kind = (get("ssl.truststore.type") or "JKS").upper()
+    location, inline = get("ssl.truststore.location"), get("ssl.truststore.certificates")
+    if inline:
+        trusted = _pem_blocks(inline.encode())[1]
+    elif location and trust_kind == "PKCS12":
+        trusted = _pkcs12_to_pem(_read(location, "ssl.truststore.location"),
+                                 _password(get("ssl.truststore.password")),
+                                 "ssl.truststore.location", want_key=False)[1]
+    elif location:
+        trusted = _pem_blocks(_read(location, "ssl.truststore.location"))[1]
+    else:
+        trusted = certs
+    return LoopbackTls(b"".join(trusted).decode(), b"".join(certs).decode(), key_pem.decode())

@@ -132,6 +132,47 @@ def test_https_with_the_brokers_tls_settings(make_broker, tmp_path) -> None:
         assert resp.status == 200
 
 
+def test_a_broker_with_tls_listeners_only(tmp_path) -> None:
+    """No PLAINTEXT listener: the HTTP API reaches its broker over TLS, trusting the broker's
+    trust store and presenting the broker's own certificate (client certificates required);
+    produce, admin calls and a Kafka request of its own (ListPartitionReassignments) work."""
+    import json
+    import urllib.request
+
+    from ..broker import BrokerProcess
+    from ..security.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    server = ca.issue("broker", server=True, password="key-secret", O="Strom Tests",
+                      CN="localhost")
+    broker = BrokerProcess(tmp_path / "tls-only", name="tls-only")
+    try:
+        broker.start({"listeners": f"SSL://{HOST}:{broker.port}", "rest.listeners": "http://127.0.0.1:0",
+                      "metrics.listener": "", "ssl.keystore.type": "PEM",
+                      "ssl.keystore.location": str(server.both), "ssl.key.password": "key-secret",
+                      "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.path),
+                      "ssl.client.auth": "required", "num.partitions": "1"}, wait=False)
+        url = started_url(broker, "HTTP API", timeout=30)
+
+        def call(method: str, path: str, body: object = None) -> tuple[int, dict]:
+            data = json.dumps(body).encode() if body is not None else None
+            req = urllib.request.Request(url + path, data=data, method=method,
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=T) as resp:
+                return resp.status, json.load(resp)
+
+        status, clusters = call("GET", "/v3/clusters")
+        v3 = f"/v3/clusters/{clusters['data'][0]['cluster_id']}"
+        assert call("POST", f"{v3}/topics", {"topic_name": "sealed"})[0] == 201
+        status, sent = call("POST", f"{v3}/topics/sealed/records",
+                            {"value": {"type": "STRING", "data": "over TLS"}})
+        assert (status, sent["error_code"], sent["offset"]) == (200, 200, 0), sent
+        status, moving = call("GET", f"{v3}/topics/-/partitions/-/reassignment")
+        assert (status, moving["data"]) == (200, [])
+    finally:
+        broker.stop()
+
+
 def test_the_broker_restarts_its_http_process_and_takes_it_along(make_broker) -> None:
     broker = make_broker(REST_OVERRIDES)
     rest = Rest(started_url(broker, "HTTP API"), broker, "")

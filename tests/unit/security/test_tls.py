@@ -21,6 +21,7 @@ from strom.config.defs import ConfigError
 from strom.security.tls import (
     TlsConfigError,
     client_context,
+    loopback_tls,
     peer_distinguished_name,
     server_context,
 )
@@ -348,3 +349,34 @@ def test_client_context_trusts_the_truststore_and_checks_host_names(pki: Pki) ->
                                      ssl_truststore_location=str(pki.ca.path),
                                      ssl_endpoint_identification_algorithm=""))
     assert not no_check.check_hostname
+
+
+# -- a process of the broker reaching its own TLS listener --------------------------------------
+
+
+@pytest.mark.parametrize("stores", ["pem+truststore", "encrypted pem", "pkcs12"])
+def test_the_loopback_client_trusts_the_listener_and_presents_its_certificate(
+        pki: Pki, stores: str) -> None:
+    trust = {"ssl_truststore_type": "PEM", "ssl_truststore_location": str(pki.ca.path)}
+    get = {"pem+truststore": pem_keystore(pki, ssl_client_auth="required", **trust),
+           "encrypted pem": getter(ssl_keystore_type="PEM",
+                                   ssl_keystore_location=str(pki.encrypted.both),
+                                   ssl_key_password="key-pass", ssl_client_auth="required",
+                                   **trust),
+           "pkcs12": getter(ssl_keystore_type="PKCS12", ssl_keystore_location=str(pki.pkcs12),
+                            ssl_keystore_password="store-pass", ssl_client_auth="required",
+                            **trust)}[stores]
+    loopback = loopback_tls(get)
+    server, _client = tls_handshake(server_context(get), loopback.context())
+    assert peer_distinguished_name(server) == "CN=localhost,O=Strom Tests"
+    settings = loopback.librdkafka()
+    assert settings["ssl.endpoint.identification.algorithm"] == "none"
+    assert "ENCRYPTED" not in settings["ssl.key.pem"]  # librdkafka gets no password to ask
+
+
+def test_without_a_truststore_the_loopback_client_trusts_the_keystores_certificates(
+        pki: Pki) -> None:
+    """A PKCS12 store with its chain (the CA's certificate) needs no trust store."""
+    get = getter(ssl_keystore_type="PKCS12", ssl_keystore_location=str(pki.pkcs12),
+                 ssl_keystore_password="store-pass")
+    tls_handshake(server_context(get), loopback_tls(get).context())
