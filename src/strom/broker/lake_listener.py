@@ -1,7 +1,8 @@
 """The lake writer (`iceberg.enable=true`): a process of its own (`python -m strom.lake`),
 started, watched and stopped by the broker as the HTTP API's is (strom.broker.helper_process).
 
-It reaches this broker as a Kafka client through a PLAINTEXT listener and gets the broker's
+It reaches this broker as a Kafka client through a PLAINTEXT listener (else an SSL one, as the
+HTTP API does: `LoopbackTls`) and gets the broker's
 config on stdin. If it dies it is started again (an ERROR line says so): it resumes from what
 its tables hold. When the broker stops, closing the process's stdin makes it commit what it has
 read and exit; a broker killed with -9 takes it along the same way.
@@ -16,6 +17,7 @@ import importlib.util
 import json
 import logging
 from collections.abc import Iterator, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -25,7 +27,10 @@ from strom.broker.core import Broker
 from strom.broker.helper_process import HelperProcess
 from strom.broker.server import BrokerServer
 from strom.broker.wiring import StartupError
+from strom.config.defs import ConfigError
 from strom.lake.settings import CatalogConfigError, Handoff, catalog_properties
+from strom.security.listeners import ListenerSettings
+from strom.security.tls import loopback_tls
 
 log = logging.getLogger("strom.lake")
 
@@ -72,13 +77,16 @@ class LakeCollector(Collector):
         yield from (lag, failures, last)
 
 
-def _plaintext(servers: Sequence[BrokerServer]) -> BrokerServer:
-    for server in servers:
-        listener = server.security.listener
-        if not listener.tls and not listener.sasl:
-            return server
-    raise StartupError("iceberg.enable=true needs a PLAINTEXT listener: the lake writer reads "
-                       "the topics through it")
+def _client_listener(servers: Sequence[BrokerServer]) -> BrokerServer:
+    """A PLAINTEXT listener, else an SSL one (`LoopbackTls`): the lake writer has no SASL
+    credentials of its own."""
+    for tls in (False, True):
+        for server in servers:
+            listener = server.security.listener
+            if listener.tls == tls and not listener.sasl:
+                return server
+    raise StartupError("iceberg.enable=true needs a PLAINTEXT or SSL listener: the lake writer "
+                       "reads the topics through it")
 
 
 def start_lake_listener(broker: Broker, servers: Sequence[BrokerServer]
@@ -95,12 +103,21 @@ def start_lake_listener(broker: Broker, servers: Sequence[BrokerServer]
     if missing:
         raise StartupError(f"iceberg.enable=true needs {', '.join(missing)} installed "
                            "(pyiceberg[sql-sqlite,pyiceberg-core,pyarrow])")
-    server = _plaintext(servers)
+    server = _client_listener(servers)
+    listener = server.security.listener
+    loopback = None
+    if listener.tls:
+        try:
+            loopback = loopback_tls(ListenerSettings(config, listener).get)
+        except ConfigError as exc:
+            raise StartupError(f"iceberg.enable: the lake writer reaches the broker through "
+                               f"its TLS listener {listener.name}: {exc}") from None
     host = "127.0.0.1" if server.host in ("", "0.0.0.0") else \
         "::1" if server.host == "::" else server.host
     shown = f"[{host}]" if ":" in host else host
     handoff = Handoff(config=dict(config.raw), bootstrap=f"{shown}:{server.port}",
-                      registry_url=broker.info.registry_url)
+                      security_protocol=listener.protocol, registry_url=broker.info.registry_url,
+                      tls=asdict(loopback) if loopback is not None else None)
     status = LakeStatus()
     lake = HelperProcess("the lake writer's process", "strom.lake", handoff.to_line(), log,
                          stop_s=STOP_S, on_line=status.take)

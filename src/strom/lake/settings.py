@@ -11,6 +11,7 @@ from strom.common.dead_letters import PREFIX_CONFIG
 from strom.common.helper_child import JsonLine
 from strom.config.broker import BrokerConfig
 from strom.config.lake import CATALOG_PREFIX
+from strom.security.tls import LoopbackTls
 
 # iceberg.catalog.* configs Strom reads itself; the others go to pyiceberg as they are
 _OWN = ("type", "uri", "warehouse", "name")
@@ -23,9 +24,10 @@ class CatalogConfigError(ValueError):
 @dataclass
 class Handoff(JsonLine):
     config: dict[str, str]  # the broker's properties as written (file plus overrides)
-    bootstrap: str  # host:port of the broker's PLAINTEXT listener this process connects to
-    security_protocol: str = "PLAINTEXT"
+    bootstrap: str  # host:port of the broker's listener this process connects to
+    security_protocol: str = "PLAINTEXT"  # or SSL, on a broker with TLS listeners only
     registry_url: str | None = None  # the broker's schema registry, if it serves one
+    tls: dict[str, str | None] | None = None  # a LoopbackTls, for an SSL listener
 
 
 @dataclass
@@ -47,9 +49,11 @@ class LakeSettings:
 
     def client_base(self) -> dict[str, Any]:
         """librdkafka settings of this process's clients."""
+        tls = LoopbackTls.of(self.handoff.tls)
         return {"bootstrap.servers": self.handoff.bootstrap,
                 "security.protocol": self.handoff.security_protocol,
-                "client.id": "strom-lake", "log_level": 3}
+                "client.id": "strom-lake", "log_level": 3,
+                **(tls.librdkafka() if tls is not None else {})}
 
 
 def catalog_properties(config: BrokerConfig) -> dict[str, str]:

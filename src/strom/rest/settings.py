@@ -24,10 +24,7 @@ class Handoff(JsonLine):
     tls: dict[str, str | None] | None = None  # a LoopbackTls, for a TLS listener
 
     def loopback_tls(self) -> LoopbackTls | None:
-        if self.tls is None:
-            return None
-        return LoopbackTls(str(self.tls["ca_pem"]), self.tls.get("cert_pem"),
-                           self.tls.get("key_pem"))
+        return LoopbackTls.of(self.tls)
 
 
 @dataclass

@@ -12,7 +12,7 @@ import os
 import re
 import ssl
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -243,6 +243,13 @@ class LoopbackTls:
     ca_pem: str
     cert_pem: str | None = None
     key_pem: str | None = None
+
+    @classmethod
+    def of(cls, fields: Mapping[str, str | None] | None) -> LoopbackTls | None:
+        """From its fields as a helper process's hand-off carries them (None: no TLS)."""
+        if fields is None:
+            return None
+        return cls(str(fields["ca_pem"]), fields.get("cert_pem"), fields.get("key_pem"))
 
     def librdkafka(self) -> dict[str, str]:
         out = {"ssl.ca.pem": self.ca_pem, "ssl.endpoint.identification.algorithm": "none"}

@@ -207,3 +207,40 @@ def test_value_schema_mode_decodes_values_into_columns(make_broker, unique_topic
         (b"0", str(delivered[20].offset).encode())
     assert b"does not decode" in (headers["__dlq.errors.message"] or b"")
     assert "went to the dead-letter topic" in broker.log_text()
+
+
+def test_a_broker_with_an_ssl_listener_only(tmp_path) -> None:
+    """No PLAINTEXT listener: the lake writer reads through the SSL one, trusting the key
+    store's own certificate chain (no trust store is set)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    from ..broker import HOST, BrokerProcess
+    from ..security.certs import CertificateAuthority
+
+    ca = CertificateAuthority(tmp_path / "ca")
+    server = ca.issue("broker", server=True, O="Strom Tests", CN="localhost")
+    chain = tmp_path / "chain.pem"  # key, certificate and the CA's: a key store with its chain
+    chain.write_bytes(server.both.read_bytes() + ca.path.read_bytes())
+    broker = BrokerProcess(tmp_path / "ssl-only", name="lake-ssl-only")
+    tls = {"security.protocol": "SSL", "ssl.ca.location": str(ca.path)}
+    try:
+        broker.start({"listeners": f"SSL://{HOST}:{broker.port}", "metrics.listener": "",
+                      "ssl.keystore.type": "PEM", "ssl.keystore.location": str(chain),
+                      "iceberg.enable": "true", **_catalog(tmp_path)}, wait=False)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap, **tls})
+        deadline = time.monotonic() + T
+        while True:  # the harness's readiness probe speaks PLAINTEXT: poll over TLS here
+            try:
+                admin.list_topics(timeout=2)
+                break
+            except Exception:
+                assert time.monotonic() < deadline and broker.running, broker.log_tail()
+        admin.create_topics([NewTopic("sealed", 2, 1, config={
+            "iceberg.mode": "key_value", "iceberg.commit.interval.ms": "300"})])["sealed"].result(T)
+        delivered = kc.produce(broker.bootstrap, "sealed", messages(0, 20),
+                               **{k.replace(".", "_"): v for k, v in tls.items()})
+        catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path}/catalog.db",
+                             warehouse=(tmp_path / "warehouse").as_uri())
+        wait_exactly(catalog, "sealed", delivered)
+    finally:
+        broker.stop()
