@@ -11,6 +11,7 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import (
     AdminClient,
     ScramCredentialInfo,
@@ -132,11 +133,15 @@ def test_https_with_the_brokers_tls_settings(make_broker, tmp_path) -> None:
         assert resp.status == 200
 
 
-def test_a_broker_with_tls_listeners_only(tmp_path) -> None:
+@pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])
+def test_a_broker_with_tls_listeners_only(tmp_path, protocol: str) -> None:
     """No PLAINTEXT listener: the HTTP API reaches its broker over TLS, trusting the broker's
     trust store and presenting the broker's own certificate (client certificates required);
-    produce, admin calls and a Kafka request of its own (ListPartitionReassignments) work."""
+    produce, admin calls and a Kafka request of its own (ListPartitionReassignments) work,
+    with SASL_SSL as the basic-auth user (checked by the broker over TLS too)."""
+    import base64
     import json
+    import urllib.error
     import urllib.request
 
     from ..broker import BrokerProcess
@@ -147,19 +152,33 @@ def test_a_broker_with_tls_listeners_only(tmp_path) -> None:
                       CN="localhost")
     broker = BrokerProcess(tmp_path / "tls-only", name="tls-only")
     try:
-        broker.start({"listeners": f"SSL://{HOST}:{broker.port}", "rest.listeners": "http://127.0.0.1:0",
-                      "metrics.listener": "", "ssl.keystore.type": "PEM",
-                      "ssl.keystore.location": str(server.both), "ssl.key.password": "key-secret",
-                      "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.path),
-                      "ssl.client.auth": "required", "num.partitions": "1"}, wait=False)
+        sasl = {"sasl.enabled.mechanisms": "PLAIN", "rest.authentication.method": "BASIC",
+                "listener.name.sasl_ssl.plain.sasl.jaas.config": JAAS} \
+            if protocol == "SASL_SSL" else {}
+        broker.start({"listeners": f"{protocol}://{HOST}:{broker.port}",
+                      "rest.listeners": "http://127.0.0.1:0", "metrics.listener": "",
+                      "ssl.keystore.type": "PEM", "ssl.keystore.location": str(server.both),
+                      "ssl.key.password": "key-secret", "ssl.truststore.type": "PEM",
+                      "ssl.truststore.location": str(ca.path), "ssl.client.auth": "required",
+                      "num.partitions": "1", **sasl}, wait=False)
         url = started_url(broker, "HTTP API", timeout=30)
 
-        def call(method: str, path: str, body: object = None) -> tuple[int, dict]:
+        def call(method: str, path: str, body: object = None, password: str = "admin-pw"
+                 ) -> tuple[int, dict]:
             data = json.dumps(body).encode() if body is not None else None
-            req = urllib.request.Request(url + path, data=data, method=method,
-                                         headers={"Content-Type": "application/json"})
-            with urllib.request.urlopen(req, timeout=T) as resp:
-                return resp.status, json.load(resp)
+            headers = {"Content-Type": "application/json"}
+            if sasl:
+                token = base64.b64encode(f"admin:{password}".encode()).decode()
+                headers["Authorization"] = f"Basic {token}"
+            req = urllib.request.Request(url + path, data=data, method=method, headers=headers)
+            try:
+                with urllib.request.urlopen(req, timeout=T) as resp:
+                    return resp.status, json.load(resp)
+            except urllib.error.HTTPError as e:
+                return e.code, json.load(e)
+
+        if sasl:
+            assert call("GET", "/v3/clusters", password="wrong")[0] == 401
 
         status, clusters = call("GET", "/v3/clusters")
         v3 = f"/v3/clusters/{clusters['data'][0]['cluster_id']}"
