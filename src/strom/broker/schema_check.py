@@ -21,6 +21,7 @@ two lookups in the topic's configs.
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import uuid
@@ -127,17 +128,25 @@ def _record_name(parsed: Any, schema_type: str, data: bytes, start: int) -> str 
     return title if isinstance(title, str) else None
 
 
-def _decode_error(parsed: Any, schema_type: str, data: bytes, start: int) -> str | None:
-    """Why the payload is not data of its schema (decode mode), or None."""
+@functools.cache
+def _decoders() -> tuple[Any, Any, Any]:
+    """fastavro's reader, jsonschema's validators and the Protobuf index decoder, imported on
+    first use (once, not per record)."""
     import fastavro
     from jsonschema import validators
 
     from strom.registry.formats.protobuf import decode_message_indexes
 
+    return fastavro.schemaless_reader, validators, decode_message_indexes
+
+
+def _decode_error(parsed: Any, schema_type: str, data: bytes, start: int) -> str | None:
+    """Why the payload is not data of its schema (decode mode), or None."""
+    avro_reader, validators, decode_message_indexes = _decoders()
     try:
         if schema_type == "AVRO":
             payload = io.BytesIO(data[start:])
-            fastavro.schemaless_reader(payload, parsed.fastavro_schema, None)
+            avro_reader(payload, parsed.fastavro_schema, None)
             if payload.tell() != len(data) - start:
                 return f"{len(data) - start - payload.tell()} bytes left after the Avro datum"
             return None
@@ -153,30 +162,52 @@ def _decode_error(parsed: Any, schema_type: str, data: bytes, start: int) -> str
         return f"not {schema_type} data of its schema: {exc}"
 
 
-def _check_one(registry: Registry, topic: str, field: str, strategy: str, decode: bool,
-               data: bytes, headers: list[tuple[str, bytes | None]]) -> str | None:
+@dataclass(frozen=True)
+class IdVerdict:
+    """What a record's schema id says: why it fails, or (passing) the schema as the decode
+    step needs it and where the payload starts."""
+
+    why: str | None
+    parsed: Any = None  # the schema parsed (decode mode, record-name strategies)
+    schema_type: str = ""
+    start: int = 0
+
+
+def _check_id(registry: Registry, topic: str, field: str, strategy: str, decode: bool,
+              data: bytes, headers: list[tuple[str, bytes | None]]) -> IdVerdict:
+    """The id's part of a record's check: registered, under the subject the strategy names.
+    Under the topic-name strategy it reads only the id's bytes, so its verdict holds for every
+    record starting with them (`find_invalid` keeps it per batch)."""
     state = registry.state
     found = _schema_ref(data, headers, KEY_HEADER if field == "key" else VALUE_HEADER, state)
     if isinstance(found, str):
-        return found
+        return IdVerdict(found)
     sid, start = found
     if sid not in state.ids:
-        return f"schema id {sid} is not registered"
+        return IdVerdict(f"schema id {sid} is not registered")
     by_name = strategy.rsplit(".", 1)[-1] != "TopicNameStrategy"
     schema_type = state.ids[sid].schema_type
     try:
         parsed = _parsed(registry, sid) if by_name or decode else None
         name = _record_name(parsed, schema_type, data, start) if by_name else None
     except rerr.RegistryError as exc:
-        return f"schema id {sid} cannot be parsed: {exc.message}"
+        return IdVerdict(f"schema id {sid} cannot be parsed: {exc.message}")
     except ValueError as exc:
-        return f"invalid Protobuf message indexes: {exc}"
+        return IdVerdict(f"invalid Protobuf message indexes: {exc}")
     subject = _subject(strategy, topic, field, name)
     if subject is None:
-        return f"schema id {sid} names no record for {strategy.rsplit('.', 1)[-1]}"
+        return IdVerdict(f"schema id {sid} names no record for {strategy.rsplit('.', 1)[-1]}")
     if subject not in state.live_subjects_of(sid):
-        return f"schema id {sid} is not registered under subject {subject}"
-    return _decode_error(parsed, schema_type, data, start) if decode else None
+        return IdVerdict(f"schema id {sid} is not registered under subject {subject}")
+    return IdVerdict(None, parsed, schema_type, start)
+
+
+def _check_one(registry: Registry, topic: str, field: str, strategy: str, decode: bool,
+               data: bytes, headers: list[tuple[str, bytes | None]]) -> str | None:
+    verdict = _check_id(registry, topic, field, strategy, decode, data, headers)
+    if verdict.why is not None or not decode:
+        return verdict.why
+    return _decode_error(verdict.parsed, verdict.schema_type, data, verdict.start)
 
 
 def check_batch(coordinator: RegistryCoordinator | None, topic: str, checked: Checked,
@@ -294,11 +325,11 @@ def find_invalid(coordinator: RegistryCoordinator | None, topic: str, checked: C
     except CorruptRecordError:
         return []  # the log's own checks refuse it with CORRUPT_MESSAGE
     # what each checked field needs, decided once per batch: (field, strategy, decode, and
-    # the verdicts by the id's bytes when they decide alone: id mode under the topic-name
-    # strategy, where a batch's records mostly share one schema, each id checked once)
-    plan: list[tuple[str, str, bool, dict[bytes, str | None] | None]] = [
+    # the id verdicts by the id's bytes when those decide alone -- under the topic-name
+    # strategy, where a batch's records mostly share one schema, each id is checked once)
+    plan: list[tuple[str, str, bool, dict[bytes, IdVerdict] | None]] = [
         (field, strategy, decode,
-         {} if not decode and strategy.rsplit(".", 1)[-1] == "TopicNameStrategy" else None)
+         {} if strategy.rsplit(".", 1)[-1] == "TopicNameStrategy" else None)
         for field, strategy, decode in (("key", checked.key, checked.decode_key),
                                         ("value", checked.value, checked.decode_value))
         if strategy is not None]
@@ -313,11 +344,14 @@ def find_invalid(coordinator: RegistryCoordinator | None, topic: str, checked: C
                 why: str | None = f"cannot validate: {unavailable}"
             elif by_id is not None and not headers:
                 prefix = bytes(data[:17] if data and data[0] == 1 else data[:5])
-                if prefix in by_id:
-                    why = by_id[prefix]
-                else:
-                    why = by_id[prefix] = _check_one(registry, topic, field, strategy, False,
-                                                     bytes(data), [])
+                verdict = by_id.get(prefix)
+                if verdict is None:
+                    verdict = by_id[prefix] = _check_id(registry, topic, field, strategy,
+                                                        decode, prefix, [])
+                why = verdict.why
+                if why is None and decode:
+                    why = _decode_error(verdict.parsed, verdict.schema_type, bytes(data),
+                                        verdict.start)
             else:
                 why = _check_one(registry, topic, field, strategy, decode, bytes(data),
                                  headers)
