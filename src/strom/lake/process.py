@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -39,6 +40,7 @@ MAX_BATCH_ROWS = 500_000  # a commit comes before the interval ends beyond these
 # few times over. (Capping librdkafka's prefetch to match saved 70 MB more but halved the rate.)
 MAX_BATCH_BYTES = 16 << 20
 MODES = ("key_value", "value_schema")
+NICE = 19  # added to the broker's nice value: the lowest priority there is
 INTERNAL = ("__consumer_offsets", "__transaction_state", "__share_group_state", "_schemas")
 
 
@@ -430,6 +432,10 @@ class LakeWriter:
 
 def main() -> None:
     line = start_child("strom.lake", "iceberg.enable=true")
+    # A background writer: below the broker's CPU priority, so that when the cores are busy
+    # the broker's producers and consumers come first and the tables' lag grows instead
+    # (docs/lakehouse.md; iceberg-1k in docs/benchmarks.md measures both)
+    os.nice(NICE)
     settings = LakeSettings.of(Handoff.from_line(line))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
