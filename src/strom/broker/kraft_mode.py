@@ -252,9 +252,18 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
             client_id=f"broker-{config.broker_id}-to-controller",
             security=controller_security(config),
             timeout_s=config.get("controller.quorum.request.timeout.ms") / 1000)
+        # registration and heartbeats on a connection of their own, as Kafka's broker has:
+        # behind a burst of AlterPartition requests (a failover of 1,000 partitions) they
+        # would wait past broker.session.timeout.ms, and the controller fence a live broker
+        heartbeat_channel = ControllerChannel(
+            lambda: loader.leader.leader_id, controller_node.controller_endpoints,
+            client_id=f"broker-{config.broker_id}-heartbeat",
+            security=controller_security(config),
+            timeout_s=config.get("controller.quorum.request.timeout.ms") / 1000)
         protocols = {lst.name: lst.protocol for lst in advertised_listeners(config)}
         dir_ids = _log_dir_ids(logs)
-        lifecycle = BrokerLifecycle(channel, info, controller_node.cluster_id, protocols, loader,
+        lifecycle = BrokerLifecycle(heartbeat_channel, info, controller_node.cluster_id,
+                                    protocols, loader,
                                     interval_ms=config.get("broker.heartbeat.interval.ms"),
                                     session_timeout_ms=config.get("broker.session.timeout.ms"),
                                     log_dirs=[topic_id_from_str(d) for d in dir_ids.values()],
