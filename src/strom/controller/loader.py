@@ -3,7 +3,8 @@
 `MetadataLoader` is the Raft client's listener (`strom.raft.base.RaftListener`). The client
 calls it in the Raft thread with committed batches, snapshots to load and leader changes; the
 loader decodes the values there and hands each step to the event loop in order
-(`call_soon_threadsafe`), where it changes the image that handlers read. Nothing above the
+(`call_soon_threadsafe`), where it changes the image that handlers read, `APPLY_SLICE` records
+at a time. Nothing above the
 high watermark ever reaches the image: a change is visible once a majority has it.
 
 Values are Strom's JSON metadata records (`strom.cluster.records`), except the
@@ -20,6 +21,7 @@ after `metadata.log.max.record.bytes.between.snapshots` bytes of records, or
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 import logging
@@ -41,6 +43,9 @@ ChangeListener = Callable[[list[Change]], None]
 # the image's live state, which no record sets (the single node registers itself): kept
 # when a snapshot replaces the rest
 _LIVE_FIELDS = frozenset({"cluster_id", "controller_id", "controller_epoch", "brokers"})
+# committed records applied in one go on the event loop: a slice takes a few ms, and requests
+# are served between slices
+APPLY_SLICE = 200
 
 
 def decode_value(value: bytes) -> tuple[Record | None, tuple[str, int] | None]:
@@ -89,6 +94,11 @@ class MetadataLoader:
         # partitions this broker led before it restarted, shown leaderless until the
         # controller decides them again (`hold_inherited_leaderships`)
         self._inherited: set[tuple[str, int]] = set()
+        # what the Raft thread handed over, not applied yet: ("step", a commit step) or
+        # ("call", (function, args)) for a snapshot or a leader change, in order
+        self._queue: collections.deque[tuple[str, Any]] = collections.deque()
+        self._position = 0  # records of the first queued step already applied
+        self._draining = False
 
     # -- what the rest of the node uses -----------------------------------------------------
 
@@ -149,7 +159,7 @@ class MetadataLoader:
                 elif feature is not None:
                     features.append(feature)
             steps.append((records, features, batch.base_offset + len(batch.records), size))
-        self.loop.call_soon_threadsafe(self._apply_commits, steps)
+        self.loop.call_soon_threadsafe(self._enqueue, [("step", step) for step in steps])
 
     def handle_load_snapshot(self, snapshot: SnapshotContent) -> None:
         records: list[Record] = []
@@ -165,33 +175,73 @@ class MetadataLoader:
             rec.apply(fresh, record)
         fresh.finalized_features = dict(features)
         fresh.features_epoch = snapshot.snapshot_id.offset - 1 if features else -1
-        self.loop.call_soon_threadsafe(self._apply_snapshot, fresh, features,
-                                       snapshot.snapshot_id.offset)
+        self.loop.call_soon_threadsafe(self._enqueue, [("call", (
+            self._apply_snapshot, (fresh, features, snapshot.snapshot_id.offset)))])
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
-        self.loop.call_soon_threadsafe(self._apply_leader, leader)
+        self.loop.call_soon_threadsafe(self._enqueue, [("call", (self._apply_leader, (leader,)))])
 
     # -- on the event loop ------------------------------------------------------------------
 
-    def _apply_commits(self, steps: list[tuple[list[Record], list[tuple[str, int]], int, int]]
-                       ) -> None:
+    def _enqueue(self, items: list[tuple[str, Any]]) -> None:
+        """Everything the Raft thread hands over, applied in its order (`_drain`)."""
+        self._queue.extend(items)
+        if not self._draining:
+            self._draining = True
+            self._drain()
+
+    def _drain(self) -> None:
+        """Apply at most APPLY_SLICE committed records, then let the loop serve before the
+        rest: a failover moving 1,000 partitions would otherwise hold it for tens of ms
+        (issue 28). A step's offset counts as applied once all its records are."""
         changes: list[Change] = []
-        for records, features, end, size in steps:
-            for record in records:
-                change = rec.apply(self.image, record)
-                if change is not None:
-                    changes.append(change)
-                if self._inherited and record.get("type") == "partition":
-                    self._inherited.discard((record["topic_id"], record["partition"]))
-            if features:
-                self.features.update(features)
-                self.image.finalized_features.update(features)
-                self.image.features_epoch = end - 1
-            self.applied_offset = end
-            if records:
-                self._bytes_since_snapshot += size
-                if self._first_since_snapshot_ms is None:
-                    self._first_since_snapshot_ms = int(time.time() * 1000)
+        budget = APPLY_SLICE
+        try:
+            while self._queue and budget > 0:
+                kind, payload = self._queue[0]
+                if kind == "call":
+                    self._report(changes)
+                    changes = []
+                    self._queue.popleft()
+                    function, args = payload
+                    function(*args)
+                    continue
+                records, features, end, size = payload
+                start = self._position
+                stop = min(len(records), start + budget)
+                budget -= stop - start
+                try:
+                    for record in records[start:stop]:
+                        change = rec.apply(self.image, record)
+                        if change is not None:
+                            changes.append(change)
+                        if self._inherited and record.get("type") == "partition":
+                            self._inherited.discard((record["topic_id"], record["partition"]))
+                except Exception:
+                    log.exception("applying committed metadata at offset %d failed", end - 1)
+                    stop = len(records)  # as before slicing: the step is not applied again
+                if stop < len(records):
+                    self._position = stop
+                    break
+                self._position = 0
+                self._queue.popleft()
+                if features:
+                    self.features.update(features)
+                    self.image.finalized_features.update(features)
+                    self.image.features_epoch = end - 1
+                self.applied_offset = end
+                if records:
+                    self._bytes_since_snapshot += size
+                    if self._first_since_snapshot_ms is None:
+                        self._first_since_snapshot_ms = int(time.time() * 1000)
+            self._report(changes)
+        finally:
+            if self._queue:
+                self.loop.call_soon(self._drain)  # after the callbacks waiting meanwhile
+            else:
+                self._draining = False
+
+    def _report(self, changes: list[Change]) -> None:
         if self.track_controller and any(c.kind == "brokers_changed" for c in changes):
             self._name_controller()
         if changes:

@@ -320,3 +320,35 @@ def test_a_failed_snapshot_is_tried_again_later(caplog: pytest.LogCaptureFixture
         assert h.snapshots[0][0] == 4
 
     run(scenario)
+
+
+def test_a_large_commit_is_applied_in_slices_with_the_loop_free_between_them() -> None:
+    """A commit of many records (a failover moving 1,000 partitions) reaches the image
+    APPLY_SLICE records at a time, other callbacks running between slices; its offset counts
+    as applied only once every record is in; a leader change that came after it is applied
+    after it."""
+    from strom.controller.loader import APPLY_SLICE
+
+    async def scenario() -> None:
+        h = Loader()
+        records = topic_records("big", 2 * APPLY_SLICE + 10)
+        batch = data_batch(0, *map(value, records))
+        seen: list[tuple[int, int]] = []  # (partitions in the image, applied offset) between
+
+        def look() -> None:
+            topic = h.image.topics.get("big")
+            seen.append((len(topic.partitions) if topic else 0, h.loader.applied_offset))
+
+        h.loader.handle_commit([batch])
+        h.loader.handle_leader_change(LeaderAndEpoch(7, 3))
+        for _ in range(3):  # callbacks queued meanwhile run between the slices
+            asyncio.get_running_loop().call_soon(look)
+            await asyncio.sleep(0)
+        assert await h.loader.wait_applied(batch.end_offset, DEADLINE_S)
+        assert len(h.image.topics["big"].partitions) == 2 * APPLY_SLICE + 10
+        assert seen[0][0] < len(records) - 1 and seen[0][1] == 0, seen  # partly applied
+        assert len(h.changes) >= 3 and sum(len(c) for c in h.changes) >= len(records) - 1
+        await h.loader.wait_for(lambda: h.loader.leader.leader_id == 7, DEADLINE_S)
+        assert h.loader.leader == LeaderAndEpoch(7, 3)
+
+    run(scenario)
