@@ -7,6 +7,7 @@ neighbour hurts every broker alike.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 import time
@@ -20,6 +21,7 @@ from bench.report import Outcome
 from bench.scenarios import Context, Scenario
 
 CLIENT = "client"
+KEEP_ENV = "STROM_BENCH_KEEP"  # set: the runs' storage and broker logs stay, for a look after
 
 
 @dataclass
@@ -62,7 +64,10 @@ def run(
                         log(f"{prefix}: done in {took:.1f} s")
                     results.add(sc.name, who, outcome)
     finally:  # every run's storage, deleted only now (see BrokerProcess.close)
-        log("deleting the runs' storage")
-        shutil.rmtree(workdir, ignore_errors=True)
+        if os.environ.get(KEEP_ENV):
+            log(f"keeping the runs' storage and broker logs in {workdir} ({KEEP_ENV})")
+        else:
+            log("deleting the runs' storage")
+            shutil.rmtree(workdir, ignore_errors=True)
         results.seconds = time.monotonic() - t_start
     return results

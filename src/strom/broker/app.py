@@ -39,7 +39,7 @@ from strom.config.metrics import metrics_endpoint
 from strom.config.ports import bind_own_port
 from strom.metrics.exposition import MetricsServer
 from strom.protocol.api_keys import ApiKey
-from strom.protocol.codec import precompile
+from strom.protocol.codec import precompile, request_codec, response_codec, supported_versions
 from strom.security.listeners import ListenerSecurity, build_listener_security
 from strom.security.scram_store import UserConfigs, lookup_in
 from strom.storage.cleaner import CleanerConfig, LogCleaner
@@ -177,6 +177,36 @@ _HOT_APIS = (
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
     ApiKey.HEARTBEAT, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_CLUSTER,
 )  # fmt: skip
+
+
+def _precompile_inter_broker_codecs() -> None:
+    """Build, on a thread, the codecs a broker of a cluster sends other nodes and answers them
+    at (the versions its senders use, not the latest), once it serves: the first failover
+    would otherwise compile them on the event loop (tens of ms, with imports). The loop keeps
+    serving meanwhile (the GIL passes every few ms) and finds them built when it needs them."""
+    from strom.broker.kraft_cluster import (
+        ALTER_PARTITION_VERSION,
+        HEARTBEAT_VERSION,
+        REGISTRATION_VERSION,
+    )
+    from strom.broker.markers import WRITE_TXN_MARKERS_VERSION
+    from strom.cluster.replication.fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION
+
+    codecs: tuple[tuple[ApiKey, int | None], ...] = (  # None: the latest version
+        (ApiKey.FETCH, FETCH_VERSION), (ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION),
+        (ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION),
+        (ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION),
+        (ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION), (ApiKey.ALLOCATE_PRODUCER_IDS, 0),
+        (ApiKey.ENVELOPE, 0), (ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION),
+        (ApiKey.ELECT_LEADERS, None), (ApiKey.CREATE_TOPICS, None))
+
+    def build() -> None:
+        for api_key, version in codecs:
+            chosen = supported_versions(api_key)[1] if version is None else version
+            request_codec(api_key, chosen)
+            response_codec(api_key, chosen)
+
+    threading.Thread(target=build, name="codec-precompile", daemon=True).start()
 
 
 _SHUTDOWN_STEP_TIMEOUT_S = 5.0
@@ -363,6 +393,8 @@ async def serve(config: BrokerConfig) -> None:
         broker = build_broker(config, asyncio.get_running_loop())
     broker.start()
     kraft_cluster = kraft.cluster if kraft is not None else None
+    if cluster is not None or kraft_cluster is not None:
+        _precompile_inter_broker_codecs()
     router = Router(broker, MODULES if kraft is None else [*MODULES, quorum_handlers],
                     request_hooks(broker),
                     forwarder=kraft_cluster.forwarder if kraft_cluster is not None else None)
@@ -486,6 +518,7 @@ async def serve(config: BrokerConfig) -> None:
         if kraft_cluster.assignments is not None:
             await _step("directory assignments", kraft_cluster.assignments.stop())
         await _step("broker lifecycle", kraft_cluster.lifecycle.stop())
+        kraft_cluster.forwarder.channel.close()  # the controller channel AlterPartition uses too
         if kraft_cluster.controller is not None:
             await _step("controller", kraft_cluster.controller.stop())
     if kraft is not None:
