@@ -184,11 +184,8 @@ def _precompile_inter_broker_codecs() -> None:
     at (the versions its senders use, not the latest), once it serves: the first failover
     would otherwise compile them on the event loop (tens of ms, with imports). The loop keeps
     serving meanwhile (the GIL passes every few ms) and finds them built when it needs them."""
-    from strom.broker.kraft_cluster import (
-        ALTER_PARTITION_VERSION,
-        HEARTBEAT_VERSION,
-        REGISTRATION_VERSION,
-    )
+    from strom.broker.alter_partition import VERSION as ALTER_PARTITION_VERSION
+    from strom.broker.kraft_cluster import HEARTBEAT_VERSION, REGISTRATION_VERSION
     from strom.broker.markers import WRITE_TXN_MARKERS_VERSION
     from strom.cluster.replication.fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION
 

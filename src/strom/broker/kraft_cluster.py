@@ -29,6 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from strom.broker.alter_partition import AlterPartitionBatcher, IsrChange
 from strom.broker.context import RequestContext, RequestTimes, Throttle
 from strom.cluster.client import BrokerClient, BrokerConnectionError
 from strom.cluster.features import supported_ranges
@@ -52,7 +53,6 @@ log = logging.getLogger("strom.broker.kraft")
 
 REGISTRATION_VERSION = 4
 HEARTBEAT_VERSION = 2
-ALTER_PARTITION_VERSION = 3
 CREATE_TOPICS_VERSION = 7
 # how long a forwarded admin request may wait for an active controller to answer it (an
 # election, a controller restarting): the admin client's default request timeout
@@ -301,6 +301,8 @@ class ForwardingController:
         self._channel = channel
         self._lifecycle = lifecycle
         self._forwarder = forwarder
+        self._isr_changes = AlterPartitionBatcher(channel.request, lifecycle.info.broker_id,
+                                                  lambda: lifecycle.epoch)
 
     @property
     def leader_elections(self) -> int:
@@ -376,21 +378,10 @@ class ForwardingController:
         t = self.image.topics.get(topic)
         if t is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
-        response = await self._channel.request(ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION, {
-            "broker_id": self._lifecycle.info.broker_id, "broker_epoch": self._lifecycle.epoch,
-            "topics": [{"topic_id": t.topic_id, "partitions": [{
-                "partition_index": partition, "leader_epoch": leader_epoch,
-                "new_isr_with_epochs": [{"broker_id": b, "broker_epoch": -1} for b in isr],
-                "leader_recovery_state": 0, "partition_epoch": partition_epoch}]}]})
-        if response.error_code != ErrorCode.NONE:
-            raise KafkaError(ErrorCode(response.error_code), f"AlterPartition of {topic}")
-        got = response.topics[0].partitions[0]
-        if got.error_code != ErrorCode.NONE:
-            raise KafkaError(ErrorCode(got.error_code), f"AlterPartition of {topic}-{partition}")
         state = t.partitions.get(partition)
-        replicas = list(state.replicas) if state is not None else list(isr)
-        return PartitionState(partition, replicas, list(got.isr), int(got.leader_id),
-                              int(got.leader_epoch), int(got.partition_epoch))
+        return await self._isr_changes.submit(IsrChange(
+            t.topic_id, topic, partition, leader_epoch, partition_epoch, tuple(isr),
+            tuple(state.replicas) if state is not None else tuple(isr)))
 
     # -- admin operations: only ever on the active controller -------------------------------
 

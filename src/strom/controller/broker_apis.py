@@ -158,6 +158,11 @@ def _check_broker(controller: ClusterQuorumController, broker_id: int, epoch: in
                          f"broker {broker_id} epoch {epoch} is not its current registration")
 
 
+def _partition_answer(partition: int, error: int) -> Message:
+    return {"partition_index": partition, "error_code": error, "leader_id": -1,
+            "leader_epoch": -1, "isr": [], "leader_recovery_state": 0, "partition_epoch": -1}
+
+
 @handles(ApiKey.ALTER_PARTITION, 2, 3)
 @requires(Op.CLUSTER_ACTION, Res.CLUSTER, cluster_name, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
 async def alter_partition(node: BrokerFacingNode, ctx: RequestContext,
@@ -167,32 +172,41 @@ async def alter_partition(node: BrokerFacingNode, ctx: RequestContext,
         _check_broker(controller, int(request.broker_id), int(request.broker_epoch))
     except KafkaError as exc:
         return {"error_code": exc.code, "topics": []}
-    topics = []
+    wanted: list[tuple[str, int, int, int, list[int]]] = []
+    asked: list[tuple[Any, list[Message | int]]] = []  # per topic: its answers, or indexes
     for t in request.topics:
         topic = controller.image.topics_by_id.get(t.topic_id)
-        parts = []
+        slots: list[Message | int] = []
         for p in t.partitions:
+            if topic is None:
+                slots.append(_partition_answer(p.partition_index, ErrorCode.UNKNOWN_TOPIC_ID))
+                continue
             isr = ([int(b.broker_id) for b in p.new_isr_with_epochs]
                    if ctx.api_version >= 3 else [int(b) for b in p.new_isr])
-            out: Message = {"partition_index": p.partition_index, "leader_id": -1,
-                            "leader_epoch": -1, "isr": [], "leader_recovery_state": 0,
-                            "partition_epoch": -1}
-            if topic is None:
-                out["error_code"] = ErrorCode.UNKNOWN_TOPIC_ID
-                parts.append(out)
+            slots.append(len(wanted))
+            wanted.append((topic.name, int(p.partition_index), int(p.leader_epoch),
+                           int(p.partition_epoch), isr))
+        asked.append((t.topic_id, slots))
+    try:
+        results = await controller.alter_isrs(wanted) if wanted else []
+    except KafkaError as exc:  # no longer the active controller
+        return {"error_code": exc.code, "topics": []}
+    topics = []
+    for topic_id, slots in asked:
+        parts: list[Message] = []
+        for slot in slots:
+            if not isinstance(slot, int):
+                parts.append(slot)
                 continue
-            try:
-                state = await controller.alter_isr(topic.name, int(p.partition_index),
-                                                   int(p.leader_epoch), int(p.partition_epoch),
-                                                   isr)
-            except KafkaError as exc:
-                out["error_code"] = exc.code
-                parts.append(out)
-                continue
-            parts.append({**out, "error_code": ErrorCode.NONE, "leader_id": state.leader,
-                          "leader_epoch": state.leader_epoch, "isr": list(state.isr),
-                          "partition_epoch": state.partition_epoch})
-        topics.append({"topic_id": t.topic_id, "partitions": parts})
+            result, partition = results[slot], wanted[slot][1]
+            if isinstance(result, KafkaError):
+                parts.append(_partition_answer(partition, result.code))
+            else:
+                parts.append({**_partition_answer(partition, ErrorCode.NONE),
+                              "leader_id": result.leader, "leader_epoch": result.leader_epoch,
+                              "isr": list(result.isr),
+                              "partition_epoch": result.partition_epoch})
+        topics.append({"topic_id": topic_id, "partitions": parts})
     return {"error_code": ErrorCode.NONE, "topics": topics}
 
 

@@ -531,6 +531,48 @@ class ClusterQuorumController(QuorumController):
             log.info("ISR of %s-%d is now %s", topic, partition, list(isr))
             return t.partitions[partition]
 
+    async def alter_isrs(self, changes: Sequence[tuple[str, int, int, int, list[int]]]
+                         ) -> list[PartitionState | KafkaError]:
+        """AlterPartition's partitions, each (topic, partition, leader epoch, partition epoch,
+        ISR) checked as `alter_isr` checks it, the accepted ones committed together: a
+        failover's hundreds of ISR changes cost one commit, not one each. A partition named
+        twice is refused the second time (INVALID_REQUEST)."""
+        async with self._serial:
+            self._require_active()
+            outcomes: list[tuple[TopicState, int] | KafkaError] = []
+            records: list[Record] = []
+            seen: set[Key] = set()
+            for topic, partition, leader_epoch, partition_epoch, isr in changes:
+                t = self.image.topics.get(topic)
+                state = t.partitions.get(partition) if t is not None else None
+                try:
+                    if t is None or state is None:
+                        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                         f"{topic}-{partition} does not exist")
+                    if (topic, partition) in seen:
+                        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                         f"{topic}-{partition} is named twice")
+                    eligible = set(self.image.brokers) - self._shutting_down \
+                        - self.image.in_offline_dirs(state)
+                    check_isr_update(state, leader_epoch, partition_epoch, isr, eligible)
+                except KafkaError as exc:
+                    outcomes.append(exc)
+                    continue
+                seen.add((topic, partition))
+                records.append(rec.partition_record(t.topic_id, dataclasses.replace(
+                    state, isr=list(isr), partition_epoch=partition_epoch + 1)))
+                outcomes.append((t, partition))
+            if records:
+                await self._commit(records)
+                accepted = [o for o in outcomes if not isinstance(o, KafkaError)]
+                level = logging.INFO if len(accepted) <= 3 else logging.DEBUG
+                if level == logging.DEBUG:
+                    log.info("ISRs of %d partitions changed (one AlterPartition; each at "
+                             "DEBUG)", len(accepted))
+                for t, p in accepted:
+                    log.log(level, "ISR of %s-%d is now %s", t.name, p, t.partitions[p].isr)
+            return [o if isinstance(o, KafkaError) else o[0].partitions[o[1]] for o in outcomes]
+
     async def elect_leaders(self, election_type: int,
                             partitions: list[Key] | None) -> dict[Key, int]:
         async with self._serial:

@@ -376,6 +376,18 @@ class MigratingController(ClusterQuorumController):
             return await super().alter_isr(topic, partition, leader_epoch, partition_epoch, isr)
         return await self._zk().alter_isr(topic, partition, leader_epoch, partition_epoch, isr)
 
+    async def alter_isrs(self, changes: Sequence[tuple[str, int, int, int, list[int]]]
+                         ) -> list[PartitionState | KafkaError]:
+        if not self.migrating:
+            return await super().alter_isrs(changes)
+        out: list[PartitionState | KafkaError] = []
+        for change in changes:  # ZooKeeper takes them one compare-and-set at a time
+            try:
+                out.append(await self._zk().alter_isr(*change))
+            except KafkaError as exc:
+                out.append(exc)
+        return out
+
     async def allocate_producer_ids(self, broker_id: int) -> tuple[int, int]:
         if not self.migrating:
             return await super().allocate_producer_ids(broker_id)

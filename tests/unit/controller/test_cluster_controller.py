@@ -170,3 +170,29 @@ def test_a_reassignment_completes_once_its_targets_are_in_sync() -> None:
         assert not done.reassigning
 
     run(main)
+
+
+def test_isr_changes_of_one_request_are_checked_each_and_committed_together() -> None:
+    async def main() -> None:
+        s = Setup()
+        for b in (1, 2, 3):
+            await s.live_broker(b)
+        await s.controller.create_topic("t", 3, 3, None, {})
+        states = s.image.topics["t"].partitions
+        before, end = len(s.quorum.appended), s.quorum.end
+        results = await s.controller.alter_isrs([
+            ("t", p, states[p].leader_epoch, states[p].partition_epoch, [states[p].leader])
+            for p in (0, 1)] + [
+            ("t", 2, states[2].leader_epoch, states[2].partition_epoch + 5, [1, 2]),  # stale
+            ("t", 0, states[0].leader_epoch, states[0].partition_epoch, [1, 2, 3]),  # twice
+            ("nope", 0, 0, 0, [1])])
+        # the two accepted changes: two records, appended by one commit
+        assert len(s.quorum.appended) == before + 2 and s.quorum.end == end + 2
+        assert [r["partition"] for r in s.quorum.appended[before:]] == [0, 1]
+        assert [r.isr for r in results[:2]] == [  # type: ignore[union-attr]
+            [states[0].leader], [states[1].leader]]
+        assert [r.code for r in results[2:]] == [  # type: ignore[union-attr]
+            ErrorCode.INVALID_UPDATE_VERSION, ErrorCode.INVALID_REQUEST,
+            ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+
+    run(main)
