@@ -60,7 +60,9 @@ def test_a_coordinator_below_min_isr_refuses_then_recovers(make_cluster):
     tid = "below-min-isr"
     leader = asyncio.run(_coordinator(cluster, tid))
     coordinator = cluster.broker(leader)
-    first = asyncio.run(_init(coordinator.bootstrap, tid))
+    # the coordinator may still be loading its partition (LOAD_IN_PROGRESS): a client retries
+    first = wait_for(lambda: (r := asyncio.run(_init(coordinator.bootstrap, tid))).error_code
+                     not in NOT_READY and r, 30, "the coordinator loaded")
     assert first.error_code == 0, first
     epoch = first.producer_epoch
     others = [b for b in cluster.brokers if b is not coordinator]
