@@ -2,10 +2,10 @@
 
 Served by the shared HTTP layer (`strom.http.server`: uvicorn, hardened) on the broker's event
 loop. At start the `_schemas` topic is created when missing (on a cluster the controller answers
-later; the registry answers "unknown leader" until this broker leads the topic and has loaded
-it). A taken port stops the start-up with one line: the operator chose it. The registry's address
-is registered with the broker (`BrokerInfo.registry_url`), so a broker that is not the
-registry's writer forwards requests to the one that is.
+later). A taken port stops the start-up with one line: the operator chose it. The registry's
+address is registered with the broker (`BrokerInfo.registry_url`). In a cluster, a broker that
+is not the registry's writer answers reads from its own copy (`strom.broker.schemas_feed` fetches
+`_schemas` for it) and forwards changes to the writer's address.
 
 With ``schema.registry.authentication.method=BASIC`` every request carries HTTP basic
 credentials of a broker user (a SCRAM user, or a SASL/PLAIN user of a listener's JAAS config);
@@ -26,6 +26,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from strom.broker.core import Broker
+from strom.broker.schemas_feed import SchemasFeed
 from strom.broker.wiring import SchemasTopicAdapter, StartupError
 from strom.config.defs import ConfigError
 from strom.config.listeners import Listener
@@ -33,6 +34,7 @@ from strom.config.registry import registry_endpoint
 from strom.http.auth import BasicAuth, PasswordCheck
 from strom.http.server import bind, make_server
 from strom.protocol.errors import KafkaError
+from strom.registry.coordinator import RegistryCoordinator
 from strom.registry.http import CONTENT_TYPE, Access, registry_app
 from strom.registry.state import SCHEMAS_TOPIC
 from strom.security.acl import CLUSTER_NAME
@@ -52,6 +54,7 @@ from strom.security.tls import client_context, server_context
 log = logging.getLogger("strom.registry")
 
 LISTENER = "SCHEMA_REGISTRY"  # the name its listener.name.<l>.ssl.* overrides use
+SYNC_AFTER_FORWARD_S = 5.0  # a forwarded change waits this long at most for the local copy
 
 
 @dataclass
@@ -59,11 +62,13 @@ class RegistryListener:
     server: uvicorn.Server
     task: asyncio.Task[None]
     url: str
+    coordinator: RegistryCoordinator
 
     async def stop(self) -> None:
         self.server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await asyncio.wait_for(self.task, 5.0)
+        await self.coordinator.stop()
 
 
 def password_check(broker: Broker, securities: Sequence[ListenerSecurity]) -> PasswordCheck:
@@ -146,8 +151,14 @@ def start_registry_listener(broker: Broker, securities: Sequence[ListenerSecurit
     topic = _SchemasTopic(broker)
     topic.ensure()
     bound_host, bound_port = sock.getsockname()[:2]
+    if broker.replicas is not None:  # a cluster: a copy of the registry where another writes
+        coordinator.follow(SchemasFeed(broker))
+
+    async def sync() -> None:
+        await coordinator.sync(SYNC_AFTER_FORWARD_S)
+
     app: ASGIApp = registry_app(coordinator.registry, lambda: _writer_url(broker, topic),
-                                acl_access(broker), forward_tls)
+                                acl_access(broker), forward_tls, sync)
     if broker.config.get("schema.registry.authentication.method") == "BASIC":
         app = BasicAuth(app, password_check(broker, securities), realm="Strom schema registry",
                         media_type=CONTENT_TYPE)
@@ -161,7 +172,7 @@ def start_registry_listener(broker: Broker, securities: Sequence[ListenerSecurit
     shown = f"[{advertised}]" if ":" in advertised else advertised
     url = f"{'https' if tls else 'http'}://{shown}:{bound_port}"
     broker.info.registry_url = url  # registered with the broker: the others forward to it
-    return RegistryListener(server, task, url)
+    return RegistryListener(server, task, url, coordinator)
 
 
 class _SchemasTopic:

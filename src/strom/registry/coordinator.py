@@ -8,9 +8,9 @@ Confluent's records, applied to the state with its append, and answered once the
 replicas have it (`Commits.wait`): one writer, so ids are unique, and nothing acknowledged is
 lost with a broker.
 
-A broker that does not lead `_schemas-0` has no registry state yet: its registry answers
-Confluent's 50004 (unknown leader). Serving reads on every broker and forwarding writes to
-the leader come with clusters (issue 31).
+A broker that does not lead `_schemas-0` keeps a copy (`RegistryFollower`, fed by fetching
+the topic from its leader): reads are answered from the copy, and a change raises Confluent's
+50004 (unknown leader), which the HTTP layer forwards to the writer.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from strom.coordinator.runtime.store import Entry, StateRecord, StateStore
 from strom.coordinator.runtime.timers import Scheduler
 from strom.protocol.errors import ErrorCode, KafkaError
 from strom.registry import errors as err
+from strom.registry.follower import RegistryFollower, SchemasFeed, read_only_journal
 from strom.registry.service import Registry
 from strom.registry.state import SCHEMAS_TOPIC, Json, RegistryState, decode, encode
 
@@ -80,6 +81,8 @@ class RegistryCoordinator:
         self._loader: ShardLoader[RegistryShard, list[Entry]] = ShardLoader(
             self.shards, store.replay, scheduler, SCHEMAS_TOPIC, self)
         self._loaded = asyncio.Event()
+        self.follower: RegistryFollower | None = None
+        self._followed: Registry | None = None  # the follower's copy as a read-only registry
 
     # -- ShardHooks ------------------------------------------------------------------------
 
@@ -116,14 +119,45 @@ class RegistryCoordinator:
 
     # -- for the HTTP layer ----------------------------------------------------------------
 
-    def registry(self) -> Registry:
-        """The registry, once this broker leads `_schemas` and has loaded it."""
+    def registry(self, write: bool = False) -> Registry:
+        """The registry: the loaded one while this broker leads `_schemas`; otherwise, for
+        reads, the follower's copy once it has caught up. Raises 50004 (unknown leader: ask
+        the writer) or a loading error."""
         found = self._registries.get(PARTITION)
         if found is not None:
             return found
         if PARTITION in self.shards:
             raise err.store_timeout(f"the registry is loading {SCHEMAS_TOPIC}")
+        follower = self.follower
+        if not write and follower is not None and follower.ready:
+            if self._followed is None or self._followed.state is not follower.state:
+                self._followed = Registry(follower.state, read_only_journal(),
+                                          max_schema_bytes=self.max_schema_bytes)
+            return self._followed
         raise err.unknown_leader(f"this broker does not lead {SCHEMAS_TOPIC}")
+
+    @property
+    def following(self) -> bool:
+        """True while reads are answered from a follower's copy (it may trail the writer)."""
+        return PARTITION not in self._registries and self.follower is not None \
+            and self.follower.ready
+
+    async def sync(self, timeout_s: float) -> None:
+        """Catch the follower's copy up with what the writer has committed now (nothing to do
+        where this broker writes)."""
+        if self.follower is not None and PARTITION not in self._registries:
+            await self.follower.sync(timeout_s)
+
+    def follow(self, feed: SchemasFeed) -> None:
+        """Keep a copy of the registry from `feed` while another broker writes it."""
+        if self.follower is None:
+            self.follower = RegistryFollower(feed)
+            self.follower.start()
+
+    async def stop(self) -> None:
+        if self.follower is not None:
+            await self.follower.stop()
+            self.follower = None
 
     async def wait_loaded(self, timeout_s: float) -> bool:
         try:

@@ -2,8 +2,10 @@
 
 Paths, query parameters, bodies and error bodies are Confluent's (its API reference); what
 confluent-kafka's `SchemaRegistryClient` calls is all here. On a broker that is not the registry's
-writer (the leader of `_schemas`), every request is forwarded to the writer's registry, so each
-broker serves the same registry. Every error is a JSON body with `error_code` and `message`: a registry error with its own code, a body that is not JSON with
+writer (the leader of `_schemas`), reads are answered from its copy of the registry (see
+`strom.registry.follower`) and every change is forwarded to the writer's registry, so each
+broker serves the same registry; once a forwarded change is done, the copy catches up before
+the answer, so a client reads its own writes from the broker it asks. Every error is a JSON body with `error_code` and `message`: a registry error with its own code, a body that is not JSON with
 400, an unknown path with 404, anything unexpected with 500 and one logged line, never a
 traceback to the client.
 
@@ -307,6 +309,8 @@ FORWARDED = "x-strom-forwarded"  # a forwarded request is never forwarded again
 FORWARD_TIMEOUT_S = 30.0
 
 Leader = Callable[[], str | None]
+Registries = Callable[[bool], Registry]  # the registry for a read (False) or a change (True)
+Sync = Callable[[], Awaitable[None]]
 
 
 async def _forward(url: str, request: Request) -> Response:
@@ -335,14 +339,17 @@ async def _forward(url: str, request: Request) -> Response:
         return _Json({"error_code": 50003, "message": f"Error while forwarding the request to "
                                                        f"the leader at {url}: {exc}"},
                      status_code=500)
+    sync: Sync | None = getattr(request.app.state, "sync", None)
+    if sync is not None and request.method != "GET" and status < 300:
+        await sync()  # this broker's copy has the change before the client hears of it
     return Response(data, status_code=status, media_type=media)
 
 
-def _endpoint(registry: Callable[[], Registry], leader: Leader | None,
+def _endpoint(registry: Registries, leader: Leader | None,
               handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
-            result = await handler(registry(), request)
+            result = await handler(registry(request.method != "GET"), request)
         except err.RegistryError as exc:
             if exc.code == 50004 and leader is not None and FORWARDED not in request.headers:
                 url = leader()
@@ -368,12 +375,13 @@ def _not_allowed(request: Request, exc: Exception) -> Response:
     return _Json({"error_code": 405, "message": "HTTP 405 Method Not Allowed"}, status_code=405)
 
 
-def registry_app(registry: Callable[[], Registry], leader: Leader | None = None,
+def registry_app(registry: Registries, leader: Leader | None = None,
                  access: Access | None = None,
-                 forward_tls: ssl.SSLContext | None = None) -> Starlette:
-    """The app; `registry()` gives the registry for each request (or raises RegistryError:
-    not loaded yet, or 50004 on a broker that is not the writer, whose requests then go to the
-    registry at `leader()`, when it names one)."""
+                 forward_tls: ssl.SSLContext | None = None, sync: Sync | None = None) -> Starlette:
+    """The app; `registry(change)` gives the registry for each request (or raises
+    RegistryError: not loaded yet, or 50004 on a broker that cannot answer it, whose request
+    then goes to the registry at `leader()`, when it names one); `sync()` catches this broker's
+    copy up after a forwarded change."""
     # one Route per path, with every method the path serves
     by_path: dict[str, dict[str, Handler]] = {}
     for path, method, handler in ROUTES:
@@ -389,4 +397,5 @@ def registry_app(registry: Callable[[], Registry], leader: Leader | None = None,
     app = Starlette(routes=routes, exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.access = access
     app.state.forward_tls = forward_tls
+    app.state.sync = sync
     return app

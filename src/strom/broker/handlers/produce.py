@@ -20,6 +20,8 @@ import asyncio
 import logging
 import struct
 from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from strom.broker.authz import Op, Res, allowed
 from strom.broker.context import CloseConnection, RequestContext
@@ -34,7 +36,7 @@ from strom.broker.txn_gate import (
     first_writes,
     produce_codes,
 )
-from strom.cluster.image import INTERNAL_TOPICS
+from strom.cluster.image import INTERNAL_TOPICS, PartitionState, TopicState
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 from strom.protocol.produce import (
@@ -52,6 +54,7 @@ from strom.record import (
     decode_records,
 )
 from strom.storage.errors import StorageError
+from strom.storage.log import PartitionLog
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +72,7 @@ _unpack_i32 = struct.Struct(">i").unpack_from
 # connection, as Kafka 4.4 does. v12 only tells the broker the client speaks transactions v2.
 FIRST_SUPPORTED = 3
 PRODUCE_FIRST_LEADER_HINT = 10  # KIP-951: current_leader and node_endpoints
+REGISTRY_SYNC_S = 1.0  # a trailing registry copy catches up this long at most before refusing
 
 
 @handles(ApiKey.PRODUCE, 0, 13, raw=True)
@@ -126,13 +130,9 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
     now_ms = broker.now_ms()
     failed = False
     topics_out = []
-    replicas = broker.replicas  # a cluster: acks=all waits for the ISR
-    pending: list[tuple[tuple[str, int], int, ProducePartitionResponse]] = []
-    flushes: list[tuple[asyncio.Future[None], ProducePartitionResponse]] = []
+    out = _Appends()
     endpoints: dict[int, Endpoint] = {}  # KIP-951: the endpoints of leaders named in answers
-    diversions: list[Diversion] = []  # batches whose invalid records go to a dead-letter topic
     authorizer = broker.authorizer
-    stats = broker.stats
     for t in request.topics:
         topic = image.topics.get(t.name) if t.name is not None else (
             image.topics_by_id.get(t.topic_id) if t.topic_id is not None else None)
@@ -180,69 +180,121 @@ def _append_all(broker: Broker, ctx: RequestContext, request: ProduceRequest,
             if verdict is not None and verdict[0]:  # -- transactions: not in the transaction --
                 result.error_code, result.error_message = verdict
                 continue
-            try:
-                checked_schemas = Checked.of(topic.configs)
-                if checked_schemas is not None:  # only topics that ask for it are decoded
-                    invalid = find_invalid(broker.registry, topic.name, checked_schemas,
-                                           p.records)
-                    dlq = divertible(topic.configs, p.records) if invalid else None
-                    if dlq is not None:  # Strom's own: invalid records to a dead-letter topic
-                        diversions.append(Diversion(result, topic, p.index, state, log,
-                                                    p.records, decode_records(p.records),
-                                                    invalid, dlq))
-                        continue
-                    if invalid:
-                        raise refusal(invalid)
-                appended = log.append(p.records, leader_epoch=state.leader_epoch, now_ms=now_ms)
-            except StorageError as exc:
-                if stats is not None:
-                    stats.produce_failed(topic.name)
-                result.error_code = exc.error_code
-                if exc.error_code not in _NO_LOG_START:  # as Kafka's appendToLocalLog
-                    result.log_start_offset = log.log_start_offset
-                if exc.record_errors:  # KIP-467: the client fails only these records
-                    result.record_errors = list(exc.record_errors)
-                    result.error_message = str(exc)
-                continue
-            # an idempotent retry of a batch already written answers with its original offsets
-            result.base_offset = appended.first_offset
-            result.log_append_time_ms = appended.log_append_time
-            result.log_start_offset = appended.log_start_offset
-            if not appended.duplicate:
-                partitions.waiters.notify((topic.name, p.index))
-                if stats is not None:  # per batch: its header says how many records
-                    stats.produced(topic.name, appended.last_offset - appended.first_offset + 1,
-                                   len(p.records))
-            if appended.flushed is not None:  # log.flush.interval.messages: answer once synced
-                flushes.append((appended.flushed, result))
-            if acks == -1 and replicas is not None:
-                pending.append(((topic.name, p.index), appended.last_offset + 1, result))
+            _append_one(broker, topic, p.index, state, log, p.records, result, acks, now_ms,
+                        out, defer=True)
         failed = failed or any(r.error_code for r in results)
         topics_out.append(ProduceTopicResponse(t.name, t.topic_id, results))
-    if diversions:
-        return _await_diversions(broker, ctx, diversions, acks, flushes, pending,
-                                 request.timeout_ms, version, topics_out, endpoints, failed)
+    if out.diversions or out.rechecks:
+        return _await_diversions(broker, ctx, out, acks, request.timeout_ms, version,
+                                 topics_out, endpoints, failed)
     if acks == 0:
         if failed:  # Kafka closes the connection: the only way to tell an acks=0 producer
             raise CloseConnection()
         return None
-    if flushes:
-        return _await_flushes(broker, ctx, flushes, pending, request.timeout_ms, version, topics_out,
-                              endpoints)
-    if pending:
-        return _await_replication(broker, ctx, pending, request.timeout_ms, version, topics_out,
-                                  endpoints)
+    if out.flushes:
+        return _await_flushes(broker, ctx, out.flushes, out.pending, request.timeout_ms, version,
+                              topics_out, endpoints)
+    if out.pending:
+        return _await_replication(broker, ctx, out.pending, request.timeout_ms, version,
+                                  topics_out, endpoints)
     return encode_produce_response(version, topics_out, throttle_time_ms=ctx.throttle.ms,
                                    node_endpoints=list(endpoints.values()) if endpoints else None)
 
 
-async def _await_diversions(broker: Broker, ctx: RequestContext, diversions: list[Diversion],
-                            acks: int, flushes: list, pending: list, timeout_ms: int,
-                            version: int, topics_out: list[ProduceTopicResponse],
+@dataclass(slots=True)
+class _Appends:
+    """What a request's appends leave to wait for."""
+
+    pending: list[tuple[tuple[str, int], int, ProducePartitionResponse]] = field(
+        default_factory=list)  # acks=all: (partition, offset to replicate, answer)
+    flushes: list[tuple[asyncio.Future[None], ProducePartitionResponse]] = field(
+        default_factory=list)
+    diversions: list[Diversion] = field(default_factory=list)  # records for a dead-letter topic
+    rechecks: list[_Recheck] = field(default_factory=list)  # checked again once synced
+
+
+class _Recheck(NamedTuple):
+    """A batch with invalid records by a registry copy that may trail its writer."""
+
+    topic: TopicState
+    partition: int
+    state: PartitionState
+    log: PartitionLog
+    records: memoryview
+    result: ProducePartitionResponse
+
+
+def _append_one(broker: Broker, topic: TopicState, index: int, state: PartitionState,
+                log: PartitionLog, records: memoryview, result: ProducePartitionResponse,
+                acks: int, now_ms: int, out: _Appends, *, defer: bool) -> None:
+    """Check one partition's batch (schemas) and append it, noting what its answer waits for.
+    With `defer`, a batch refused by a registry copy that may trail the writer is checked
+    again after the copy catches up (the record may name a schema registered a moment ago)."""
+    stats = broker.stats
+    try:
+        checked_schemas = Checked.of(topic.configs)
+        if checked_schemas is not None:  # only topics that ask for it are decoded
+            invalid = find_invalid(broker.registry, topic.name, checked_schemas, records)
+            if invalid and defer and broker.registry is not None and broker.registry.following:
+                out.rechecks.append(_Recheck(topic, index, state, log, records, result))
+                return
+            dlq = divertible(topic.configs, records) if invalid else None
+            if dlq is not None:  # Strom's own: invalid records to a dead-letter topic
+                out.diversions.append(Diversion(result, topic, index, state, log, records,
+                                                decode_records(records), invalid, dlq))
+                return
+            if invalid:
+                raise refusal(invalid)
+        appended = log.append(records, leader_epoch=state.leader_epoch, now_ms=now_ms)
+    except StorageError as exc:
+        if stats is not None:
+            stats.produce_failed(topic.name)
+        result.error_code = exc.error_code
+        if exc.error_code not in _NO_LOG_START:  # as Kafka's appendToLocalLog
+            result.log_start_offset = log.log_start_offset
+        if exc.record_errors:  # KIP-467: the client fails only these records
+            result.record_errors = list(exc.record_errors)
+            result.error_message = str(exc)
+        return
+    # an idempotent retry of a batch already written answers with its original offsets
+    result.base_offset = appended.first_offset
+    result.log_append_time_ms = appended.log_append_time
+    result.log_start_offset = appended.log_start_offset
+    if not appended.duplicate:
+        broker.partitions.waiters.notify((topic.name, index))
+        if stats is not None:  # per batch: its header says how many records
+            stats.produced(topic.name, appended.last_offset - appended.first_offset + 1,
+                           len(records))
+    if appended.flushed is not None:  # log.flush.interval.messages: answer once synced
+        out.flushes.append((appended.flushed, result))
+    if acks == -1 and broker.replicas is not None:
+        out.pending.append(((topic.name, index), appended.last_offset + 1, result))
+
+
+async def _await_diversions(broker: Broker, ctx: RequestContext, out: _Appends, acks: int,
+                            timeout_ms: int, version: int,
+                            topics_out: list[ProduceTopicResponse],
                             endpoints: dict[int, Endpoint], failed: bool) -> bytes | None:
-    """The batches with records for a dead-letter topic: those written first, then the valid
+    """The batches left for later: those a trailing registry copy refused, checked again once
+    it caught up; those with records for a dead-letter topic, written first, then their valid
     records (strom.broker.schema_dlq); then the answer as for every other batch."""
-    for d in diversions:
+    if out.rechecks:
+        assert broker.registry is not None
+        await broker.registry.sync(REGISTRY_SYNC_S)
+        now_ms = broker.now_ms()
+        for r in out.rechecks:
+            topic = broker.image.topics.get(r.topic.name)
+            state = topic.partitions.get(r.partition) if topic is not None else None
+            if topic is None or state is None or state.leader != broker.broker_id \
+                    or state.leader_epoch != r.state.leader_epoch \
+                    or broker.partitions.get(topic.name, r.partition) is not r.log:
+                r.result.error_code = ErrorCode.NOT_LEADER_OR_FOLLOWER  # moved meanwhile
+                continue
+            _append_one(broker, topic, r.partition, state, r.log, r.records, r.result, acks,
+                        now_ms, out, defer=False)
+            failed = failed or bool(r.result.error_code)
+    flushes, pending = out.flushes, out.pending
+    for d in out.diversions:
         end = await divert(broker, d)
         failed = failed or bool(d.result.error_code)
         if end is not None and acks == -1 and broker.replicas is not None:
