@@ -179,7 +179,7 @@ class _SchemasTopic:
     """Creates `_schemas` when missing, asking again at most every RETRY_S (a cluster's first
     broker may start before enough brokers are registered for its replication factor)."""
 
-    RETRY_S = 5.0
+    RETRY_S = 1.0
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker

@@ -59,10 +59,12 @@ def wait_ready(url: str, timeout: float = 30.0) -> None:
         time.sleep(0.05)  # poll interval, not synchronisation
 
 
-@pytest.fixture
-def registry(make_broker) -> tuple[BrokerProcess, str]:
-    broker = make_broker({"schema.registry.listeners": "http://127.0.0.1:0",
-                          "metrics.listener": ""})
+@pytest.fixture(scope="module")
+def registry(make_module_broker) -> tuple[BrokerProcess, str]:
+    """One broker per test module (a test restarting it leaves it running): its tests use
+    subjects and topics of their own."""
+    broker = make_module_broker({"schema.registry.listeners": "http://127.0.0.1:0",
+                                 "metrics.listener": ""})
     url = registry_url(broker)
     wait_ready(url)
     return broker, url
@@ -143,39 +145,6 @@ def test_errors_are_confluents_and_never_a_traceback(registry) -> None:
     assert http(f"{url}/contexts") == (200, ["."])
 
 
-def test_avro_serializer_round_trip_and_a_kill_9(registry) -> None:
-    broker, url = registry
-    client = SchemaRegistryClient({"url": url})
-    kc.create_topic(broker.bootstrap, "clicks", 1)
-    serialize = AvroSerializer(client, V2)
-    ctx = SerializationContext("clicks", MessageField.VALUE)
-    p = Producer({"bootstrap.servers": broker.bootstrap})
-    for i in range(3):
-        p.produce("clicks", serialize({"user": f"u{i}", "page": "/home"}, ctx))
-    assert p.flush(20) == 0
-    registered = client.get_latest_version("clicks-value")
-
-    broker.restart(kill=True)
-    url = registry_url(broker)
-    wait_ready(url)
-    client = SchemaRegistryClient({"url": url})  # a new client: nothing cached
-    assert client.get_latest_version("clicks-value").schema_id == registered.schema_id
-    deserialize = AvroDeserializer(client)
-    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "avro-reader",
-                  "auto.offset.reset": "earliest"})
-    c.subscribe(["clicks"])
-    got = []
-    deadline = time.monotonic() + 30
-    while len(got) < 3 and time.monotonic() < deadline:
-        m = c.poll(0.5)
-        if m is not None and m.error() is None:
-            got.append(deserialize(m.value(), ctx))
-    c.close()
-    assert got == [{"user": f"u{i}", "page": "/home"} for i in range(3)]
-    # ids keep growing after the restart
-    assert client.register_schema("other-value", Schema(BREAKING, "AVRO")) > registered.schema_id
-
-
 def test_json_and_protobuf_serializers(registry) -> None:
     from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
@@ -218,3 +187,37 @@ def test_json_and_protobuf_serializers(registry) -> None:
         assert status == 200 and "message Click" not in body["schema"], body
         parsed = descriptor_pb2.FileDescriptorProto.FromString(base64.b64decode(body["schema"]))
         assert [m.name for m in parsed.message_type] == ["Click"]
+
+
+def test_avro_serializer_round_trip_and_a_kill_9(registry) -> None:
+    """Last in this module: it restarts the module's broker (its registry on a new port)."""
+    broker, url = registry
+    client = SchemaRegistryClient({"url": url})
+    kc.create_topic(broker.bootstrap, "clicks", 1)
+    serialize = AvroSerializer(client, V2)
+    ctx = SerializationContext("clicks", MessageField.VALUE)
+    p = Producer({"bootstrap.servers": broker.bootstrap})
+    for i in range(3):
+        p.produce("clicks", serialize({"user": f"u{i}", "page": "/home"}, ctx))
+    assert p.flush(20) == 0
+    registered = client.get_latest_version("clicks-value")
+
+    broker.restart(kill=True)
+    url = registry_url(broker)
+    wait_ready(url)
+    client = SchemaRegistryClient({"url": url})  # a new client: nothing cached
+    assert client.get_latest_version("clicks-value").schema_id == registered.schema_id
+    deserialize = AvroDeserializer(client)
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "avro-reader",
+                  "auto.offset.reset": "earliest"})
+    c.subscribe(["clicks"])
+    got = []
+    deadline = time.monotonic() + 30
+    while len(got) < 3 and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            got.append(deserialize(m.value(), ctx))
+    c.close()
+    assert got == [{"user": f"u{i}", "page": "/home"} for i in range(3)]
+    # ids keep growing after the restart
+    assert client.register_schema("other-value", Schema(BREAKING, "AVRO")) > registered.schema_id
