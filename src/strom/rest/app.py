@@ -23,8 +23,9 @@ log = logging.getLogger("strom.rest")
 
 MODULES = (
     "strom.rest.v3.clusters",  # clusters and brokers
-    "strom.rest.v3.configs",  # broker and cluster configs, every topic's (before topics:
-    # its /topics/-/configs would otherwise be taken for a topic named "-")
+    "strom.rest.v3.configs",  # broker configs, every topic's (before topics: its
+    # /topics/-/configs would otherwise be taken for a topic named "-")
+    "strom.rest.v3.cluster_configs",  # the cluster-wide broker defaults (/broker-configs)
     "strom.rest.v3.topics",  # topics, their configs and partitions
     "strom.rest.v3.replicas",  # reassignments under way, a broker's replicas
     "strom.rest.v3.groups",  # consumer groups, consumers, lag

@@ -1,6 +1,6 @@
 """REST Proxy v3 beyond topics: a topic's partition count raised with PATCH, every topic's
 configs at once, one broker's and every broker's configs, set and reset through Kafka's
-incremental alter (the broker's own answer)."""
+incremental alter (the broker's own answer), and the cluster-wide broker defaults."""
 
 from __future__ import annotations
 
@@ -67,6 +67,24 @@ def test_broker_and_cluster_configs(rest, native) -> None:
     status, body = rest.put(f"{base}/broker.id", {"value": "7"})  # static: Kafka refuses
     assert status == 400, body
 
-    # the cluster-wide defaults (Kafka's broker resource "") are not served: librdkafka
-    # refuses to name it
-    assert rest.get(f"{rest.v3}/broker-configs")[0] == 404
+    # the cluster-wide defaults (Kafka's broker resource "", as kafka-configs --entity-default)
+    defaults = f"{rest.v3}/broker-configs"
+    assert rest.put(f"{defaults}/log.cleaner.threads", {"value": "2"}) == (204, None)
+    status, body = rest.get(defaults)
+    assert status == 200 and body["kind"] == "KafkaClusterConfigList", body
+    assert body["metadata"]["self"].endswith("/broker-configs")
+    [one] = [c for c in body["data"] if c["name"] == "log.cleaner.threads"]
+    assert set(one) == CONFIG | {"config_type"}, one
+    assert (one["kind"], one["config_type"], one["value"], one["source"], one["is_default"]) \
+        == ("KafkaClusterConfig", "BROKER", "2", "DYNAMIC_DEFAULT_BROKER_CONFIG", False), one
+    assert one["metadata"]["self"].endswith("/broker-configs/log.cleaner.threads")
+    assert rest.get(f"{defaults}/log.cleaner.threads")[1] == one
+    assert rest.get(f"{base}/log.cleaner.threads")[1]["source"] == \
+        "DYNAMIC_DEFAULT_BROKER_CONFIG"  # the broker takes the new default
+    assert rest.call("POST", f"{defaults}:alter", {"data": [
+        {"name": "log.cleaner.threads", "value": "1"}]}) == (204, None)
+    assert rest.get(f"{defaults}/log.cleaner.threads")[1]["value"] == "1"
+    assert rest.delete(f"{defaults}/log.cleaner.threads") == (204, None)
+    assert rest.get(f"{defaults}/log.cleaner.threads")[0] == 404
+    assert rest.delete(f"{defaults}/log.cleaner.threads")[0] == 404  # not set: Confluent's 404
+    assert rest.put(f"{defaults}/broker.id", {"value": "7"})[0] == 400  # static: Kafka refuses

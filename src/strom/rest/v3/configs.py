@@ -1,8 +1,6 @@
 """REST Proxy v3: broker configs (`/brokers/{id}/configs`, every broker's at `/brokers/-/configs`)
-and every topic's configs at once (`/topics/-/configs`), through the user's AdminClient.
-
-Not served: Confluent's `/broker-configs` (the cluster-wide dynamic defaults): they are Kafka's
-broker resource with an empty name, which librdkafka refuses to address.
+and every topic's configs at once (`/topics/-/configs`), through the user's AdminClient (the
+cluster-wide defaults, `/broker-configs`, are `strom.rest.v3.cluster_configs`).
 
 A change goes to Kafka as an incremental alter (SET or DELETE), so the broker decides what may be
 changed dynamically and answers as Kafka does for the rest.
