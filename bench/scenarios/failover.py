@@ -26,6 +26,7 @@ goal is an absolute one (issue 28: under 20 ms), not a ratio to a peer.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import time
 from collections.abc import Callable
@@ -161,7 +162,7 @@ class FailoverStall(Scenario):
             if cluster is not None:
                 if out.failed:
                     ctx.log("log tails:\n    " + cluster.log_tails().replace("\n", "\n    "))
-                cluster.close(keep=bool(out.failed))
+                cluster.close(keep=bool(out.failed) or bool(os.environ.get("STROM_BENCH_KEEP")))
         return out
 
     def _phases(self, cluster: clusters.Cluster, ctx: Context, out: Outcome) -> None:

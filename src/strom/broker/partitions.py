@@ -157,7 +157,7 @@ class PartitionManager:
         first_new = self._sequence
         for change in changes:
             topic = change.topic
-            if change.kind == "topic_deleted" and topic is not None:
+            if change.kind in ("topic_deleted", "partitions_deleted") and topic is not None:
                 self._delete_topic(topic, change.partitions)
             elif (change.kind == "partitions_created" and topic is not None
                   and len(change.partitions) > INLINE_CREATES):

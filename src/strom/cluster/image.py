@@ -212,6 +212,14 @@ class MetadataImage:
     zk_migration: str | None = None
     version: int = 0  # bumped on every applied record: cheap cache invalidation
 
+    def isr_eligible(self, broker_id: int) -> bool:
+        """A live broker not in a controlled shutdown (Kafka's ISR eligibility, KIP-841): the
+        controller refuses any other joining an ISR (INELIGIBLE_REPLICA)."""
+        if broker_id not in self.brokers:
+            return False
+        reg = self.registrations.get(broker_id)
+        return reg is None or not reg.in_controlled_shutdown
+
     def controller_for_clients(self) -> int:
         """The controller id Metadata and DescribeCluster name: a live broker, as clients send
         controller-bound admin requests there. A ZooKeeper cluster's ``/controller`` may be held

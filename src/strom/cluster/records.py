@@ -29,7 +29,8 @@ class Change:
     # topic_created | topic_deleted | partitions_created | partition_changed | topic_configs |
     # broker_configs | user_configs | group_configs | client_quotas | acls | brokers_changed
     # (a broker registered or left, or the controller changed) | controllers_changed (a
-    # controller registered or was unregistered)
+    # controller registered or was unregistered) | partitions_deleted (more partitions of a
+    # deleted topic: the metadata loader reports a large deletion in slices)
     kind: str
     topic: TopicState | None = None
     partitions: tuple[int, ...] = ()

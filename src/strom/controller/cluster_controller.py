@@ -217,6 +217,9 @@ class ClusterQuorumController(QuorumController):
                 log.info("broker %d asks for a controlled shutdown", broker_id)
                 self._shutting_down.add(broker_id)
                 self._wake.set()
+            if not reg.in_controlled_shutdown:  # leaders stop adding it to ISRs (KIP-841)
+                await self._set_state(reg, fenced=False, in_controlled_shutdown=True)
+                reg = self.image.registrations.get(broker_id, reg)
             if not self._leads_movable(broker_id):
                 await self._set_state(reg, fenced=True, in_controlled_shutdown=True)
         elif want_fence and not reg.fenced:
@@ -344,10 +347,14 @@ class ClusterQuorumController(QuorumController):
             await self._commit([rec.broker_state_record(reg.info.broker_id, reg.epoch,
                                                         fenced=fenced,
                                                         in_controlled_shutdown=in_controlled_shutdown)])
-        log.info("broker %d (epoch %d) %s", reg.info.broker_id, reg.epoch,
-                 "fenced" + (" after a controlled shutdown" if in_controlled_shutdown else "")
-                 if fenced else "unfenced: it may lead and join ISRs")
-        if not fenced:
+        if not fenced and in_controlled_shutdown:
+            log.info("broker %d (epoch %d) is in a controlled shutdown: it joins no ISR",
+                     reg.info.broker_id, reg.epoch)
+        else:
+            log.info("broker %d (epoch %d) %s", reg.info.broker_id, reg.epoch,
+                     "fenced" + (" after a controlled shutdown" if in_controlled_shutdown
+                                 else "") if fenced else "unfenced: it may lead and join ISRs")
+        if not fenced and not in_controlled_shutdown:
             self._shutting_down.discard(reg.info.broker_id)
         self._wake.set()
 
@@ -582,6 +589,7 @@ class ClusterQuorumController(QuorumController):
             live = set(self.image.brokers)
             out: dict[Key, int] = {}
             records: list[Record] = []
+            elected: list[tuple[str, int, int]] = []
             for name, p in wanted:
                 t = self.image.topics.get(name)
                 state = t.partitions.get(p) if t is not None else None
@@ -600,10 +608,17 @@ class ClusterQuorumController(QuorumController):
                     state, leader=write.leader, leader_epoch=write.leader_epoch,
                     isr=list(write.isr), partition_epoch=state.partition_epoch + 1)))
                 out[(name, p)] = ErrorCode.NONE
-                log.info("%s-%d: leader %d elected (%s)", name, p, write.leader,
-                         "preferred" if election_type == PREFERRED else "unclean")
+                elected.append((name, p, write.leader))
             if records:
                 await self._commit(records)
+                kind = "preferred" if election_type == PREFERRED else "unclean"
+                # one line per partition only for a few: a thousand log writes on the event
+                # loop would stall every client (each at DEBUG then)
+                level = logging.INFO if len(elected) <= 3 else logging.DEBUG
+                if level == logging.DEBUG:
+                    log.info("%d %s leaders elected (each at DEBUG)", len(elected), kind)
+                for name, p, leader in elected:
+                    log.log(level, "%s-%d: leader %d elected (%s)", name, p, leader, kind)
             return out
 
     async def alter_partition_reassignments(

@@ -1344,6 +1344,20 @@ class PartitionLog:
             self.epochs.mark_dirty()
         self._unflushed_messages += job.messages
 
+    def discard(self) -> None:
+        """Close the files and write nothing: the log's directory is being deleted (indexes,
+        the leader-epoch checkpoint and a producer snapshot written now would only be removed
+        with it, and a topic of 1,000 partitions would write 3,000 files on the event loop)."""
+        if self._closed:
+            return
+        self._closed = True
+        for seg in self._segments:
+            seg.close()
+        for _due, _paths, seg in self._pending_deletes:
+            seg.close()  # their files go with the directory
+        self._pending_deletes.clear()
+        self._next_file = None
+
     def close(self, *, sync: bool = True) -> None:
         """Write indexes (with the active segment's final time-index entry) and close files;
         ``sync=False`` as for ``flush``."""

@@ -40,6 +40,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -182,6 +183,10 @@ class LogManager:
         self._removals: set[asyncio.Future[None]] = set()  # directory removals under way
         self._renames: dict[Path, Path] = {}  # deleted log dirs not renamed yet -> -delete name
         self._renames_lock = threading.Lock()
+        # deletions' renames and removals, one job after another on one thread: a large
+        # deletion reported in slices would otherwise run several Python threads at once,
+        # each taking the GIL from the event loop (issue 28)
+        self._removal_thread = ThreadPoolExecutor(1, thread_name_prefix="strom-log-removal")
         self._moves: dict[tuple[str, int], Move] = {}  # partitions moving to another log dir
 
     # --- loading -------------------------------------------------------------------------------
@@ -425,7 +430,7 @@ class LogManager:
             plog = self._unregister((topic, partition))
             if plog is None:
                 continue
-            plog.close(sync=False)  # its data is going: nothing to make durable
+            plog.discard()  # its data is going: nothing to write or make durable
             doomed = plog.dir.with_name(suffixed_dir_name(topic, partition, DELETE_DIR_SUFFIX))
             moves.append((plog.dir, doomed))
         if not moves:
@@ -437,7 +442,7 @@ class LogManager:
         except RuntimeError:  # tools, tests, start-up without a loop
             self._rename_and_remove(moves)
             return [d for src, d in moves if not src.exists()]
-        job = loop.run_in_executor(None, self._rename_and_remove, moves)
+        job = loop.run_in_executor(self._removal_thread, self._rename_and_remove, moves)
         self._removals.add(job)
         job.add_done_callback(self._removals.discard)
         return [d for _, d in moves]
@@ -472,7 +477,7 @@ class LogManager:
             self._remove_dirs(doomed)
             return
         # a plain executor future: a shutdown cancelling every task does not cut it short
-        job = loop.run_in_executor(None, self._remove_dirs, doomed)
+        job = loop.run_in_executor(self._removal_thread, self._remove_dirs, doomed)
         self._removals.add(job)
         job.add_done_callback(self._removals.discard)
 

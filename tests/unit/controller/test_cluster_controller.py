@@ -114,6 +114,10 @@ def test_a_controlled_shutdown_moves_leaderships_then_fences() -> None:
                                              want_fence=False, want_shut_down=True)
         assert not first.should_shut_down  # it still leads a partition
         await s.settle()
+        # recorded at once: leaders stop adding it to ISRs while it still fetches (KIP-841)
+        reg = s.image.registrations[2]
+        assert reg.in_controlled_shutdown and not reg.fenced and 2 in s.image.brokers
+        assert not s.image.isr_eligible(2) and s.image.isr_eligible(1)
         assert all(p.leader != 2 and 2 not in p.isr
                    for p in s.image.topics["t"].partitions.values())
         state = next(iter(s.image.topics["t"].partitions.values()))

@@ -352,3 +352,40 @@ def test_a_large_commit_is_applied_in_slices_with_the_loop_free_between_them() -
         assert h.loader.leader == LeaderAndEpoch(7, 3)
 
     run(scenario)
+
+
+def test_a_large_deletion_is_reported_in_slices_before_later_changes() -> None:
+    """Deleting a topic of many partitions reaches listeners APPLY_SLICE partitions at a time
+    (the first slice as `topic_deleted`, the rest as `partitions_deleted`), other callbacks
+    running between the slices; a change committed after it is reported after every slice."""
+    from strom.controller.loader import APPLY_SLICE
+
+    async def scenario() -> None:
+        h = Loader()
+        count = 2 * APPLY_SLICE + 10
+        records = topic_records("big", count)
+        await h.commit(data_batch(0, *map(value, records)))
+        h.changes.clear()
+        tid = uuid.UUID(records[0]["topic_id"])
+        after = topic_records("next", 1)
+        deletion = data_batch(len(records), value(rec.remove_topic_record(tid)))
+        later = data_batch(len(records) + 1, *map(value, after))
+        ran_between = []
+        h.loader.handle_commit([deletion, later])
+        for _ in range(3):
+            asyncio.get_running_loop().call_soon(
+                lambda: ran_between.append(len(h.changes)))
+            await asyncio.sleep(0)
+        assert await h.loader.wait_for(
+            lambda: any(c.kind == "partitions_created" for cs in h.changes for c in cs),
+            DEADLINE_S)
+        flat = [c for cs in h.changes for c in cs]
+        deleted = [c for c in flat if c.kind in ("topic_deleted", "partitions_deleted")]
+        assert [c.kind for c in deleted] == ["topic_deleted"] + ["partitions_deleted"] * 2
+        assert sorted(p for c in deleted for p in c.partitions) == list(range(count))
+        assert all(len(c.partitions) <= APPLY_SLICE for c in deleted)
+        assert flat.index(deleted[-1]) < next(i for i, c in enumerate(flat)
+                                              if c.kind == "topic_created")  # in order
+        assert any(0 < n < len(h.changes) for n in ran_between), ran_between
+
+    run(scenario)

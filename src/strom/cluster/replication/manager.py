@@ -146,7 +146,7 @@ class ReplicaManager:
     def _apply_changes(self, changes: list[Change]) -> None:
         for change in changes:
             topic = change.topic
-            if change.kind == "topic_deleted" and topic is not None:
+            if change.kind in ("topic_deleted", "partitions_deleted") and topic is not None:
                 for p in change.partitions:
                     self._stop_all_roles((topic.name, p))
             elif change.kind in ("partitions_created", "partition_changed") and topic is not None:
@@ -309,11 +309,12 @@ class ReplicaManager:
             return ErrorCode.NOT_LEADER_OR_FOLLOWER  # not one of the replicas (Kafka's answer)
         self._maybe_advance_hw(key, plog, state)
         # Only a registered (live) broker may join: one whose ZooKeeper session ended would be
-        # taken out again by the controller at once (Kafka's ISR eligibility, KIP-841).
+        # taken out again by the controller at once, and one in a controlled shutdown would be
+        # refused (INELIGIBLE_REPLICA) at every fetch (Kafka's ISR eligibility, KIP-841).
         # A replica a reassignment is removing stays out (the controller is taking it out),
         # and so does one its broker keeps in a log dir that is offline (KIP-858: the
         # controller would refuse it, INELIGIBLE_REPLICA, at every fetch).
-        if replica_id not in state.isr and replica_id in self.image.brokers and \
+        if replica_id not in state.isr and self.image.isr_eligible(replica_id) and \
                 replica_id not in state.removing_replicas and \
                 replica_id in leader.ready_to_join(state.isr, plog.high_watermark) and \
                 replica_id not in self.image.in_offline_dirs(state):
