@@ -47,6 +47,19 @@ def error_responses(*statuses: int, media: tuple[str, ...] = ("application/json"
         "schema": {"$ref": "#/components/schemas/Error"}} for m in media}} for s in statuses}
 
 
+def path_operation(op_id: str, summary: str, params: list[dict[str, Any]],
+              responses: dict[str, Any], errors: tuple[int, ...] = (401, 403, 404, 500),
+              **extra: Any) -> dict[str, Any]:
+    """One operation of a path: its answers, with Confluent's error body for `errors`."""
+    return {"summary": summary, "operationId": op_id, "parameters": params,
+            "responses": {**responses, **error_responses(*errors)}, **extra}
+
+
+def json_body(schema: str) -> dict[str, Any]:
+    """A required JSON request body: the component `schema`."""
+    return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
+
+
 def document(modules: list[ModuleType], basic_auth: bool) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     schemas: dict[str, Any] = {"Error": ERROR_SCHEMA, "ResourceMetadata": META,

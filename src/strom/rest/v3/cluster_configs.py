@@ -21,7 +21,15 @@ from strom.protocol.errors import ErrorCode
 from strom.rest.clients import UserClients
 from strom.rest.context import RestContext, list_body, resource_metadata
 from strom.rest.errors import RestError, bad_request, kafka_error, not_found
-from strom.rest.openapi import CLUSTER_ID, error_responses, list_schema, ok, path_param, ref
+from strom.rest.openapi import (
+    CLUSTER_ID,
+    json_body,
+    list_schema,
+    ok,
+    path_operation,
+    path_param,
+    ref,
+)
 from strom.rest.v3.clusters import cluster_path, crn
 from strom.rest.v3.topics import (
     BAD_REQUEST_KAFKA,
@@ -162,33 +170,31 @@ _NO_CONTENT = {"204": {"description": "No Content"}}
 _CHANGES = (400, 401, 403, 404, 413, 422, 500)
 
 
-def _op(op_id: str, summary: str, params: list[dict[str, Any]], responses: dict[str, Any],
-        errors: tuple[int, ...] = (401, 403, 404, 500), **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "operationId": op_id, "parameters": params,
-            "responses": {**responses, **error_responses(*errors)}, **extra}
-
-
-def _body(schema: str) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
 
 
 PATHS: dict[str, Any] = {
     "/v3/clusters/{cluster_id}/broker-configs": {
-        "get": _op("listKafkaClusterConfigs", "The cluster-wide broker defaults set "
-                   "dynamically", [CLUSTER_ID], {"200": ok("ClusterConfigList")}),
+        "get": path_operation(
+            "listKafkaClusterConfigs", "The cluster-wide broker defaults set dynamically",
+            [CLUSTER_ID], {"200": ok("ClusterConfigList")}),
     },
     "/v3/clusters/{cluster_id}/broker-configs:alter": {
-        "post": _op("updateKafkaClusterConfigs", "Set or reset several cluster-wide broker "
-                    "defaults (incremental)", [CLUSTER_ID], _NO_CONTENT, _CHANGES,
-                    requestBody=_body("AlterConfigBatchRequest")),
+        "post": path_operation(
+            "updateKafkaClusterConfigs", "Set or reset several cluster-wide broker defaults "
+            "(incremental)", [CLUSTER_ID], _NO_CONTENT, _CHANGES,
+            requestBody=json_body("AlterConfigBatchRequest")),
     },
     "/v3/clusters/{cluster_id}/broker-configs/{name}": {
-        "get": _op("getKafkaClusterConfig", "One cluster-wide broker default",
-                   [CLUSTER_ID, _NAME], {"200": ok("ClusterConfig")}),
-        "put": _op("updateKafkaClusterConfig", "Set one cluster-wide broker default",
-                   [CLUSTER_ID, _NAME], _NO_CONTENT, _CHANGES,
-                   requestBody=_body("UpdateConfigRequest")),
-        "delete": _op("deleteKafkaClusterConfig", "Reset one cluster-wide broker default",
-                      [CLUSTER_ID, _NAME], _NO_CONTENT, (400, 401, 403, 404, 500)),
+        "get": path_operation(
+            "getKafkaClusterConfig", "One cluster-wide broker default", [CLUSTER_ID, _NAME],
+            {"200": ok("ClusterConfig")}),
+        "put": path_operation(
+            "updateKafkaClusterConfig", "Set one cluster-wide broker default",
+            [CLUSTER_ID, _NAME], _NO_CONTENT, _CHANGES,
+            requestBody=json_body("UpdateConfigRequest")),
+        "delete": path_operation(
+            "deleteKafkaClusterConfig", "Reset one cluster-wide broker default",
+            [CLUSTER_ID, _NAME], _NO_CONTENT, (400, 401, 403, 404, 500)),
     },
 }
+

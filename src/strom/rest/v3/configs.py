@@ -20,7 +20,15 @@ from starlette.routing import BaseRoute
 from strom.rest.clients import UserClients, rest_error_of
 from strom.rest.context import RestContext, list_body, resource_metadata
 from strom.rest.errors import RestError, bad_request, not_found
-from strom.rest.openapi import CLUSTER_ID, error_responses, list_schema, ok, path_param, ref
+from strom.rest.openapi import (
+    CLUSTER_ID,
+    json_body,
+    list_schema,
+    ok,
+    path_operation,
+    path_param,
+    ref,
+)
 from strom.rest.v3.clusters import cluster_path, crn
 from strom.rest.v3.topics import (
     BAD_REQUEST_KAFKA,
@@ -203,42 +211,42 @@ _NAME = path_param("name")
 _NO_CONTENT = {"204": {"description": "No Content"}}
 
 
-def _op(op_id: str, summary: str, params: list[dict[str, Any]], responses: dict[str, Any],
-        errors: tuple[int, ...] = (401, 403, 404, 500), **extra: Any) -> dict[str, Any]:
-    return {"summary": summary, "operationId": op_id, "parameters": params,
-            "responses": {**responses, **error_responses(*errors)}, **extra}
-
-
-def _body(schema: str) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": ref(schema)}}}
 
 
 _CHANGES = (400, 401, 403, 404, 413, 422, 500)
 PATHS: dict[str, Any] = {
     "/v3/clusters/{cluster_id}/brokers/-/configs": {
-        "get": _op("listKafkaAllBrokerConfigs", "Every broker's configs", [CLUSTER_ID],
-                   {"200": ok("BrokerConfigList")}),
+        "get": path_operation(
+            "listKafkaAllBrokerConfigs", "Every broker's configs", [CLUSTER_ID],
+            {"200": ok("BrokerConfigList")}),
     },
     "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs": {
-        "get": _op("listKafkaBrokerConfigs", "One broker's configs", [CLUSTER_ID, _BROKER],
-                   {"200": ok("BrokerConfigList")}),
+        "get": path_operation(
+            "listKafkaBrokerConfigs", "One broker's configs", [CLUSTER_ID, _BROKER],
+            {"200": ok("BrokerConfigList")}),
     },
     "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs:alter": {
-        "post": _op("updateKafkaBrokerConfigBatch", "Set or reset several of a broker's "
-                    "configs (incremental)", [CLUSTER_ID, _BROKER], _NO_CONTENT, _CHANGES,
-                    requestBody=_body("AlterConfigBatchRequest")),
+        "post": path_operation(
+            "updateKafkaBrokerConfigBatch", "Set or reset several of a broker's configs "
+            "(incremental)", [CLUSTER_ID, _BROKER], _NO_CONTENT, _CHANGES,
+            requestBody=json_body("AlterConfigBatchRequest")),
     },
     "/v3/clusters/{cluster_id}/brokers/{broker_id}/configs/{name}": {
-        "get": _op("getKafkaBrokerConfig", "One config of a broker",
-                   [CLUSTER_ID, _BROKER, _NAME], {"200": ok("BrokerConfig")}),
-        "put": _op("updateKafkaBrokerConfig", "Set one config of a broker (dynamically)",
-                   [CLUSTER_ID, _BROKER, _NAME], _NO_CONTENT, _CHANGES,
-                   requestBody=_body("UpdateConfigRequest")),
-        "delete": _op("deleteKafkaBrokerConfig", "Reset one config of a broker",
-                      [CLUSTER_ID, _BROKER, _NAME], _NO_CONTENT, (400, 401, 403, 404, 500)),
+        "get": path_operation(
+            "getKafkaBrokerConfig", "One config of a broker", [CLUSTER_ID, _BROKER, _NAME],
+            {"200": ok("BrokerConfig")}),
+        "put": path_operation(
+            "updateKafkaBrokerConfig", "Set one config of a broker (dynamically)",
+            [CLUSTER_ID, _BROKER, _NAME], _NO_CONTENT, _CHANGES,
+            requestBody=json_body("UpdateConfigRequest")),
+        "delete": path_operation(
+            "deleteKafkaBrokerConfig", "Reset one config of a broker",
+            [CLUSTER_ID, _BROKER, _NAME], _NO_CONTENT, (400, 401, 403, 404, 500)),
     },
     "/v3/clusters/{cluster_id}/topics/-/configs": {
-        "get": _op("listKafkaAllTopicConfigs", "Every topic's configs (internal topics left "
-                   "out)", [CLUSTER_ID], {"200": ok("TopicConfigList")}),
+        "get": path_operation(
+            "listKafkaAllTopicConfigs", "Every topic's configs (internal topics left out)",
+            [CLUSTER_ID], {"200": ok("TopicConfigList")}),
     },
 }
+
