@@ -188,14 +188,21 @@ def _precompile_inter_broker_codecs() -> None:
     from strom.broker.kraft_cluster import HEARTBEAT_VERSION, REGISTRATION_VERSION
     from strom.broker.markers import WRITE_TXN_MARKERS_VERSION
     from strom.cluster.replication.fetcher import FETCH_VERSION, LIST_OFFSETS_VERSION
+    from strom.controller.registration import REGISTRATION_VERSION as CONTROLLER_REGISTRATION
 
+    # Produce in the versions clients negotiate, not only the latest the broker prebuilds
+    # (librdkafka 2.16 sends v10): its first use imported kio's modules on the loop during a
+    # failover (20-40 ms, seen with the stall watchdog)
+    lo, hi = supported_versions(ApiKey.PRODUCE)
+    produce = tuple((ApiKey.PRODUCE, v) for v in range(max(lo, 7), hi))
     codecs: tuple[tuple[ApiKey, int | None], ...] = (  # None: the latest version
         (ApiKey.FETCH, FETCH_VERSION), (ApiKey.LIST_OFFSETS, LIST_OFFSETS_VERSION),
         (ApiKey.ALTER_PARTITION, ALTER_PARTITION_VERSION),
         (ApiKey.BROKER_HEARTBEAT, HEARTBEAT_VERSION),
         (ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION), (ApiKey.ALLOCATE_PRODUCER_IDS, 0),
         (ApiKey.ENVELOPE, 0), (ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION),
-        (ApiKey.ELECT_LEADERS, None), (ApiKey.CREATE_TOPICS, None))
+        (ApiKey.ELECT_LEADERS, None), (ApiKey.CREATE_TOPICS, None),
+        (ApiKey.CONTROLLER_REGISTRATION, CONTROLLER_REGISTRATION), *produce)
 
     def build() -> None:
         for api_key, version in codecs:
