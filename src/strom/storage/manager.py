@@ -911,6 +911,7 @@ class LogManager:
                 log.flush(sync=False)
                 log.close(sync=False)
         online = [d for d in self.log_dirs if d not in self._offline]
+        self._removal_thread.shutdown(wait=True)  # deletions under way finish first
         files.sync_filesystems(online)
         self.checkpoint()
         for d in online:  # an offline dir is recovered on the next start, as after a crash

@@ -21,8 +21,9 @@ OTHER = json.dumps({"type": "record", "name": "Other", "namespace": "shop",
 
 def produce_all(bootstrap: str, topic: str, items: list[tuple[bytes | None, bytes | None]],
                 **conf: object) -> list[KafkaError | None]:
-    """Each record's outcome (None: written), in one batch (linger, no retries)."""
-    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 50, "retries": 0,
+    """Each record's outcome (None: written), in one batch: a long linger, which flush() cuts
+    short (a 50 ms linger split the batch once under CI load), and no retries."""
+    p = Producer({"bootstrap.servers": bootstrap, "linger.ms": 10000, "retries": 0,
                   "enable.idempotence": False, **conf})
     out: list[KafkaError | None] = [None] * len(items)
     done = [False] * len(items)
