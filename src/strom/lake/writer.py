@@ -33,6 +33,7 @@ from pyiceberg.types import (
     StructType,
     TimestamptzType,
 )
+from sqlalchemy.exc import OperationalError
 
 from strom.lake.mapping import (
     OFFSETS_PROPERTY,
@@ -95,7 +96,12 @@ class NoOffsets(Exception):
 def sql_catalog(name: str, properties: Mapping[str, str]) -> SqlCatalog:
     props = dict(properties)
     props.pop("type", None)  # strom.lake.settings' catalog type, not SqlCatalog's
-    return SqlCatalog(name, **props)
+    try:
+        return SqlCatalog(name, **props)
+    except OperationalError:
+        # pyiceberg checks for its tables, then creates them: another process (a reader, the
+        # Spark load) created them in between, so they exist now
+        return SqlCatalog(name, **props)
 
 
 def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
