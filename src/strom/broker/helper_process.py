@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import subprocess
 import sys
 import threading
@@ -45,6 +46,7 @@ class HelperProcess:
         assert self.process.stdin is not None
         self.process.stdin.write(self.handoff.encode())
         self.process.stdin.flush()
+        os.set_blocking(self.process.stdin.fileno(), False)  # nudge() never waits for it
         if self.on_line is not None:
             threading.Thread(target=self._read_lines, args=(self.process, self.on_line),
                              name=f"{self.module}-lines", daemon=True).start()
@@ -57,6 +59,16 @@ class HelperProcess:
                 on_line(line.decode(errors="replace"))
             except Exception:
                 self.log.exception("a line from %s could not be taken: %r", self.what, line)
+
+    def nudge(self) -> None:
+        """Tell the helper something changed (a line on its stdin: the lake writer looks at
+        the topics again). Never blocks: a helper that is not reading misses the nudge, which
+        only spares it its next periodic look."""
+        process = self.process
+        if process is None or process.stdin is None or process.poll() is not None:
+            return
+        with contextlib.suppress(OSError):  # BlockingIOError (a full pipe), a closed one
+            os.write(process.stdin.fileno(), b"\n")
 
     async def supervise(self) -> None:
         backoff = 1.0

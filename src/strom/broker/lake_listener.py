@@ -7,15 +7,20 @@ config on stdin. If it dies it is started again (an ERROR line says so): it resu
 its tables hold. When the broker stops, closing the process's stdin makes it commit what it has
 read and exit; a broker killed with -9 takes it along the same way.
 
+A partition this broker starts leading nudges it (a line on its stdin): it looks at the topics
+at once, so a new Iceberg topic's records start landing without waiting for its periodic look.
+
 Every second or so it reports each Iceberg topic's lag, commit failures and last commit on its
 stdout (one JSON line); the broker serves them with its own metrics (`LakeCollector`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import logging
+import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -35,6 +40,7 @@ from strom.security.tls import loopback_tls
 log = logging.getLogger("strom.lake")
 
 STOP_S = 30.0  # it commits what it holds before it exits
+NUDGE_DELAY_S = 0.1  # leadership changes that come together are one nudge to the writer
 
 
 class LakeStatus:
@@ -122,4 +128,25 @@ def start_lake_listener(broker: Broker, servers: Sequence[BrokerServer]
     lake = HelperProcess("the lake writer's process", "strom.lake", handoff.to_line(), log,
                          stop_s=STOP_S, on_line=status.take)
     lake.start()
+    _nudge_on_leadership(broker, lake)
     return lake, status
+
+
+def _nudge_on_leadership(broker: Broker, lake: HelperProcess) -> None:
+    """A partition this broker starts leading (a topic created, a leadership moved here) may
+    be an Iceberg topic's: the writer looks at the topics at once instead of at its next
+    periodic look (LakeSettings.refresh_s). A burst of them (a 1,000-partition topic, a
+    failover) is one nudge, NUDGE_DELAY_S after its first."""
+    loop = asyncio.get_running_loop()
+    pending = threading.Event()
+
+    def send() -> None:
+        pending.clear()
+        lake.nudge()
+
+    def on_leadership(topic: str, partition: int, leader: bool, epoch: int) -> None:
+        if leader and not pending.is_set() and not topic.startswith("__"):
+            pending.set()
+            loop.call_soon_threadsafe(loop.call_later, NUDGE_DELAY_S, send)
+
+    broker.partitions.add_leadership_listener(on_leadership, replay=False)

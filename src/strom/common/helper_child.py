@@ -39,11 +39,14 @@ def start_child(name: str, started_by: str) -> str:
     return line
 
 
-def watch_parent(on_exit: Callable[[], None]) -> None:
-    """Call `on_exit` (on a thread of its own) when stdin closes: the broker stopped or died."""
+def watch_parent(on_exit: Callable[[], None],
+                 on_nudge: Callable[[], None] | None = None) -> None:
+    """Call `on_exit` (on a thread of its own) when stdin closes: the broker stopped or died;
+    `on_nudge` for each line the broker writes after the hand-off (`HelperProcess.nudge`)."""
     def watch() -> None:
-        while sys.stdin.buffer.read(4096):
-            pass
+        for _ in sys.stdin:  # (the text reader start_child read the hand-off through)
+            if on_nudge is not None:
+                on_nudge()
         on_exit()
 
     threading.Thread(target=watch, name="parent-watch", daemon=True).start()

@@ -1,7 +1,8 @@
 """The lake writer's process: `python -m strom.lake`, started by the broker (never by hand).
 
-It reads the broker's `Handoff` from its first stdin line, then loops: every few seconds it
-reads the topics' `iceberg.*` configs again (AdminClient), it reads the Iceberg topics' records
+It reads the broker's `Handoff` from its first stdin line, then loops: every few seconds, and
+at once when the broker nudges it (another line on stdin), it reads the topics' `iceberg.*`
+configs again (AdminClient), it reads the Iceberg topics' records
 with one consumer (assign(), no group, read_committed) and every `iceberg.commit.interval.ms`
 appends what a topic gave to its table (strom.lake.writer). When stdin closes (the broker
 stopped, or died) it commits what it holds and exits: it never outlives its broker.
@@ -87,7 +88,7 @@ def row_of(message: Message) -> Row:
 
 class LakeWriter:
     def __init__(self, settings: LakeSettings, stop: threading.Event, catalog: Any,
-                 admin: Any, consumer: Any) -> None:
+                 admin: Any, consumer: Any, look_again: threading.Event | None = None) -> None:
         self.settings = settings
         self.stop = stop
         self.catalog = catalog  # pyiceberg's
@@ -96,9 +97,12 @@ class LakeWriter:
         self.topics: dict[str, TopicState] = {}
         self.warned: set[str] = set()
         self.dead_letters = DeadLetterSender(settings.client_base(), settings.dlq_prefix, admin)
+        # set by the broker's nudge (a partition it leads now): look at the topics at once
+        self.look_again = look_again if look_again is not None else threading.Event()
 
     @classmethod
-    def connect(cls, settings: LakeSettings, stop: threading.Event) -> LakeWriter:
+    def connect(cls, settings: LakeSettings, stop: threading.Event,
+                look_again: threading.Event | None = None) -> LakeWriter:
         from strom.lake.writer import open_catalog
 
         base = settings.client_base()
@@ -106,7 +110,8 @@ class LakeWriter:
                              "enable.auto.offset.store": False,
                              "isolation.level": "read_committed",
                              "auto.offset.reset": "earliest"})
-        return cls(settings, stop, open_catalog(settings), AdminClient(base), consumer)
+        return cls(settings, stop, open_catalog(settings), AdminClient(base), consumer,
+                   look_again)
 
     # -- which topics ---------------------------------------------------------------------
 
@@ -404,7 +409,8 @@ class LakeWriter:
                         self.report()
                     except (OSError, ValueError) as exc:  # the broker's end is gone: stopping
                         log.debug("no report: %s", exc)
-                if now >= next_refresh:
+                if now >= next_refresh or self.look_again.is_set():
+                    self.look_again.clear()
                     next_refresh = now + self.settings.refresh_s
                     try:
                         self.refresh()
@@ -439,5 +445,6 @@ def main() -> None:
     settings = LakeSettings.of(Handoff.from_line(line))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    watch_parent(stop.set)
-    LakeWriter.connect(settings, stop).run()
+    look_again = threading.Event()
+    watch_parent(stop.set, look_again.set)  # from the start: connecting may hang
+    LakeWriter.connect(settings, stop, look_again).run()
