@@ -54,7 +54,6 @@ from strom.security.tls import client_context, server_context
 log = logging.getLogger("strom.registry")
 
 LISTENER = "SCHEMA_REGISTRY"  # the name its listener.name.<l>.ssl.* overrides use
-SYNC_AFTER_FORWARD_S = 5.0  # a forwarded change waits this long at most for the local copy
 
 
 @dataclass
@@ -154,8 +153,8 @@ def start_registry_listener(broker: Broker, securities: Sequence[ListenerSecurit
     if broker.replicas is not None:  # a cluster: a copy of the registry where another writes
         coordinator.follow(SchemasFeed(broker))
 
-    async def sync() -> None:
-        await coordinator.sync(SYNC_AFTER_FORWARD_S)
+    async def sync(timeout_s: float) -> None:
+        await coordinator.sync(timeout_s)
 
     app: ASGIApp = registry_app(coordinator.registry, lambda: _writer_url(broker, topic),
                                 acl_access(broker), forward_tls, sync)

@@ -5,7 +5,10 @@ confluent-kafka's `SchemaRegistryClient` calls is all here. On a broker that is 
 writer (the leader of `_schemas`), reads are answered from its copy of the registry (see
 `strom.registry.follower`) and every change is forwarded to the writer's registry, so each
 broker serves the same registry; once a forwarded change is done, the copy catches up before
-the answer, so a client reads its own writes from the broker it asks. Every error is a JSON body with `error_code` and `message`: a registry error with its own code, a body that is not JSON with
+the answer, so a client reads its own writes from the broker it asks, and a read that finds
+nothing catches the copy up first (at most a second), so a schema registered a moment ago
+through another broker is found, not reported missing. Every error is a JSON body with
+`error_code` and `message`: a registry error with its own code, a body that is not JSON with
 400, an unknown path with 404, anything unexpected with 500 and one logged line, never a
 traceback to the client.
 
@@ -310,7 +313,10 @@ FORWARD_TIMEOUT_S = 30.0
 
 Leader = Callable[[], str | None]
 Registries = Callable[[bool], Registry]  # the registry for a read (False) or a change (True)
-Sync = Callable[[], Awaitable[None]]
+Sync = Callable[[float], Awaitable[None]]  # catch the local copy up, waiting at most this long
+SYNC_AFTER_FORWARD_S = 5.0  # a forwarded change waits this long at most for the local copy
+SYNC_BEFORE_NOT_FOUND_S = 1.0  # a read that found nothing, before it says so
+NOT_FOUND = (40401, 40402, 40403)  # subject, version, schema
 
 
 async def _forward(url: str, request: Request) -> Response:
@@ -341,7 +347,7 @@ async def _forward(url: str, request: Request) -> Response:
                      status_code=500)
     sync: Sync | None = getattr(request.app.state, "sync", None)
     if sync is not None and request.method != "GET" and status < 300:
-        await sync()  # this broker's copy has the change before the client hears of it
+        await sync(SYNC_AFTER_FORWARD_S)  # the copy has the change before the client hears
     return Response(data, status_code=status, media_type=media)
 
 
@@ -349,7 +355,16 @@ def _endpoint(registry: Registries, leader: Leader | None,
               handler: Handler) -> Callable[[Request], Awaitable[Response]]:
     async def endpoint(request: Request) -> Response:
         try:
-            result = await handler(registry(request.method != "GET"), request)
+            try:
+                result = await handler(registry(request.method != "GET"), request)
+            except err.RegistryError as exc:
+                sync: Sync | None = getattr(request.app.state, "sync", None)
+                if exc.code not in NOT_FOUND or request.method != "GET" or sync is None:
+                    raise
+                # a copy may trail the writer: a schema registered a moment ago through
+                # another broker is found once it caught up, not reported missing
+                await sync(SYNC_BEFORE_NOT_FOUND_S)
+                result = await handler(registry(False), request)
         except err.RegistryError as exc:
             if exc.code == 50004 and leader is not None and FORWARDED not in request.headers:
                 url = leader()

@@ -171,3 +171,68 @@ def test_the_coordinator_serves_reads_from_the_copy_and_refuses_changes() -> Non
             await coordinator.stop()
 
     asyncio.run(run())
+
+
+async def _get(app: object, path: str) -> tuple[int, dict]:
+    """One GET through the ASGI app, on the running loop."""
+    import json
+
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "http_version": "1.1", "method": "GET", "path": path,
+             "raw_path": path.encode(), "query_string": b"", "headers": [],
+             "scheme": "http", "server": ("127.0.0.1", 8081), "client": ("127.0.0.1", 1)}
+    await app(scope, receive, send)  # type: ignore[operator]
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, json.loads(body)
+
+
+def test_a_read_that_finds_nothing_catches_the_copy_up_first() -> None:
+    """A schema registered through another broker a moment ago: the copy has not fetched it
+    when the GET arrives; the HTTP layer syncs the copy before it answers 404."""
+    from strom.coordinator.runtime.store import StateStore
+    from strom.registry.coordinator import RegistryCoordinator
+    from strom.registry.http import registry_app
+
+    class NoTopic:
+        def num_partitions(self) -> int | None:
+            return None
+
+    async def run() -> None:
+        store = StateStore("_schemas", NoTopic(), lambda: 0)
+        coordinator = RegistryCoordinator(store, asyncio.get_running_loop(),
+                                          max_schema_bytes=1 << 20)
+        leader = Leader()
+        leader.commit(schema_record(1))
+        coordinator.follow(leader)
+        syncs: list[float] = []
+
+        async def sync(timeout_s: float) -> None:
+            syncs.append(timeout_s)
+            if len(syncs) == 1:
+                leader.commit(schema_record(2))  # registered elsewhere just now
+            await coordinator.sync(timeout_s)
+
+        app = registry_app(coordinator.registry, sync=sync)
+        try:
+            await until(lambda: coordinator.following)
+            assert (await _get(app, "/schemas/ids/1"))[1]["guid"] == "guid-1"
+            assert syncs == []  # found: no wait
+            assert (await _get(app, "/schemas/ids/2"))[1]["guid"] == "guid-2"
+            assert syncs == [1.0]
+            status, body = await _get(app, "/schemas/ids/3")  # missing everywhere: 404 still
+            assert (status, body["error_code"]) == (404, 40403)
+            status, body = await _get(app, "/subjects/other/versions")
+            assert (status, body["error_code"]) == (404, 40401)
+            assert len(syncs) == 3
+        finally:
+            await coordinator.stop()
+
+    asyncio.run(run())
