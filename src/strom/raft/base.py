@@ -94,6 +94,19 @@ class PendingVoterChange:
 Parked = Pending | PendingVoterChange  # a request answered later, from `poll`
 
 
+@dataclass(eq=False)
+class AddingVoter:
+    """An AddRaftVoter waiting for the new voter's ApiVersions answer (its kraft.version
+    range), sent as correlation id `correlation_id`; `change` is the parked request."""
+
+    key: ReplicaKey
+    endpoints: tuple[Endpoint, ...]
+    wait: bool  # ack_when_committed
+    timeout_ms: int
+    correlation_id: int
+    change: PendingVoterChange
+
+
 @dataclass(frozen=True)
 class Outbound:
     destination: int
@@ -147,6 +160,7 @@ class ClientBase:
         self._parked: list[Pending] = []
         self._completed: list[Parked] = []
         self._voter_change: PendingVoterChange | None = None
+        self._adding: AddingVoter | None = None  # asked for its ApiVersions
         # pseudo node ids (-2, -3, ...) of controller.quorum.bootstrap.servers, for the driver
         self.bootstrap_endpoints: dict[int, Endpoint] = dict(bootstrap_endpoints or {})
         self.auto_join = auto_join
@@ -183,11 +197,18 @@ class ClientBase:
         if not self._initialized:
             raise RuntimeError("call initialize() first")
 
-    def _send(self, now: int, destination: int, api_key: ApiKey, request: Message) -> None:
+    def _send(self, now: int, destination: int, api_key: ApiKey, request: Message) -> int:
         cid = self._next_cid
         self._next_cid += 1
         self.requests.on_sent(destination, cid, now)
         self._out.append(Outbound(destination, api_key, cid, request))
+        return cid
+
+    def adding_voter_endpoints(self, node_id: int) -> tuple[Endpoint, ...]:
+        """The endpoints of a replica an AddRaftVoter names, while the leader asks it for its
+        ApiVersions (it is no voter yet: the driver finds its address here)."""
+        adding = self._adding
+        return adding.endpoints if adding is not None and adding.key.id == node_id else ()
 
     def _before_transition(self) -> None:
         # Answers to requests made in the old state must not steer the new one.

@@ -125,6 +125,7 @@ class RaftClient(ElectionHandlers, ReplicationHandlers, VoterChangeHandlers):
         """The request could not be sent or its connection broke: back off from that peer."""
         self._now = now_ms
         self.requests.on_result(destination, correlation_id, False, now_ms)
+        self._adding_failed(destination, correlation_id)
 
     def poll(self, now_ms: int) -> PollResult:
         self._require_initialized()
@@ -301,4 +302,5 @@ _RESPONSE_HANDLERS: dict[ApiKey, _Handler] = {
     ApiKey.ADD_RAFT_VOTER: RaftClient._handle_add_raft_voter_response,
     ApiKey.REMOVE_RAFT_VOTER: RaftClient._handle_remove_raft_voter_response,
     ApiKey.UPDATE_RAFT_VOTER: RaftClient._handle_update_raft_voter_response,
+    ApiKey.API_VERSIONS: RaftClient._handle_api_versions_response,
 }

@@ -233,7 +233,8 @@ class RaftDriver:
             # than the voter set: a voter may have come back at another address and won
             endpoint = next((e for e in st.leader_endpoints if e.name == listener), None)
         if endpoint is None:
-            endpoint = next((e for e in self.client.quorum.voters.endpoints(node_id)
+            endpoint = next((e for e in (*self.client.quorum.voters.endpoints(node_id),
+                                         *self.client.adding_voter_endpoints(node_id))
                              if e.name == listener), None)
         if endpoint is None:
             return None

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import strom
 from strom.protocol.errors import ErrorCode
 
 from .types import (
@@ -403,6 +404,20 @@ def add_raft_voter_request(*, cluster_id: str | None, voter: ReplicaKey, timeout
     return {"cluster_id": cluster_id, "timeout": timeout_ms, "voter_id": voter.id,
             "voter_directory_id": voter.wire_directory_id(),
             "listeners": listener_list(endpoints), "ack_when_committed": ack_when_committed}
+
+
+def api_versions_request() -> Message:
+    """What a leader asks a replica named by AddRaftVoter (its kraft.version range)."""
+    return {"client_software_name": "strom", "client_software_version": strom.__version__}
+
+
+def supported_range(response: Mapping[str, Any], feature: str) -> tuple[int, int]:
+    """An ApiVersions answer's supported range of `feature` ((0, 0) when not listed, as
+    Kafka reads it)."""
+    for f in response.get("supported_features") or []:
+        if f.get("name") == feature:
+            return int(f.get("min_version", 0)), int(f.get("max_version", 0))
+    return 0, 0
 
 
 def remove_raft_voter_request(*, cluster_id: str | None, voter: ReplicaKey) -> Message:

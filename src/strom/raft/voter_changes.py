@@ -2,8 +2,10 @@
 
 The leader takes AddRaftVoter, RemoveRaftVoter and UpdateRaftVoter: each appends a
 VotersRecord with the whole new set, in force from that moment (voter_history.py), and is
-answered once it commits (AddRaftVoter with ``ack_when_committed=false``: once appended). One
-change at a time: while a VotersRecord is above the high watermark, another waits
+answered once it commits (AddRaftVoter with ``ack_when_committed=false``: once appended).
+Before it appends, AddRaftVoter asks the new voter for its ApiVersions, as Kafka's leader does:
+a voter whose kraft.version range misses the finalized level is refused (INVALID_REQUEST), one
+that does not answer times out (REQUEST_TIMED_OUT). One change at a time: while a VotersRecord is above the high watermark, another waits
 (REQUEST_TIMED_OUT, as Kafka answers). A leader that removed itself resigns once the removal
 commits.
 
@@ -25,7 +27,7 @@ from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
 from . import messages as m
-from .base import ClientBase, PendingVoterChange, logger
+from .base import AddingVoter, ClientBase, PendingVoterChange, logger
 from .leader import LeaderState
 from .log import LogAppendInfo
 from .messages import Message
@@ -48,6 +50,7 @@ from .voter_history import (
 )
 
 E = ErrorCode
+ASKING_VERSIONS = -1  # a PendingVoterChange's offset while the new voter's ApiVersions is asked
 
 
 class VoterChangeHandlers(ClientBase):
@@ -70,6 +73,8 @@ class VoterChangeHandlers(ClientBase):
                     "(kraft.version 0, controller.quorum.voters): they cannot change")
         if self.voter_history.uncommitted_change(st.high_watermark) is not None:
             return E.REQUEST_TIMED_OUT, "another voter change is not committed yet"
+        if self._adding is not None:
+            return E.REQUEST_TIMED_OUT, f"node {self._adding.key.id} is being added"
         return None
 
     def _request_key(self, req: Mapping[str, Any]) -> ReplicaKey:
@@ -114,10 +119,68 @@ class VoterChangeHandlers(ClientBase):
             return m.voter_change_response(
                 E.REQUEST_TIMED_OUT, f"{key!r} is not a caught-up observer of the leader: "
                 "start it, and let it fetch the metadata log")
-        new = VoterSet.of([*voters, VoterNode(key, endpoints)])
+        # Kafka's next step: ask the new voter which kraft.version it supports (its
+        # ApiVersions), answered in _handle_api_versions_response
         timeout = int(req.get("timeout", self.settings.request_timeout_ms))
-        return self._append_voters(now, st, ApiKey.ADD_RAFT_VOTER, new, timeout,
-                                   wait=bool(req.get("ack_when_committed", True)))
+        self._poll_voter_change(now)  # one committed before is answered first
+        change = PendingVoterChange(ApiKey.ADD_RAFT_VOTER, st.epoch, ASKING_VERSIONS,
+                                    now + max(0, timeout))
+        self._voter_change = change
+        self._adding = AddingVoter(key, endpoints, bool(req.get("ack_when_committed", True)),
+                                   timeout, -1, change)
+        self._adding.correlation_id = self._send(now, key.id, ApiKey.API_VERSIONS,
+                                                 m.api_versions_request())
+        return change
+
+    def _handle_api_versions_response(self, now: int, source: int,
+                                      resp: Mapping[str, Any]) -> bool:
+        """The new voter's ApiVersions: the leader adds it if it supports the quorum's
+        kraft.version (else INVALID_REQUEST) and nothing changed meanwhile."""
+        adding = self._adding
+        if adding is None or adding.key.id != source or self._voter_change is not adding.change:
+            return True
+        self._adding = None
+        st = self.quorum.state
+        if not isinstance(st, LeaderState) or st.epoch != adding.change.epoch:
+            self._answer_voter_change(E.NOT_LEADER_OR_FOLLOWER, "the leader changed")
+            return True
+        error = int(resp.get("error_code", 0))
+        if error != E.NONE:
+            self._answer_voter_change(E.REQUEST_TIMED_OUT, f"node {source} answered "
+                                      f"ApiVersions with {_name(error)}")
+            return True
+        lo, hi = m.supported_range(resp, "kraft.version")
+        level = self.voter_history.kraft_version()
+        if not lo <= level <= hi:
+            logger.info("raft %d: AddRaftVoter of %r refused: it supports kraft.version %d-%d, "
+                        "not the finalized %d", self.local.id, adding.key, lo, hi, level)
+            self._answer_voter_change(E.INVALID_REQUEST, f"node {source} supports kraft.version "
+                                      f"{lo} to {hi}, not the finalized {level}")
+            return True
+        blocked = self._voter_change_blocked(st)
+        if blocked is None and adding.key.id in self.quorum.voters:
+            blocked = E.DUPLICATE_VOTER, f"node {adding.key.id} is a voter already"
+        if blocked is not None:
+            self._answer_voter_change(*blocked)
+            return True
+        new = VoterSet.of([*self.quorum.voters, VoterNode(adding.key, adding.endpoints)])
+        info = self._append_control(now, st, [voters_entry(new)])
+        logger.info("raft %d: ADD_RAFT_VOTER: the voters become %s (offset %d, uncommitted)",
+                    self.local.id, describe_voters(new), info.first_offset)
+        adding.change.offset = info.first_offset
+        if not adding.wait:
+            self._answer_voter_change(E.NONE)
+        return True
+
+    def _adding_failed(self, destination: int, correlation_id: int) -> None:
+        """The ApiVersions request to the new voter could not be sent or got no answer."""
+        adding = self._adding
+        if adding is not None and adding.key.id == destination \
+                and adding.correlation_id == correlation_id:
+            self._adding = None
+            if self._voter_change is adding.change:
+                self._answer_voter_change(E.REQUEST_TIMED_OUT, f"node {destination} is not "
+                                          "ready to receive requests (ApiVersions failed)")
 
     def _handle_remove_raft_voter_request(self, now: int, source: int,
                                           req: Mapping[str, Any]) -> Message | PendingVoterChange:
@@ -203,15 +266,19 @@ class VoterChangeHandlers(ClientBase):
         if pending is None:
             return NEVER
         st = self.quorum.state
+        asking = pending.offset == ASKING_VERSIONS
         if not isinstance(st, LeaderState) or st.epoch != pending.epoch:
             self._answer_voter_change(E.NOT_LEADER_OR_FOLLOWER, "the leader changed")
-        elif st.high_watermark is not None and st.high_watermark > pending.offset:
+        elif not asking and st.high_watermark is not None and st.high_watermark > pending.offset:
             self._answer_voter_change(E.NONE)
         elif now >= pending.deadline_ms:
-            self._answer_voter_change(E.REQUEST_TIMED_OUT, "the voter change did not commit "
-                                      "in time (it may still commit)")
+            self._answer_voter_change(
+                E.REQUEST_TIMED_OUT, "the new voter did not answer ApiVersions in time" if asking
+                else "the voter change did not commit in time (it may still commit)")
         else:
             return pending.deadline_ms
+        if asking:
+            self._adding = None
         return NEVER
 
     def _removed_leader_resigns(self, st: LeaderState) -> bool:

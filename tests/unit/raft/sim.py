@@ -61,6 +61,7 @@ WIRE_VERSIONS: dict[int, tuple[int, ...]] = {
     ApiKey.ADD_RAFT_VOTER: (0, 1),
     ApiKey.REMOVE_RAFT_VOTER: (0,),
     ApiKey.UPDATE_RAFT_VOTER: (0,),
+    ApiKey.API_VERSIONS: (3, 4),
 }
 
 ADMIN = 0  # the source of requests a test sends itself (AddRaftVoter, ...): no node
@@ -69,6 +70,16 @@ LISTENER = "CONTROLLER"
 
 def sim_endpoints(node_id: int) -> tuple[Endpoint, ...]:
     return (Endpoint(LISTENER, f"node-{node_id}", 9093),)
+
+
+def api_versions_response(node: SimNode) -> dict[str, Any]:
+    """A node's ApiVersions answer, as far as Raft reads it (kraft.version's range)."""
+    lo, hi = node.kraft_versions
+    return {"error_code": 0, "api_keys": [], "throttle_time_ms": 0,
+            "supported_features": [{"name": "kraft.version", "min_version": lo,
+                                    "max_version": hi}],
+            "finalized_features_epoch": -1, "finalized_features": [],
+            "zk_migration_ready": False}
 
 
 class InvariantViolation(AssertionError):
@@ -192,6 +203,7 @@ class SimNode:
     wake_token: int = 0
     verified_to: int = 0  # log prefix already checked against the committed entries
     directory_id: uuid.UUID | None = None  # a dynamic quorum's replicas have one
+    kraft_versions: tuple[int, int] = (0, 1)  # the range its ApiVersions answers
 
     @property
     def alive(self) -> bool:
@@ -400,7 +412,9 @@ class SimNetwork:
         for watch in self.watchers:
             watch(env)
         now = self.clock.now
-        if env.is_request:
+        if env.is_request and env.api_key == ApiKey.API_VERSIONS:
+            self._reply(env, api_versions_response(node))  # the node's broker side answers
+        elif env.is_request:
             result = node.client.handle_request(now, env.src, env.api_key, env.message)
             if isinstance(result, Pending | PendingVoterChange):
                 self._pending[id(result)] = (result, env)

@@ -289,3 +289,33 @@ def test_the_upgrade_needs_every_voters_directory_id() -> None:
     assert client is not None
     with pytest.raises(RaftError, match="have not fetched with a directory id"):
         client.upgrade_kraft_version(1)
+
+
+@pytest.mark.parametrize("wire", [False, True])
+def test_the_leader_asks_the_new_voter_s_api_versions_first(wire: bool) -> None:
+    """Kafka's AddVoterHandler: the new voter's ApiVersions must list a kraft.version range
+    that holds the finalized level (else INVALID_REQUEST); no answer is REQUEST_TIMED_OUT;
+    either way nothing changes, and the next add goes through."""
+    net = SimNetwork(21, [1, 2, 3], observers=[4, 5], dynamic=True, wire=wire).start()
+    leader = _elect(net)
+    net.run_for(1000)  # the observers catch up
+    asked: list[int] = []
+    net.watchers.append(lambda env: asked.append(env.dst) if env.is_request and
+                        env.api_key == ApiKey.API_VERSIONS else None)
+    net.nodes[4].kraft_versions = (0, 0)  # software without KIP-853
+    refused = _add(net, leader, 4)
+    assert refused["error_code"] == E.INVALID_REQUEST, refused
+    assert "kraft.version 0 to 0, not the finalized 1" in refused["error_message"]
+    assert asked == [4]
+    net.partition([1, 2, 3, 4], [5])  # 5 fetched a moment ago: it passes as caught up
+    mute = _ask(net, leader, ApiKey.ADD_RAFT_VOTER, m.add_raft_voter_request(
+        cluster_id=net.cluster_id, voter=_key(net, 5), timeout_ms=300,
+        endpoints=sim_endpoints(5), ack_when_committed=True))
+    assert mute["error_code"] == E.REQUEST_TIMED_OUT, mute
+    assert "ApiVersions" in mute["error_message"]
+    net.heal()
+    assert set(_voters(net, leader)) == {1, 2, 3}
+    net.nodes[4].kraft_versions = (0, 1)
+    net.run_for(500)
+    assert _add(net, leader, 4)["error_code"] == E.NONE
+    assert net.run_for(5000, lambda: _all_agree(net, {1, 2, 3, 4})), net.states()
