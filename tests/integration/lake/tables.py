@@ -9,6 +9,8 @@ import time
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
+from strom.lake import duckdb as lake_duckdb
+
 from .. import clients as kc
 
 T = 45.0  # an upper bound: the writer runs at a low CPU priority, starved on a busy machine
@@ -70,3 +72,11 @@ def wait_exactly(catalog: Catalog, topic: str, delivered: list[kc.Msg]) -> list[
                 return found
             assert time.monotonic() < deadline, f"{len(keys)} of {len(want)} records in the table"
         time.sleep(0.1)  # poll interval, not synchronisation
+
+
+def duckdb_rows(catalog: Catalog, topic: str) -> list[dict]:
+    """The table's rows as DuckDB reads them (from its current metadata file, extensions from
+    their wheels), by partition and offset."""
+    table = catalog.load_table(("strom", topic))
+    read = lake_duckdb.scan(lake_duckdb.connect(), table.metadata_location)
+    return read.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()

@@ -2,46 +2,32 @@
 appends an iceberg.mode=key_value topic's records to the table <iceberg.namespace>.<topic>,
 one row per record, exactly once across kill -9 of the broker and of the writer itself (each
 snapshot's summary records the offsets it covers); a topic altered to key_value becomes a table
-from its first record; one left disabled has none; value_schema mode decodes Avro values into
-a typed value column and holds back (and reports) a value that does not decode."""
+from its first record; one left disabled has none; a broker with an SSL listener only works too.
+(value_schema mode: test_value_formats.py.)"""
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
-import fastavro
 import pytest
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 
-from strom.lake import duckdb as lake_duckdb
 from strom.lake.settings import Handoff
 
 from .. import clients as kc
-from ..rest.conftest import started_url
-from .tables import T, messages, table_rows, wait_exactly
+from .tables import T, duckdb_rows, messages, wait_exactly
 
 
 def _catalog(tmp_path: Path) -> dict[str, str]:
     return {"iceberg.catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
             "iceberg.catalog.warehouse": (tmp_path / "warehouse").as_uri()}
-
-
-def _duckdb_rows(catalog: SqlCatalog, topic: str) -> list[dict]:
-    """The table's rows as DuckDB reads them (from its current metadata file, extensions from
-    their wheels), by partition and offset."""
-    table = catalog.load_table(("strom", topic))
-    read = lake_duckdb.scan(lake_duckdb.connect(), table.metadata_location)
-    return read.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist()
 
 
 def _writer_pid(broker_pid: int) -> int:
@@ -132,81 +118,9 @@ def test_records_land_in_the_table_exactly_once_across_kill_9(make_broker, uniqu
         rogue_log.close()
     rows = wait_exactly(catalog, topic, delivered)
     # DuckDB reads the same table (every snapshot's files, from both writers) as pyiceberg
-    assert _duckdb_rows(catalog, topic) == sorted(rows, key=lambda r: (r["partition"],
+    assert duckdb_rows(catalog, topic) == sorted(rows, key=lambda r: (r["partition"],
                                                                         r["offset"]))
 
-
-
-ORDER = {"type": "record", "name": "Order", "fields": [
-    {"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"]}]}
-
-
-def _avro(schema_id: int, value: dict) -> bytes:
-    out = io.BytesIO()
-    fastavro.schemaless_writer(out, fastavro.parse_schema(ORDER), value)
-    return b"\0" + schema_id.to_bytes(4, "big") + out.getvalue()
-
-
-def test_value_schema_mode_decodes_values_into_columns(make_broker, unique_topic,
-                                                       tmp_path) -> None:
-    broker = make_broker({"iceberg.enable": "true", **_catalog(tmp_path),
-                          "schema.registry.listeners": "http://127.0.0.1:0",
-                          "schema.registry.topic.replication.factor": "1"})
-    registry = started_url(broker, "schema registry")
-    topic = unique_topic("typed")
-    request = urllib.request.Request(
-        f"{registry}/subjects/{topic}-value/versions", method="POST",
-        data=json.dumps({"schema": json.dumps(ORDER)}).encode(),
-        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
-    with urllib.request.urlopen(request, timeout=T) as answer:
-        schema_id = json.loads(answer.read())["id"]
-    kc.create_topic(broker.bootstrap, topic, 1, {"iceberg.mode": "value_schema",
-                                                 "iceberg.commit.interval.ms": "300"})
-    good = [kc.Msg(b"k", _avro(schema_id, {"id": i, "note": None if i % 2 else f"n{i}"}))
-            for i in range(20)]
-    delivered = kc.produce(broker.bootstrap, topic, [*good, kc.Msg(b"k", b"not avro"),
-                                                     *good[:2]])
-    catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path}/catalog.db",
-                         warehouse=(tmp_path / "warehouse").as_uri())
-    deadline = time.monotonic() + T
-    while True:  # the 20 good ones; the bad one and those after it wait, reported
-        rows, offsets = table_rows(catalog, topic)
-        if len(rows) == 20 and "does not decode" in broker.log_text():
-            break
-        assert len(rows) <= 20 and time.monotonic() < deadline, f"{len(rows)} rows"
-        time.sleep(0.2)  # poll interval, not synchronisation
-    assert offsets == {"0": delivered[20].offset}
-    rows.sort(key=lambda r: r["offset"])
-    assert [r["value"] for r in rows[:2]] == [{"id": 0, "note": "n0"}, {"id": 1, "note": None}]
-    assert _duckdb_rows(catalog, topic) == rows  # the typed value column in DuckDB too
-
-    # given a dead-letter topic, the value that does not decode goes there, with where it came
-    # from and why, and the records after it reach the table (exactly once still)
-    dlq = f"dlq.{topic}"
-    kc.create_topic(broker.bootstrap, dlq, 1)
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
-        ConfigEntry("errors.deadletterqueue.topic.name", dlq,
-                    incremental_operation=AlterConfigOpType.SET)])
-    admin = kc.admin(broker.bootstrap)  # (kept: librdkafka ends requests of a dropped handle)
-    for future in admin.incremental_alter_configs([resource]).values():
-        future.result(T)
-    deadline = time.monotonic() + T
-    while True:
-        rows, offsets = table_rows(catalog, topic)
-        if offsets == {"0": delivered[-1].offset + 1}:
-            break
-        assert time.monotonic() < deadline, f"offsets {offsets}"
-        time.sleep(0.2)  # poll interval, not synchronisation
-    assert sorted(r["offset"] for r in rows) == [m.offset for m in delivered
-                                                 if m.value != b"not avro"]
-    [letter] = kc.consume(broker.bootstrap, dlq, 1)
-    assert (letter.key, letter.value) == (b"k", b"not avro")
-    headers = dict(letter.headers)
-    assert headers["__dlq.errors.topic"] == topic.encode()
-    assert (headers["__dlq.errors.partition"], headers["__dlq.errors.offset"]) == \
-        (b"0", str(delivered[20].offset).encode())
-    assert b"does not decode" in (headers["__dlq.errors.message"] or b"")
-    assert "went to the dead-letter topic" in broker.log_text()
 
 
 def test_a_broker_with_an_ssl_listener_only(tmp_path) -> None:

@@ -1,14 +1,22 @@
-"""Iceberg topics in value_schema mode with JSON Schema and Protobuf values (issue 33 point 2):
-values produced with confluent-kafka's JSONSerializer and ProtobufSerializer against the
-broker's own registry land decoded in the tables' typed value columns; so do Avro values whose
-schema takes a named type from another subject (a schema reference), from AvroSerializer."""
+"""Iceberg topics in value_schema mode (issue 33 point 2), on one broker with its schema
+registry: Avro values land decoded in the table's typed value column, and a value that does
+not decode is held back and reported, or sent to a dead-letter topic once the topic has one;
+values produced with confluent-kafka's JSONSerializer and ProtobufSerializer land decoded too;
+so do Avro values whose schema takes a named type from another subject (a schema reference),
+from AvroSerializer."""
 
 from __future__ import annotations
 
+import io
 import json
+import time
+import urllib.request
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
+import fastavro
+import pytest
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroSerializer
 from confluent_kafka.schema_registry.json_schema import JSONSerializer
@@ -18,8 +26,9 @@ from google.protobuf import descriptor_pb2, descriptor_pool, message_factory, ti
 from pyiceberg.catalog.sql import SqlCatalog
 
 from .. import clients as kc
+from ..broker import BrokerProcess
 from ..rest.conftest import started_url
-from .tables import wait_exactly
+from .tables import T, duckdb_rows, table_rows, wait_exactly
 
 ORDER = {
     "type": "object",
@@ -66,13 +75,28 @@ def _order_class() -> type:
     return message_factory.GetMessageClass(pool.FindMessageTypeByName("shop.Order"))
 
 
-def test_json_schema_and_protobuf_values_decode_into_columns(make_broker, unique_topic,
-                                                            tmp_path: Path) -> None:
-    broker = make_broker({"iceberg.enable": "true",
-                          "iceberg.catalog.uri": f"sqlite:///{tmp_path}/catalog.db",
-                          "iceberg.catalog.warehouse": (tmp_path / "warehouse").as_uri(),
-                          "schema.registry.listeners": "http://127.0.0.1:0",
-                          "schema.registry.topic.replication.factor": "1"})
+@dataclass
+class Typed:
+    broker: BrokerProcess
+    catalog: SqlCatalog
+
+
+@pytest.fixture(scope="module")
+def typed(make_module_broker, tmp_path_factory) -> Typed:
+    """One broker for the module: Iceberg topics, with its schema registry."""
+    lake = tmp_path_factory.mktemp("lake")
+    settings = {"iceberg.catalog.uri": f"sqlite:///{lake}/catalog.db",
+                "iceberg.catalog.warehouse": (lake / "warehouse").as_uri()}
+    broker = make_module_broker({"iceberg.enable": "true", **settings,
+                                 "schema.registry.listeners": "http://127.0.0.1:0",
+                                 "schema.registry.topic.replication.factor": "1"})
+    return Typed(broker, SqlCatalog("strom", uri=settings["iceberg.catalog.uri"],
+                                    warehouse=settings["iceberg.catalog.warehouse"]))
+
+
+def test_json_schema_and_protobuf_values_decode_into_columns(typed: Typed,
+                                                            unique_topic) -> None:
+    broker, catalog = typed.broker, typed.catalog
     client = SchemaRegistryClient({"url": started_url(broker, "schema registry")})
     json_topic, proto_topic = unique_topic("json"), unique_topic("proto")
 
@@ -116,8 +140,6 @@ def test_json_schema_and_protobuf_values_decode_into_columns(make_broker, unique
                             [kc.Msg(b"k", v) for v in proto_values])
     avro_sent = kc.produce(broker.bootstrap, avro_topic, [kc.Msg(b"k", v) for v in avro_values])
 
-    catalog = SqlCatalog("strom", uri=f"sqlite:///{tmp_path}/catalog.db",
-                         warehouse=(tmp_path / "warehouse").as_uri())
     rows = sorted(wait_exactly(catalog, json_topic, json_sent), key=lambda r: r["offset"])
     assert [r["value"] for r in rows[:2]] == [
         {"id": 0, "note": "n0", "at": AT, "tags": [], "line": {"sku": "s0", "qty": 0}},
@@ -128,4 +150,73 @@ def test_json_schema_and_protobuf_values_decode_into_columns(make_broker, unique
         {"id": 1, "note": "n1", "at": AT, "tags": ["b"], "line": {"sku": "s1", "qty": 1}}]
     rows = sorted(wait_exactly(catalog, avro_topic, avro_sent), key=lambda r: r["offset"])
     assert [r["value"] for r in rows] == shipments
-    assert "does not decode" not in broker.log_text()
+    log = broker.log_text()
+    assert not any(f"topic {t}: the value at" in log for t in (json_topic, proto_topic, avro_topic))
+
+
+AVRO_ORDER = {"type": "record", "name": "Order", "fields": [
+    {"name": "id", "type": "long"}, {"name": "note", "type": ["null", "string"]}]}
+
+
+def _avro(schema_id: int, value: dict) -> bytes:
+    out = io.BytesIO()
+    fastavro.schemaless_writer(out, fastavro.parse_schema(AVRO_ORDER), value)
+    return b"\0" + schema_id.to_bytes(4, "big") + out.getvalue()
+
+
+def test_value_schema_mode_decodes_values_into_columns(typed: Typed, unique_topic) -> None:
+    broker, catalog = typed.broker, typed.catalog
+    registry = started_url(broker, "schema registry")
+    topic = unique_topic("typed")
+    request = urllib.request.Request(
+        f"{registry}/subjects/{topic}-value/versions", method="POST",
+        data=json.dumps({"schema": json.dumps(AVRO_ORDER)}).encode(),
+        headers={"Content-Type": "application/vnd.schemaregistry.v1+json"})
+    with urllib.request.urlopen(request, timeout=T) as answer:
+        schema_id = json.loads(answer.read())["id"]
+    kc.create_topic(broker.bootstrap, topic, 1, {"iceberg.mode": "value_schema",
+                                                 "iceberg.commit.interval.ms": "300"})
+    good = [kc.Msg(b"k", _avro(schema_id, {"id": i, "note": None if i % 2 else f"n{i}"}))
+            for i in range(20)]
+    delivered = kc.produce(broker.bootstrap, topic, [*good, kc.Msg(b"k", b"not avro"),
+                                                     *good[:2]])
+    deadline = time.monotonic() + T
+    while True:  # the 20 good ones; the bad one and those after it wait, reported
+        rows, offsets = table_rows(catalog, topic)
+        if len(rows) == 20 and f"topic {topic}: the value at partition 0 offset 20 does not " \
+                "decode" in broker.log_text():
+            break
+        assert len(rows) <= 20 and time.monotonic() < deadline, f"{len(rows)} rows"
+        time.sleep(0.2)  # poll interval, not synchronisation
+    assert offsets == {"0": delivered[20].offset}
+    rows.sort(key=lambda r: r["offset"])
+    assert [r["value"] for r in rows[:2]] == [{"id": 0, "note": "n0"}, {"id": 1, "note": None}]
+    assert duckdb_rows(catalog, topic) == rows  # the typed value column in DuckDB too
+
+    # given a dead-letter topic, the value that does not decode goes there, with where it came
+    # from and why, and the records after it reach the table (exactly once still)
+    dlq = f"dlq.{topic}"
+    kc.create_topic(broker.bootstrap, dlq, 1)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("errors.deadletterqueue.topic.name", dlq,
+                    incremental_operation=AlterConfigOpType.SET)])
+    admin = kc.admin(broker.bootstrap)  # (kept: librdkafka ends requests of a dropped handle)
+    for future in admin.incremental_alter_configs([resource]).values():
+        future.result(T)
+    deadline = time.monotonic() + T
+    while True:
+        rows, offsets = table_rows(catalog, topic)
+        if offsets == {"0": delivered[-1].offset + 1}:
+            break
+        assert time.monotonic() < deadline, f"offsets {offsets}"
+        time.sleep(0.2)  # poll interval, not synchronisation
+    assert sorted(r["offset"] for r in rows) == [m.offset for m in delivered
+                                                 if m.value != b"not avro"]
+    [letter] = kc.consume(broker.bootstrap, dlq, 1)
+    assert (letter.key, letter.value) == (b"k", b"not avro")
+    headers = dict(letter.headers)
+    assert headers["__dlq.errors.topic"] == topic.encode()
+    assert (headers["__dlq.errors.partition"], headers["__dlq.errors.offset"]) == \
+        (b"0", str(delivered[20].offset).encode())
+    assert b"does not decode" in (headers["__dlq.errors.message"] or b"")
+    assert "went to the dead-letter topic" in broker.log_text()
