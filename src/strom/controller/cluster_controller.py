@@ -36,6 +36,7 @@ import dataclasses
 import logging
 import time
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -446,9 +447,10 @@ class ClusterQuorumController(QuorumController):
         writes = [_Write(self.image.topics[d.topic], d.partition, d.write, d.expected_version)
                   for d in decisions if d.topic in self.image.topics]
         leaving = self._shutting_down & live
+        decided = {(id(w.topic), w.partition) for w in writes}  # (a set: many fail over at once)
         for topic in list(self.image.topics.values()):
             for p, state in topic.partitions.items():
-                if any(w.topic is topic and w.partition == p for w in writes):
+                if (id(topic), p) in decided:
                     continue
                 write = shutdown_move(state, leaving, live) if leaving else None
                 if write is None and state.reassigning:
@@ -464,6 +466,9 @@ class ClusterQuorumController(QuorumController):
         async with self._serial:
             self._require_active()
             records: list[Record] = []
+            # one line per partition only for a few (each at DEBUG when a broker's failure
+            # moves a thousand: their log writes on the event loop would stall every client)
+            level = logging.INFO if len(writes) <= 3 else logging.DEBUG
             for w in writes:
                 topic = self.image.topics_by_id.get(w.topic.topic_id)
                 state = topic.partitions.get(w.partition) if topic is not None else None
@@ -475,9 +480,15 @@ class ClusterQuorumController(QuorumController):
                                           isr=list(w.write.isr),
                                           partition_epoch=state.partition_epoch + 1)
                 records.append(rec.partition_record(w.topic.topic_id, new))
-                log.info("%s-%d: leader %d, epoch %d, ISR %s", w.topic.name, w.partition,
-                         new.leader, new.leader_epoch, new.isr)
+                log.log(level, "%s-%d: leader %d, epoch %d, ISR %s", w.topic.name, w.partition,
+                        new.leader, new.leader_epoch, new.isr)
             if records:
+                if level == logging.DEBUG:
+                    leaders = Counter(int(r["leader"]) for r in records)
+                    log.info("%d partitions change leader or ISR (each at DEBUG); leaders now: "
+                             "%s", len(records), ", ".join(
+                                 f"{'none' if b < 0 else f'broker {b}'} x{n}"
+                                 for b, n in sorted(leaders.items())))
                 await self._commit(records)
 
     async def _finish_reassignments(self) -> None:
