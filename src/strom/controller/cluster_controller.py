@@ -119,6 +119,8 @@ class ClusterQuorumController(QuorumController):
         # broker id -> the offset of its registration record, as this controller wrote it
         self._registered_at: dict[int, int] = {}
         self._shutting_down: set[int] = set()
+        # what the last full reconcile pass decided from: (applied offset, live, shutting down)
+        self._reconciled: tuple[int, frozenset[int], frozenset[int]] | None = None
         self._was_leader = False
         self._finalize_refused_at = -FINALIZE_REFUSAL_LOG_S
         self._wake = asyncio.Event()
@@ -379,6 +381,7 @@ class ClusterQuorumController(QuorumController):
                         now = time.monotonic()
                         self._last_seen = {b: now for b in self.image.registrations}
                         self._shutting_down.clear()
+                        self._reconciled = None
                         self._was_leader = True
                     await self._expire_sessions()
                     await self._reconcile()
@@ -440,8 +443,19 @@ class ClusterQuorumController(QuorumController):
 
     async def _reconcile(self) -> None:
         """Every partition write the image calls for now: elections and ISR shrinks for fenced
-        brokers, controlled shutdowns, completed reassignments, the preferred-leader rebalance."""
+        brokers, controlled shutdowns, completed reassignments, the preferred-leader rebalance.
+
+        What it decides depends on the image, the live brokers and those shutting down only:
+        while none of them changed since a pass, the next (every RECONCILE_INTERVAL_S) skips
+        the walk over every partition (10 ms per 10,000 on the event loop)."""
         live = set(self.image.brokers)
+        inputs = (self._loader.applied_offset, frozenset(live), frozenset(self._shutting_down))
+        if inputs != self._reconciled:
+            await self._decide_writes(live)
+            self._reconciled = inputs  # a write made moved the offset: decided again next time
+        await self._maybe_rebalance()
+
+    async def _decide_writes(self, live: set[int]) -> None:
         decisions = decide(list(self.image.topics.values()), live, self._unclean_for,
                            self.image.offline_dirs_check())
         writes = [_Write(self.image.topics[d.topic], d.partition, d.write, d.expected_version)
@@ -460,7 +474,6 @@ class ClusterQuorumController(QuorumController):
         if writes:
             await self._write_states(writes)
         await self._finish_reassignments()
-        await self._maybe_rebalance()
 
     async def _write_states(self, writes: list[_Write]) -> None:
         async with self._serial:

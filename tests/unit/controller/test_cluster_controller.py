@@ -200,3 +200,36 @@ def test_isr_changes_of_one_request_are_checked_each_and_committed_together() ->
             ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
 
     run(main)
+
+
+def test_a_pass_with_nothing_changed_skips_the_walk_over_the_partitions(monkeypatch) -> None:
+    """The reconcile loop runs every 0.5 s; it decides again only when the image, the live
+    brokers or those shutting down changed."""
+    from strom.controller import cluster_controller
+
+    walks: list[int] = []
+    real = cluster_controller.decide
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        walks.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cluster_controller, "decide", counting)
+
+    async def main() -> None:
+        s = Setup()
+        for b in (1, 2, 3):
+            await s.live_broker(b)
+        await s.controller.create_topic("t", 3, 3, None, {})
+        await s.settle()
+        walks.clear()
+        for _ in range(3):
+            await s.controller._reconcile()
+        assert walks == []  # nothing changed
+        reg = s.image.registrations[2]
+        await s.controller.heartbeat(2, reg.epoch, s.loader.applied_offset,
+                                     want_fence=False, want_shut_down=True)
+        await s.settle()  # broker 2 shuts down: decided again, its leaderships move
+        assert walks and all(p.leader != 2 for p in s.image.topics["t"].partitions.values())
+
+    run(main)
