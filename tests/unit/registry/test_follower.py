@@ -7,8 +7,10 @@ import contextlib
 
 import pytest
 
+from strom.coordinator.runtime.store import StateStore
 from strom.record import Record, build_batch
 from strom.registry import errors as err
+from strom.registry.coordinator import RegistryCoordinator
 from strom.registry.follower import Fetched, RegistryFollower
 from strom.registry.state import SchemaVersion, encode, schema_key, schema_value
 
@@ -137,18 +139,20 @@ def test_a_sync_without_a_reachable_leader_gives_up() -> None:
     asyncio.run(run())
 
 
-def test_the_coordinator_serves_reads_from_the_copy_and_refuses_changes() -> None:
-    from strom.coordinator.runtime.store import StateStore
-    from strom.registry.coordinator import RegistryCoordinator
+def _coordinator() -> RegistryCoordinator:
+    """A registry coordinator of a broker that leads no `_schemas` partition."""
 
     class NoTopic:
         def num_partitions(self) -> int | None:
             return None
 
+    return RegistryCoordinator(StateStore("_schemas", NoTopic(), lambda: 0),
+                               asyncio.get_running_loop(), max_schema_bytes=1 << 20)
+
+
+def test_the_coordinator_serves_reads_from_the_copy_and_refuses_changes() -> None:
     async def run() -> None:
-        store = StateStore("_schemas", NoTopic(), lambda: 0)
-        coordinator = RegistryCoordinator(store, asyncio.get_running_loop(),
-                                          max_schema_bytes=1 << 20)
+        coordinator = _coordinator()
         with pytest.raises(err.RegistryError) as no_copy:
             coordinator.registry()
         assert no_copy.value.code == 50004
@@ -197,18 +201,10 @@ async def _get(app: object, path: str) -> tuple[int, dict]:
 def test_a_read_that_finds_nothing_catches_the_copy_up_first() -> None:
     """A schema registered through another broker a moment ago: the copy has not fetched it
     when the GET arrives; the HTTP layer syncs the copy before it answers 404."""
-    from strom.coordinator.runtime.store import StateStore
-    from strom.registry.coordinator import RegistryCoordinator
     from strom.registry.http import registry_app
 
-    class NoTopic:
-        def num_partitions(self) -> int | None:
-            return None
-
     async def run() -> None:
-        store = StateStore("_schemas", NoTopic(), lambda: 0)
-        coordinator = RegistryCoordinator(store, asyncio.get_running_loop(),
-                                          max_schema_bytes=1 << 20)
+        coordinator = _coordinator()
         leader = Leader()
         leader.commit(schema_record(1))
         coordinator.follow(leader)
