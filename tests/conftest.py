@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 from hypothesis import settings
@@ -143,53 +142,18 @@ def heavy_unit(path: str) -> str | None:
                 None)
 
 
-DURATIONS = Path(__file__).with_name("durations.tsv")
-UNKNOWN_S = {"tests/unit/": 1.0, "tests/": 10.0}  # a file durations.tsv does not list
-
-
-def known_durations(path: Path = DURATIONS) -> dict[str, float]:
-    """Seconds per test file from durations.tsv ("<path>\t<seconds>" lines, # comments)."""
-    found: dict[str, float] = {}
-    for line in path.read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, seconds = line.split("\t")
-            found[name] = float(seconds)
-    return found
-
-
-def unit_weight(scope: str, durations: dict[str, float], files: list[str]) -> float:
-    """How long a unit of work (a test file, or a SERIAL_HEAVY group of them) should take."""
-    return sum(durations.get(f, next(s for p, s in UNKNOWN_S.items() if f.startswith(p)))
-               for f in files)
-
-
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """``--dist loadfile``, with each SERIAL_HEAVY group as one unit of work, the longest units
-    sent out first (by durations.tsv): a long file that starts last would leave the other
-    workers idle at the end (xdist's own order, by number of tests, did that)."""
+    """``--dist loadfile``, with each SERIAL_HEAVY group as one unit of work (xdist sends out the
+    units with the most tests first, so these start at once)."""
     if config.getoption("dist", "no") != "loadfile":
         return None
     from xdist.scheduler import LoadFileScheduling
 
-    durations = known_durations()
-
     class Scheduling(LoadFileScheduling):
-        ordered = False
-
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
             return heavy_unit(path) or path
-
-        def _assign_work_unit(self, node) -> None:
-            if not self.ordered:
-                self.ordered = True
-                units = list(self.workqueue.items())
-                units.sort(key=lambda unit: -unit_weight(unit[0], durations, sorted(
-                    {nodeid.split("::", 1)[0] for nodeid in unit[1]})))
-                self.workqueue.clear()
-                self.workqueue.update(units)
-            super()._assign_work_unit(node)
 
     return Scheduling(config, log)
 
