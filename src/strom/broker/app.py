@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import inspect
 import logging
 import os
@@ -177,6 +178,23 @@ _HOT_APIS = (
     ApiKey.OFFSET_COMMIT, ApiKey.OFFSET_FETCH, ApiKey.JOIN_GROUP, ApiKey.SYNC_GROUP,
     ApiKey.HEARTBEAT, ApiKey.DESCRIBE_CONFIGS, ApiKey.DESCRIBE_CLUSTER,
 )  # fmt: skip
+
+
+def _import_in_background(broker: Broker, servers: list[BrokerServer]) -> None:
+    """What a feature this broker has on imports at its first use, imported on a thread now:
+    scramp for a SASL listener, aiokafka's batch reader with a schema registry (validated
+    topics). Left out of the start (about 120 ms of CPU together), and imported later on the
+    event loop they would stall every client for tens of ms."""
+    jobs: list[Callable[[], object]] = []
+    if any(server.security.listener.sasl for server in servers):
+        jobs.append(lambda: importlib.import_module("scramp"))
+    if broker.registry is not None:
+        from strom.broker.schema_check import load_parser
+
+        jobs.append(load_parser)
+    if jobs:
+        threading.Thread(target=lambda: [job() for job in jobs], name="warm-imports",
+                         daemon=True).start()
 
 
 def _precompile_inter_broker_codecs() -> None:
@@ -416,6 +434,7 @@ async def serve(config: BrokerConfig) -> None:
         servers += controller_servers
     _advertise_chosen_ports(broker, config, servers)
     metrics = _start_metrics(broker, config, servers)
+    _import_in_background(broker, servers)
     registry = None
     if broker.registry is not None:  # uvicorn and the registry's modules: only when it is on
         from strom.broker.registry_listener import start_registry_listener

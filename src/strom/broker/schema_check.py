@@ -260,18 +260,29 @@ def _aiokafka_parser() -> tuple[Any, type[Exception]]:
     return DefaultRecordBatch, AiokafkaError
 
 
-_batch_class, _AiokafkaError = _aiokafka_parser()
+# imported at the first validated batch, not with the broker (aiokafka takes 60 ms to import)
+_parser: tuple[Any, type[Exception]] | None = None
+
+
+def load_parser() -> tuple[Any, type[Exception]]:
+    """aiokafka's batch reader, imported once (a broker with a schema registry does it on a
+    thread at start: strom.broker.app)."""
+    global _parser
+    if _parser is None:
+        _parser = _aiokafka_parser()
+    return _parser
 
 
 def scan(batch: bytes | bytearray | memoryview) -> list[Scanned]:
     """Each record's key, value and headers: the least a check needs. aiokafka's record parser
     (C, Cython-built) does it in about 0.2 µs per record, ten times `scan_in_python`
     (docs/benchmarks.md, produce-1k-avro); the latter stays for a platform without its wheel."""
-    if _batch_class is None:
+    batch_class, parse_error = load_parser()
+    if batch_class is None:
         return scan_in_python(batch)
     try:
-        return list(_batch_class(batch))
-    except (_AiokafkaError, ValueError, IndexError, UnicodeDecodeError) as exc:
+        return list(batch_class(batch))
+    except (parse_error, ValueError, IndexError, UnicodeDecodeError) as exc:
         raise CorruptRecordError(f"unreadable record: {exc}") from None
 
 
