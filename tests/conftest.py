@@ -68,8 +68,9 @@ SUITE_BUDGETS_S: dict[str, float] = {
     "tests/integration/console/": 60,
     "tests/integration/registry/": 90,  # issue 31 (its cluster test counts under cluster/)
     "tests/integration/rest/": 90,  # issue 32 asks for 60 s in all (its docs page included)
-    "tests/integration/lake/": 90,  # issue 33's Iceberg topics, REST catalog included (its
-    # Spark test counts under spark/; the REST catalog's first build fetches 80 MB with Maven)
+    "tests/integration/lake/": 100,  # issue 33's Iceberg topics, REST catalog included (its
+    # Spark test counts under spark/; the REST catalog's first build fetches 80 MB with Maven);
+    # 39 s alone, 80-92 s in fresh-clone runs (its writer runs at nice 10: load slows it most)
     "tests/integration/metrics/": 65,
 }
 _spent: dict[str, float] = {}
