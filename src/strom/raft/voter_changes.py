@@ -5,7 +5,8 @@ VotersRecord with the whole new set, in force from that moment (voter_history.py
 answered once it commits (AddRaftVoter with ``ack_when_committed=false``: once appended).
 Before it appends, AddRaftVoter asks the new voter for its ApiVersions, as Kafka's leader does:
 a voter whose kraft.version range misses the finalized level is refused (INVALID_REQUEST), one
-that does not answer times out (REQUEST_TIMED_OUT). One change at a time: while a VotersRecord is above the high watermark, another waits
+that does not answer times out (REQUEST_TIMED_OUT). One change at a time: while a
+VotersRecord is above the high watermark, or a new voter is being asked, another waits
 (REQUEST_TIMED_OUT, as Kafka answers). A leader that removed itself resigns once the removal
 commits.
 
