@@ -94,19 +94,30 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
+class _NeverRaised(Exception):
+    pass
+
+
+def _kafka_exception() -> type[Exception]:
+    """confluent_kafka's KafkaException once a command has imported the client (nothing else
+    raises it). Not imported for it: every command, `strom broker` included, would load
+    librdkafka (75 ms of CPU at each broker start)."""
+    client = sys.modules.get("confluent_kafka")
+    found = getattr(client, "KafkaException", None) if client is not None else None
+    return found if isinstance(found, type) and issubclass(found, Exception) else _NeverRaised
+
+
 def handle_errors(func: Callable[P, R]) -> Callable[P, R]:
     """Turn expected failures into one stderr line and an exit code (wraps a typer command)."""
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        from confluent_kafka import KafkaException
-
         try:
             return func(*args, **kwargs)
         except CliError as e:
             error_line(e.message)
             raise typer.Exit(e.exit_code) from None
-        except KafkaException as e:
+        except _kafka_exception() as e:
             error_line(kafka_error_text(e))
             raise typer.Exit(EXIT_ERROR) from None
         except BrokenPipeError:
