@@ -141,9 +141,15 @@ async def _read_all(broker: Broker, ctx: RequestContext, request: FetchRequest, 
                     max_bytes: int, endpoints: dict[int, Endpoint],
                     ) -> tuple[list[FetchTopicResponse], int, bool]:
     """Every partition's answer: PARTITIONS_PER_TURN at a time, the loop free in between."""
+    partitions = broker.partitions
+    if partitions.has_pending:  # logs of a large creation not made yet: not on the loop
+        named = ((_topic_name(broker, t), t.partitions) for t in request.topics)
+        wanted = partitions.pending_among((name, p.partition) for name, parts in named
+                                          if name is not None for p in parts)
+        if wanted:
+            await partitions.create_now(wanted)
     image = broker.image
     turn = 0
-    partitions = broker.partitions
     total = 0
     errors = False
     topics_out = []

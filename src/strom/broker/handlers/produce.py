@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import struct
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -84,6 +84,34 @@ def produce(broker: Broker, ctx: RequestContext,
                     ctx.connection_id, version)
         raise CloseConnection()
     request = decode_produce_request(body, version)
+    if broker.partitions.has_pending:  # logs of a large creation not made yet: not on the loop
+        wanted = broker.partitions.pending_among(_named_partitions(broker, request))
+        if wanted:
+            return _produce_after_creating(broker, ctx, request, body, wanted)
+    return _produce(broker, ctx, request, body)
+
+
+def _named_partitions(broker: Broker, request: ProduceRequest) -> Iterator[tuple[str, int]]:
+    image = broker.image
+    for t in request.topics:
+        topic = image.topics_by_id.get(t.topic_id) if t.name is None and \
+            t.topic_id is not None else None  # fmt: skip
+        name = t.name if t.name is not None else (topic.name if topic is not None else None)
+        if name is not None:
+            for p in t.partitions:
+                yield name, p.index
+
+
+async def _produce_after_creating(broker: Broker, ctx: RequestContext, request: ProduceRequest,
+                                  body: memoryview, wanted: list[tuple[str, int]]) -> bytes | None:
+    await broker.partitions.create_now(wanted)
+    reply = _produce(broker, ctx, request, body)
+    return await reply if isinstance(reply, Awaitable) else reply
+
+
+def _produce(broker: Broker, ctx: RequestContext, request: ProduceRequest,
+             body: memoryview) -> bytes | Awaitable[bytes | None] | None:
+    version = ctx.api_version
     if broker.image.client_quotas:  # producer_byte_rate: the request's bytes count
         ctx.throttle.add(broker.quotas.produce.record(ctx.principal.name, ctx.client_id or "",
                                                       len(body)))
