@@ -65,7 +65,7 @@ def write_marker(node: Node, groups: GroupCoordinator, topic: str, partition: in
         return exc.error_code
     node.partitions.waiters.notify((topic, partition))
     if topic == OFFSETS_TOPIC:
-        groups.on_transaction_completed(partition, producer_id, commit)
+        groups.offsets.on_transaction_completed(partition, producer_id, commit)
     return ErrorCode.NONE
 
 

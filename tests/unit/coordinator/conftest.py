@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator, JoinRequest
+from strom.coordinator.group.classic_groups import JoinRequest
+from strom.coordinator.group.coordinator import GroupConfig, GroupCoordinator
 from strom.coordinator.group.offsets import OffsetManager
 from strom.storage.config import LogConfig
 from strom.storage.log import PartitionLog
@@ -208,6 +209,10 @@ def join_req(group: str, member_id: str = "", *, instance: str | None = None,
                        session, rebalance, client, "/127.0.0.1", require_known_member_id=v4)
 
 
+def _offsets(c: GroupCoordinator | OffsetManager) -> OffsetManager:
+    return c.offsets if isinstance(c, GroupCoordinator) else c
+
+
 def commit(c: GroupCoordinator | OffsetManager, group: str, offsets: dict[tuple[str, int], Any], *, generation: int = -1,
            member: str = "", version: int = 8, instance: str | None = None,
            retention: int = -1) -> dict[tuple[str, int], int]:
@@ -216,26 +221,27 @@ def commit(c: GroupCoordinator | OffsetManager, group: str, offsets: dict[tuple[
     for (t, p), o in offsets.items():
         meta = o[1] if isinstance(o, tuple) else None
         by_topic.setdefault(t, []).append((p, o[0] if isinstance(o, tuple) else o, 3, meta))
-    result = c.commit_offsets(group, generation, member, instance, retention,
-                              list(by_topic.items()), version)
+    result = _offsets(c).commit_offsets(group, generation, member, instance, retention,
+                                        list(by_topic.items()), version)
     return {(t, p): code for t, rows in result for p, code in rows}
 
 
 def fetched(c: GroupCoordinator | OffsetManager, group: str,
             topics: list[tuple[str, list[int]]] | None = None, **kw: Any) -> dict[tuple[str, int], int]:
-    return {(t, p): off for t, rows in c.fetch_offsets(group, topics, **kw) for p, off, _, _ in rows}
+    rows = _offsets(c).fetch_offsets(group, topics, **kw)
+    return {(t, p): off for t, parts in rows for p, off, _, _ in parts}
 
 
 def one_member(env: Env, h: SimpleNamespace, group: str) -> str:
     c = env.coordinator
     first = h.Reply()
-    c.join_group(h.join_req(group), first)
+    c.classic.join_group(h.join_req(group), first)
     mid = first.value["member_id"]
     join = h.Reply()
-    c.join_group(h.join_req(group, mid), join)
+    c.classic.join_group(h.join_req(group, mid), join)
     env.loop.advance(0)
     s = h.Reply()
-    c.sync_group(group, 1, mid, None, None, None, [(mid, b"a")], s)
+    c.classic.sync_group(group, 1, mid, None, None, None, [(mid, b"a")], s)
     assert s.value["error_code"] == 0
     return mid
 

@@ -1,6 +1,7 @@
 """ConsumerGroupHeartbeat and ConsumerGroupDescribe (KIP-848, the consumer rebalance protocol).
 
-Thin translation to `GroupCoordinator.consumer_group_heartbeat` / `consumer_group_describe`.
+Thin translation to the consumer group manager's `consumer_group_heartbeat` /
+`consumer_group_describe` (`broker.groups.consumer`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from strom.protocol.errors import ErrorCode, KafkaError
 @requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def consumer_group_heartbeat(broker: Broker, ctx: RequestContext,
                              request: ConsumerGroupHeartbeatRequest) -> dict[str, Any]:
-    result = broker.groups.consumer_group_heartbeat(
+    result = broker.groups.consumer.consumer_group_heartbeat(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, instance_id=request.instance_id,
         rack_id=request.rack_id, rebalance_timeout=request.rebalance_timeout,
@@ -63,4 +64,4 @@ def consumer_group_describe(broker: Broker, ctx: RequestContext,
                             request: ConsumerGroupDescribeRequest) -> dict[str, Any]:
     return describe_authorized(broker, ctx, list(request.group_ids),
                                request.include_authorized_operations,
-                               broker.groups.consumer_group_describe)
+                               broker.groups.consumer.consumer_group_describe)

@@ -33,7 +33,7 @@ from strom.broker.request_types import (
 )
 from strom.broker.router import handles
 from strom.broker.share_persister import RoutingPersister
-from strom.coordinator.group.coordinator import JoinRequest
+from strom.coordinator.group.classic_groups import JoinRequest
 from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.share.coordinator import parse_coordinator_key
 from strom.protocol.api_keys import ApiKey
@@ -182,7 +182,7 @@ async def join_group(broker: Broker, ctx: RequestContext,
         client_id=ctx.client_id or "", client_host=client_host(ctx),
         require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
         reason=request.reason)
-    result = await _wait(lambda respond: groups.join_group(req, respond))
+    result = await _wait(lambda respond: groups.classic.join_group(req, respond))
     return _join_reply(version, result)
 
 
@@ -201,7 +201,7 @@ async def sync_group(broker: Broker, ctx: RequestContext,
                      request: SyncGroupRequest) -> dict[str, Any]:
     groups = broker.groups
     assignments = [(a.member_id, bytes(a.assignment)) for a in request.assignments]
-    result = await _wait(lambda respond: groups.sync_group(
+    result = await _wait(lambda respond: groups.classic.sync_group(
         request.group_id, request.generation_id, request.member_id,
         request.group_instance_id, request.protocol_type, request.protocol_name, assignments,
         respond))
@@ -212,8 +212,8 @@ async def sync_group(broker: Broker, ctx: RequestContext,
 @requires(Op.READ, Res.GROUP, lambda r: r.group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED)
 def heartbeat(broker: Broker, ctx: RequestContext, request: HeartbeatRequest) -> dict[str, Any]:
     try:
-        code = broker.groups.heartbeat(request.group_id, request.generation_id,
-                                         request.member_id, request.group_instance_id)
+        code = broker.groups.classic.heartbeat(request.group_id, request.generation_id,
+                                               request.member_id, request.group_instance_id)
     except KafkaError as exc:
         code = exc.code
     return {"throttle_time": 0, "error_code": int(code)}
@@ -230,7 +230,7 @@ def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest)
         members = [(m.member_id, m.group_instance_id, m.reason)
                    for m in request.members]
     try:
-        error, results = broker.groups.leave_group(request.group_id, members)
+        error, results = broker.groups.classic.leave_group(request.group_id, members)
     except KafkaError as exc:
         error, results = exc.code, []
     if version < 3 and not error and results:
@@ -286,7 +286,7 @@ def offset_commit(broker: Broker, ctx: RequestContext,
             commit.append((name, wanted))
     if commit:
         try:
-            results = broker.groups.commit_offsets(
+            results = broker.groups.offsets.commit_offsets(
                 request.group_id, request.generation_id_or_member_epoch, request.member_id,
                 request.group_instance_id, request.retention_time, commit, version)
             for name, rows in results:
@@ -330,14 +330,14 @@ def _fetch_group(broker: Broker, ctx: RequestContext, version: int, group_id: st
             if version >= 10:
                 id_of[name] = t.topic_id
     try:
-        rows = broker.groups.fetch_offsets(group_id, requested, member_id, member_epoch)
+        rows = broker.groups.offsets.fetch_offsets(group_id, requested, member_id, member_epoch)
         error = 0
     except KafkaError as exc:
         error = int(exc.code)
         rows = [(name, [(p, -1, -1, "") for p in parts]) for name, parts in requested or []]
     # -- transactions: offsets of an open transaction are unstable for require_stable --
-    unstable = broker.groups.unstable_offsets(group_id) if require_stable and not error \
-        else set()
+    unstable = broker.groups.offsets.unstable_offsets(group_id) \
+        if require_stable and not error else set()
     # -- end transactions --
     out_topics = []
     for name, parts in rows:
@@ -403,7 +403,7 @@ def offset_delete(broker: Broker, ctx: RequestContext,
         if keep:
             wanted.append((t.name, keep))
     try:
-        results = broker.groups.delete_offsets(request.group_id, wanted)
+        results = broker.groups.offsets.delete_offsets(request.group_id, wanted)
     except KafkaError as exc:
         return {"throttle_time": 0, "error_code": int(exc.code), "topics": []}
     for name, rows in results:
@@ -435,9 +435,8 @@ def describe_groups(broker: Broker, ctx: RequestContext,
     names = list(request.groups)
     visible = [g for g in names if allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g)]
     try:
-        described = broker.groups.describe_groups(visible,
-                                                  include_authorized_operations=include,
-                                                  version=ctx.api_version)
+        described = broker.groups.classic.describe_groups(
+            visible, include_authorized_operations=include, version=ctx.api_version)
     except KafkaError as exc:
         described = [{"group_id": g, "error_code": int(exc.code), "group_state": "",
                       "protocol_type": "", "protocol_data": "", "members": []}

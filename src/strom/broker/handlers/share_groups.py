@@ -1,7 +1,7 @@
 """ShareGroupHeartbeat and ShareGroupDescribe (KIP-932, share groups' membership).
 
-Thin translation to `GroupCoordinator.share_group_heartbeat` / `share_group_describe`. The
-records themselves move through ShareFetch and ShareAcknowledge (`share_fetch`).
+Thin translation to the share group manager's `heartbeat` / `describe`
+(`broker.groups.share`). The records themselves move through ShareFetch and ShareAcknowledge (`share_fetch`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def share_group_heartbeat(broker: Broker, ctx: RequestContext,
                     "error_message": f"Unauthorized to DESCRIBE on topics {', '.join(hidden)}.",
                     "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
                     "assignment": None}
-    result = broker.groups.share_group_heartbeat(
+    result = broker.groups.share.heartbeat(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, rack_id=request.rack_id,
         subscribed_topic_names=None if names is None else list(names),
@@ -45,4 +45,4 @@ def share_group_describe(broker: Broker, ctx: RequestContext,
                          request: ShareGroupDescribeRequest) -> dict[str, Any]:
     return describe_authorized(broker, ctx, list(request.group_ids),
                                request.include_authorized_operations,
-                               broker.groups.share_group_describe)
+                               broker.groups.share.describe)

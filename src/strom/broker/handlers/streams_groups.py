@@ -1,6 +1,7 @@
 """StreamsGroupHeartbeat and StreamsGroupDescribe (KIP-1071, the streams rebalance protocol).
 
-Thin translation to `GroupCoordinator.streams_group_heartbeat` / `streams_group_describe`.
+Thin translation to the streams group manager's `heartbeat` / `describe`
+(`broker.groups.streams`).
 Version 0 only: kio, Strom's schema source, has no v1 (KIP-1331's topology description), and
 the Java client negotiates down to v0.
 """
@@ -23,7 +24,7 @@ from strom.broker.handlers.consumer_groups import describe_authorized
 from strom.broker.handlers.groups import client_host
 from strom.broker.request_types import StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest
 from strom.broker.router import handles
-from strom.coordinator.group.coordinator import StreamsHeartbeat
+from strom.coordinator.group.streams_groups import StreamsHeartbeat
 from strom.coordinator.group.streams_state import StreamsTopology, Tasks
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
@@ -77,7 +78,7 @@ def streams_group_heartbeat(broker: Broker, ctx: RequestContext,
                     "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
                     "error_message": f"Unauthorized to DESCRIBE on topics {', '.join(hidden)}.",
                     "member_id": "", "status": []}
-    result = broker.groups.streams_group_heartbeat(StreamsHeartbeat(
+    result = broker.groups.streams.heartbeat(StreamsHeartbeat(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, client_id=ctx.client_id or "",
         client_host=client_host(ctx),
@@ -101,4 +102,4 @@ def streams_group_describe(broker: Broker, ctx: RequestContext,
                            request: StreamsGroupDescribeRequest) -> dict[str, Any]:
     return describe_authorized(broker, ctx, list(request.group_ids),
                                request.include_authorized_operations,
-                               broker.groups.streams_group_describe)
+                               broker.groups.streams.describe)

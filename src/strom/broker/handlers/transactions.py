@@ -282,7 +282,7 @@ def _commit_in_txn(broker: Broker, ctx: RequestContext, request: TxnOffsetCommit
     if code:
         return _fail_slots(reply, slots, code)
     try:
-        results = broker.groups.commit_transactional_offsets(
+        results = broker.groups.offsets.commit_transactional_offsets(
             request.group_id, request.producer_id, request.producer_epoch,
             request.member_id, request.generation_id, request.group_instance_id, commit)
     except KafkaError as exc:

@@ -1,4 +1,4 @@
-"""The group coordinator: the one object the broker's handlers call, routing to three managers.
+"""The group coordinator: the shared state and the managers over it, built and wired together.
 
 Kafka splits its group coordinator shard into a GroupMetadataManager and an
 OffsetMetadataManager over shared state; Strom does the same by composition:
@@ -17,11 +17,15 @@ OffsetMetadataManager over shared state; Strom does the same by composition:
   (the share partitions themselves live with the partitions' leaders, `strom.broker.share`);
 - `offsets.OffsetManager`: OffsetCommit, OffsetFetch, OffsetDelete, TxnOffsetCommit, expiry.
 
-This facade keeps the methods the handlers call, routes records replayed on load to the
-manager of their type (Kafka's GroupCoordinatorShard.replay) and serves the two requests that
-span the protocols and the offsets: ListGroups and DeleteGroups.
+The broker's handlers call the managers directly (`broker.groups.classic.join_group`,
+`broker.groups.offsets.commit_offsets`, ...). This facade keeps what is not one manager's:
+the lifecycle (start, shutdown, the leadership of the `__consumer_offsets` partitions and
+their loading), the routing of records replayed on load to the manager of their type (Kafka's
+GroupCoordinatorShard.replay) and of loaded and unloading groups, the deleted topics (the
+offsets and the share groups both forget them), the committed offsets of every group (for
+consumer lag), and the two requests that span the protocols and the offsets: ListGroups and
+DeleteGroups.
 """
-
 from __future__ import annotations
 
 import logging
@@ -29,17 +33,12 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from strom.coordinator.group import records as rec
-from strom.coordinator.group.classic_groups import ClassicGroupManager, JoinRequest
+from strom.coordinator.group.classic_groups import ClassicGroupManager
 from strom.coordinator.group.classic_members import ClassicMemberManager
 from strom.coordinator.group.config import GroupConfig
 from strom.coordinator.group.consumer_groups import ConsumerGroupManager
 from strom.coordinator.group.group_configs import GroupConfigs
-from strom.coordinator.group.offsets import (
-    CommitTopics,
-    OffsetManager,
-    PartitionErrors,
-    is_offset_record,
-)
+from strom.coordinator.group.offsets import OffsetManager, is_offset_record
 from strom.coordinator.group.shards import (
     Group,
     GroupShards,
@@ -51,13 +50,9 @@ from strom.coordinator.group.shards import (
 )
 from strom.coordinator.group.share_groups import ShareGroupManager
 from strom.coordinator.group.share_state import ShareGroup
-from strom.coordinator.group.state import ClassicGroup, ClassicState, Respond
+from strom.coordinator.group.state import ClassicGroup, ClassicState
 from strom.coordinator.group.store import STATE_TOPIC, GroupStore, OffsetsTopic
-from strom.coordinator.group.streams_groups import (
-    InternalTopicCreator,
-    StreamsGroupManager,
-    StreamsHeartbeat,
-)
+from strom.coordinator.group.streams_groups import InternalTopicCreator, StreamsGroupManager
 from strom.coordinator.group.streams_state import StreamsGroup
 from strom.coordinator.runtime.commits import Commits
 from strom.coordinator.runtime.store import TxnMarkerRecord
@@ -66,8 +61,7 @@ from strom.protocol.errors import ErrorCode, KafkaError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GroupConfig", "GroupCoordinator", "InternalTopicCreator", "JoinRequest",
-           "StreamsHeartbeat", "TopicsView"]
+__all__ = ["GroupConfig", "GroupCoordinator", "InternalTopicCreator", "TopicsView"]
 
 
 class GroupCoordinator:
@@ -174,112 +168,11 @@ class GroupCoordinator:
             if isinstance(group, ClassicGroup):
                 self.classic.on_unloading(group)
 
-    # -- classic groups ------------------------------------------------------------------------
-
-    def join_group(self, req: JoinRequest, respond: Respond) -> None:
-        self.classic.join_group(req, respond)
-
-    def sync_group(self, group_id: str, generation: int, member_id: str,
-                   instance_id: str | None, protocol_type: str | None, protocol_name: str | None,
-                   assignments: list[tuple[str, bytes]], respond: Respond) -> None:
-        self.classic.sync_group(group_id, generation, member_id, instance_id, protocol_type,
-                                protocol_name, assignments, respond)
-
-    def heartbeat(self, group_id: str, generation: int, member_id: str,
-                  instance_id: str | None) -> int:
-        return self.classic.heartbeat(group_id, generation, member_id, instance_id)
-
-    def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]
-                    ) -> tuple[int, list[dict[str, Any]]]:
-        return self.classic.leave_group(group_id, members)
-
-    def describe_groups(self, group_ids: list[str], *, include_authorized_operations: bool,
-                        version: int) -> list[dict[str, Any]]:
-        return self.classic.describe_groups(
-            group_ids, include_authorized_operations=include_authorized_operations,
-            version=version)
-
-    # -- consumer groups (KIP-848) -------------------------------------------------------------
-
-    def consumer_group_heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
-                                 instance_id: str | None, rack_id: str | None,
-                                 rebalance_timeout: int, subscribed_topic_names: list[str] | None,
-                                 subscribed_topic_regex: str | None, server_assignor: str | None,
-                                 topic_partitions: list[Any] | None, client_id: str,
-                                 client_host: str, version: int = 1) -> dict[str, Any]:
-        return self.consumer.consumer_group_heartbeat(
-            group_id=group_id, member_id=member_id, member_epoch=member_epoch,
-            instance_id=instance_id, rack_id=rack_id, rebalance_timeout=rebalance_timeout,
-            subscribed_topic_names=subscribed_topic_names,
-            subscribed_topic_regex=subscribed_topic_regex, server_assignor=server_assignor,
-            topic_partitions=topic_partitions, client_id=client_id, client_host=client_host,
-            version=version)
-
-    def consumer_group_describe(self, group_ids: list[str], *,
-                                include_authorized_operations: bool) -> list[dict[str, Any]]:
-        return self.consumer.consumer_group_describe(
-            group_ids, include_authorized_operations=include_authorized_operations)
-
-    # -- streams groups (KIP-1071) --------------------------------------------------------------
-
-    def streams_group_heartbeat(self, request: StreamsHeartbeat) -> dict[str, Any]:
-        return self.streams.heartbeat(request)
-
-    def streams_group_describe(self, group_ids: list[str], *,
-                               include_authorized_operations: bool) -> list[dict[str, Any]]:
-        return self.streams.describe(group_ids,
-                                     include_authorized_operations=include_authorized_operations)
-
-    # -- share groups (KIP-932) ------------------------------------------------------------------
-
-    def share_group_heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
-                              rack_id: str | None, subscribed_topic_names: list[str] | None,
-                              client_id: str, client_host: str) -> dict[str, Any]:
-        return self.share.heartbeat(group_id=group_id, member_id=member_id,
-                                    member_epoch=member_epoch, rack_id=rack_id,
-                                    subscribed_topic_names=subscribed_topic_names,
-                                    client_id=client_id, client_host=client_host)
-
-    def share_group_describe(self, group_ids: list[str], *,
-                             include_authorized_operations: bool) -> list[dict[str, Any]]:
-        return self.share.describe(group_ids,
-                                   include_authorized_operations=include_authorized_operations)
-
-    # -- offsets -------------------------------------------------------------------------------
-
-    def commit_offsets(self, group_id: str, generation: int, member_id: str,
-                       instance_id: str | None, retention_ms: int, topics: CommitTopics,
-                       api_version: int) -> PartitionErrors:
-        return self.offsets.commit_offsets(group_id, generation, member_id, instance_id,
-                                           retention_ms, topics, api_version)
-
-    def fetch_offsets(self, group_id: str, topics: list[tuple[str, list[int]]] | None,
-                      member_id: str | None = None, member_epoch: int = -1
-                      ) -> list[tuple[str, list[tuple[int, int, int, str]]]]:
-        return self.offsets.fetch_offsets(group_id, topics, member_id, member_epoch)
-
-    def commit_transactional_offsets(
-            self, group_id: str, producer_id: int, producer_epoch: int, member_id: str,
-            generation: int, instance_id: str | None, topics: CommitTopics) -> PartitionErrors:
-        return self.offsets.commit_transactional_offsets(
-            group_id, producer_id, producer_epoch, member_id, generation, instance_id, topics)
-
-    def on_transaction_completed(self, partition: int, producer_id: int, commit: bool) -> None:
-        self.offsets.on_transaction_completed(partition, producer_id, commit)
-
-    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
-        return self.offsets.unstable_offsets(group_id)
-
-    def delete_offsets(self, group_id: str, topics: list[tuple[str, list[int]]]
-                       ) -> PartitionErrors:
-        return self.offsets.delete_offsets(group_id, topics)
+    # -- deleted topics: both the offsets and the share groups forget them ----------------------
 
     def on_topics_deleted(self, topics: set[str]) -> None:
         self.offsets.on_topics_deleted(topics)
         self.share.on_topics_deleted(topics)
-
-    def expire_offsets(self) -> int:
-        return self.offsets.expire_offsets()
 
     # -- ListGroups and DeleteGroups: both protocols, and the offsets --------------------------
 

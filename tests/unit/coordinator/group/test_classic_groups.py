@@ -14,24 +14,24 @@ def join_new(env, h, group, *, instance=None, protocols=None, session=10000, reb
     c = env.coordinator
     if instance is None:
         first = h.Reply()
-        c.join_group(h.join_req(group, protocols=protocols, session=session,
-                                rebalance=rebalance), first)
+        c.classic.join_group(h.join_req(group, protocols=protocols, session=session,
+                                        rebalance=rebalance), first)
         assert first.value["error_code"] == E.MEMBER_ID_REQUIRED
         member_id = first.value["member_id"]
         reply = h.Reply()
-        c.join_group(h.join_req(group, member_id, protocols=protocols, session=session,
-                                rebalance=rebalance), reply)
+        c.classic.join_group(h.join_req(group, member_id, protocols=protocols, session=session,
+                                        rebalance=rebalance), reply)
         return member_id, reply
     reply = h.Reply()
-    c.join_group(h.join_req(group, instance=instance, protocols=protocols, session=session,
-                            rebalance=rebalance), reply)
+    c.classic.join_group(h.join_req(group, instance=instance, protocols=protocols, session=session,
+                                    rebalance=rebalance), reply)
     return None, reply
 
 
 def sync(env, h, group, generation, member_id, assignments=(), instance=None):
     reply = h.Reply()
-    env.coordinator.sync_group(group, generation, member_id, instance, "consumer", None,
-                               list(assignments), reply)
+    env.coordinator.classic.sync_group(group, generation, member_id, instance, "consumer", None,
+                                       list(assignments), reply)
     return reply
 
 
@@ -68,11 +68,11 @@ def test_single_member_join_sync_heartbeat(env, h):
     assert s.value == {"error_code": 0, "protocol_type": "consumer", "protocol_name": "range",
                        "assignment": b"assigned"}
     assert c.group("g").state == ClassicState.STABLE
-    assert c.heartbeat("g", 1, mid, None) == E.NONE
-    assert c.heartbeat("g", 2, mid, None) == E.ILLEGAL_GENERATION
-    assert c.heartbeat("g", 1, "nobody", None) == E.UNKNOWN_MEMBER_ID
-    assert c.heartbeat("other", 1, mid, None) == E.UNKNOWN_MEMBER_ID
-    assert c.heartbeat("", 1, mid, None) == E.INVALID_GROUP_ID
+    assert c.classic.heartbeat("g", 1, mid, None) == E.NONE
+    assert c.classic.heartbeat("g", 2, mid, None) == E.ILLEGAL_GENERATION
+    assert c.classic.heartbeat("g", 1, "nobody", None) == E.UNKNOWN_MEMBER_ID
+    assert c.classic.heartbeat("other", 1, mid, None) == E.UNKNOWN_MEMBER_ID
+    assert c.classic.heartbeat("", 1, mid, None) == E.INVALID_GROUP_ID
 
 
 def test_second_member_triggers_rebalance_and_leader_assigns(env, h):
@@ -81,9 +81,9 @@ def test_second_member_triggers_rebalance_and_leader_assigns(env, h):
     b, join_b = join_new(env, h, "g")
     assert not join_b.done
     assert c.group("g").state == ClassicState.PREPARING_REBALANCE
-    assert c.heartbeat("g", gen, a, None) == E.REBALANCE_IN_PROGRESS
+    assert c.classic.heartbeat("g", gen, a, None) == E.REBALANCE_IN_PROGRESS
     rejoin_a = h.Reply()
-    c.join_group(h.join_req("g", a), rejoin_a)
+    c.classic.join_group(h.join_req("g", a), rejoin_a)
     ra, rb = rejoin_a.value, join_b.value  # all members joined: completes at once
     assert ra["generation_id"] == rb["generation_id"] == gen + 1
     assert ra["leader"] == rb["leader"] == a
@@ -95,7 +95,7 @@ def test_second_member_triggers_rebalance_and_leader_assigns(env, h):
     assert c.group("g").state == ClassicState.STABLE
     # a stale generation is refused everywhere
     assert sync(env, h, "g", gen, b).value["error_code"] == E.ILLEGAL_GENERATION
-    assert c.heartbeat("g", gen, b, None) == E.ILLEGAL_GENERATION
+    assert c.classic.heartbeat("g", gen, b, None) == E.ILLEGAL_GENERATION
 
 
 def test_session_timeout_removes_member_and_rebalances(env, h):
@@ -103,13 +103,13 @@ def test_session_timeout_removes_member_and_rebalances(env, h):
     (a, b), gen = stable_group(env, h, "g", 2)
     for _ in range(3):  # a keeps heartbeating, b is silent
         env.loop.advance(3000)
-        assert c.heartbeat("g", gen, a, None) == E.NONE
+        assert c.classic.heartbeat("g", gen, a, None) == E.NONE
     env.loop.advance(3000)  # b's 10 s session is over
     assert b not in c.group("g").members
     assert c.group("g").state == ClassicState.PREPARING_REBALANCE
-    assert c.heartbeat("g", gen, a, None) == E.REBALANCE_IN_PROGRESS
+    assert c.classic.heartbeat("g", gen, a, None) == E.REBALANCE_IN_PROGRESS
     rejoin = h.Reply()
-    c.join_group(h.join_req("g", a), rejoin)
+    c.classic.join_group(h.join_req("g", a), rejoin)
     assert rejoin.value["generation_id"] == gen + 1
     assert [m["member_id"] for m in rejoin.value["members"]] == [a]
 
@@ -119,17 +119,17 @@ def test_member_that_does_not_rejoin_is_dropped_after_the_rebalance_timeout(env,
     (a, b), gen = stable_group(env, h, "g", 2)
     new, join_new_reply = join_new(env, h, "g")
     rejoin_a = h.Reply()
-    c.join_group(h.join_req("g", a), rejoin_a)
+    c.classic.join_group(h.join_req("g", a), rejoin_a)
     for _ in range(9):  # b stays alive but never rejoins
         env.loop.advance(3000)
-        assert c.heartbeat("g", gen, b, None) == E.REBALANCE_IN_PROGRESS
-        assert c.heartbeat("g", gen, a, None) == E.REBALANCE_IN_PROGRESS
+        assert c.classic.heartbeat("g", gen, b, None) == E.REBALANCE_IN_PROGRESS
+        assert c.classic.heartbeat("g", gen, a, None) == E.REBALANCE_IN_PROGRESS
     assert not rejoin_a.done
     env.loop.advance(3001)  # the rebalance timeout (30 s) is over
     assert rejoin_a.value["generation_id"] == gen + 1
     assert join_new_reply.value["generation_id"] == gen + 1
     assert set(c.group("g").members) == {a, new}
-    assert c.heartbeat("g", gen, b, None) == E.UNKNOWN_MEMBER_ID
+    assert c.classic.heartbeat("g", gen, b, None) == E.UNKNOWN_MEMBER_ID
 
 
 def test_member_that_never_syncs_is_removed(env, h):
@@ -169,10 +169,11 @@ def test_protocol_selection_by_votes_and_inconsistent_protocols(env, h):
               [("range", b"5"), ("roundrobin", b"6")]]
     replies = [join_new(env, h, "g", protocols=p)[1] for p in protos]
     bad = h.Reply()
-    c.join_group(h.join_req("g", protocols=[("sticky", b"")]), bad)
+    c.classic.join_group(h.join_req("g", protocols=[("sticky", b"")]), bad)
     assert bad.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
     wrong_type = h.Reply()
-    c.join_group(h.join_req("g", protocols=[("range", b"")], protocol_type="connect"), wrong_type)
+    c.classic.join_group(h.join_req("g", protocols=[("range", b"")], protocol_type="connect"),
+                         wrong_type)
     assert wrong_type.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
     env.loop.advance(1000)  # the initial delay, extended once because members kept coming
     assert {r.value["protocol_name"] for r in replies} == {"range"}
@@ -184,19 +185,19 @@ def test_invalid_session_timeout_and_group_id(env, h):
     c = env.coordinator
     for session in (env.config.min_session_timeout - 1, env.config.max_session_timeout + 1):
         r = h.Reply()
-        c.join_group(h.join_req("g", session=session), r)
+        c.classic.join_group(h.join_req("g", session=session), r)
         assert r.value["error_code"] == E.INVALID_SESSION_TIMEOUT
     r = h.Reply()
-    c.join_group(h.join_req(""), r)
+    c.classic.join_group(h.join_req(""), r)
     assert r.value["error_code"] == E.INVALID_GROUP_ID
     r = h.Reply()
-    c.join_group(h.join_req("nope", "made-up-member"), r)
+    c.classic.join_group(h.join_req("nope", "made-up-member"), r)
     assert r.value["error_code"] == E.UNKNOWN_MEMBER_ID
 
 
 def test_old_clients_join_without_member_id_round_trip(env, h):
     r = h.Reply()
-    env.coordinator.join_group(h.join_req("g", v4=False), r)
+    env.coordinator.classic.join_group(h.join_req("g", v4=False), r)
     env.loop.advance(0)
     assert r.value["error_code"] == 0 and r.value["member_id"].startswith("client-")
 
@@ -204,13 +205,13 @@ def test_old_clients_join_without_member_id_round_trip(env, h):
 def test_pending_member_expires_if_it_never_rejoins(env, h):
     c = env.coordinator
     first = h.Reply()
-    c.join_group(h.join_req("g", session=6000), first)
+    c.classic.join_group(h.join_req("g", session=6000), first)
     pending = first.value["member_id"]
     assert pending in c.group("g").pending_members
     env.loop.advance(6001)
     assert pending not in c.group("g").pending_members
     late = h.Reply()
-    c.join_group(h.join_req("g", pending, session=6000), late)
+    c.classic.join_group(h.join_req("g", pending, session=6000), late)
     assert late.value["error_code"] == E.UNKNOWN_MEMBER_ID
 
 
@@ -227,22 +228,22 @@ def test_static_member_restart_keeps_assignment_without_rebalance(env, h):
     assert s[a].value["assignment"] == b"A"
     # the static member's process restarts: a new JoinGroup with no member id, same instance
     again = h.Reply()
-    c.join_group(h.join_req("g", instance="i-1"), again)
+    c.classic.join_group(h.join_req("g", instance="i-1"), again)
     r = again.value
     assert r["error_code"] == 0 and r["generation_id"] == gen and r["member_id"] != a
     assert c.group("g").state == ClassicState.STABLE
-    assert c.heartbeat("g", gen, b, None) == E.NONE  # the other member sees no rebalance
+    assert c.classic.heartbeat("g", gen, b, None) == E.NONE  # the other member sees no rebalance
     new_a = r["member_id"]
     assert sync(env, h, "g", gen, new_a, instance="i-1").value["assignment"] == b"A"
     # the old incarnation is fenced
-    assert c.heartbeat("g", gen, a, "i-1") == E.FENCED_INSTANCE_ID
+    assert c.classic.heartbeat("g", gen, a, "i-1") == E.FENCED_INSTANCE_ID
     assert sync(env, h, "g", gen, a, instance="i-1").value["error_code"] == E.FENCED_INSTANCE_ID
     with pytest.raises(Exception) as exc:
-        c.commit_offsets("g", gen, a, "i-1", -1, [("t", [(0, 1, -1, None)])], 8)
+        c.offsets.commit_offsets("g", gen, a, "i-1", -1, [("t", [(0, 1, -1, None)])], 8)
     assert exc.value.code == E.FENCED_INSTANCE_ID
     # ...and the new member id survives a restart of the broker
     c2 = env.restart()
-    assert c2.heartbeat("g", gen, new_a, "i-1") == E.NONE
+    assert c2.classic.heartbeat("g", gen, new_a, "i-1") == E.NONE
 
 
 def test_static_member_dropped_after_session_timeout(env, h):
@@ -259,27 +260,27 @@ def test_static_member_dropped_after_session_timeout(env, h):
 def test_leave_group_batch_and_errors(env, h):
     c = env.coordinator
     (a, b), gen = stable_group(env, h, "g", 2)
-    error, results = c.leave_group("g", [(a, None, "bye"), ("ghost", None, None),
-                                         ("", "no-such-instance", None)])
+    error, results = c.classic.leave_group("g", [(a, None, "bye"), ("ghost", None, None),
+                                                 ("", "no-such-instance", None)])
     assert error == E.NONE
     assert [r["error_code"] for r in results] == [E.NONE, E.UNKNOWN_MEMBER_ID,
                                                   E.UNKNOWN_MEMBER_ID]
     assert set(c.group("g").members) == {b}
     assert c.group("g").state == ClassicState.PREPARING_REBALANCE
-    assert c.leave_group("unknown-group", [(a, None, None)])[0] == E.UNKNOWN_MEMBER_ID
+    assert c.classic.leave_group("unknown-group", [(a, None, None)])[0] == E.UNKNOWN_MEMBER_ID
     rejoin = h.Reply()
-    c.join_group(h.join_req("g", b), rejoin)
+    c.classic.join_group(h.join_req("g", b), rejoin)
     assert rejoin.value["generation_id"] == gen + 1
-    c.leave_group("g", [(b, None, None)])
+    c.classic.leave_group("g", [(b, None, None)])
     assert c.group("g").state == ClassicState.EMPTY
 
 
 def test_a_parked_join_learns_the_broker_is_no_longer_the_coordinator(env, h):
     c = env.coordinator
     first = h.Reply()
-    c.join_group(h.join_req("g"), first)
+    c.classic.join_group(h.join_req("g"), first)
     parked = h.Reply()
-    c.join_group(h.join_req("g", first.value["member_id"]), parked)
+    c.classic.join_group(h.join_req("g", first.value["member_id"]), parked)
     assert not parked.done  # waits for the (initial) rebalance delay
     c.on_leadership(c.partition_for("g"), False)
     assert parked.value["error_code"] == E.NOT_COORDINATOR

@@ -31,7 +31,7 @@ class Client:
 
     def heartbeat(self, *, full=False, ack=True, epoch=None):
         join = self.epoch == 0
-        r = self.env.coordinator.consumer_group_heartbeat(
+        r = self.env.coordinator.consumer.consumer_group_heartbeat(
             group_id=self.group, member_id=self.member_id,
             member_epoch=self.epoch if epoch is None else epoch, instance_id=self.instance,
             rack_id=None, rebalance_timeout=self.rebalance if join or full else -1,
@@ -49,7 +49,7 @@ class Client:
         return r
 
     def leave(self, epoch=-1):
-        r = self.env.coordinator.consumer_group_heartbeat(
+        r = self.env.coordinator.consumer.consumer_group_heartbeat(
             group_id=self.group, member_id=self.member_id, member_epoch=epoch,
             instance_id=self.instance, rack_id=None, rebalance_timeout=-1,
             subscribed_topic_names=None, subscribed_topic_regex=None, server_assignor=None,
@@ -194,7 +194,7 @@ def test_invalid_requests(env):
                     subscribed_topic_regex=None, server_assignor=None, topic_partitions=[],
                     client_id="c", client_host="/h")
         args.update(kw)
-        return c.consumer_group_heartbeat(**args)["error_code"]
+        return c.consumer.consumer_group_heartbeat(**args)["error_code"]
 
     assert hb(group_id="") == E.INVALID_REQUEST
     assert hb(member_id="") == E.INVALID_REQUEST
@@ -216,7 +216,8 @@ def test_offset_commit_and_fetch_use_member_epochs(env):
     a = Client(env, "g", ["t"])
     a.heartbeat()
     c = env.coordinator
-    ok = c.commit_offsets("g", a.epoch, a.member_id, None, -1, [("t", [(0, 5, -1, None)])], 9)
+    ok = c.offsets.commit_offsets("g", a.epoch, a.member_id, None, -1,
+                                  [("t", [(0, 5, -1, None)])], 9)
     assert ok == [("t", [(0, E.NONE)])]
     b = Client(env, "g", ["t"])
     b.heartbeat()
@@ -227,16 +228,18 @@ def test_offset_commit_and_fetch_use_member_epochs(env):
                                          (a.epoch, a.member_id, 8, E.UNSUPPORTED_VERSION),
                                          (-1, "", 9, E.UNKNOWN_MEMBER_ID)):
         with pytest.raises(KafkaError) as exc:
-            c.commit_offsets("g", epoch, member, None, -1, [("t", [(0, 6, -1, None)])], version)
+            c.offsets.commit_offsets("g", epoch, member, None, -1, [("t", [(0, 6, -1, None)])],
+                                     version)
         assert exc.value.code == code
     with pytest.raises(KafkaError) as exc:
-        c.fetch_offsets("g", [("t", [0])], a.member_id, 1)
+        c.offsets.fetch_offsets("g", [("t", [0])], a.member_id, 1)
     assert exc.value.code == E.STALE_MEMBER_EPOCH
-    assert c.fetch_offsets("g", [("t", [0])], a.member_id, a.epoch) == [("t", [(0, 5, -1, "")])]
-    assert c.fetch_offsets("g", [("t", [0])]) == [("t", [(0, 5, -1, "")])]  # admin fetch
+    assert c.offsets.fetch_offsets("g", [("t", [0])], a.member_id, a.epoch) == [
+        ("t", [(0, 5, -1, "")])]
+    assert c.offsets.fetch_offsets("g", [("t", [0])]) == [("t", [(0, 5, -1, "")])]  # admin fetch
     a.leave()
     b.leave()
-    assert c.commit_offsets("g", -1, "", None, -1, [("t", [(1, 9, -1, None)])], 9) == [
+    assert c.offsets.commit_offsets("g", -1, "", None, -1, [("t", [(1, 9, -1, None)])], 9) == [
         ("t", [(1, E.NONE)])]  # empty group: admin commits are fine
 
 
@@ -280,16 +283,16 @@ def test_describe_and_list(env):
     a = Client(env, "g", ["t"])
     a.heartbeat()
     c = env.coordinator
-    (d,) = c.consumer_group_describe(["g"], include_authorized_operations=False)
+    (d,) = c.consumer.consumer_group_describe(["g"], include_authorized_operations=False)
     assert d["error_code"] == 0 and d["group_state"] == "Stable" and d["assignor_name"] == \
         "uniform"
     (m,) = d["members"]
     assert m["member_id"] == a.member_id and m["subscribed_topic_names"] == ["t"]
     assert m["assignment"]["topic_partitions"] == [
         {"topic_id": t, "topic_name": "t", "partitions": [0, 1]}]
-    c.commit_offsets("classic", -1, "", None, -1, [("t", [(0, 1, -1, None)])], 9)
-    missing, classic = c.consumer_group_describe(["nope", "classic"],
-                                                 include_authorized_operations=False)
+    c.offsets.commit_offsets("classic", -1, "", None, -1, [("t", [(0, 1, -1, None)])], 9)
+    missing, classic = c.consumer.consumer_group_describe(["nope", "classic"],
+                                                          include_authorized_operations=False)
     assert missing["error_code"] == classic["error_code"] == E.GROUP_ID_NOT_FOUND
     groups = {g["group_id"]: g for g in c.list_groups()[1]}
     assert groups["g"]["group_type"] == "consumer" and groups["g"]["protocol_type"] == "consumer"
@@ -299,16 +302,16 @@ def test_describe_and_list(env):
 def test_conversions_between_empty_classic_and_consumer_groups(env, h):
     env.topics.add("t", 1)
     c = env.coordinator
-    c.commit_offsets("g", -1, "", None, -1, [("t", [(0, 3, -1, None)])], 9)  # simple group
+    c.offsets.commit_offsets("g", -1, "", None, -1, [("t", [(0, 3, -1, None)])], 9)  # simple group
     a = Client(env, "g", ["t"])
     assert a.heartbeat()["error_code"] == 0
     a.leave()
     join = h.Reply()
-    c.join_group(h.join_req("g"), join)  # the empty consumer group becomes classic again
+    c.classic.join_group(h.join_req("g"), join)  # the empty consumer group becomes classic again
     assert join.value["error_code"] == E.MEMBER_ID_REQUIRED
-    assert c.fetch_offsets("g", [("t", [0])]) == [("t", [(0, 3, -1, "")])]
+    assert c.offsets.fetch_offsets("g", [("t", [0])]) == [("t", [(0, 3, -1, "")])]
     mid = join.value["member_id"]
-    c.join_group(h.join_req("g", mid), h.Reply())
+    c.classic.join_group(h.join_req("g", mid), h.Reply())
     b = Client(env, "g", ["t"])
     assert b.heartbeat()["error_code"] == E.GROUP_ID_NOT_FOUND  # a busy classic group
 

@@ -16,12 +16,12 @@ def test_offsets_and_groups_survive_a_restart(env, h):
     h.commit(c, "simple", {("u", 3): 99})
     h.commit(c, "simple", {("u", 3): 100})  # the latest commit wins on replay
     c2 = env.restart()
-    assert c2.fetch_offsets("g", [("t", [0])]) == [("t", [(0, 7, 3, "m")])]
+    assert c2.offsets.fetch_offsets("g", [("t", [0])]) == [("t", [(0, 7, 3, "m")])]
     assert h.fetched(c2, "simple") == {("u", 3): 100}
     group = c2.group("g")
     assert group.state == ClassicState.STABLE and group.generation == 1
     assert group.members[mid].assignment == b"a"
-    assert c2.heartbeat("g", 1, mid, None) == E.NONE  # members carry on, no rebalance
+    assert c2.classic.heartbeat("g", 1, mid, None) == E.NONE  # members carry on, no rebalance
     env.loop.advance(env.config.min_session_timeout * 2)  # ...unless they stop heartbeating
     assert c2.group("g").members == {}
 
@@ -42,7 +42,7 @@ def test_delete_groups(env, h):
     h.commit(c, "g", {("t", 0): 3}, generation=1, member=mid)
     assert c.delete_groups(["g", "missing"]) == [("g", E.NON_EMPTY_GROUP),
                                                  ("missing", E.GROUP_ID_NOT_FOUND)]
-    c.leave_group("g", [(mid, None, None)])
+    c.classic.leave_group("g", [(mid, None, None)])
     assert c.group("g").state == ClassicState.EMPTY
     assert c.delete_groups(["g"]) == [("g", E.NONE)]
     assert c.group("g") is None
@@ -64,13 +64,13 @@ def test_list_and_describe_groups(env, h):
     assert [g["group_id"] for g in c.list_groups(["stable"])[1]] == ["active"]
     assert [g["group_id"] for g in c.list_groups(["Empty"], ["classic"])[1]] == ["simple"]
     assert c.list_groups([], ["consumer"])[1] == []
-    (d, missing) = c.describe_groups(["active", "missing"], include_authorized_operations=True,
-                                     version=6)
+    (d, missing) = c.classic.describe_groups(["active", "missing"],
+                                             include_authorized_operations=True, version=6)
     assert d["group_state"] == "Stable" and d["protocol_data"] == "range"
     assert d["members"][0]["member_id"] == mid
     assert d["members"][0]["member_assignment"] == b"a"
     assert d["members"][0]["client_host"] == "/127.0.0.1"
     assert d["authorized_operations"] > 0
     assert missing["error_code"] == E.GROUP_ID_NOT_FOUND
-    (old,) = c.describe_groups(["missing"], include_authorized_operations=False, version=5)
+    (old,) = c.classic.describe_groups(["missing"], include_authorized_operations=False, version=5)
     assert old["error_code"] == 0 and old["group_state"] == "Dead"

@@ -67,13 +67,13 @@ class ClassicClient:
         if not self.cooperative:
             self.owned = set()
         reply = self.h.Reply()
-        self.env.coordinator.join_group(
+        self.env.coordinator.classic.join_group(
             self.h.join_req(self.group, self.member_id, protocols=self.protocols(),
                             session=self.session), reply)
         if reply.done and reply.value["error_code"] == E.MEMBER_ID_REQUIRED:
             self.member_id = reply.value["member_id"]
             reply = self.h.Reply()
-            self.env.coordinator.join_group(
+            self.env.coordinator.classic.join_group(
                 self.h.join_req(self.group, self.member_id, protocols=self.protocols(),
                                 session=self.session), reply)
         return reply
@@ -86,8 +86,8 @@ class ClassicClient:
 
     def sync(self, assignments=()):
         reply = self.h.Reply()
-        self.env.coordinator.sync_group(self.group, self.generation, self.member_id, None,
-                                        "consumer", "range", list(assignments), reply)
+        self.env.coordinator.classic.sync_group(self.group, self.generation, self.member_id, None,
+                                                "consumer", "range", list(assignments), reply)
         return reply
 
     def synced(self, reply):
@@ -97,7 +97,8 @@ class ClassicClient:
         return r
 
     def heartbeat(self):
-        return self.env.coordinator.heartbeat(self.group, self.generation, self.member_id, None)
+        return self.env.coordinator.classic.heartbeat(self.group, self.generation,
+                                                      self.member_id, None)
 
     def rejoin_and_sync(self):
         self.joined(self.join())
@@ -121,7 +122,7 @@ class ConsumerClient:
 
     def heartbeat(self):
         join = self.epoch == 0
-        r = self.env.coordinator.consumer_group_heartbeat(
+        r = self.env.coordinator.consumer.consumer_group_heartbeat(
             group_id=self.group, member_id=self.member_id, member_epoch=self.epoch,
             instance_id=None, rack_id=None, rebalance_timeout=30000 if join else -1,
             subscribed_topic_names=[TOPIC] if join else None, subscribed_topic_regex=None,
@@ -138,7 +139,7 @@ class ConsumerClient:
 
     def leave(self):
         self.owned = set()
-        return self.env.coordinator.consumer_group_heartbeat(
+        return self.env.coordinator.consumer.consumer_group_heartbeat(
             group_id=self.group, member_id=self.member_id, member_epoch=-1, instance_id=None,
             rack_id=None, rebalance_timeout=-1, subscribed_topic_names=None,
             subscribed_topic_regex=None, server_assignor=None, topic_partitions=None,
@@ -207,17 +208,17 @@ def test_first_consumer_member_upgrades_a_live_classic_group(env, h):
     assert a.owned | b.owned | c.owned == set(range(6))
     assert a.generation == group.group_epoch == b.generation
     assert a.heartbeat() == E.NONE
-    described = env.coordinator.consumer_group_describe(["g"],
-                                                        include_authorized_operations=False)
+    described = env.coordinator.consumer.consumer_group_describe(
+        ["g"], include_authorized_operations=False)
     types = {m["member_id"]: m["member_type"] for m in described[0]["members"]}
     assert types == {a.member_id: 0, b.member_id: 0, c.member_id: 1}
     listed = env.coordinator.list_groups()[1]
     assert [(g["group_type"], g["protocol_type"]) for g in listed] == [("consumer", "consumer")]
     # the classic DescribeGroups does not describe it any more (Kafka: not a classic group)
-    (v6,) = env.coordinator.describe_groups(["g"], include_authorized_operations=False,
-                                            version=6)
-    (v5,) = env.coordinator.describe_groups(["g"], include_authorized_operations=False,
-                                            version=5)
+    (v6,) = env.coordinator.classic.describe_groups(["g"], include_authorized_operations=False,
+                                                    version=6)
+    (v5,) = env.coordinator.classic.describe_groups(["g"], include_authorized_operations=False,
+                                                    version=5)
     assert (v6["error_code"], v6["group_state"]) == (E.GROUP_ID_NOT_FOUND, "Dead")
     assert (v5["error_code"], v5["group_state"], v5["members"]) == (0, "Dead", [])
 
@@ -247,21 +248,22 @@ def test_classic_requests_to_the_consumer_group_are_validated(env, h):
     c = ConsumerClient(env, "g")
     c.heartbeat()
     coord = env.coordinator
-    assert coord.heartbeat("g", a.generation + 1, a.member_id, None) == E.ILLEGAL_GENERATION
-    assert coord.heartbeat("g", a.generation, "nobody", None) == E.UNKNOWN_MEMBER_ID
+    assert coord.classic.heartbeat("g", a.generation + 1, a.member_id, None) == E.ILLEGAL_GENERATION
+    assert coord.classic.heartbeat("g", a.generation, "nobody", None) == E.UNKNOWN_MEMBER_ID
     # a consumer-protocol member cannot use the classic APIs
-    assert coord.heartbeat("g", c.epoch, c.member_id, None) == E.UNKNOWN_MEMBER_ID
+    assert coord.classic.heartbeat("g", c.epoch, c.member_id, None) == E.UNKNOWN_MEMBER_ID
     reply = h.Reply()
-    coord.sync_group("g", a.generation, a.member_id, None, "consumer", "roundrobin", [], reply)
+    coord.classic.sync_group("g", a.generation, a.member_id, None, "consumer", "roundrobin", [],
+                             reply)
     assert reply.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
     # a stale member must rejoin before syncing
     reply = h.Reply()
-    coord.sync_group("g", a.generation, a.member_id, None, "consumer", "range", [], reply)
+    coord.classic.sync_group("g", a.generation, a.member_id, None, "consumer", "range", [], reply)
     assert reply.value["error_code"] == E.REBALANCE_IN_PROGRESS
     # a joining member with another assignor cannot join
     other = h.Reply()
-    coord.join_group(h.join_req("g", protocols=[("roundrobin", cp.encode_subscription([TOPIC]))]),
-                     other)
+    coord.classic.join_group(
+        h.join_req("g", protocols=[("roundrobin", cp.encode_subscription([TOPIC]))]), other)
     assert other.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
 
 
@@ -378,7 +380,7 @@ def test_classic_member_joins_a_consumer_group_and_leaving_it_removes_it(env, h)
     a.synced(a.sync())
     drive([a, c])
     assert sorted(len(x.owned) for x in (a, c)) == [2, 2]
-    left = env.coordinator.leave_group("g", [(a.member_id, None, None)])
+    left = env.coordinator.classic.leave_group("g", [(a.member_id, None, None)])
     assert left == (E.NONE, [{"member_id": a.member_id, "group_instance_id": None,
                               "error_code": 0}])
     assert isinstance(env.coordinator.group("g"), ConsumerGroup)
@@ -411,7 +413,7 @@ def test_classic_member_that_never_rejoins_is_fenced(env, h):
 def test_static_classic_member_replacing_the_last_consumer_member_downgrades(env, h):
     env.topics.add(TOPIC, 4)
     c = ConsumerClient(env, "g")
-    r = env.coordinator.consumer_group_heartbeat(
+    r = env.coordinator.consumer.consumer_group_heartbeat(
         group_id="g", member_id=c.member_id, member_epoch=0, instance_id="i1", rack_id=None,
         rebalance_timeout=30000, subscribed_topic_names=[TOPIC], subscribed_topic_regex=None,
         server_assignor=None, topic_partitions=[], client_id="c", client_host="/h")
@@ -421,13 +423,14 @@ def test_static_classic_member_replacing_the_last_consumer_member_downgrades(env
     group = env.coordinator.group("g")
     assert isinstance(group, ConsumerGroup) and len(group.members) == 2
     # the static consumer-protocol instance restarts as a classic consumer
-    r = env.coordinator.consumer_group_heartbeat(
+    r = env.coordinator.consumer.consumer_group_heartbeat(
         group_id="g", member_id=c.member_id, member_epoch=-2, instance_id="i1", rack_id=None,
         rebalance_timeout=-1, subscribed_topic_names=None, subscribed_topic_regex=None,
         server_assignor=None, topic_partitions=None, client_id="c", client_host="/h")
     assert r["error_code"] == 0
     reply = h.Reply()
-    env.coordinator.join_group(h.join_req("g", instance="i1", protocols=a.protocols()), reply)
+    env.coordinator.classic.join_group(h.join_req("g", instance="i1", protocols=a.protocols()),
+                                       reply)
     group = env.coordinator.group("g")
     assert isinstance(group, ClassicGroup) and group.state == ClassicState.PREPARING_REBALANCE
     assert group.static_member_id("i1") in group.members and len(group.members) == 2

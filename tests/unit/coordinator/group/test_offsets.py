@@ -24,8 +24,8 @@ def test_simple_commit_into_new_group_and_fetch(env, h):
     assert c.group("simple").state == ClassicState.EMPTY and c.group("simple").protocol_type \
         is None
     assert h.fetched(c, "never-seen", [("t", [0])]) == {("t", 0): -1}
-    assert c.fetch_offsets("never-seen", None) == []
-    rows = c.fetch_offsets("simple", [("t", [0])])
+    assert c.offsets.fetch_offsets("never-seen", None) == []
+    rows = c.offsets.fetch_offsets("simple", [("t", [0])])
     assert rows == [("t", [(0, 10, 3, "")])]  # leader epoch and (empty) metadata kept
 
 
@@ -55,9 +55,9 @@ def test_commit_validation_against_the_group(env, h):
 def test_commit_during_completing_rebalance_is_refused(env, h):
     c = env.coordinator
     first = h.Reply()
-    c.join_group(h.join_req("g"), first)
+    c.classic.join_group(h.join_req("g"), first)
     mid = first.value["member_id"]
-    c.join_group(h.join_req("g", mid), h.Reply())
+    c.classic.join_group(h.join_req("g", mid), h.Reply())
     env.loop.advance(0)
     assert c.group("g").state == ClassicState.COMPLETING_REBALANCE
     with pytest.raises(KafkaError) as exc:
@@ -87,13 +87,14 @@ def test_append_failure_is_reported_and_changes_nothing(env, h):
 def test_delete_offsets(env, h):
     c = env.coordinator
     h.commit(c, "s", {("t", 0): 3, ("t", 1): 4, ("u", 0): 5})
-    assert c.delete_offsets("s", [("t", [0])]) == [("t", [(0, E.NONE)])]
+    assert c.offsets.delete_offsets("s", [("t", [0])]) == [("t", [(0, E.NONE)])]
     assert h.fetched(c, "s") == {("t", 1): 4, ("u", 0): 5}
     with pytest.raises(KafkaError) as exc:
-        c.delete_offsets("nope", [("t", [0])])
+        c.offsets.delete_offsets("nope", [("t", [0])])
     assert exc.value.code == E.GROUP_ID_NOT_FOUND
     h.one_member(env, h, "g")  # active, subscription not parseable: counts as subscribed
-    assert c.delete_offsets("g", [("t", [0])]) == [("t", [(0, E.GROUP_SUBSCRIBED_TO_TOPIC)])]
+    assert c.offsets.delete_offsets("g", [("t", [0])]) == [
+        ("t", [(0, E.GROUP_SUBSCRIBED_TO_TOPIC)])]
 
 
 def test_expiration_of_simple_and_empty_groups(env, h):
@@ -106,22 +107,22 @@ def test_expiration_of_simple_and_empty_groups(env, h):
     def live(ms):  # let time pass while the member keeps heartbeating
         for _ in range(ms // 5000):
             env.loop.advance(5000)
-            assert c.heartbeat("g", 1, mid, None) == E.NONE
+            assert c.classic.heartbeat("g", 1, mid, None) == E.NONE
         env.loop.advance(ms % 5000)
 
     live(30_000)
     h.commit(c, "simple", {("t", 1): 3})
     live(30_001)
-    assert c.expire_offsets() == 1  # simple group: offsets age from their commit
+    assert c.offsets.expire_offsets() == 1  # simple group: offsets age from their commit
     assert h.fetched(c, "simple") == {("t", 1): 3}
     assert h.fetched(c, "g") == {("t", 0): 2}  # an active group keeps its offsets
-    c.leave_group("g", [(mid, None, None)])  # empty from now: its offsets start ageing
+    c.classic.leave_group("g", [(mid, None, None)])  # empty from now: its offsets start ageing
     env.loop.advance(59_000)
-    c.expire_offsets()
+    c.offsets.expire_offsets()
     assert h.fetched(c, "g") == {("t", 0): 2}  # committed 119 s ago, but empty for only 59 s
     assert c.group("simple") is None  # its last offset aged out: the empty group goes too
     env.loop.advance(1_001)
-    assert c.expire_offsets() == 1
+    assert c.offsets.expire_offsets() == 1
     assert c.group("g") is None
     c2 = env.restart()
     assert c2.group("g") is None and c2.group("simple") is None
@@ -141,7 +142,7 @@ def test_retention_time_from_old_commit_versions(env, h):
     c = env.coordinator
     h.commit(c, "s", {("t", 0): 1}, retention=5000, version=2)
     env.loop.advance(5000)
-    assert c.expire_offsets() == 1
+    assert c.offsets.expire_offsets() == 1
 
 
 def test_offsets_of_deleted_topics_are_dropped(env, h):

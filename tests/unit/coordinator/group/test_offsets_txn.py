@@ -21,13 +21,14 @@ def txn_commit(c: Any, group: str, offsets: dict[tuple[str, int], int], *, pid: 
     by_topic: dict[str, list] = {}
     for (t, p), o in offsets.items():
         by_topic.setdefault(t, []).append((p, o, -1, "m"))
-    result = c.commit_transactional_offsets(group, pid, epoch, member, generation, instance,
-                                            list(by_topic.items()))
+    result = c.offsets.commit_transactional_offsets(group, pid, epoch, member, generation, instance,
+                                                    list(by_topic.items()))
     return {(t, p): code for t, rows in result for p, code in rows}
 
 
 def fetched(c: Any, group: str, topics: list[tuple[str, list[int]]]) -> dict[tuple[str, int], int]:
-    return {(t, p): off for t, rows in c.fetch_offsets(group, topics) for p, off, _, _ in rows}
+    rows = c.offsets.fetch_offsets(group, topics)
+    return {(t, p): off for t, parts in rows for p, off, _, _ in parts}
 
 
 def write_marker(env: Any, group: str, commit: bool, pid: int = PID) -> None:
@@ -40,27 +41,27 @@ def write_marker(env: Any, group: str, commit: bool, pid: int = PID) -> None:
                           coordinator_epoch=0, timestamp=env.loop.now_ms())
     log.append(memoryview(bytearray(batch)), leader_epoch=0, now_ms=env.loop.now_ms(),
                origin=ORIGIN_COORDINATOR)
-    c.on_transaction_completed(partition, pid, commit)
+    c.offsets.on_transaction_completed(partition, pid, commit)
 
 
 def test_offsets_count_only_after_the_commit_marker(env: Any) -> None:
     c = env.coordinator
     assert txn_commit(c, "g", {("t", 0): 10, ("t", 1): 20}) == {("t", 0): 0, ("t", 1): 0}
     assert fetched(c, "g", [("t", [0, 1])]) == {("t", 0): -1, ("t", 1): -1}
-    assert c.unstable_offsets("g") == {("t", 0), ("t", 1)}
-    assert c.unstable_offsets("other") == set()
+    assert c.offsets.unstable_offsets("g") == {("t", 0), ("t", 1)}
+    assert c.offsets.unstable_offsets("other") == set()
     write_marker(env, "g", commit=True)
     assert fetched(c, "g", [("t", [0, 1])]) == {("t", 0): 10, ("t", 1): 20}
-    assert c.unstable_offsets("g") == set()
+    assert c.offsets.unstable_offsets("g") == set()
 
 
 def test_abort_marker_drops_the_offsets(env: Any) -> None:
     c = env.coordinator
-    c.commit_offsets("g", -1, "", None, -1, [("t", [(0, 5, -1, None)])], 8)
+    c.offsets.commit_offsets("g", -1, "", None, -1, [("t", [(0, 5, -1, None)])], 8)
     txn_commit(c, "g", {("t", 0): 99})
     write_marker(env, "g", commit=False)
     assert fetched(c, "g", [("t", [0])]) == {("t", 0): 5}
-    assert c.unstable_offsets("g") == set()
+    assert c.offsets.unstable_offsets("g") == set()
 
 
 def test_the_batch_is_transactional(env: Any) -> None:
@@ -84,7 +85,7 @@ def test_pending_and_completed_offsets_survive_a_restart(env: Any) -> None:
     assert fetched(c, "done", [("t", [0])]) == {("t", 0): 7}
     assert fetched(c, "gone", [("t", [0])]) == {("t", 0): -1}
     assert fetched(c, "open", [("t", [0])]) == {("t", 0): -1}
-    assert c.unstable_offsets("open") == {("t", 0)}
+    assert c.offsets.unstable_offsets("open") == {("t", 0)}
     # the marker may land after the restart, too
     write_marker(env, "open", commit=True, pid=PID + 2)
     assert fetched(c, "open", [("t", [0])]) == {("t", 0): 9}
@@ -106,13 +107,13 @@ def test_marker_written_while_the_partition_loads_is_replayed(env: Any) -> None:
 def test_validation_against_the_group(env: Any, h: Any) -> None:
     c = env.coordinator
     first = h.Reply()
-    c.join_group(h.join_req("grp"), first)
+    c.classic.join_group(h.join_req("grp"), first)
     mid = first.value["member_id"]
     join = h.Reply()
-    c.join_group(h.join_req("grp", mid), join)
+    c.classic.join_group(h.join_req("grp", mid), join)
     env.loop.advance(0)
     sync = h.Reply()
-    c.sync_group("grp", 1, mid, None, None, None, [(mid, b"a")], sync)
+    c.classic.sync_group("grp", 1, mid, None, None, None, [(mid, b"a")], sync)
     assert sync.value["error_code"] == 0
     # old TxnOffsetCommit versions carry no member: accepted into a group with members
     assert txn_commit(c, "grp", {("t", 0): 1}) == {("t", 0): 0}
@@ -127,7 +128,7 @@ def test_validation_against_the_group(env: Any, h: Any) -> None:
         txn_commit(c, "missing", {("t", 0): 3}, generation=2)
     assert e.value.code == E.ILLEGAL_GENERATION
     long_meta = [("t", [(0, 1, -1, "x" * 5000)])]
-    result = c.commit_transactional_offsets("grp", PID, EPOCH, "", -1, None, long_meta)
+    result = c.offsets.commit_transactional_offsets("grp", PID, EPOCH, "", -1, None, long_meta)
     assert result == [("t", [(0, E.OFFSET_METADATA_TOO_LARGE)])]
 
 

@@ -116,16 +116,16 @@ def test_not_coordinator_and_loading_through_the_coordinator(env, h):
     gid = "somegroup"
     p = c.partition_for(gid)
     c.on_leadership(p, False)
-    assert c.heartbeat(gid, 1, "m", None) == E.NOT_COORDINATOR
+    assert c.classic.heartbeat(gid, 1, "m", None) == E.NOT_COORDINATOR
     r = h.Reply()
-    c.join_group(h.join_req(gid), r)
+    c.classic.join_group(h.join_req(gid), r)
     assert r.value["error_code"] == E.NOT_COORDINATOR
     c.on_leadership(p, True, 1)  # the log is empty: loads at once
-    assert c.heartbeat(gid, 1, "m", None) == E.UNKNOWN_MEMBER_ID
+    assert c.classic.heartbeat(gid, 1, "m", None) == E.UNKNOWN_MEMBER_ID
     # with records in the log, the partition answers LOAD_IN_PROGRESS until replay is done
-    c.commit_offsets(gid, -1, "", None, -1, [("t", [(0, 5, -1, None)])], 8)
+    c.offsets.commit_offsets(gid, -1, "", None, -1, [("t", [(0, 5, -1, None)])], 8)
     c.on_leadership(p, False)
     c.on_leadership(p, True, 2)
-    assert c.heartbeat(gid, 1, "m", None) == E.COORDINATOR_LOAD_IN_PROGRESS
+    assert c.classic.heartbeat(gid, 1, "m", None) == E.COORDINATOR_LOAD_IN_PROGRESS
     env.loop.advance(0)
-    assert c.fetch_offsets(gid, [("t", [0])]) == [("t", [(0, 5, -1, "")])]
+    assert c.offsets.fetch_offsets(gid, [("t", [0])]) == [("t", [(0, 5, -1, "")])]

@@ -65,7 +65,7 @@ class Client:
         owned = {"active_tasks": {s: frozenset(p) for s, p in self.active.items()},
                  "standby_tasks": {s: frozenset(p) for s, p in self.standby.items()},
                  "warmup_tasks": {}} if report or join else {}
-        r = self.env.coordinator.streams_group_heartbeat(StreamsHeartbeat(
+        r = self.env.coordinator.streams.heartbeat(StreamsHeartbeat(
             group_id=GROUP, member_id=self.member_id,
             member_epoch=self.epoch if epoch is None else epoch, client_id="c",
             client_host="/h", rebalance_timeout=30000 if join else -1,
@@ -189,7 +189,7 @@ def test_member_epochs_are_checked(env, creator) -> None:
 
 
 def test_invalid_requests(env, creator) -> None:
-    r = env.coordinator.streams_group_heartbeat(StreamsHeartbeat(
+    r = env.coordinator.streams.heartbeat(StreamsHeartbeat(
         GROUP, "m", 0, "c", "/h", rebalance_timeout=1000, topology=None, active_tasks={},
         standby_tasks={}, warmup_tasks={}, process_id="p"))
     assert r["error_code"] == E.INVALID_REQUEST and "Topology" in r["error_message"]
@@ -230,7 +230,7 @@ def test_unknown_groups(env, creator) -> None:
     assert (r["error_code"], r["error_message"]) == (E.GROUP_ID_NOT_FOUND,
                                                      f"Streams group {GROUP} not found.")
     assert ghost.heartbeat(epoch=-1)["error_code"] == E.GROUP_ID_NOT_FOUND
-    [d] = env.coordinator.streams_group_describe([GROUP], include_authorized_operations=False)
+    [d] = env.coordinator.streams.describe([GROUP], include_authorized_operations=False)
     assert (d["error_code"], d["group_state"]) == (E.GROUP_ID_NOT_FOUND, "")
 
 
@@ -265,8 +265,8 @@ def test_offset_commits_carry_the_member_epoch(env, creator, h) -> None:
     assert exc.value.code == E.UNKNOWN_MEMBER_ID
     assert h.fetched(c, GROUP, member_id=a.member_id, member_epoch=a.epoch) == {("lines", 0): 5}
     with pytest.raises(KafkaError) as exc:  # what the transactional producer can abort on
-        c.commit_transactional_offsets(GROUP, 7, 0, a.member_id, a.epoch + 5, None,
-                                       [("lines", [(0, 9, -1, None)])])
+        c.offsets.commit_transactional_offsets(GROUP, 7, 0, a.member_id, a.epoch + 5, None,
+                                               [("lines", [(0, 9, -1, None)])])
     assert exc.value.code == E.ILLEGAL_GENERATION
 
 
@@ -294,14 +294,14 @@ def test_list_describe_and_delete(env, creator) -> None:
     _, listed = c.list_groups(types=["streams"])
     assert listed == [{"group_id": GROUP, "protocol_type": "streams", "group_state": "Stable",
                        "group_type": "streams"}]
-    [d] = c.streams_group_describe([GROUP], include_authorized_operations=False)
+    [d] = c.streams.describe([GROUP], include_authorized_operations=False)
     assert d["error_code"] == 0 and d["group_state"] == "Stable"
     assert d["topology"]["subtopologies"][1]["state_changelog_topics"][0]["partitions"] == 4
     assert d["members"][0]["process_id"] == a.process
     assert len(d["members"][0]["assignment"]["active_tasks"]) == 2
-    [missing] = c.streams_group_describe(["nope"], include_authorized_operations=False)
+    [missing] = c.streams.describe(["nope"], include_authorized_operations=False)
     assert missing["error_code"] == E.GROUP_ID_NOT_FOUND
-    [classic] = c.describe_groups([GROUP], include_authorized_operations=False, version=6)
+    [classic] = c.classic.describe_groups([GROUP], include_authorized_operations=False, version=6)
     assert classic["error_code"] == E.GROUP_ID_NOT_FOUND
     assert c.delete_groups([GROUP]) == [(GROUP, E.NON_EMPTY_GROUP)]
     a.heartbeat(epoch=-1)
@@ -313,13 +313,13 @@ def test_list_describe_and_delete(env, creator) -> None:
 
 def test_other_protocols_cannot_take_a_streams_group(env, creator, h) -> None:
     Client(env).heartbeat()
-    r = env.coordinator.consumer_group_heartbeat(
+    r = env.coordinator.consumer.consumer_group_heartbeat(
         group_id=GROUP, member_id="m", member_epoch=0, instance_id=None, rack_id=None,
         rebalance_timeout=1000, subscribed_topic_names=["lines"], subscribed_topic_regex=None,
         server_assignor=None, topic_partitions=[], client_id="c", client_host="/h")
     assert r["error_code"] == E.GROUP_ID_NOT_FOUND
     join = h.Reply()
-    env.coordinator.join_group(h.join_req(GROUP), join)
+    env.coordinator.classic.join_group(h.join_req(GROUP), join)
     assert join.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
 
 
@@ -351,7 +351,7 @@ def test_an_empty_classic_group_becomes_a_streams_group_and_keeps_its_offsets(en
     assert h.commit(c, GROUP, {("lines", 1): 7}) == {("lines", 1): E.NONE}  # a "simple" group
     env.config.streams_max_size = 0
     assert Client(env).heartbeat()["error_code"] == E.GROUP_MAX_SIZE_REACHED
-    [d] = c.describe_groups([GROUP], include_authorized_operations=False, version=5)
+    [d] = c.classic.describe_groups([GROUP], include_authorized_operations=False, version=5)
     assert d["group_state"] == "Empty"  # the failed join changed nothing
     env.config.streams_max_size = 10
     a = Client(env)
