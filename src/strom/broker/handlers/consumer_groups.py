@@ -34,7 +34,7 @@ def consumer_group_heartbeat(broker: Broker, ctx: RequestContext,
             {"topic_id": t.topic_id, "partitions": list(t.partitions)}
             for t in request.topic_partitions],
         client_id=ctx.client_id or "", client_host=client_host(ctx), version=ctx.api_version)
-    return {"throttle_time": 0, **result}
+    return {"throttle_time": 0, **result.fields()}
 
 
 def describe_authorized(broker: Broker, ctx: RequestContext, group_ids: list[str], include: bool,

@@ -15,6 +15,7 @@ from strom.broker.handlers.consumer_groups import describe_authorized
 from strom.broker.handlers.groups import client_host
 from strom.broker.request_types import ShareGroupDescribeRequest, ShareGroupHeartbeatRequest
 from strom.broker.router import handles
+from strom.coordinator.group.replies import HeartbeatReply
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
@@ -27,17 +28,16 @@ def share_group_heartbeat(broker: Broker, ctx: RequestContext,
     if names:  # Kafka: the member must be allowed to DESCRIBE every topic it subscribes to
         hidden = sorted(t for t in names if not allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, t))
         if hidden:
-            return {"throttle_time": 0,
-                    "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
-                    "error_message": f"Unauthorized to DESCRIBE on topics {', '.join(hidden)}.",
-                    "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
-                    "assignment": None}
+            refused = HeartbeatReply.failed(
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                f"Unauthorized to DESCRIBE on topics {', '.join(hidden)}.")
+            return {"throttle_time": 0, **refused.fields()}
     result = broker.groups.share.heartbeat(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, rack_id=request.rack_id,
         subscribed_topic_names=None if names is None else list(names),
         client_id=ctx.client_id or "", client_host=client_host(ctx))
-    return {"throttle_time": 0, **result}
+    return {"throttle_time": 0, **result.fields()}
 
 
 @handles(ApiKey.SHARE_GROUP_DESCRIBE, 1, 1)

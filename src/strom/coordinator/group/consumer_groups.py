@@ -32,6 +32,7 @@ from strom.coordinator.group import records as rec
 from strom.coordinator.group.assignors import ASSIGNORS
 from strom.coordinator.group.classic_groups import ClassicGroupManager
 from strom.coordinator.group.reconciliation import reconcile
+from strom.coordinator.group.replies import HeartbeatReply, reply_assignment
 from strom.coordinator.group.shards import GroupShards, Shard, group_tombstones
 from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
@@ -138,7 +139,7 @@ class ConsumerGroupManager:
                                  rebalance_timeout: int, subscribed_topic_names: list[str] | None,
                                  subscribed_topic_regex: str | None, server_assignor: str | None,
                                  topic_partitions: list[Any] | None, client_id: str,
-                                 client_host: str, version: int = 1) -> dict[str, Any]:
+                                 client_host: str, version: int = 1) -> HeartbeatReply:
         owned = owned_from_request(topic_partitions)
         try:
             if "consumer" not in self.config.rebalance_protocols:
@@ -156,9 +157,7 @@ class ConsumerGroupManager:
                 rebalance_timeout, subscribed_topic_names, subscribed_topic_regex,
                 server_assignor, owned, client_id, client_host)
         except KafkaError as exc:
-            return {"error_code": int(exc.code), "error_message": exc.message,
-                    "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
-                    "assignment": None}
+            return HeartbeatReply.failed(exc.code, exc.message)
 
     def _validate_heartbeat(self, group_id: str, member_id: str, epoch: int,
                             instance_id: str | None, rack_id: str | None,
@@ -208,7 +207,7 @@ class ConsumerGroupManager:
                             instance_id: str | None, rack_id: str | None,
                             rebalance_timeout: int, names: list[str] | None, regex: str | None,
                             assignor: str | None, owned: Assignment | None, client_id: str,
-                            client_host: str) -> dict[str, Any]:
+                            client_host: str) -> HeartbeatReply:
         records: list[rec.KeyValue] = []
         before = shard.groups.get(group_id)
         group = self._group_for_heartbeat(shard, group_id, epoch, records)
@@ -229,7 +228,7 @@ class ConsumerGroupManager:
                             rebalance_timeout: int, names: list[str] | None,
                             regex: str | None, assignor: str | None, owned: Assignment | None,
                             client_id: str, client_host: str,
-                            records: list[rec.KeyValue]) -> dict[str, Any]:
+                            records: list[rec.KeyValue]) -> HeartbeatReply:
         group_id = group.group_id
         self._check_capacity(group, member_id, instance_id)
         if not member_id:
@@ -253,16 +252,14 @@ class ConsumerGroupManager:
         updated = self.reconcile_member(group, member, owned, is_new, records)
         self.store.append(shard.partition, records)
         self.schedule_session_timeout(group, updated)
-        response: dict[str, Any] = {
-            "error_code": 0, "error_message": None, "member_id": member_id,
-            "member_epoch": updated.member_epoch,
-            "heartbeat_interval": self.state.settings(group_id).consumer_heartbeat_interval_ms,
-            "assignment": None}
+        interval = self.state.settings(group_id).consumer_heartbeat_interval_ms
         full = epoch == 0 or (rebalance_timeout != -1 and names is not None
                               and owned is not None)
+        sent = None  # the assignment goes back when asked for in full, or when it changed
         if full or not same_assignment(old.assigned, updated.assigned):
-            response["assignment"] = {"topic_partitions": rec.topic_partitions(updated.assigned)}
-        return response
+            sent = reply_assignment({t: ps for t, ps in updated.assigned.items() if ps})
+        return HeartbeatReply(member_id=member_id, member_epoch=updated.member_epoch,
+                              heartbeat_interval=interval, assignment=sent)
 
     def _group_for_heartbeat(self, shard: Shard, group_id: str, epoch: int,
                              records: list[rec.KeyValue]) -> ConsumerGroup:
@@ -503,7 +500,7 @@ class ConsumerGroupManager:
     # -- leaving and fencing -------------------------------------------------------------------
 
     def _consumer_leave(self, shard: Shard, group_id: str, member_id: str, epoch: int,
-                        instance_id: str | None) -> dict[str, Any]:
+                        instance_id: str | None) -> HeartbeatReply:
         group = shard.groups.get(group_id)
         if not isinstance(group, ConsumerGroup):
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"Consumer group {group_id} not found.")
@@ -521,8 +518,7 @@ class ConsumerGroupManager:
                 raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
                                  f"Static member {member_id} with instance id {instance_id} was "
                                  f"fenced by member {member.member_id}.")
-        response = {"error_code": 0, "error_message": None, "member_id": member_id,
-                    "member_epoch": epoch, "heartbeat_interval": 0, "assignment": None}
+        response = HeartbeatReply(member_id=member_id, member_epoch=epoch)
         if epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             log.info("group %s: static member %s (instance %s) left temporarily", group_id,
                      member_id, instance_id)

@@ -22,6 +22,7 @@ from typing import Any
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group import share_assignor
+from strom.coordinator.group.replies import HeartbeatReply, reply_assignment
 from strom.coordinator.group.shards import GroupShards, Shard
 from strom.coordinator.group.share_state import (
     Assignment,
@@ -64,7 +65,7 @@ class ShareGroupManager:
 
     def heartbeat(self, *, group_id: str, member_id: str, member_epoch: int,
                   rack_id: str | None, subscribed_topic_names: list[str] | None,
-                  client_id: str, client_host: str) -> dict[str, Any]:
+                  client_id: str, client_host: str) -> HeartbeatReply:
         try:
             self._validate(group_id, member_id, member_epoch, rack_id, subscribed_topic_names)
             shard = self.state.serving(group_id)
@@ -73,9 +74,7 @@ class ShareGroupManager:
             return self._heartbeat(shard, group_id, member_id, member_epoch, rack_id,
                                    subscribed_topic_names, client_id, client_host)
         except KafkaError as exc:
-            return {"error_code": int(exc.code), "error_message": exc.message,
-                    "member_id": None, "member_epoch": 0, "heartbeat_interval": 0,
-                    "assignment": None}
+            return HeartbeatReply.failed(exc.code, exc.message)
 
     @staticmethod
     def _validate(group_id: str, member_id: str, epoch: int, rack_id: str | None,
@@ -111,7 +110,7 @@ class ShareGroupManager:
 
     def _heartbeat(self, shard: Shard, group_id: str, member_id: str, epoch: int,
                    rack_id: str | None, names: list[str] | None, client_id: str,
-                   client_host: str) -> dict[str, Any]:
+                   client_host: str) -> HeartbeatReply:
         group = self._group(shard, group_id, create=epoch == 0)
         old = group.members.get(member_id)
         if old is None:
@@ -163,15 +162,11 @@ class ShareGroupManager:
                 group.members[member_id] = old
             raise
         self._schedule_session_timeout(group_id, member_id)
-        response: dict[str, Any] = {
-            "error_code": 0, "error_message": None, "member_id": member_id,
-            "member_epoch": member.member_epoch,
-            "heartbeat_interval": self.state.settings(group_id).share_heartbeat_interval_ms,
-            "assignment": None}
-        if epoch == 0 or old is None or old.assigned != member.assigned:
-            response["assignment"] = {"topic_partitions": [
-                {"topic_id": t, "partitions": sorted(ps)} for t, ps in member.assigned.items()]}
-        return response
+        changed = epoch == 0 or old is None or old.assigned != member.assigned
+        return HeartbeatReply(
+            member_id=member_id, member_epoch=member.member_epoch,
+            heartbeat_interval=self.state.settings(group_id).share_heartbeat_interval_ms,
+            assignment=reply_assignment(member.assigned) if changed else None)
 
     # -- group epoch, target assignment, initialized partitions --------------------------------
 
@@ -287,7 +282,7 @@ class ShareGroupManager:
 
     # -- leaving and fencing ---------------------------------------------------------------------
 
-    def _leave(self, shard: Shard, group_id: str, member_id: str) -> dict[str, Any]:
+    def _leave(self, shard: Shard, group_id: str, member_id: str) -> HeartbeatReply:
         group = shard.groups.get(group_id)
         if not isinstance(group, ShareGroup) or member_id not in group.members:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID,
@@ -299,9 +294,7 @@ class ShareGroupManager:
         # (SHARE_SESSION_NOT_FOUND) and redeliver records it had accepted. The session's close,
         # or its connection's, releases what the member still holds.
         self._remove_member(shard, group, member_id, notify=False)
-        return {"error_code": 0, "error_message": None, "member_id": member_id,
-                "member_epoch": LEAVE_GROUP_MEMBER_EPOCH, "heartbeat_interval": 0,
-                "assignment": None}
+        return HeartbeatReply(member_id=member_id, member_epoch=LEAVE_GROUP_MEMBER_EPOCH)
 
     def _remove_member(self, shard: Shard, group: ShareGroup, member_id: str, *,
                        notify: bool = True) -> None:

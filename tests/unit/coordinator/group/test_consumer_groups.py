@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.group.group_configs import EffectiveGroupConfig, StaticGroupConfigs
+from strom.coordinator.group.replies import HeartbeatReply
 from strom.coordinator.group.state import ConsumerGroup, MemberState
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.errors import KafkaError
@@ -27,7 +28,7 @@ class Client:
         self.rebalance = rebalance
         self.epoch = 0
         self.owned: dict[uuid.UUID, set[int]] = {}
-        self.last: dict = {}
+        self.last: HeartbeatReply | None = None
 
     def heartbeat(self, *, full=False, ack=True, epoch=None):
         join = self.epoch == 0
@@ -41,11 +42,10 @@ class Client:
                               for t, ps in self.owned.items()] if (ack or join) else None,
             client_id="c", client_host="/h")
         self.last = r
-        if r["error_code"] == 0:
-            self.epoch = r["member_epoch"]
-            if r["assignment"] is not None:
-                self.owned = {t["topic_id"]: set(t["partitions"])
-                              for t in r["assignment"]["topic_partitions"]}
+        if r.error_code == 0:
+            self.epoch = r.member_epoch
+            if r.assignment is not None:
+                self.owned = {t: set(ps) for t, ps in r.assignment}
         return r
 
     def leave(self, epoch=-1):
@@ -86,11 +86,11 @@ def test_single_member_gets_every_partition(env):
     t = env.topics.add("t", 4)
     a = Client(env, "g", ["t"])
     r = a.heartbeat()
-    assert r["error_code"] == 0 and r["member_epoch"] == 1 and r["member_id"] == a.member_id
-    assert r["heartbeat_interval"] == env.config.consumer_heartbeat_interval
+    assert r.error_code == 0 and r.member_epoch == 1 and r.member_id == a.member_id
+    assert r.heartbeat_interval == env.config.consumer_heartbeat_interval
     assert a.owned == {t: {0, 1, 2, 3}}
     r = a.heartbeat()
-    assert r["assignment"] is None  # unchanged: not repeated
+    assert r.assignment is None  # unchanged: not repeated
     g = group_of(env, "g")
     assert (g.group_epoch, g.assignment_epoch, g.state_name) == (1, 1, "Stable")
 
@@ -103,7 +103,7 @@ def test_partitions_move_only_after_revocation(env):
     assert b.epoch == 2 and b.owned == {}  # all partitions still belong to a
     assert group_of(env, "g").members[b.member_id].state == MemberState.UNRELEASED_PARTITIONS
     r = a.heartbeat(ack=False)  # a learns it must give up two partitions
-    assert r["member_epoch"] == 1 and len(a.owned[t]) == 2
+    assert r.member_epoch == 1 and len(a.owned[t]) == 2
     assert group_of(env, "g").members[a.member_id].state == MemberState.UNREVOKED_PARTITIONS
     b.heartbeat()
     assert b.owned == {}  # nothing yet: a has not confirmed the revocation
@@ -122,7 +122,7 @@ def test_three_members_and_a_leave(env):
     settle(clients)
     assert sorted(len(c.owned.get(t, ())) for c in clients) == [2, 2, 2]
     r = clients[2].leave()
-    assert r["error_code"] == 0 and r["member_epoch"] == -1
+    assert r.error_code == 0 and r.member_epoch == -1
     settle(clients[:2])
     assert sorted(len(c.owned.get(t, ())) for c in clients[:2]) == [3, 3]
     assert clients[0].partitions() | clients[1].partitions() == {(t, p) for p in range(6)}
@@ -139,7 +139,7 @@ def test_silent_member_is_fenced_after_the_session_timeout(env):
     settle([a])
     assert len(a.partitions()) == 4
     r = b.heartbeat()
-    assert r["error_code"] == E.UNKNOWN_MEMBER_ID
+    assert r.error_code == E.UNKNOWN_MEMBER_ID
 
 
 def test_member_that_does_not_revoke_is_fenced_after_its_rebalance_timeout(env):
@@ -194,7 +194,7 @@ def test_invalid_requests(env):
                     subscribed_topic_regex=None, server_assignor=None, topic_partitions=[],
                     client_id="c", client_host="/h")
         args.update(kw)
-        return c.consumer.consumer_group_heartbeat(**args)["error_code"]
+        return c.consumer.consumer_group_heartbeat(**args).error_code
 
     assert hb(group_id="") == E.INVALID_REQUEST
     assert hb(member_id="") == E.INVALID_REQUEST
@@ -250,14 +250,14 @@ def test_static_member_comes_back_with_its_partitions(env):
     settle([a, b])
     epoch_before = group_of(env, "g").group_epoch
     owned_before = set(a.owned[t])
-    assert a.leave(epoch=-2)["member_epoch"] == -2  # a restart: leaves temporarily
+    assert a.leave(epoch=-2).member_epoch == -2  # a restart: leaves temporarily
     a2 = Client(env, "g", ["t"], instance="i-a")  # new process, new member id
     r = a2.heartbeat()
-    assert r["error_code"] == 0 and a2.owned == {t: owned_before}
+    assert r.error_code == 0 and a2.owned == {t: owned_before}
     assert group_of(env, "g").group_epoch == epoch_before  # no rebalance
-    assert a.heartbeat(epoch=a.epoch or 1)["error_code"] == E.FENCED_INSTANCE_ID
+    assert a.heartbeat(epoch=a.epoch or 1).error_code == E.FENCED_INSTANCE_ID
     intruder = Client(env, "g", ["t"], instance="i-a")
-    assert intruder.heartbeat()["error_code"] == E.UNRELEASED_INSTANCE_ID
+    assert intruder.heartbeat().error_code == E.UNRELEASED_INSTANCE_ID
 
 
 def test_state_survives_a_restart(env):
@@ -304,7 +304,7 @@ def test_conversions_between_empty_classic_and_consumer_groups(env, h):
     c = env.coordinator
     c.offsets.commit_offsets("g", -1, "", None, -1, [("t", [(0, 3, -1, None)])], 9)  # simple group
     a = Client(env, "g", ["t"])
-    assert a.heartbeat()["error_code"] == 0
+    assert a.heartbeat().error_code == 0
     a.leave()
     join = h.Reply()
     c.classic.join_group(h.join_req("g"), join)  # the empty consumer group becomes classic again
@@ -313,7 +313,7 @@ def test_conversions_between_empty_classic_and_consumer_groups(env, h):
     mid = join.value["member_id"]
     c.classic.join_group(h.join_req("g", mid), h.Reply())
     b = Client(env, "g", ["t"])
-    assert b.heartbeat()["error_code"] == E.GROUP_ID_NOT_FOUND  # a busy classic group
+    assert b.heartbeat().error_code == E.GROUP_ID_NOT_FOUND  # a busy classic group
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -339,7 +339,7 @@ def test_no_partition_is_ever_owned_twice(tmp_path_factory, h, ops):
             clients[i].heartbeat()
         elif op in ("hb", "hb_noack") and cl is not None:
             cl.heartbeat(ack=op == "hb")
-            if cl.last["error_code"]:
+            if cl.last.error_code:
                 clients[i] = None  # fenced: drops everything, as a real client does
         elif op == "leave" and cl is not None:
             cl.leave()
@@ -372,8 +372,8 @@ def test_group_configs_set_one_groups_heartbeat_interval_and_session_timeout(env
                                              consumer_session_timeout_ms=30000))
     env.topics.add("t", 2)
     slow, fast = Client(env, "slow", ["t"]), Client(env, "fast", ["t"])
-    assert slow.heartbeat()["heartbeat_interval"] == 7000
-    assert fast.heartbeat()["heartbeat_interval"] == env.config.consumer_heartbeat_interval
+    assert slow.heartbeat().heartbeat_interval == 7000
+    assert fast.heartbeat().heartbeat_interval == env.config.consumer_heartbeat_interval
     env.loop.advance(env.config.consumer_session_timeout + 1000)  # 11 s: fast's expired
     assert fast.member_id not in group_of(env, "fast").members
     assert slow.member_id in group_of(env, "slow").members

@@ -130,11 +130,10 @@ class ConsumerClient:
             topic_partitions=[{"topic_id": self.topic_id, "partitions": sorted(self.owned)}]
             if self.owned else [],
             client_id="c", client_host="/h")
-        if r["error_code"] == 0:
-            self.epoch = r["member_epoch"]
-            if r["assignment"] is not None:
-                self.owned = {p for t in r["assignment"]["topic_partitions"]
-                              for p in t["partitions"]}
+        if r.error_code == 0:
+            self.epoch = r.member_epoch
+            if r.assignment is not None:
+                self.owned = {p for _, ps in r.assignment for p in ps}
         return r
 
     def leave(self):
@@ -191,7 +190,7 @@ def test_first_consumer_member_upgrades_a_live_classic_group(env, h):
     generation = a.generation
     c = ConsumerClient(env, "g")
     r = c.heartbeat()
-    assert r["error_code"] == 0
+    assert r.error_code == 0
     group = env.coordinator.group("g")
     assert isinstance(group, ConsumerGroup)
     # the classic members keep what they own, at epoch = the classic generation
@@ -306,8 +305,8 @@ def test_upgrade_refused_when_the_policy_disables_it(env, h):
     env.coordinator = env.new_coordinator()
     a, b = classic_group(env, h, "g")
     r = ConsumerClient(env, "g").heartbeat()
-    assert r["error_code"] == E.GROUP_ID_NOT_FOUND
-    assert "online upgrade is disabled" in r["error_message"]
+    assert r.error_code == E.GROUP_ID_NOT_FOUND
+    assert "online upgrade is disabled" in r.error_message
     assert isinstance(env.coordinator.group("g"), ClassicGroup)
     assert a.heartbeat() == E.NONE and b.heartbeat() == E.NONE
 
@@ -321,7 +320,7 @@ def test_custom_assignor_user_data_blocks_the_upgrade_and_the_group_stays_classi
     user_data = cp.encode_assignment({TOPIC: [0, 1]}, 1)[:-4] + b"\x00\x00\x00\x02ud"
     a.synced(a.sync([(a.member_id, user_data)]))
     r = ConsumerClient(env, "g").heartbeat()
-    assert r["error_code"] == E.GROUP_ID_NOT_FOUND and "custom assignor" in r["error_message"]
+    assert r.error_code == E.GROUP_ID_NOT_FOUND and "custom assignor" in r.error_message
     assert isinstance(env.coordinator.group("g"), ClassicGroup)
     assert a.heartbeat() == E.NONE
 
@@ -335,7 +334,7 @@ def test_last_consumer_member_leaving_downgrades_to_a_classic_group(env, h):
     c.heartbeat()
     drive([a, b, c])
     epoch = env.coordinator.group("g").group_epoch
-    assert c.leave()["error_code"] == 0
+    assert c.leave().error_code == 0
     group = env.coordinator.group("g")
     assert isinstance(group, ClassicGroup)
     assert group.state == ClassicState.PREPARING_REBALANCE and group.generation == epoch
@@ -417,7 +416,7 @@ def test_static_classic_member_replacing_the_last_consumer_member_downgrades(env
         group_id="g", member_id=c.member_id, member_epoch=0, instance_id="i1", rack_id=None,
         rebalance_timeout=30000, subscribed_topic_names=[TOPIC], subscribed_topic_regex=None,
         server_assignor=None, topic_partitions=[], client_id="c", client_host="/h")
-    assert r["error_code"] == 0
+    assert r.error_code == 0
     a = ClassicClient(env, h, "g")
     a.rejoin_and_sync()
     group = env.coordinator.group("g")
@@ -427,7 +426,7 @@ def test_static_classic_member_replacing_the_last_consumer_member_downgrades(env
         group_id="g", member_id=c.member_id, member_epoch=-2, instance_id="i1", rack_id=None,
         rebalance_timeout=-1, subscribed_topic_names=None, subscribed_topic_regex=None,
         server_assignor=None, topic_partitions=None, client_id="c", client_host="/h")
-    assert r["error_code"] == 0
+    assert r.error_code == 0
     reply = h.Reply()
     env.coordinator.classic.join_group(h.join_req("g", instance="i1", protocols=a.protocols()),
                                        reply)
@@ -447,7 +446,7 @@ def test_upgrade_answers_parked_classic_requests_with_rebalance_in_progress(env,
     parked = a.join()  # the leader rejoins: a classic rebalance starts, a's join waits for b
     assert not parked.done
     c = ConsumerClient(env, "g")
-    assert c.heartbeat()["error_code"] == 0
+    assert c.heartbeat().error_code == 0
     assert parked.value["error_code"] == E.REBALANCE_IN_PROGRESS
     assert isinstance(env.coordinator.group("g"), ConsumerGroup)
     a.rejoin_and_sync()

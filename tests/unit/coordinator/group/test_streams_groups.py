@@ -317,7 +317,7 @@ def test_other_protocols_cannot_take_a_streams_group(env, creator, h) -> None:
         group_id=GROUP, member_id="m", member_epoch=0, instance_id=None, rack_id=None,
         rebalance_timeout=1000, subscribed_topic_names=["lines"], subscribed_topic_regex=None,
         server_assignor=None, topic_partitions=[], client_id="c", client_host="/h")
-    assert r["error_code"] == E.GROUP_ID_NOT_FOUND
+    assert r.error_code == E.GROUP_ID_NOT_FOUND
     join = h.Reply()
     env.coordinator.classic.join_group(h.join_req(GROUP), join)
     assert join.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
