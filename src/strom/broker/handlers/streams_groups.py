@@ -24,6 +24,7 @@ from strom.broker.handlers.consumer_groups import describe_authorized
 from strom.broker.handlers.groups import client_host
 from strom.broker.request_types import StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest
 from strom.broker.router import handles
+from strom.coordinator.group.replies import StreamsHeartbeatReply
 from strom.coordinator.group.streams_groups import StreamsHeartbeat
 from strom.coordinator.group.streams_state import StreamsTopology, Tasks
 from strom.protocol.api_keys import ApiKey
@@ -74,10 +75,10 @@ def streams_group_heartbeat(broker: Broker, ctx: RequestContext,
         hidden = sorted(t for t in _topology_topics(topology)
                         if not allowed(broker, ctx, Op.DESCRIBE, Res.TOPIC, t))
         if hidden:
-            return {"throttle_time": 0,
-                    "error_code": int(ErrorCode.TOPIC_AUTHORIZATION_FAILED),
-                    "error_message": f"Unauthorized to DESCRIBE on topics {', '.join(hidden)}.",
-                    "member_id": "", "status": []}
+            refused = StreamsHeartbeatReply.failed(
+                ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                f"Unauthorized to DESCRIBE on topics {', '.join(hidden)}.")
+            return {"throttle_time": 0, **refused.fields()}
     result = broker.groups.streams.heartbeat(StreamsHeartbeat(
         group_id=request.group_id, member_id=request.member_id,
         member_epoch=request.member_epoch, client_id=ctx.client_id or "",
@@ -94,7 +95,7 @@ def streams_group_heartbeat(broker: Broker, ctx: RequestContext,
         task_end_offsets=_offsets(request.task_end_offsets),
         shutdown_application=request.shutdown_application,
         refused_to_create=_refused_to_create(broker, ctx)))
-    return {"throttle_time": 0, **result}
+    return {"throttle_time": 0, **result.fields()}
 
 
 @handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)

@@ -28,6 +28,14 @@ from typing import Any, Protocol
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group import streams_topology as topo
+from strom.coordinator.group.replies import (
+    EndpointPartitions,
+    NamedPartitions,
+    StreamsAssignment,
+    StreamsHeartbeatReply,
+    StreamsStatus,
+    named_partitions,
+)
 from strom.coordinator.group.shards import GroupShards, Shard
 from strom.coordinator.group.state import (
     GROUP_AUTHORIZED_OPERATIONS,
@@ -112,10 +120,9 @@ def _assignment_fields(t: TasksTuple) -> dict[str, Any]:
             "warmup_tasks": task_ids(t.warmup)}
 
 
-def _error_response(exc: KafkaError) -> dict[str, Any]:
-    return {"error_code": int(exc.code), "error_message": exc.message, "member_id": "",
-            "member_epoch": 0, "heartbeat_interval": 0, "status": [], "active_tasks": None,
-            "standby_tasks": None, "warmup_tasks": None, "partitions_by_user_endpoint": None}
+def _reply_assignment(t: TasksTuple) -> StreamsAssignment:
+    return StreamsAssignment(named_partitions(t.active), named_partitions(t.standby),
+                             named_partitions(t.warmup))
 
 
 def validate_heartbeat(req: StreamsHeartbeat) -> None:
@@ -170,7 +177,7 @@ class StreamsGroupManager:
     # StreamsGroupHeartbeat
     # ========================================================================================
 
-    def heartbeat(self, req: StreamsHeartbeat) -> dict[str, Any]:
+    def heartbeat(self, req: StreamsHeartbeat) -> StreamsHeartbeatReply:
         try:
             if "streams" not in self.config.rebalance_protocols:
                 raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
@@ -181,7 +188,7 @@ class StreamsGroupManager:
                 return self._leave(shard, req)
             return self._heartbeat(shard, req)
         except KafkaError as exc:
-            return _error_response(exc)
+            return StreamsHeartbeatReply.failed(exc.code, exc.message)
 
     def _group_for_heartbeat(self, shard: Shard, group_id: str, epoch: int,
                              records: list[rec.KeyValue]) -> StreamsGroup:
@@ -203,7 +210,7 @@ class StreamsGroupManager:
         shard.groups[group_id] = created
         return created
 
-    def _heartbeat(self, shard: Shard, req: StreamsHeartbeat) -> dict[str, Any]:
+    def _heartbeat(self, shard: Shard, req: StreamsHeartbeat) -> StreamsHeartbeatReply:
         records: list[rec.KeyValue] = []
         before = shard.groups.get(req.group_id)
         group = self._group_for_heartbeat(shard, req.group_id, req.member_epoch, records)
@@ -218,7 +225,7 @@ class StreamsGroupManager:
             raise
 
     def _heartbeat_in_group(self, shard: Shard, group: StreamsGroup, req: StreamsHeartbeat,
-                            records: list[rec.KeyValue]) -> dict[str, Any]:
+                            records: list[rec.KeyValue]) -> StreamsHeartbeatReply:
         gid = group.group_id
         owned = req.owned()
         if len(group.members) >= self.config.streams_max_size and \
@@ -262,24 +269,22 @@ class StreamsGroupManager:
         updated = self._reconcile(group, member, owned, is_new, records)
         self.store.append(shard.partition, records)
         self._schedule_session_timeout(group, updated)
-        response: dict[str, Any] = {
-            "error_code": 0, "error_message": None, "member_id": updated.member_id,
-            "member_epoch": updated.member_epoch,
-            "heartbeat_interval": settings.streams_heartbeat_interval_ms,
+        # the tasks go back when the member joins or they changed; the endpoints' partitions
+        # when the member has an endpoint and does not know the group's endpoint epoch
+        sent = req.member_epoch == 0 or updated.assigned != old.assigned
+        endpoints = updated.user_endpoint is not None and \
+            req.endpoint_information_epoch != group.endpoint_epoch
+        return StreamsHeartbeatReply(
+            member_id=updated.member_id, member_epoch=updated.member_epoch,
+            heartbeat_interval=settings.streams_heartbeat_interval_ms,
             # the group's streams.acceptable.recovery.lag and streams.task.offset.interval.ms:
             # Strom assigns no warm-up tasks, so they only set the client's reporting pace
-            "acceptable_recovery_lag": settings.streams_acceptable_recovery_lag,
-            "task_offset_interval": settings.streams_task_offset_interval_ms,
-            "status": self._statuses(group, delayed),
-            "active_tasks": None, "standby_tasks": None, "warmup_tasks": None,
-            "endpoint_information_epoch": group.endpoint_epoch,
-            "partitions_by_user_endpoint": None}
-        if req.member_epoch == 0 or updated.assigned != old.assigned:
-            response.update(_assignment_fields(updated.assigned))
-        if updated.user_endpoint is not None and \
-                req.endpoint_information_epoch != group.endpoint_epoch:
-            response["partitions_by_user_endpoint"] = self._endpoints(group)
-        return response
+            acceptable_recovery_lag=settings.streams_acceptable_recovery_lag,
+            task_offset_interval=settings.streams_task_offset_interval_ms,
+            status=self._statuses(group, delayed),
+            assignment=_reply_assignment(updated.assigned) if sent else None,
+            endpoint_information_epoch=group.endpoint_epoch,
+            partitions_by_user_endpoint=self._endpoints(group) if endpoints else None)
 
     def _member_for_heartbeat(self, group: StreamsGroup, req: StreamsHeartbeat,
                               owned: TasksTuple | None,
@@ -455,28 +460,28 @@ class StreamsGroupManager:
         return updated
 
     @staticmethod
-    def _statuses(group: StreamsGroup, delayed: bool) -> list[dict[str, Any]]:
+    def _statuses(group: StreamsGroup, delayed: bool) -> tuple[StreamsStatus, ...]:
         out = []
         if delayed:
-            out.append({"status_code": int(Status.ASSIGNMENT_DELAYED),
-                        "status_detail": "Assignment delayed due to the configured initial "
-                                         "rebalance delay."})
+            out.append(StreamsStatus(int(Status.ASSIGNMENT_DELAYED),
+                                     "Assignment delayed due to the configured initial "
+                                     "rebalance delay."))
         configured = group.configured
         if isinstance(configured, ConfiguredTopology) and configured.status is not None:
             code, detail = configured.status
-            out.append({"status_code": int(code), "status_detail": detail})
+            out.append(StreamsStatus(int(code), detail))
         if group.shutdown_requested_by is not None:
-            out.append({"status_code": int(Status.SHUTDOWN_APPLICATION),
-                        "status_detail": f"Streams member {group.shutdown_requested_by} "
-                                         "requested to shut down the application."})
-        return out
+            out.append(StreamsStatus(int(Status.SHUTDOWN_APPLICATION),
+                                     f"Streams member {group.shutdown_requested_by} "
+                                     "requested to shut down the application."))
+        return tuple(out)
 
-    def _endpoints(self, group: StreamsGroup) -> list[dict[str, Any]]:
+    def _endpoints(self, group: StreamsGroup) -> tuple[EndpointPartitions, ...]:
         """Which source partitions each member with an endpoint (Interactive Queries) has."""
         configured = group.configured
         sources = configured.source_topics if isinstance(configured, ConfiguredTopology) else {}
 
-        def partitions(tasks: list[Tasks]) -> list[dict[str, Any]]:
+        def partitions(tasks: list[Tasks]) -> NamedPartitions:
             by_topic: dict[str, set[int]] = {}
             for t in tasks:
                 for sub, ps in t.items():
@@ -484,13 +489,13 @@ class StreamsGroupManager:
                         found = self.topics.topic(topic)
                         n = found[1] if found else 0
                         by_topic.setdefault(topic, set()).update(p for p in ps if p < n)
-            return [{"topic": t, "partitions": sorted(ps)} for t, ps in sorted(by_topic.items())
-                    if ps]
+            return named_partitions({t: ps for t, ps in by_topic.items() if ps})
 
-        return [{"user_endpoint": {"host": m.user_endpoint[0], "port": m.user_endpoint[1]},
-                 "active_partitions": partitions([m.assigned.active]),
-                 "standby_partitions": partitions([m.assigned.standby, m.assigned.warmup])}
-                for m in group.members.values() if m.user_endpoint is not None]
+        return tuple(EndpointPartitions(m.user_endpoint[0], m.user_endpoint[1],
+                                        active=partitions([m.assigned.active]),
+                                        standby=partitions([m.assigned.standby,
+                                                            m.assigned.warmup]))
+                     for m in group.members.values() if m.user_endpoint is not None)
 
     # -- records -------------------------------------------------------------------------------
 
@@ -518,7 +523,7 @@ class StreamsGroupManager:
 
     # -- leaving, fencing, timers --------------------------------------------------------------
 
-    def _leave(self, shard: Shard, req: StreamsHeartbeat) -> dict[str, Any]:
+    def _leave(self, shard: Shard, req: StreamsHeartbeat) -> StreamsHeartbeatReply:
         gid, mid = req.group_id, req.member_id
         group = shard.groups.get(gid)
         if not isinstance(group, StreamsGroup):
@@ -537,11 +542,9 @@ class StreamsGroupManager:
                 raise KafkaError(ErrorCode.FENCED_INSTANCE_ID,
                                  f"Static member {mid} with instance id {req.instance_id} was "
                                  f"fenced by member {member.member_id}.")
-        response: dict[str, Any] = {"error_code": 0, "error_message": None, "member_id": mid,
-                    "member_epoch": req.member_epoch, "heartbeat_interval": 0,
-                    "status": [], "active_tasks": None, "standby_tasks": None,
-                    "warmup_tasks": None, "endpoint_information_epoch": group.endpoint_epoch,
-                    "partitions_by_user_endpoint": None}
+        # the group's endpoint epoch as it was before the leave bumps it
+        response = StreamsHeartbeatReply(member_id=mid, member_epoch=req.member_epoch,
+                                         endpoint_information_epoch=group.endpoint_epoch)
         if req.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH:
             log.info("group %s: static member %s (instance %s) left temporarily", gid, mid,
                      req.instance_id)

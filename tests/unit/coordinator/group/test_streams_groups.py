@@ -7,6 +7,7 @@ import uuid
 
 import pytest
 
+from strom.coordinator.group.replies import EndpointPartitions, StreamsHeartbeatReply
 from strom.coordinator.group.streams_groups import StreamsHeartbeat
 from strom.coordinator.group.streams_state import (
     StreamsGroup,
@@ -58,9 +59,10 @@ class Client:
         self.epoch = 0
         self.active: dict[str, set[int]] = {}
         self.standby: dict[str, set[int]] = {}
-        self.last: dict = {}
+        self.last: StreamsHeartbeatReply | None = None
 
-    def heartbeat(self, *, epoch: int | None = None, report: bool = True, **extra) -> dict:
+    def heartbeat(self, *, epoch: int | None = None, report: bool = True,
+                  **extra) -> StreamsHeartbeatReply:
         join = self.epoch == 0
         owned = {"active_tasks": {s: frozenset(p) for s, p in self.active.items()},
                  "standby_tasks": {s: frozenset(p) for s, p in self.standby.items()},
@@ -72,19 +74,18 @@ class Client:
             topology=self.topology if join else None, process_id=self.process if join else None,
             **owned, **extra))
         self.last = r
-        if r["error_code"] == 0:
-            self.epoch = r["member_epoch"]
-            if r["active_tasks"] is not None:
-                self.active = {t["subtopology_id"]: set(t["partitions"]) for t in r["active_tasks"]}
-                self.standby = {t["subtopology_id"]: set(t["partitions"])
-                                for t in r["standby_tasks"]}
+        if r.error_code == 0:
+            self.epoch = r.member_epoch
+            if r.assignment is not None:
+                self.active = {s: set(ps) for s, ps in r.assignment.active}
+                self.standby = {s: set(ps) for s, ps in r.assignment.standby}
         return r
 
     def tasks(self) -> set[tuple[str, int]]:
         return {(s, p) for s, ps in self.active.items() for p in ps}
 
     def statuses(self) -> set[int]:
-        return {s["status_code"] for s in self.last["status"] or ()}
+        return {s.code for s in self.last.status} if self.last is not None else set()
 
 
 @pytest.fixture
@@ -111,17 +112,17 @@ def settle(*clients: Client, rounds: int = 6) -> None:
 def test_first_member_creates_internal_topics_and_gets_every_task(env, creator) -> None:
     a = Client(env)
     r = a.heartbeat()
-    assert r["error_code"] == 0 and r["member_epoch"] == 1
+    assert r.error_code == 0 and r.member_epoch == 1
     assert {(t.name, t.partitions) for t in creator.created} == {("app-r", 4), ("app-c", 4)}
     assert a.tasks() == {(s, p) for s in "01" for p in range(4)}
-    assert r["status"] == [] and r["heartbeat_interval"] == env.config.streams_heartbeat_interval
+    assert r.status == () and r.heartbeat_interval == env.config.streams_heartbeat_interval
     assert group(env).state == StreamsState.STABLE
 
 
 def test_missing_source_topics_are_a_status_and_no_tasks(env, creator) -> None:
     a = Client(env, topo=StreamsTopology(0, (Subtopology("0", source_topics=("nope",)),)))
     r = a.heartbeat()
-    assert r["error_code"] == 0 and a.statuses() == {Status.MISSING_SOURCE_TOPICS}
+    assert r.error_code == 0 and a.statuses() == {Status.MISSING_SOURCE_TOPICS}
     assert a.tasks() == set()
     assert group(env).state == StreamsState.NOT_READY
     env.topics.add("nope", 2)  # the topic appears: the next heartbeat assigns
@@ -134,7 +135,7 @@ def test_internal_topics_not_created_yet_are_reported(env, creator) -> None:
     a = Client(env)
     a.heartbeat()
     assert a.statuses() == {Status.MISSING_INTERNAL_TOPICS}
-    assert "app-c" in a.last["status"][0]["status_detail"]
+    assert a.last is not None and "app-c" in a.last.status[0].detail
     creator.enabled = True
     a.heartbeat()
     assert a.statuses() == set() and len(a.tasks()) == 8
@@ -168,13 +169,13 @@ def test_a_silent_member_is_fenced_and_its_tasks_move(env, creator) -> None:
     assert b.member_id not in group(env).members
     settle(a)
     assert len(a.tasks()) == 8
-    assert b.heartbeat()["error_code"] == E.UNKNOWN_MEMBER_ID
+    assert b.heartbeat().error_code == E.UNKNOWN_MEMBER_ID
 
 
 def test_leaving_hands_the_tasks_over(env, creator) -> None:
     a, b = Client(env), Client(env)
     settle(a, b)
-    assert b.heartbeat(epoch=-1)["error_code"] == 0
+    assert b.heartbeat(epoch=-1).error_code == 0
     settle(a)
     assert len(a.tasks()) == 8
 
@@ -182,19 +183,19 @@ def test_leaving_hands_the_tasks_over(env, creator) -> None:
 def test_member_epochs_are_checked(env, creator) -> None:
     a = Client(env)
     a.heartbeat()
-    assert a.heartbeat(epoch=a.epoch + 1)["error_code"] == E.FENCED_MEMBER_EPOCH
+    assert a.heartbeat(epoch=a.epoch + 1).error_code == E.FENCED_MEMBER_EPOCH
     stranger = Client(env)
     stranger.epoch = 3
-    assert stranger.heartbeat()["error_code"] == E.UNKNOWN_MEMBER_ID
+    assert stranger.heartbeat().error_code == E.UNKNOWN_MEMBER_ID
 
 
 def test_invalid_requests(env, creator) -> None:
     r = env.coordinator.streams.heartbeat(StreamsHeartbeat(
         GROUP, "m", 0, "c", "/h", rebalance_timeout=1000, topology=None, active_tasks={},
         standby_tasks={}, warmup_tasks={}, process_id="p"))
-    assert r["error_code"] == E.INVALID_REQUEST and "Topology" in r["error_message"]
+    assert r.error_code == E.INVALID_REQUEST and "Topology" in (r.error_message or "")
     bad = StreamsTopology(0, (Subtopology("0", repartition_source_topics=(TopicInfo("x"),)),))
-    assert Client(env, topo=bad).heartbeat()["error_code"] == E.STREAMS_INVALID_TOPOLOGY
+    assert Client(env, topo=bad).heartbeat().error_code == E.STREAMS_INVALID_TOPOLOGY
 
 
 def test_the_first_topology_stays(env, creator) -> None:
@@ -203,10 +204,10 @@ def test_the_first_topology_stays(env, creator) -> None:
     a.heartbeat()
     for other in (StreamsTopology(0, (Subtopology("0", ("lines", "more")),)), topology(1)):
         r = Client(env, topo=other).heartbeat()
-        assert (r["error_code"], r["error_message"]) == (
+        assert (r.error_code, r.error_message) == (
             E.INVALID_REQUEST, "Topology updates are not supported yet.")
         assert list(group(env).members) == [a.member_id]  # the refused member left no trace
-    assert Client(env).heartbeat()["error_code"] == 0  # the same topology joins
+    assert Client(env).heartbeat().error_code == 0  # the same topology joins
     a.heartbeat(epoch=-1)
 
 
@@ -227,9 +228,9 @@ def test_unknown_groups(env, creator) -> None:
     ghost = Client(env)
     ghost.epoch = 4
     r = ghost.heartbeat()
-    assert (r["error_code"], r["error_message"]) == (E.GROUP_ID_NOT_FOUND,
-                                                     f"Streams group {GROUP} not found.")
-    assert ghost.heartbeat(epoch=-1)["error_code"] == E.GROUP_ID_NOT_FOUND
+    assert (r.error_code, r.error_message) == (E.GROUP_ID_NOT_FOUND,
+                                               f"Streams group {GROUP} not found.")
+    assert ghost.heartbeat(epoch=-1).error_code == E.GROUP_ID_NOT_FOUND
     [d] = env.coordinator.streams.describe([GROUP], include_authorized_operations=False)
     assert (d["error_code"], d["group_state"]) == (E.GROUP_ID_NOT_FOUND, "")
 
@@ -325,7 +326,7 @@ def test_other_protocols_cannot_take_a_streams_group(env, creator, h) -> None:
 
 def test_the_protocol_can_be_switched_off(env, creator) -> None:
     env.config.rebalance_protocols = ("classic", "consumer")
-    assert Client(env).heartbeat()["error_code"] == E.UNSUPPORTED_VERSION
+    assert Client(env).heartbeat().error_code == E.UNSUPPORTED_VERSION
 
 
 def test_members_with_an_endpoint_learn_who_has_which_partitions(env, creator) -> None:
@@ -335,14 +336,12 @@ def test_members_with_an_endpoint_learn_who_has_which_partitions(env, creator) -
     a.heartbeat(user_endpoint=("host-a", 7001))
     settle(a)
     r = a.heartbeat(user_endpoint=("host-a", 7001), endpoint_information_epoch=-1)
-    [entry] = r["partitions_by_user_endpoint"]
-    assert entry["user_endpoint"] == {"host": "host-a", "port": 7001}
-    assert entry["active_partitions"] == [{"topic": "app-r", "partitions": [0, 1, 2, 3]},
-                                          {"topic": "lines", "partitions": [0, 1, 2, 3]}]
-    known = r["endpoint_information_epoch"]
+    assert r.partitions_by_user_endpoint == (EndpointPartitions(
+        "host-a", 7001, active=(("app-r", (0, 1, 2, 3)), ("lines", (0, 1, 2, 3)))),)
+    known = r.endpoint_information_epoch
     again = a.heartbeat(endpoint_information_epoch=known)
-    assert again["partitions_by_user_endpoint"] is None
-    assert Client(env).heartbeat()["partitions_by_user_endpoint"] is None  # no endpoint of its own
+    assert again.partitions_by_user_endpoint is None
+    assert Client(env).heartbeat().partitions_by_user_endpoint is None  # no endpoint of its own
 
 
 def test_an_empty_classic_group_becomes_a_streams_group_and_keeps_its_offsets(env, creator,
@@ -350,7 +349,7 @@ def test_an_empty_classic_group_becomes_a_streams_group_and_keeps_its_offsets(en
     c = env.coordinator
     assert h.commit(c, GROUP, {("lines", 1): 7}) == {("lines", 1): E.NONE}  # a "simple" group
     env.config.streams_max_size = 0
-    assert Client(env).heartbeat()["error_code"] == E.GROUP_MAX_SIZE_REACHED
+    assert Client(env).heartbeat().error_code == E.GROUP_MAX_SIZE_REACHED
     [d] = c.classic.describe_groups([GROUP], include_authorized_operations=False, version=5)
     assert d["group_state"] == "Empty"  # the failed join changed nothing
     env.config.streams_max_size = 10
