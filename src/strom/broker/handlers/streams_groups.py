@@ -101,6 +101,10 @@ def streams_group_heartbeat(broker: Broker, ctx: RequestContext,
 @handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
 def streams_group_describe(broker: Broker, ctx: RequestContext,
                            request: StreamsGroupDescribeRequest) -> dict[str, Any]:
+    def describe(group_ids: list[str], *,
+                 include_authorized_operations: bool) -> list[dict[str, Any]]:
+        return [g.fields() for g in broker.groups.streams.describe(
+            group_ids, include_authorized_operations=include_authorized_operations)]
+
     return describe_authorized(broker, ctx, list(request.group_ids),
-                               request.include_authorized_operations,
-                               broker.groups.streams.describe)
+                               request.include_authorized_operations, describe)

@@ -7,6 +7,8 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from strom.coordinator.group.streams_state import TopicInfo
+
 # An assignment as a reply carries it: (topic id, its partitions sorted) per topic.
 TopicPartitions = tuple[tuple[uuid.UUID, tuple[int, ...]], ...]
 
@@ -65,6 +67,14 @@ class StreamsAssignment:
     standby: NamedPartitions = ()
     warmup: NamedPartitions = ()
 
+    def fields(self) -> dict[str, Any]:
+        return {"active_tasks": _named_fields("subtopology_id", self.active),
+                "standby_tasks": _named_fields("subtopology_id", self.standby),
+                "warmup_tasks": _named_fields("subtopology_id", self.warmup)}
+
+
+_NO_TASKS: dict[str, Any] = {"active_tasks": None, "standby_tasks": None, "warmup_tasks": None}
+
 
 @dataclass(frozen=True, slots=True)
 class StreamsStatus:
@@ -110,7 +120,6 @@ class StreamsHeartbeatReply:
 
     def fields(self) -> dict[str, Any]:
         """The response's fields as the encoder takes them."""
-        a = self.assignment
         endpoints = self.partitions_by_user_endpoint
         return {
             "error_code": self.error_code, "error_message": self.error_message,
@@ -119,12 +128,111 @@ class StreamsHeartbeatReply:
             "acceptable_recovery_lag": self.acceptable_recovery_lag,
             "task_offset_interval": self.task_offset_interval,
             "status": [{"status_code": s.code, "status_detail": s.detail} for s in self.status],
-            "active_tasks": None if a is None else _named_fields("subtopology_id", a.active),
-            "standby_tasks": None if a is None else _named_fields("subtopology_id", a.standby),
-            "warmup_tasks": None if a is None else _named_fields("subtopology_id", a.warmup),
+            **(_NO_TASKS if self.assignment is None else self.assignment.fields()),
             "endpoint_information_epoch": self.endpoint_information_epoch,
             "partitions_by_user_endpoint": None if endpoints is None else [
                 {"user_endpoint": {"host": e.host, "port": e.port},
                  "active_partitions": _named_fields("topic", e.active),
                  "standby_partitions": _named_fields("topic", e.standby)}
                 for e in endpoints]}
+
+
+def _offsets_fields(entries: tuple[tuple[str, int, int], ...]) -> list[dict[str, Any]]:
+    return [{"subtopology_id": s, "partition": p, "offset": o} for s, p, o in entries]
+
+
+@dataclass(frozen=True, slots=True)
+class SubtopologyDescription:
+    """A subtopology as StreamsGroupDescribe shows it (its internal topics with the partition
+    counts the coordinator decided, once the topology is ready)."""
+
+    subtopology_id: str
+    source_topics: tuple[str, ...] = ()
+    repartition_sink_topics: tuple[str, ...] = ()
+    state_changelog_topics: tuple[TopicInfo, ...] = ()
+    repartition_source_topics: tuple[TopicInfo, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        return {"subtopology_id": self.subtopology_id,
+                "source_topics": list(self.source_topics),
+                "repartition_sink_topics": list(self.repartition_sink_topics),
+                "state_changelog_topics": [t.fields() for t in self.state_changelog_topics],
+                "repartition_source_topics": [t.fields()
+                                              for t in self.repartition_source_topics]}
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyDescription:
+    """A streams group's topology as StreamsGroupDescribe shows it."""
+
+    epoch: int
+    subtopologies: tuple[SubtopologyDescription, ...]
+
+    def fields(self) -> dict[str, Any]:
+        return {"epoch": self.epoch, "subtopologies": [s.fields() for s in self.subtopologies]}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsMemberDescription:
+    """A streams group member as StreamsGroupDescribe shows it."""
+
+    member_id: str
+    member_epoch: int
+    instance_id: str | None
+    rack_id: str | None
+    client_id: str
+    client_host: str
+    topology_epoch: int
+    process_id: str
+    user_endpoint: tuple[str, int] | None
+    client_tags: tuple[tuple[str, str], ...]
+    task_offsets: tuple[tuple[str, int, int], ...]
+    task_end_offsets: tuple[tuple[str, int, int], ...]
+    assignment: StreamsAssignment
+    target_assignment: StreamsAssignment
+
+    def fields(self) -> dict[str, Any]:
+        endpoint = self.user_endpoint
+        return {"member_id": self.member_id, "member_epoch": self.member_epoch,
+                "instance_id": self.instance_id, "rack_id": self.rack_id,
+                "client_id": self.client_id, "client_host": self.client_host,
+                "topology_epoch": self.topology_epoch, "process_id": self.process_id,
+                "user_endpoint": None if endpoint is None else
+                {"host": endpoint[0], "port": endpoint[1]},
+                "client_tags": [{"key": k, "value": v} for k, v in self.client_tags],
+                "task_offsets": _offsets_fields(self.task_offsets),
+                "task_end_offsets": _offsets_fields(self.task_end_offsets),
+                "assignment": self.assignment.fields(),
+                "target_assignment": self.target_assignment.fields(),
+                "is_classic": False}
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsGroupDescription:
+    """A StreamsGroupDescribe group entry. `topology` None: the group has none (or the describe
+    failed)."""
+
+    group_id: str
+    authorized_operations: int
+    error_code: int = 0
+    error_message: str | None = None
+    group_state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    topology: TopologyDescription | None = None
+    members: tuple[StreamsMemberDescription, ...] = ()
+
+    @classmethod
+    def failed(cls, group_id: str, authorized_operations: int, code: int,
+               message: str | None) -> StreamsGroupDescription:
+        return cls(group_id, authorized_operations, error_code=int(code), error_message=message)
+
+    def fields(self) -> dict[str, Any]:
+        """The group entry's fields as the encoder takes them (a new dict each time: the
+        handler may set its authorized operations)."""
+        return {"group_id": self.group_id, "error_code": self.error_code,
+                "error_message": self.error_message, "group_state": self.group_state,
+                "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+                "topology": None if self.topology is None else self.topology.fields(),
+                "members": [m.fields() for m in self.members],
+                "authorized_operations": self.authorized_operations}

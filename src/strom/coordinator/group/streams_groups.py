@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from strom.coordinator.group import records as rec
@@ -32,8 +32,12 @@ from strom.coordinator.group.replies import (
     EndpointPartitions,
     NamedPartitions,
     StreamsAssignment,
+    StreamsGroupDescription,
     StreamsHeartbeatReply,
+    StreamsMemberDescription,
     StreamsStatus,
+    SubtopologyDescription,
+    TopologyDescription,
     named_partitions,
 )
 from strom.coordinator.group.shards import GroupShards, Shard
@@ -53,6 +57,7 @@ from strom.coordinator.group.streams_state import (
     StreamsTopology,
     Tasks,
     TasksTuple,
+    TopicInfo,
     tasks_of,
 )
 from strom.coordinator.group.streams_topology import ConfiguredTopology, NewTopic, Status
@@ -615,35 +620,32 @@ class StreamsGroupManager:
     # ========================================================================================
 
     def describe(self, group_ids: list[str], *, include_authorized_operations: bool
-                 ) -> list[dict[str, Any]]:
+                 ) -> list[StreamsGroupDescription]:
         ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations \
             else UNKNOWN_AUTHORIZED_OPERATIONS
         out = []
         for gid in group_ids:
-            entry: dict[str, Any] = {"group_id": gid, "error_code": 0, "error_message": None,
-                                     "group_state": "", "group_epoch": 0,
-                                     "assignment_epoch": 0, "topology": None, "members": [],
-                                     "authorized_operations": ops}
-            out.append(entry)
             try:
                 shard = self.state.serving(gid)
             except KafkaError as exc:
-                entry.update(error_code=int(exc.code), error_message=exc.message)
+                out.append(StreamsGroupDescription.failed(gid, ops, exc.code, exc.message))
                 continue
             group = shard.groups.get(gid)
             if not isinstance(group, StreamsGroup):
                 what = "not found" if group is None else "is not a streams group"
-                entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                             error_message=f"Group {gid} {what}.")
+                out.append(StreamsGroupDescription.failed(
+                    gid, ops, ErrorCode.GROUP_ID_NOT_FOUND, f"Group {gid} {what}."))
                 continue
-            entry.update(group_state=group.state_name, group_epoch=group.group_epoch,
-                         assignment_epoch=group.assignment_epoch,
-                         topology=self._describe_topology(group))
-            entry["members"] = [self._describe_member(group, m) for m in group.members.values()]
+            out.append(StreamsGroupDescription(
+                gid, ops, group_state=group.state_name, group_epoch=group.group_epoch,
+                assignment_epoch=group.assignment_epoch,
+                topology=self._describe_topology(group),
+                members=tuple(self._describe_member(group, m)
+                              for m in group.members.values())))
         return out
 
     @staticmethod
-    def _describe_topology(group: StreamsGroup) -> dict[str, Any] | None:
+    def _describe_topology(group: StreamsGroup) -> TopologyDescription | None:
         """The configured topology (partition counts decided) when it is ready, else the
         topology as the application sent it."""
         if group.topology is None:
@@ -651,42 +653,33 @@ class StreamsGroupManager:
         configured = group.configured
         decided = configured.internal_partitions if isinstance(configured, ConfiguredTopology) \
             and configured.ready else {}
+
+        def info(t: TopicInfo) -> TopicInfo:
+            return replace(t, partitions=decided.get(t.name, t.partitions))
+
         subs = []
         for s in group.topology.subtopologies:
-            def info(t: Any) -> dict[str, Any]:
-                fields: dict[str, Any] = t.fields()
-                fields["partitions"] = decided.get(t.name, t.partitions)
-                return fields
-
             sources = configured.source_topics.get(s.subtopology_id) if decided else None
-            subs.append({"subtopology_id": s.subtopology_id,
-                         "source_topics": [t for t in sources if t not in
-                                           {r.name for r in s.repartition_source_topics}]
-                         if sources is not None else list(s.source_topics),
-                         "repartition_sink_topics": list(s.repartition_sink_topics),
-                         "state_changelog_topics": [info(t) for t in s.state_changelog_topics],
-                         "repartition_source_topics": [info(t)
-                                                       for t in s.repartition_source_topics]})
-        return {"epoch": group.topology.epoch, "subtopologies": subs}
+            subs.append(SubtopologyDescription(
+                s.subtopology_id,
+                source_topics=tuple(t for t in sources if t not in
+                                    {r.name for r in s.repartition_source_topics})
+                if sources is not None else s.source_topics,
+                repartition_sink_topics=s.repartition_sink_topics,
+                state_changelog_topics=tuple(info(t) for t in s.state_changelog_topics),
+                repartition_source_topics=tuple(info(t) for t in s.repartition_source_topics)))
+        return TopologyDescription(group.topology.epoch, tuple(subs))
 
     @staticmethod
-    def _describe_member(group: StreamsGroup, m: StreamsMember) -> dict[str, Any]:
-        def offsets(entries: tuple[tuple[str, int, int], ...]) -> list[dict[str, Any]]:
-            return [{"subtopology_id": s, "partition": p, "offset": o} for s, p, o in entries]
-
-        return {"member_id": m.member_id, "member_epoch": m.member_epoch,
-                "instance_id": m.instance_id, "rack_id": m.rack_id, "client_id": m.client_id,
-                "client_host": m.client_host, "topology_epoch": m.topology_epoch,
-                "process_id": m.process_id,
-                "user_endpoint": None if m.user_endpoint is None else
-                {"host": m.user_endpoint[0], "port": m.user_endpoint[1]},
-                "client_tags": [{"key": k, "value": v} for k, v in m.client_tags],
-                "task_offsets": offsets(m.task_offsets),
-                "task_end_offsets": offsets(m.task_end_offsets),
-                "assignment": _assignment_fields(m.assigned),
-                "target_assignment": _assignment_fields(group.target.get(m.member_id,
-                                                                         TasksTuple())),
-                "is_classic": False}
+    def _describe_member(group: StreamsGroup, m: StreamsMember) -> StreamsMemberDescription:
+        return StreamsMemberDescription(
+            member_id=m.member_id, member_epoch=m.member_epoch, instance_id=m.instance_id,
+            rack_id=m.rack_id, client_id=m.client_id, client_host=m.client_host,
+            topology_epoch=m.topology_epoch, process_id=m.process_id,
+            user_endpoint=m.user_endpoint, client_tags=m.client_tags,
+            task_offsets=m.task_offsets, task_end_offsets=m.task_end_offsets,
+            assignment=_reply_assignment(m.assigned),
+            target_assignment=_reply_assignment(group.target.get(m.member_id, TasksTuple())))
 
     # ========================================================================================
     # Load

@@ -232,7 +232,7 @@ def test_unknown_groups(env, creator) -> None:
                                                f"Streams group {GROUP} not found.")
     assert ghost.heartbeat(epoch=-1).error_code == E.GROUP_ID_NOT_FOUND
     [d] = env.coordinator.streams.describe([GROUP], include_authorized_operations=False)
-    assert (d["error_code"], d["group_state"]) == (E.GROUP_ID_NOT_FOUND, "")
+    assert (d.error_code, d.group_state) == (E.GROUP_ID_NOT_FOUND, "")
 
 
 def test_shutdown_request_reaches_every_member(env, creator) -> None:
@@ -296,12 +296,12 @@ def test_list_describe_and_delete(env, creator) -> None:
     assert listed == [{"group_id": GROUP, "protocol_type": "streams", "group_state": "Stable",
                        "group_type": "streams"}]
     [d] = c.streams.describe([GROUP], include_authorized_operations=False)
-    assert d["error_code"] == 0 and d["group_state"] == "Stable"
-    assert d["topology"]["subtopologies"][1]["state_changelog_topics"][0]["partitions"] == 4
-    assert d["members"][0]["process_id"] == a.process
-    assert len(d["members"][0]["assignment"]["active_tasks"]) == 2
+    assert d.error_code == 0 and d.group_state == "Stable" and d.topology is not None
+    assert d.topology.subtopologies[1].state_changelog_topics[0].partitions == 4
+    assert d.members[0].process_id == a.process
+    assert len(d.members[0].assignment.active) == 2
     [missing] = c.streams.describe(["nope"], include_authorized_operations=False)
-    assert missing["error_code"] == E.GROUP_ID_NOT_FOUND
+    assert missing.error_code == E.GROUP_ID_NOT_FOUND
     [classic] = c.classic.describe_groups([GROUP], include_authorized_operations=False, version=6)
     assert classic["error_code"] == E.GROUP_ID_NOT_FOUND
     assert c.delete_groups([GROUP]) == [(GROUP, E.NON_EMPTY_GROUP)]
