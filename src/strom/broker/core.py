@@ -42,6 +42,7 @@ PREFETCH_BELOW = 100  # producer ids left in the block when the next one is aske
 
 
 if TYPE_CHECKING:  # the registry's modules load only when it is on (wiring)
+    from strom.controller.loader import MetadataProgress
     from strom.registry.coordinator import RegistryCoordinator
 
 @dataclass
@@ -150,6 +151,10 @@ class Broker(Node):
     kraft_version: Callable[[], int] | None = None
     # ...and its upgrade (kraft.version 0 -> 1, answered once committed)
     kraft_upgrade: Callable[[int], Awaitable[None]] | None = None
+    # a KRaft node's metadata: how far its image is (KIP-835's metrics); None without KRaft
+    metadata_progress: Callable[[], MetadataProgress] | None = None
+    # whether the node also has the controller role (its metrics name the controller's too)
+    controller_role: bool = False
 
     @classmethod
     def of(cls, node: Node, *, groups: GroupCoordinator, transactions: TransactionCoordinator,

@@ -153,6 +153,8 @@ async def build_combined_broker(config: BrokerConfig,
     broker.metadata_quorum = controller_node.raft_request
     broker.kraft_version = controller_node.kraft_version
     broker.kraft_upgrade = controller_node.upgrade_kraft_version
+    broker.metadata_progress = loader.progress
+    broker.controller_role = controller_node.is_controller
     return broker, parts
 
 
@@ -301,6 +303,8 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     broker.metadata_quorum = _quorum_requests(controller_node, channel)
     broker.kraft_version = controller_node.kraft_version
     broker.kraft_upgrade = controller_node.upgrade_kraft_version
+    broker.metadata_progress = loader.progress
+    broker.controller_role = controller_node.is_controller
     parts.cluster = ClusterRole(local, lifecycle, forwarder, assignments)
     return broker, parts
 

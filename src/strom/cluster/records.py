@@ -197,6 +197,15 @@ def zk_migration_record(state: str) -> dict[str, Any]:
     return {"type": "zk_migration", "state": state}
 
 
+NOOP = "noop"
+
+
+def noop_record() -> dict[str, Any]:
+    """Kafka's NoOpRecord: the active controller writes one every metadata.max.idle.interval.ms
+    so that the metadata log moves while nothing changes (KIP-835). It changes nothing."""
+    return {"type": NOOP}
+
+
 def controller_record(controller_id: int, controller_epoch: int) -> dict[str, Any]:
     return {"type": "controller", "controller_id": controller_id,
             "controller_epoch": controller_epoch}
@@ -232,6 +241,8 @@ def image_records(image: MetadataImage) -> list[dict[str, Any]]:
 def apply(image: MetadataImage, record: dict[str, Any]) -> Change | None:
     """Apply one record to the image in place; unknown record types are ignored (forward compat)."""
     kind = record.get("type")
+    if kind == NOOP:  # no change: the image (and what is cached from it) stays as it is
+        return None
     image.version += 1
     if kind == "topic":
         created = TopicState(record["name"], uuid.UUID(record["topic_id"]))

@@ -119,8 +119,8 @@ KRAFT_CONFIGS = (
               "next snapshot; the latest always stays; -1: no limit", read_only=True,
               implemented=True),
     ConfigDef("metadata.max.idle.interval.ms", T.INT, 500,
-              "the active controller writes a no-op record when idle this long", at_least(0),
-              read_only=True, implemented=False),
+              "how often the active controller writes a no-op record to the metadata log "
+              "(0: never)", at_least(0), read_only=True, implemented=True),
     ConfigDef("sasl.mechanism.controller.protocol", T.STRING, "GSSAPI",
               "SASL mechanism for requests to the controllers (a SASL_PLAINTEXT or SASL_SSL "
               "controller listener: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)", read_only=True,

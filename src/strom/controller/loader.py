@@ -81,6 +81,23 @@ def decode_value(value: bytes) -> tuple[Record | None, tuple[str, int] | None]:
         return None, None
 
 
+@dataclasses.dataclass(frozen=True)
+class MetadataProgress:
+    """KIP-835's view of a node's metadata: the offset of the last record in its image, when
+    the quorum's leader appended it (0: nothing applied yet), and the offset of the last
+    record the quorum has committed (-1: none)."""
+
+    last_applied_offset: int
+    last_applied_timestamp_ms: int
+    last_committed_offset: int
+
+    def lag_ms(self, now_ms: int) -> int:
+        """How old the last applied record is: with the active controller's no-op records
+        every metadata.max.idle.interval.ms, a node that keeps up stays under about that."""
+        return max(0, now_ms - self.last_applied_timestamp_ms) \
+            if self.last_applied_timestamp_ms else 0
+
+
 @dataclasses.dataclass
 class SnapshotPolicy:
     """When the image is snapshotted (Kafka's metadata.log.max.* settings)."""
@@ -98,6 +115,12 @@ class MetadataLoader:
         self.loop = loop
         self.features: dict[str, int] = {}
         self.applied_offset = 0  # the next offset to apply: everything below is in the image
+        # when the leader appended the last record applied (KIP-835's last-applied-record-
+        # timestamp): with the active controller's no-op records, now minus this says how far
+        # behind the quorum this node's metadata is; 0 until a committed batch is applied
+        self.last_applied_timestamp_ms = 0
+        # the end of what the quorum has committed and handed over (set in the Raft thread)
+        self.committed_offset = 0
         self.leader = LeaderAndEpoch(None, 0)
         self.policy = policy or SnapshotPolicy()
         # set by the owner: takes a snapshot of the image as of `applied_offset`
@@ -121,6 +144,12 @@ class MetadataLoader:
         self._draining = False
 
     # -- what the rest of the node uses -----------------------------------------------------
+
+    def progress(self) -> MetadataProgress:
+        """Where this node's metadata stands, for KIP-835's metrics."""
+        committed = max(self.committed_offset, self.applied_offset)
+        return MetadataProgress(self.applied_offset - 1, self.last_applied_timestamp_ms,
+                                committed - 1)
 
     def subscribe(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
@@ -164,7 +193,7 @@ class MetadataLoader:
     # -- RaftListener: called in the Raft thread --------------------------------------------
 
     def handle_commit(self, batches: list[RaftBatch]) -> None:
-        steps: list[tuple[list[Record], list[tuple[str, int]], int, int]] = []
+        steps: list[tuple[list[Record], list[tuple[str, int]], int, int, int]] = []
         for batch in batches:
             records: list[Record] = []
             features: list[tuple[str, int]] = []
@@ -178,7 +207,10 @@ class MetadataLoader:
                     records.append(record)
                 elif feature is not None:
                     features.append(feature)
-            steps.append((records, features, batch.base_offset + len(batch.records), size))
+            steps.append((records, features, batch.base_offset + len(batch.records), size,
+                          batch.append_time_ms))
+        if steps:
+            self.committed_offset = max(self.committed_offset, steps[-1][2])
         self.loop.call_soon_threadsafe(self._enqueue, [("step", step) for step in steps])
 
     def handle_load_snapshot(self, snapshot: SnapshotContent) -> None:
@@ -196,7 +228,8 @@ class MetadataLoader:
         fresh.finalized_features = dict(features)
         fresh.features_epoch = snapshot.snapshot_id.offset - 1 if features else -1
         self.loop.call_soon_threadsafe(self._enqueue, [("call", (
-            self._apply_snapshot, (fresh, features, snapshot.snapshot_id.offset)))])
+            self._apply_snapshot, (fresh, features, snapshot.snapshot_id.offset,
+                                   snapshot.last_contained_log_timestamp)))])
 
     def handle_leader_change(self, leader: LeaderAndEpoch) -> None:
         self.loop.call_soon_threadsafe(self._enqueue, [("call", (self._apply_leader, (leader,)))])
@@ -234,7 +267,7 @@ class MetadataLoader:
                     function, args = payload
                     function(*args)
                     continue
-                records, features, end, size = payload
+                records, features, end, size, appended_ms = payload
                 start = self._position
                 stop = min(len(records), start + budget)
                 budget -= stop - start
@@ -258,6 +291,7 @@ class MetadataLoader:
                     self.image.finalized_features.update(features)
                     self.image.features_epoch = end - 1
                 self.applied_offset = end
+                self.last_applied_timestamp_ms = appended_ms
                 if records:
                     self._bytes_since_snapshot += size
                     if self._first_since_snapshot_ms is None:
@@ -281,7 +315,8 @@ class MetadataLoader:
         self._changed.set()
         self._maybe_snapshot()
 
-    def _apply_snapshot(self, fresh: MetadataImage, features: dict[str, int], end: int) -> None:
+    def _apply_snapshot(self, fresh: MetadataImage, features: dict[str, int], end: int,
+                        appended_ms: int = 0) -> None:
         image = self.image
         for f in dataclasses.fields(MetadataImage):
             if f.name not in _LIVE_FIELDS and f.name != "version":
@@ -293,6 +328,7 @@ class MetadataLoader:
             self._name_controller()
         self.features = features
         self.applied_offset = end
+        self.last_applied_timestamp_ms = appended_ms
         self._bytes_since_snapshot = 0
         self._first_since_snapshot_ms = None
         log.info("metadata image loaded from the snapshot at offset %d: %d topics", end,

@@ -23,12 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from strom.broker.wiring import StartupError, cluster_id_for, read_meta_properties
+from strom.cluster import records as rec
 from strom.cluster.image import MetadataImage
+from strom.common.tasks import cancel_all
 from strom.config.broker import BrokerConfig
 from strom.controller.apis import ControllerRouter
 from strom.controller.broker_apis import ForwardedHandler
 from strom.controller.cluster_controller import ClusterQuorumController
 from strom.controller.loader import MetadataLoader
+from strom.controller.quorum_controller import encode_values
 from strom.controller.registration import ControllerRegistrationManager
 from strom.controller.upgrade import upgrade_single_node_metadata
 from strom.protocol.api_keys import ApiKey
@@ -182,6 +185,7 @@ class ControllerNode:
         # ask of each other, ALTER or DESCRIBE for the admin requests): the node's authorizer,
         # set by its builder; None: everything allowed
         self.authorizer: Authorizer | None = None
+        self._noops: asyncio.Task[None] | None = None
 
     @property
     def log_dir(self) -> Path:
@@ -247,6 +251,29 @@ class ControllerNode:
                                  security=controller_security(config),
                                  on_fatal=self._on_fatal)
         await self.driver.start()
+        idle_ms = config.get("metadata.max.idle.interval.ms")
+        if idle_ms > 0 and self.is_controller:
+            self._noops = asyncio.get_running_loop().create_task(
+                self._write_noops(idle_ms / 1000), name="metadata-noops")
+
+    async def _write_noops(self, interval_s: float) -> None:
+        """As Kafka's active controller does, a no-op record every metadata.max.idle.interval.ms
+        while this node leads the quorum: the metadata log moves while nothing changes, so a
+        node can tell its metadata is current (KIP-835's last-applied-record-lag-ms grows on a
+        node cut off from the quorum instead of staying flat), and every voter's fetch
+        returns records, as in Kafka."""
+        value = encode_values([rec.noop_record()])
+        while True:
+            await asyncio.sleep(interval_s)
+            loader = self.loader
+            if loader is None or loader.leader.leader_id != self.node_id:
+                continue
+            try:
+                await self.append(value)
+            except NotLeaderError:
+                continue  # lost the leadership meanwhile: the new leader writes them
+            except RaftError as exc:
+                log.debug("no-op record not appended: %s", exc)
 
     def _on_fatal(self, exc: BaseException) -> None:
         self.fatal = exc
@@ -254,6 +281,9 @@ class ControllerNode:
 
     async def stop(self) -> None:
         """Hand leadership over (bounded), then close the metadata log."""
+        if self._noops is not None:
+            await cancel_all([self._noops])
+            self._noops = None
         if self.registration is not None:
             await self.registration.stop()
         driver = self.driver

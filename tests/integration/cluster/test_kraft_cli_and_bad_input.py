@@ -70,13 +70,14 @@ class Quorum:
         return files[0].stat().st_size
 
 
-STEADY = {"controller.quorum.fetch.timeout.ms": "15000"}
+# No election may happen while the module runs, and nothing may be appended once the
+# controllers registered (each test checks the quorum is unchanged): a fetch timeout well above
+# Kafka's 2 s, so a loaded machine never looks like a dead leader, and no no-op records.
+STEADY = {"controller.quorum.fetch.timeout.ms": "15000", "metadata.max.idle.interval.ms": "0"}
 
 
 @pytest.fixture(scope="module")
 def quorum(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quorum]:
-    # No election may happen while the module runs (each test checks the quorum is unchanged):
-    # a fetch timeout well above Kafka's 2 s, so a loaded machine never looks like a dead leader.
     nodes = _controllers(tmp_path_factory, overrides=STEADY)
     for node in nodes:
         write_snapshot(node.data_dir / METADATA_DIR_NAME, SNAPSHOT, [b"{}"],

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from .. import clients as kc
 from ..broker import BrokerProcess
 from ..kafka_tools import jars
 from ..kafka_tools.tools import KafkaTools
+from ..metrics.test_metrics_endpoint import scrape
 from .test_kraft_quorum import describe_quorum, poll
 
 STROM = Path(sys.executable).with_name("strom")
@@ -116,6 +118,48 @@ def test_an_old_single_node_directory_is_upgraded_in_place(make_broker) -> None:
         assert "upgraded the single node's metadata" in node.log_text()
     finally:
         node.stop()
+
+
+def test_the_idle_quorum_writes_no_op_records_and_the_metrics_show_the_metadata_lag(
+        tmp_path: Path) -> None:
+    """metadata.max.idle.interval.ms (Kafka's 500; 100 here): the active controller writes a
+    no-op record that often, so the metadata log moves with no change made, and KIP-835's
+    gauges show how old the last applied record is: under a few intervals on a node that
+    keeps up."""
+    node = BrokerProcess(tmp_path, name="kraft-idle", kraft=True)
+    try:
+        node.start({"metadata.max.idle.interval.ms": "100"})
+        _no_op_records_and_gauges(node)
+    finally:
+        node.stop()
+
+
+def _no_op_records_and_gauges(node: BrokerProcess) -> None:
+    controller = _controller(node)
+    first = describe_quorum(controller)
+    assert first is not None
+    grown = poll(lambda: (q := describe_quorum(controller)) is not None
+                 and q["high_watermark"] >= first["high_watermark"] + 5 and q,
+                 10, "five no-op records")
+    assert kc.topic_names(node.bootstrap) == set()  # nothing else was written
+
+    def gauges() -> dict[str, float]:
+        found = {}
+        for (name, _labels), value in scrape(node.metrics_url).items():
+            if name.startswith(("kafka_server_brokermetadatametrics_",
+                                "kafka_controller_kafkacontroller_last")):
+                found[name] = value
+        return found
+
+    seen = poll(lambda: (g := gauges()).get(
+        "kafka_server_brokermetadatametrics_last_applied_record_offset", -1)
+        >= grown["high_watermark"] - 1 and g, 10, "the gauges past the no-op records")
+    offset = seen["kafka_server_brokermetadatametrics_last_applied_record_offset"]
+    assert seen["kafka_controller_kafkacontroller_lastappliedrecordoffset"] == offset
+    assert seen["kafka_controller_kafkacontroller_lastcommittedrecordoffset"] >= offset
+    assert 0 <= seen["kafka_server_brokermetadatametrics_last_applied_record_lag_ms"] < 5000
+    stamp = seen["kafka_server_brokermetadatametrics_last_applied_record_timestamp"]
+    assert abs(stamp / 1000 - time.time()) < 60, stamp
 
 
 @pytest.mark.parametrize(("overrides", "said"), [

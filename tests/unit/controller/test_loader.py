@@ -117,6 +117,28 @@ def test_a_control_batch_alone_moves_the_offset_but_reports_no_change() -> None:
     run(scenario)
 
 
+def test_a_no_op_record_moves_the_offset_and_the_progress_but_not_the_image() -> None:
+    """The active controller's no-op records (metadata.max.idle.interval.ms) change nothing:
+    no change reported, the image's version (what caches key on) as it was; but the offset
+    and KIP-835's progress (the leader's append time of the last record applied) move."""
+    async def scenario() -> None:
+        h = Loader()
+        assert h.loader.progress().last_applied_timestamp_ms == 0
+        assert h.loader.progress().lag_ms(10_000) == 0  # nothing applied: no lag to tell
+        await h.commit(data_batch(0, *map(value, topic_records("t", 1))))
+        version = h.image.version
+        noop = value(rec.noop_record())
+        await h.commit(RaftBatch(2, 1, (DataRecord(noop), DataRecord(noop)), 1_000_000))
+        assert h.loader.applied_offset == 4
+        assert h.image.version == version and len(h.changes) == 1
+        progress = h.loader.progress()
+        assert (progress.last_applied_offset, progress.last_applied_timestamp_ms,
+                progress.last_committed_offset) == (3, 1_000_000, 3)
+        assert progress.lag_ms(1_000_250) == 250
+
+    run(scenario)
+
+
 def test_commits_from_the_raft_thread_apply_in_order() -> None:
     async def scenario() -> None:
         h = Loader()

@@ -36,6 +36,7 @@ def families(snap: Snapshot) -> Iterator[Metric]:
     yield from _request_metrics(snap)
     yield from _replica_metrics(snap)
     yield from _controller_metrics(snap)
+    yield from _metadata_metrics(snap)
     yield from _log_metrics(snap)
     yield from _socket_metrics(snap)
     yield from lag_families(snap)
@@ -147,6 +148,39 @@ def _controller_metrics(snap: Snapshot) -> Iterator[Metric]:
     yield _counter(stats + "uncleanleaderelections",
                    "leader elections outside the ISR made by this broker as the controller",
                    snap.unclean_leader_elections)
+
+
+def _metadata_metrics(snap: Snapshot) -> Iterator[Metric]:
+    """KIP-835: how far a KRaft node's metadata image is, the broker's and (on a node with the
+    controller role) the controller's names for it. The active controller's no-op records
+    keep the lag under about metadata.max.idle.interval.ms on a node that keeps up."""
+    progress = snap.metadata
+    if progress is None:
+        return
+    broker = "kafka_server_brokermetadatametrics_"
+    yield _gauge(broker + "last_applied_record_offset",
+                 "offset of the last metadata record in this node's image",
+                 progress.last_applied_offset)
+    yield _gauge(broker + "last_applied_record_timestamp",
+                 "when the quorum's leader appended that record (epoch ms)",
+                 progress.last_applied_timestamp_ms)
+    yield _gauge(broker + "last_applied_record_lag_ms",
+                 "how old that record is: grows on a node cut off from the quorum",
+                 snap.metadata_lag_ms)
+    if not snap.controller_role:
+        return
+    controller = "kafka_controller_kafkacontroller_"
+    yield _gauge(controller + "lastappliedrecordoffset",
+                 "offset of the last metadata record this controller applied",
+                 progress.last_applied_offset)
+    yield _gauge(controller + "lastcommittedrecordoffset",
+                 "offset of the last metadata record the quorum committed",
+                 progress.last_committed_offset)
+    yield _gauge(controller + "lastappliedrecordtimestamp",
+                 "when the quorum's leader appended the last applied record (epoch ms)",
+                 progress.last_applied_timestamp_ms)
+    yield _gauge(controller + "lastappliedrecordlagms",
+                 "how old the last applied record is", snap.metadata_lag_ms)
 
 
 def _log_metrics(snap: Snapshot) -> Iterator[Metric]:

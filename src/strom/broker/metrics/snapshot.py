@@ -13,6 +13,7 @@ from typing import Protocol
 from strom.broker.core import Broker
 from strom.broker.metrics.leader_ends import LeaderEnds
 from strom.common.slices import Slicer
+from strom.controller.loader import MetadataProgress
 from strom.metrics.primitives import HistogramSnapshot
 from strom.storage.errors import StorageError
 
@@ -96,6 +97,10 @@ class Snapshot:
     unclean_leader_elections: int = 0
     lag: list[LagRow] = field(default_factory=list)
     quotas: list[QuotaRow] = field(default_factory=list)
+    # a KRaft node's metadata (KIP-835): None without KRaft
+    metadata: MetadataProgress | None = None
+    metadata_lag_ms: int = 0
+    controller_role: bool = False
 
 
 _QUOTA_KINDS = ("Produce", "Fetch", "Request", "ControllerMutation")
@@ -169,6 +174,10 @@ async def _partitions(broker: Broker, snap: Snapshot, slicer: Slicer) -> None:
         await slicer.tick()
     if not snap.active_controller:
         snap.offline_partitions = 0  # Kafka reports it on the active controller only
+    if broker.metadata_progress is not None:
+        snap.metadata = broker.metadata_progress()
+        snap.metadata_lag_ms = snap.metadata.lag_ms(int(time.time() * 1000))
+        snap.controller_role = broker.controller_role
     snap.leader_elections = controller.leader_elections
     snap.unclean_leader_elections = controller.unclean_leader_elections
     if broker.replicas is not None:

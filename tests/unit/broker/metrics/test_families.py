@@ -5,6 +5,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from strom.broker.metrics.families import families
 from strom.broker.metrics.snapshot import ApiSnapshot, LagRow, LogRow, Snapshot
+from strom.controller.loader import MetadataProgress
 from strom.metrics.primitives import Histogram
 from strom.protocol.api_keys import ApiKey
 
@@ -99,6 +100,29 @@ def test_replica_controller_log_and_socket_gauges() -> None:
     listener = frozenset({("listener", "PLAINTEXT")})
     assert s[("kafka_server_socketservermetrics_connection_count", listener)] == 3
     assert s[("kafka_server_socketservermetrics_connection_creation_total", listener)] == 10
+
+
+def test_kraft_metadata_progress_under_the_broker_and_the_controller_names() -> None:
+    """KIP-835: every KRaft node's broker-metadata-metrics, and a controller's KafkaController
+    gauges besides; a node without KRaft has neither."""
+    assert not any(name.startswith("kafka_server_brokermetadatametrics")
+                   for name, _ in samples(snapshot()))
+    snap = snapshot()
+    snap.metadata = MetadataProgress(41, 1_700_000_000_000, 42)
+    snap.metadata_lag_ms = 120
+    broker_only = {name: v for (name, _), v in samples(snap).items()
+                   if "lastapplied" in name or "last_applied" in name}
+    assert broker_only == {
+        "kafka_server_brokermetadatametrics_last_applied_record_offset": 41,
+        "kafka_server_brokermetadatametrics_last_applied_record_timestamp": 1_700_000_000_000,
+        "kafka_server_brokermetadatametrics_last_applied_record_lag_ms": 120}
+    snap.controller_role = True
+    s = samples(snap)
+    assert s[("kafka_controller_kafkacontroller_lastappliedrecordoffset", frozenset())] == 41
+    assert s[("kafka_controller_kafkacontroller_lastcommittedrecordoffset", frozenset())] == 42
+    assert s[("kafka_controller_kafkacontroller_lastappliedrecordtimestamp", frozenset())] == \
+        1_700_000_000_000
+    assert s[("kafka_controller_kafkacontroller_lastappliedrecordlagms", frozenset())] == 120
 
 
 def test_consumer_lag_per_partition_and_per_group() -> None:
