@@ -67,7 +67,7 @@ IMPLEMENTED = {
     "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms",
     "controller.quorum.fetch.max.bytes", "metadata.log.dir", "metadata.log.segment.bytes",
     "metadata.log.segment.ms", "broker.heartbeat.interval.ms", "broker.session.timeout.ms",
-    "sasl.mechanism.controller.protocol",
+    "sasl.mechanism.controller.protocol", "metadata.max.idle.interval.ms",
 }
 
 
