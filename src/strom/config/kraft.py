@@ -84,7 +84,7 @@ KRAFT_CONFIGS = (
               implemented=True),
     ConfigDef(_Q + "fetch.snapshot.max.bytes", T.INT, 1048576,
               "most bytes a FetchSnapshot response carries (KIP-1219)", read_only=True,
-              implemented=False),
+              implemented=True),
     ConfigDef("controller.socket.timeout.ms", T.INT, 30000,
               "timeout of requests to the controller", read_only=True, implemented=False),
     ConfigDef("broker.heartbeat.interval.ms", T.INT, 2000,

@@ -137,6 +137,7 @@ def raft_settings(quorum: QuorumConfig, listener: str) -> RaftSettings:
         retry_backoff_ms=quorum.retry_backoff_ms,
         append_linger_ms=quorum.append_linger_ms,
         fetch_max_bytes=quorum.fetch_max_bytes,
+        fetch_snapshot_max_bytes=quorum.fetch_snapshot_max_bytes,
         listener=listener,
     )
 

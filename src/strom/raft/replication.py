@@ -148,7 +148,7 @@ class ReplicationHandlers(ClientBase):
                 self._send(now, st.leader, ApiKey.FETCH_SNAPSHOT, _fetch_snapshot_request(
                     cluster_id=self.cluster_id, replica=self.local, epoch=st.epoch,
                     snapshot_id=download.snapshot_id, position=download.size(),
-                    max_bytes=self.settings.fetch_max_bytes))
+                    max_bytes=self.settings.fetch_snapshot_max_bytes))
             else:
                 self._send_fetch(now, st.leader)
         elif self.requests.is_backing_off(st.leader, now):

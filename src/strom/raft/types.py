@@ -283,6 +283,7 @@ class RaftSettings:
     append_linger_ms: int = 25
     fetch_max_wait_ms: int = 500
     fetch_max_bytes: int = 1 << 20
+    fetch_snapshot_max_bytes: int = 1 << 20  # a FetchSnapshot's chunk (KIP-1219)
     max_batch_bytes: int = 8 << 20
     listener: str = "CONTROLLER"
     observer_session_timeout_ms: int = 300_000

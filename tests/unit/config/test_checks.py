@@ -162,7 +162,8 @@ _READ_INDIRECTLY = {
     "log.dirs": "BrokerConfig.log_dirs",
     **{f"controller.quorum.{name}": "QuorumConfig.from_config (prefix + name)" for name in (
         "election.timeout.ms", "fetch.timeout.ms", "election.backoff.max.ms",
-        "append.linger.ms", "request.timeout.ms", "retry.backoff.ms", "fetch.max.bytes")},
+        "append.linger.ms", "request.timeout.ms", "retry.backoff.ms", "fetch.max.bytes",
+        "fetch.snapshot.max.bytes")},
 }
 
 

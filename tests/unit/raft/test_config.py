@@ -65,7 +65,8 @@ IMPLEMENTED = {
     "controller.quorum.election.timeout.ms", "controller.quorum.fetch.timeout.ms",
     "controller.quorum.election.backoff.max.ms", "controller.quorum.append.linger.ms",
     "controller.quorum.request.timeout.ms", "controller.quorum.retry.backoff.ms",
-    "controller.quorum.fetch.max.bytes", "metadata.log.dir", "metadata.log.segment.bytes",
+    "controller.quorum.fetch.max.bytes", "controller.quorum.fetch.snapshot.max.bytes",
+    "metadata.log.dir", "metadata.log.segment.bytes",
     "metadata.log.segment.ms", "broker.heartbeat.interval.ms", "broker.session.timeout.ms",
     "sasl.mechanism.controller.protocol", "metadata.max.idle.interval.ms",
 }
@@ -84,12 +85,12 @@ def test_a_kafka_4_server_properties_loads_and_is_warned_about(caplog) -> None:
         "controller.listener.names": "CONTROLLER",
         "controller.quorum.voters": "1@localhost:9093,2@[::1]:9094",
         "controller.quorum.election.timeout.ms": "1500",
-        "controller.quorum.fetch.snapshot.max.bytes": "2097152"})
+        "controller.socket.timeout.ms": "20000"})
     assert cfg.get("process.roles") == ["broker", "controller"]
     assert cfg.get("controller.quorum.voters") == ["1@localhost:9093", "2@[::1]:9094"]
     with caplog.at_level(logging.WARNING, logger="strom.config.checks"):
         check_startup(cfg)
-    assert "config controller.quorum.fetch.snapshot.max.bytes is accepted but not implemented" \
+    assert "config controller.socket.timeout.ms is accepted but not implemented" \
         in caplog.text
     q = QuorumConfig.from_config(cfg.get)
     assert q.voters == (VoterAddress(1, "localhost", 9093), VoterAddress(2, "::1", 9094))

@@ -38,7 +38,9 @@ from strom.raft.types import (
 )
 
 E = ErrorCode
-SMALL = RaftSettings(fetch_max_bytes=512)  # snapshots of a few KiB take many FetchSnapshots
+# snapshots of a few KiB take many FetchSnapshots: controller.quorum.fetch.snapshot.max.bytes
+# (KIP-1219) sizes their chunks, not controller.quorum.fetch.max.bytes
+SMALL = RaftSettings(fetch_max_bytes=1 << 20, fetch_snapshot_max_bytes=512)
 OBSERVER = 100
 
 
@@ -448,7 +450,9 @@ def _chaos_with_snapshots(seed: int, duration_ms: int = 12_000) -> SimNetwork:
     voters = list(range(1, rng.choice([3, 3, 5]) + 1))
     net = SimNetwork(seed, voters, observers=[OBSERVER], drop_rate=rng.choice([0.0, 0.02, 0.1]),
                      max_delay_ms=rng.choice([2, 5, 30]), wire=seed % 4 == 0,
-                     settings=RaftSettings(fetch_max_bytes=rng.choice([300, 4096]))).start()
+                     settings=RaftSettings(fetch_max_bytes=rng.choice([300, 4096]),
+                                           fetch_snapshot_max_bytes=rng.choice([300, 4096]))
+                     ).start()
     net.schedule_appends(duration_ms)
     net.schedule_snapshots(duration_ms)
     random_faults(net, rng, voters, duration_ms)
