@@ -506,7 +506,13 @@ async def serve(config: BrokerConfig) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    gave_up: str | None = None
+    if kraft_cluster is not None and broker.replicas is not None:
+        lifecycle = kraft_cluster.lifecycle
+        await _first_of(stop.wait(), lifecycle.gave_up.wait())
+        gave_up = lifecycle.gave_up_reason if lifecycle.gave_up.is_set() else None
+    else:
+        await stop.wait()
     log.info("shutting down")
     if cluster is not None and config.get("controlled.shutdown.enable"):
         moved = await cluster.controller.controlled_shutdown(
@@ -554,7 +560,19 @@ async def serve(config: BrokerConfig) -> None:
         return
     finally:
         _exit_watchdog(_EXIT_GRACE_S)
+    if gave_up is not None:
+        raise StartupError(gave_up)
     log.info("shut down cleanly")
+
+
+async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Return once any of `waits` is done (the others are cancelled)."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 # How long a thread may hold the GIL while another waits for it (CPython's default: 5 ms).

@@ -146,6 +146,7 @@ class BrokerLifecycle:
     def __init__(self, channel: ControllerChannel, info: BrokerInfo, cluster_id: str,
                  protocols: Mapping[str, str], loader: MetadataLoader, *,
                  interval_ms: int, session_timeout_ms: int,
+                 register_by: float = float("inf"),
                  log_dirs: Sequence[uuid.UUID] = (),
                  offline_dirs: Callable[[], list[uuid.UUID]] = list) -> None:
         self.channel = channel
@@ -168,6 +169,12 @@ class BrokerLifecycle:
         self._failures_since_asked = 0
         self._unfenced = asyncio.Event()
         self._wake = asyncio.Event()
+        # initial.broker.registration.timeout.ms: the monotonic time by which the first
+        # registration must have been accepted; after that the broker gives up and exits
+        self.register_by = register_by
+        self.registered = False
+        self.gave_up = asyncio.Event()
+        self.gave_up_reason = ""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -204,6 +211,7 @@ class BrokerLifecycle:
                              f"the controller refused the registration of broker "
                              f"{self.info.broker_id}")
         self.epoch = int(response.broker_epoch)
+        self.registered = True
         log.info("broker %d registered with the controller (broker epoch %d)",
                  self.info.broker_id, self.epoch)
 
@@ -248,6 +256,13 @@ class BrokerLifecycle:
                         self._unanswered.set()
             except Exception:
                 log.exception("broker heartbeat failed")
+            if not self.registered and time.monotonic() > self.register_by:
+                self.gave_up_reason = (
+                    f"broker {self.info.broker_id} could not register with the controller "
+                    f"quorum within initial.broker.registration.timeout.ms (see the log above)")
+                log.error("%s: exiting", self.gave_up_reason)
+                self.gave_up.set()
+                return
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)

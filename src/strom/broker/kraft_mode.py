@@ -228,16 +228,20 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
     parts = KRaftParts(controller_node, loader)
     info = _broker_info(config, parts.controller_listener_names)
     started = time.monotonic()
+    # initial.broker.registration.timeout.ms, as Kafka's broker: catching up with the quorum
+    # and registering must both be done by then, or the broker exits
+    registration_s = config.get("initial.broker.registration.timeout.ms") / 1000
     await controller_node.start([loader])
     try:
         if is_voter:
             await serve_controller_listener(controller_node, parts.controller_listener_names)
-        if not await _caught_up(controller_node, loader, ELECTION_WAIT_S):
+        if not await _caught_up(controller_node, loader, registration_s):
             where = ("controller.quorum.bootstrap.servers" if controller_node.dynamic
                      else "controller.quorum.voters")
             raise StartupError(f"the metadata quorum had no leader this node could catch up "
-                               f"with within {ELECTION_WAIT_S:.0f} s (are the controllers of "
-                               f"{where} up? see the log above)")
+                               f"with within {registration_s:g} s "
+                               f"(initial.broker.registration.timeout.ms; are the controllers "
+                               f"of {where} up? see the log above)")
         inherited = loader.hold_inherited_leaderships(config.broker_id)
         if inherited:
             log.info("%d partition(s) led by this broker before it restarted are not served "
@@ -268,6 +272,7 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
                                     protocols, loader,
                                     interval_ms=config.get("broker.heartbeat.interval.ms"),
                                     session_timeout_ms=config.get("broker.session.timeout.ms"),
+                                    register_by=started + registration_s,
                                     log_dirs=[topic_id_from_str(d) for d in dir_ids.values()],
                                     offline_dirs=lambda: [topic_id_from_str(dir_ids[d])
                                                           for d in logs.offline_dirs

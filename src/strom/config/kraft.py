@@ -94,8 +94,9 @@ KRAFT_CONFIGS = (
               "a broker without heartbeats for this long is fenced", read_only=True,
               implemented=True),
     ConfigDef("initial.broker.registration.timeout.ms", T.INT, 60000,
-              "how long a starting broker tries to register before it exits", read_only=True,
-              implemented=False),
+              "how long a starting broker of a KRaft cluster tries to catch up with the "
+              "quorum and register with the controller before it exits", read_only=True,
+              implemented=True),
     ConfigDef("metadata.log.dir", T.STRING, None,
               "directory of the metadata log (default: the first of log.dirs)", read_only=True,
               implemented=True),

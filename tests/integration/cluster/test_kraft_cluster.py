@@ -266,3 +266,23 @@ def test_killing_the_active_controller_loses_no_acknowledged_write(make_kraft_cl
     got = read_all(cluster.bootstrap, name, 3)
     check_exactly_once_in_order(producer.acked, got)
     assert elected_after < 15
+
+
+def test_a_broker_that_cannot_reach_the_quorum_gives_up_after_the_registration_timeout(
+        tmp_path_factory) -> None:
+    """initial.broker.registration.timeout.ms, as Kafka's broker: one that cannot catch up with
+    the quorum and register within it exits, with one line saying so (its controller is never
+    started here)."""
+    nodes = _nodes(tmp_path_factory, "kr-noreg", combined=[], controllers=[1], brokers=[2])
+    broker = nodes[2]
+    broker.overrides["initial.broker.registration.timeout.ms"] = "2000"
+    started = time.monotonic()
+    broker.start(wait=False)
+    try:
+        assert broker.proc is not None and broker.proc.wait(60) == 1
+    finally:
+        broker.kill()
+    assert time.monotonic() - started < 50  # not the default 60 s
+    errors = [line for line in broker.log_text().splitlines() if line.startswith("strom broker:")]
+    assert len(errors) == 1 and "initial.broker.registration.timeout.ms" in errors[0], \
+        broker.log_tail()

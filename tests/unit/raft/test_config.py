@@ -69,6 +69,7 @@ IMPLEMENTED = {
     "metadata.log.dir", "metadata.log.segment.bytes",
     "metadata.log.segment.ms", "broker.heartbeat.interval.ms", "broker.session.timeout.ms",
     "sasl.mechanism.controller.protocol", "metadata.max.idle.interval.ms",
+    "initial.broker.registration.timeout.ms",
 }
 
 

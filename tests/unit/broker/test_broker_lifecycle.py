@@ -1,0 +1,79 @@
+"""A KRaft broker's registration: initial.broker.registration.timeout.ms bounds how long a
+starting broker keeps trying; then it gives up (and `strom broker` exits, as Kafka's does)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from types import SimpleNamespace
+from typing import Any
+
+from strom.broker.kraft_cluster import BrokerLifecycle
+from strom.cluster.image import BrokerInfo, MetadataImage
+from strom.controller.loader import MetadataLoader
+from strom.protocol.api_keys import ApiKey
+from strom.protocol.errors import ErrorCode, KafkaError
+
+DEADLINE_S = 10.0
+
+
+class Controller:
+    """A controller channel: refuses every registration, or accepts it."""
+
+    def __init__(self, accept: bool) -> None:
+        self.accept = accept
+        self.asked: list[ApiKey] = []
+
+    async def request(self, api_key: ApiKey, version: int, body: Mapping[str, Any], *,
+                      timeout_s: float | None = None) -> Any:
+        self.asked.append(api_key)
+        if api_key == ApiKey.BROKER_REGISTRATION:
+            if not self.accept:
+                raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, "no controller answers")
+            return SimpleNamespace(error_code=0, broker_epoch=7)
+        return SimpleNamespace(error_code=0, is_fenced=False, should_shut_down=False)
+
+    def close(self) -> None:
+        pass
+
+
+def lifecycle(controller: Controller, register_by: float) -> BrokerLifecycle:
+    loader = MetadataLoader(MetadataImage(cluster_id="c"), asyncio.get_running_loop())
+    return BrokerLifecycle(controller, BrokerInfo(1, "127.0.0.1", 9092), "c", {}, loader,  # type: ignore[arg-type]
+                           interval_ms=20, session_timeout_ms=9000, register_by=register_by)
+
+
+def test_a_broker_that_cannot_register_in_time_gives_up() -> None:
+    async def scenario() -> None:
+        controller = Controller(accept=False)
+        life = lifecycle(controller, time.monotonic() + 0.2)
+        life.start()
+        try:
+            await asyncio.wait_for(life.gave_up.wait(), DEADLINE_S)
+        finally:
+            await life.stop()
+        assert not life.registered and life.epoch == -1
+        assert "initial.broker.registration.timeout.ms" in life.gave_up_reason
+        assert controller.asked.count(ApiKey.BROKER_REGISTRATION) >= 2  # it kept trying
+
+    asyncio.run(scenario())
+
+
+def test_a_registered_broker_keeps_going_past_the_deadline() -> None:
+    async def scenario() -> None:
+        controller = Controller(accept=True)
+        life = lifecycle(controller, time.monotonic() + 0.05)
+        life.start()
+        try:
+            assert await life.wait_unfenced(DEADLINE_S)
+            # heartbeats continue well past the deadline: it does not give up once registered
+            beats = controller.asked.count(ApiKey.BROKER_HEARTBEAT)
+            while controller.asked.count(ApiKey.BROKER_HEARTBEAT) < beats + 10:
+                await asyncio.sleep(0.02)  # poll interval
+            assert not life.gave_up.is_set()
+        finally:
+            await life.stop()
+        assert life.registered and life.epoch == 7
+
+    asyncio.run(asyncio.wait_for(scenario(), DEADLINE_S))
