@@ -10,6 +10,7 @@ stopped, or died) it commits what it holds and exits: it never outlives its brok
 
 from __future__ import annotations
 
+import importlib.abc
 import json
 import logging
 import os
@@ -17,7 +18,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec
+from types import ModuleType
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
@@ -34,12 +38,21 @@ log = logging.getLogger("strom.lake")
 POLL_S = 0.2
 REPORT_S = 1.0  # how often the lag is reported to the broker (a line on stdout)
 MAX_BACKOFF_S = 60.0
-MAX_POLL = 10_000
+MAX_POLL = 2_000  # records per consume(): a batch passes MAX_BATCH_BYTES by less than this
 MAX_BATCH_ROWS = 500_000  # a commit comes before the interval ends beyond these
-# Measured with 200k 1 KiB records: 16 MiB batches peak at about 475 MB of RSS where 64 MiB
-# peaked at 780 MB, and load faster (3.1 s against 4.2 s): pyiceberg's write copies a batch a
-# few times over. (Capping librdkafka's prefetch to match saved 70 MB more but halved the rate.)
-MAX_BATCH_BYTES = 16 << 20
+# A commit's memory: the batch as Python bytes, then as Arrow, then pyiceberg's copy (its
+# partition filter) and the Parquet writer's buffers. Measured (docs/benchmarks.md, iceberg-1k,
+# 200k records of 1 KiB into a key_value table): 64 MiB batches peaked at 780 MB of RSS, 16 MiB
+# at 475 MB; with the rest below, 16 MiB at 240 MB and 8 MiB at 200 MB (a third more CPU per
+# record, in more commits, and no slower). Values to decode (value_schema) take more: 235 MB.
+MAX_BATCH_BYTES = 8 << 20
+# librdkafka reads ahead up to this much (its default, 64 MiB, was the largest single part of
+# the writer's peak), and fetches a partition again this soon after the read-ahead was full
+# (its default, 1 s: the queue ran dry meanwhile, 18,000 records/s against 65,000)
+PREFETCH_KBYTES = MAX_BATCH_BYTES >> 10
+FETCH_QUEUE_BACKOFF_MS = 10
+# installed, imported by pyarrow whenever present, and never used here: 45 MB of RSS
+UNUSED_MODULES = ("pandas", "numpy")
 MODES = ("key_value", "value_schema")
 NICE = 19  # added to the broker's nice value: the lowest priority there is
 INTERNAL = ("__consumer_offsets", "__transaction_state", "__share_group_state", "_schemas")
@@ -109,7 +122,9 @@ class LakeWriter:
         consumer = Consumer({**base, "group.id": "strom-lake", "enable.auto.commit": False,
                              "enable.auto.offset.store": False,
                              "isolation.level": "read_committed",
-                             "auto.offset.reset": "earliest"})
+                             "auto.offset.reset": "earliest",
+                             "queued.max.messages.kbytes": PREFETCH_KBYTES,
+                             "fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS})
         return cls(settings, stop, open_catalog(settings), AdminClient(base), consumer,
                    look_again)
 
@@ -308,7 +323,7 @@ class LakeWriter:
     # -- commits --------------------------------------------------------------------------
 
     def flush(self, topic: str) -> None:
-        from strom.lake.writer import Fenced
+        from strom.lake.writer import Fenced, release_memory
 
         state = self.topics[topic]
         if state.failed:  # read again from what the table holds
@@ -352,6 +367,8 @@ class LakeWriter:
             state.batch.clear(state.batch.base)
             state.failed = True
             return
+        finally:
+            release_memory()  # what the commit used, back to the system
         state.backoff_s = 0.0
         state.last_commit_s = time.time()
         state.batch.clear(covered)
@@ -436,7 +453,25 @@ class LakeWriter:
             self.dead_letters.close()
 
 
+class WithoutModules(importlib.abc.MetaPathFinder):
+    """Makes modules look not installed (pyarrow then does without them)."""
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> ModuleSpec | None:
+        if fullname.partition(".")[0] in self.names:
+            raise ModuleNotFoundError(f"No module named {fullname!r} (not in the lake writer)",
+                                      name=fullname)
+        return None
+
+
 def main() -> None:
+    sys.meta_path.insert(0, WithoutModules(UNUSED_MODULES))
+    # read once, when Arrow first allocates: its C++ default pool (the Parquet writer's, the
+    # compute kernels'), which pyarrow.set_memory_pool does not change
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
     line = start_child("strom.lake", "iceberg.enable=true")
     # A background writer: below the broker's CPU priority, so that when the cores are busy
     # the broker's producers and consumers come first and the tables' lag grows instead
@@ -447,4 +482,7 @@ def main() -> None:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     look_again = threading.Event()
     watch_parent(stop.set, look_again.set)  # from the start: connecting may hang
+    from strom.lake.writer import lean_memory
+
+    lean_memory()
     LakeWriter.connect(settings, stop, look_again).run()

@@ -8,12 +8,13 @@ table's offsets, from which the caller reads again."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import logging
 from collections.abc import Mapping
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError, TableAlreadyExistsError
 from pyiceberg.io.pyarrow import schema_to_pyarrow
@@ -65,6 +66,22 @@ BY_DAY = PartitionSpec(PartitionField(source_id=3, field_id=1000, transform=DayT
                                       name="timestamp_day"))
 
 
+def lean_memory() -> None:
+    """Arrow's C++ allocations from jemalloc, freed pages back to the system at once: see
+    strom.lake.process.main, which picks jemalloc before pyarrow allocates (pyarrow's
+    default, mimalloc, kept 50-60 MB that commits had used). A pyarrow without jemalloc keeps
+    its default."""
+    with contextlib.suppress(NotImplementedError):
+        pa.jemalloc_set_decay_ms(0)
+
+
+def release_memory() -> None:
+    """After a commit: glibc gives back the free pages of its heaps (the batch's Python bytes,
+    librdkafka's buffers), where it would keep them for the process."""
+    with contextlib.suppress(OSError, AttributeError):  # (AttributeError: not glibc)
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def table_schema(value_type: IcebergType | None) -> Schema:
     """key_value's columns, or with a `value` column of the value schema's type."""
     if value_type is None:
@@ -108,6 +125,8 @@ def load_catalog(name: str, properties: Mapping[str, str]) -> Catalog:
     """The catalog strom.lake.settings.catalog_properties describe: pyiceberg's RestCatalog
     for type rest, its SqlCatalog otherwise."""
     if properties.get("type") == "rest":
+        from pyiceberg.catalog.rest import RestCatalog  # (requests: not loaded for SQL ones)
+
         props = dict(properties)
         props.pop("type")
         return RestCatalog(name, **props)
@@ -204,18 +223,26 @@ class TopicTable:
 
         A conflict with a concurrent commit is not retried by pyiceberg (which would re-apply
         the append blindly) but here, after the offsets are checked again: one by a writer of
-        other partitions does not fence this one."""
+        other partitions does not fence this one.
+
+        The rows become an Arrow table once, and the batch lets them go then (its offsets
+        stay): pyiceberg copies the table again while it writes, and whatever the outcome the
+        caller clears the batch or reads its records again."""
         if self.table is None:
             self.open()
+        rows = None
         for _ in range(COMMIT_ATTEMPTS):
             stored = self.offsets()
             if not batch.fits(stored):
                 raise Fenced(stored)
             covered = batch.offsets(stored)
             assert self.table is not None
-            rows = arrow_table(batch.rows) if self.value_type is None else \
-                pa.Table.from_pylist(row_dicts(batch.rows),
-                                     schema=schema_to_pyarrow(self.table.schema()))
+            if rows is None:
+                rows = arrow_table(batch.rows) if self.value_type is None else \
+                    pa.Table.from_pylist(row_dicts(batch.rows),
+                                         schema=schema_to_pyarrow(self.table.schema()))
+                batch.rows = []
+                release_memory()  # their pages, before pyiceberg's copies take others
             try:
                 self.table.append(rows,
                                   snapshot_properties={OFFSETS_PROPERTY: format_offsets(covered)})
