@@ -157,30 +157,28 @@ def _metadata_metrics(snap: Snapshot) -> Iterator[Metric]:
     progress = snap.metadata
     if progress is None:
         return
-    broker = "kafka_server_brokermetadatametrics_"
-    yield _gauge(broker + "last_applied_record_offset",
-                 "offset of the last metadata record in this node's image",
-                 progress.last_applied_offset)
-    yield _gauge(broker + "last_applied_record_timestamp",
-                 "when the quorum's leader appended that record (epoch ms)",
-                 progress.last_applied_timestamp_ms)
-    yield _gauge(broker + "last_applied_record_lag_ms",
-                 "how old that record is: grows on a node cut off from the quorum",
-                 snap.metadata_lag_ms)
-    if not snap.controller_role:
-        return
-    controller = "kafka_controller_kafkacontroller_"
-    yield _gauge(controller + "lastappliedrecordoffset",
-                 "offset of the last metadata record this controller applied",
-                 progress.last_applied_offset)
-    yield _gauge(controller + "lastcommittedrecordoffset",
-                 "offset of the last metadata record the quorum committed",
-                 progress.last_committed_offset)
-    yield _gauge(controller + "lastappliedrecordtimestamp",
-                 "when the quorum's leader appended the last applied record (epoch ms)",
-                 progress.last_applied_timestamp_ms)
-    yield _gauge(controller + "lastappliedrecordlagms",
-                 "how old the last applied record is", snap.metadata_lag_ms)
+    offset, stamp, lag = (progress.last_applied_offset, progress.last_applied_timestamp_ms,
+                          snap.metadata_lag_ms)
+    gauges = [
+        ("kafka_server_brokermetadatametrics_last_applied_record_offset",
+         "offset of the last metadata record in this node's image", offset),
+        ("kafka_server_brokermetadatametrics_last_applied_record_timestamp",
+         "when the quorum's leader appended that record (epoch ms)", stamp),
+        ("kafka_server_brokermetadatametrics_last_applied_record_lag_ms",
+         "how old that record is: grows on a node cut off from the quorum", lag)]
+    if snap.controller_role:
+        gauges += [
+            ("kafka_controller_kafkacontroller_lastappliedrecordoffset",
+             "offset of the last metadata record this controller applied", offset),
+            ("kafka_controller_kafkacontroller_lastcommittedrecordoffset",
+             "offset of the last metadata record the quorum committed",
+             progress.last_committed_offset),
+            ("kafka_controller_kafkacontroller_lastappliedrecordtimestamp",
+             "when the quorum's leader appended the last applied record (epoch ms)", stamp),
+            ("kafka_controller_kafkacontroller_lastappliedrecordlagms",
+             "how old the last applied record is", lag)]
+    for name, doc, value in gauges:
+        yield _gauge(name, doc, value)
 
 
 def _log_metrics(snap: Snapshot) -> Iterator[Metric]:
