@@ -84,12 +84,13 @@ def decode_value(value: bytes) -> tuple[Record | None, tuple[str, int] | None]:
 @dataclasses.dataclass(frozen=True)
 class MetadataProgress:
     """KIP-835's view of a node's metadata: the offset of the last record in its image, when
-    the quorum's leader appended it (0: nothing applied yet), and the offset of the last
-    record the quorum has committed (-1: none)."""
+    the quorum's leader appended it (0: nothing applied yet), the offset of the last record
+    the quorum has committed (-1: none), and how many committed steps failed to apply."""
 
     last_applied_offset: int
     last_applied_timestamp_ms: int
     last_committed_offset: int
+    apply_errors: int = 0
 
     def lag_ms(self, now_ms: int) -> int:
         """How old the last applied record is: with the active controller's no-op records
@@ -121,6 +122,9 @@ class MetadataLoader:
         self.last_applied_timestamp_ms = 0
         # the end of what the quorum has committed and handed over (set in the Raft thread)
         self.committed_offset = 0
+        # committed steps whose records could not all be applied (KIP-835's
+        # metadata-apply-error-count: each one is logged with its offset)
+        self.apply_errors = 0
         self.leader = LeaderAndEpoch(None, 0)
         self.policy = policy or SnapshotPolicy()
         # set by the owner: takes a snapshot of the image as of `applied_offset`
@@ -149,7 +153,7 @@ class MetadataLoader:
         """Where this node's metadata stands, for KIP-835's metrics."""
         committed = max(self.committed_offset, self.applied_offset)
         return MetadataProgress(self.applied_offset - 1, self.last_applied_timestamp_ms,
-                                committed - 1)
+                                committed - 1, self.apply_errors)
 
     def subscribe(self, listener: ChangeListener) -> None:
         self._listeners.append(listener)
@@ -279,6 +283,7 @@ class MetadataLoader:
                         if self._inherited and record.get("type") == "partition":
                             self._inherited.discard((record["topic_id"], record["partition"]))
                 except Exception:
+                    self.apply_errors += 1
                     log.exception("applying committed metadata at offset %d failed", end - 1)
                     stop = len(records)  # as before slicing: the step is not applied again
                 if stop < len(records):

@@ -139,6 +139,23 @@ def test_a_no_op_record_moves_the_offset_and_the_progress_but_not_the_image() ->
     run(scenario)
 
 
+def test_a_record_that_fails_to_apply_is_logged_and_counted(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """KIP-835's metadata-apply-error-count: a committed record the image cannot take (here a
+    partition record without its fields) is logged at ERROR with its offset and counted; the
+    offset still moves on (the step is not applied again)."""
+    async def scenario() -> None:
+        h = Loader()
+        records = topic_records("t", 1)
+        broken = {"type": "partition", "topic_id": records[0]["topic_id"], "partition": 1}
+        with caplog.at_level(logging.ERROR, logger="strom.controller.loader"):
+            await h.commit(data_batch(0, *map(value, [*records, broken])))
+        assert h.loader.progress().apply_errors == 1 and h.loader.applied_offset == 3
+        assert "applying committed metadata at offset 2 failed" in caplog.text
+
+    run(scenario)
+
+
 def test_commits_from_the_raft_thread_apply_in_order() -> None:
     async def scenario() -> None:
         h = Loader()

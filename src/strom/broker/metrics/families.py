@@ -165,7 +165,10 @@ def _metadata_metrics(snap: Snapshot) -> Iterator[Metric]:
         ("kafka_server_brokermetadatametrics_last_applied_record_timestamp",
          "when the quorum's leader appended that record (epoch ms)", stamp),
         ("kafka_server_brokermetadatametrics_last_applied_record_lag_ms",
-         "how old that record is: grows on a node cut off from the quorum", lag)]
+         "how old that record is: grows on a node cut off from the quorum", lag),
+        ("kafka_server_brokermetadatametrics_metadata_apply_error_count",
+         "committed metadata this node failed to apply (each logged at ERROR)",
+         progress.apply_errors)]
     if snap.controller_role:
         gauges += [
             ("kafka_controller_kafkacontroller_lastappliedrecordoffset",
@@ -176,7 +179,9 @@ def _metadata_metrics(snap: Snapshot) -> Iterator[Metric]:
             ("kafka_controller_kafkacontroller_lastappliedrecordtimestamp",
              "when the quorum's leader appended the last applied record (epoch ms)", stamp),
             ("kafka_controller_kafkacontroller_lastappliedrecordlagms",
-             "how old the last applied record is", lag)]
+             "how old the last applied record is", lag),
+            ("kafka_controller_kafkacontroller_metadataerrorcount",
+             "committed metadata this controller failed to apply", progress.apply_errors)]
     for name, doc, value in gauges:
         yield _gauge(name, doc, value)
 

@@ -108,7 +108,7 @@ def test_kraft_metadata_progress_under_the_broker_and_the_controller_names() -> 
     assert not any(name.startswith("kafka_server_brokermetadatametrics")
                    for name, _ in samples(snapshot()))
     snap = snapshot()
-    snap.metadata = MetadataProgress(41, 1_700_000_000_000, 42)
+    snap.metadata = MetadataProgress(41, 1_700_000_000_000, 42, apply_errors=1)
     snap.metadata_lag_ms = 120
     broker_only = {name: v for (name, _), v in samples(snap).items()
                    if "lastapplied" in name or "last_applied" in name}
@@ -116,6 +116,7 @@ def test_kraft_metadata_progress_under_the_broker_and_the_controller_names() -> 
         "kafka_server_brokermetadatametrics_last_applied_record_offset": 41,
         "kafka_server_brokermetadatametrics_last_applied_record_timestamp": 1_700_000_000_000,
         "kafka_server_brokermetadatametrics_last_applied_record_lag_ms": 120}
+    assert s_of(snap, "kafka_server_brokermetadatametrics_metadata_apply_error_count") == 1
     snap.controller_role = True
     s = samples(snap)
     assert s[("kafka_controller_kafkacontroller_lastappliedrecordoffset", frozenset())] == 41
@@ -123,6 +124,11 @@ def test_kraft_metadata_progress_under_the_broker_and_the_controller_names() -> 
     assert s[("kafka_controller_kafkacontroller_lastappliedrecordtimestamp", frozenset())] == \
         1_700_000_000_000
     assert s[("kafka_controller_kafkacontroller_lastappliedrecordlagms", frozenset())] == 120
+    assert s[("kafka_controller_kafkacontroller_metadataerrorcount", frozenset())] == 1
+
+
+def s_of(snap: Snapshot, name: str) -> float:
+    return samples(snap)[(name, frozenset())]
 
 
 def test_consumer_lag_per_partition_and_per_group() -> None:
