@@ -5,6 +5,7 @@ client allows (a handful of C-level ``map`` calls per batch, no Python loop over
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from operator import itemgetter
 from typing import Any
 
@@ -46,6 +47,15 @@ def empty_batch(include_headers: bool) -> pa.RecordBatch:
 
 _first = itemgetter(0)
 _second = itemgetter(1)
+_UTC_US = pa.timestamp("us", tz="UTC")
+
+_np: Any  # numpy turns the flattened (type, ms) pairs into two columns in one C loop
+try:
+    import numpy
+
+    _np = numpy
+except ImportError:  # pragma: no cover - pyspark's Arrow support installs it
+    _np = None
 
 
 def _message_methods() -> tuple[Any, ...]:
@@ -54,26 +64,55 @@ def _message_methods() -> tuple[Any, ...]:
     return Message.key, Message.value, Message.offset, Message.timestamp, Message.headers
 
 
+def _timestamp_columns(stamps: Any, n: int) -> tuple[pa.Array, pa.Array]:
+    """``timestamp`` and ``timestampType`` from an iterator of confluent-kafka's
+    ``(type, milliseconds)`` pairs."""
+    if _np is not None:
+        flat = _np.fromiter(chain.from_iterable(stamps), _np.int64, 2 * n)
+        return (pa.array(flat[1::2] * 1000).view(_UTC_US),
+                pa.array((flat[0::2] - 1).astype(_np.int32)))
+    pairs = list(stamps)
+    ts = pa.array(list(map(_second, pairs)), pa.int64())
+    return (pc.multiply(ts, 1000).cast(_UTC_US),
+            pc.subtract(pa.array(list(map(_first, pairs)), pa.int32()), 1))
+
+
+def _offset_column(first: int, n: int) -> pa.Array:
+    """``first, first + 1, ..., first + n - 1`` without a Python int per record."""
+    if _np is not None:
+        return pa.array(_np.arange(first, first + n, dtype=_np.int64))
+    return pa.array(range(first, first + n), pa.int64())
+
+
 def messages_to_batch(messages: Sequence[Any], topic: str, partition: int,
-                      include_headers: bool, offsets: Sequence[int] | None = None) -> pa.RecordBatch:
+                      include_headers: bool, offsets: Sequence[int] | None = None,
+                      first_offset: int | None = None) -> pa.RecordBatch:
     """One Arrow batch in the source schema from confluent-kafka ``Message`` objects.
+
+    The offsets column comes from ``offsets`` when given, else from ``first_offset`` when the
+    caller knows the messages hold consecutive offsets from there, else from the messages.
 
     ``timestampType`` follows Kafka's TimestampType ids as Spark reports them: 0 CreateTime,
     1 LogAppendTime (-1 when the record has none); confluent-kafka numbers them one higher.
     """
     key_of, value_of, offset_of, timestamp_of, headers_of = _message_methods()
     n = len(messages)
-    stamps = list(map(timestamp_of, messages))  # (type, milliseconds) pairs
-    ts = pa.array(list(map(_second, stamps)), pa.int64())
-    kinds = list(map(_first, stamps))
+    ts, kinds = _timestamp_columns(map(timestamp_of, messages), n)
+    keys = list(map(key_of, messages))
+    if offsets is not None:
+        offset_column = pa.array(offsets, pa.int64())
+    elif first_offset is not None:
+        offset_column = _offset_column(first_offset, n)
+    else:
+        offset_column = pa.array(list(map(offset_of, messages)), pa.int64())
     columns = [
-        pa.array(list(map(key_of, messages)), pa.binary()),
+        pa.nulls(n, pa.binary()) if keys.count(None) == n else pa.array(keys, pa.binary()),
         pa.array(list(map(value_of, messages)), pa.binary()),
         pa.repeat(pa.scalar(topic, pa.string()), n),
         pa.repeat(pa.scalar(partition, pa.int32()), n),
-        pa.array(list(map(offset_of, messages)) if offsets is None else offsets, pa.int64()),
-        pc.multiply(ts, 1000).cast(pa.timestamp("us", tz="UTC")),
-        pc.subtract(pa.array(kinds, pa.int32()), 1),
+        offset_column,
+        ts,
+        kinds,
     ]
     if include_headers:
         columns.append(headers_array(list(map(headers_of, messages))))

@@ -17,6 +17,7 @@ workers, so later tasks skip the connection handshake.
 from __future__ import annotations
 
 import bisect
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -40,6 +41,7 @@ DEFAULT_BATCH_ROWS = 20_000
 POLL_SLICE_S = 0.1  # one consume() call waits at most this long: a range ending in markers
 # (fewer records than offsets) ends after one slice, and deadlines are checked
 WATERMARK_TIMEOUT_S = 10.0
+_GC_PAUSE = True  # see _RangeFetch._poll
 POOL_MAX_IDLE = 4  # idle consumers kept by one worker process (the oldest are closed)
 
 # Settings that make a consumer do only what the driver planned (always applied).
@@ -191,20 +193,12 @@ class _RangeFetch:
         deadline = time.monotonic() + timeout_s
         while self.pos < r.end:
             wait = min(POLL_SLICE_S, max(0.0, deadline - time.monotonic()))
-            messages = self.consumer.consume(min(s.batch_rows, r.end - self.pos), wait)
             before = self.pos
-            if messages:
-                if any(map(self.err_of, messages)):
-                    records = [m for m in messages if m.error() is None]
-                    errors = [m for m in messages if m.error() is not None]
-                else:
-                    records, errors = messages, []
-                if records:
-                    batch = self._take(records)
-                    if batch is not None:
-                        yield batch
-                for m in errors:
-                    self._on_error(m)
+            batch, errors = self._poll(min(s.batch_rows, r.end - self.pos), wait)
+            if batch is not None:
+                yield batch
+            for m in errors:
+                self._on_error(m)
             if self.pos < r.end:
                 # librdkafka's position also moves past control records and aborted data
                 position = self.consumer.position([self.tp_cls(r.topic, r.partition)])[0].offset
@@ -218,10 +212,57 @@ class _RangeFetch:
                     f"{s.poll_timeout_ms} milliseconds (range [{r.start}, {r.end})); set the "
                     "source option kafkaConsumer.pollTimeoutMs to wait longer")
 
+    def _poll(self, n: int, wait: float) -> tuple[pa.RecordBatch | None, list[Any]]:
+        """Consume up to ``n`` messages: the Arrow batch of their records (None if none is
+        left in the range) and the error events among them.
+
+        Python's cyclic GC is paused meanwhile. Every ``Message`` is a GC-tracked object, so
+        tens of thousands of them alive at once would otherwise set off collections, full
+        ones included, that traverse every object of the worker process for nothing: they
+        hold no cycles and are freed by reference counting before GC is resumed (which also
+        takes them off the collector's count).
+        """
+        resume = _GC_PAUSE and gc.isenabled()
+        if resume:
+            gc.disable()
+        try:
+            messages = self.consumer.consume(n, wait)
+            if not messages:
+                return None, []
+            if any(map(self.err_of, messages)):
+                records = [m for m in messages if m.error() is None]
+                errors = [m for m in messages if m.error() is not None]
+            else:
+                records, errors = messages, []
+            batch = self._take(records) if records else None
+            del messages, records  # freed here, while collections are paused
+            return batch, errors
+        finally:
+            if resume:
+                gc.enable()
+
     def _take(self, records: list[Any]) -> pa.RecordBatch | None:
         r = self.r
+        first, last = self.offset_of(records[0]), self.offset_of(records[-1])
+        if last - first == len(records) - 1:
+            # consecutive offsets (a partition's offsets only grow): no list of them needed
+            if first < self.pos:  # never expected after a fresh assign; be safe
+                records = records[self.pos - first:]
+                if not records:
+                    return None
+                first = self.pos
+            if first > self.pos:
+                self._check_gap(first)
+            if last >= r.end:
+                records = records[:max(0, r.end - first)]
+                self.pos = r.end
+            else:
+                self.pos = last + 1
+            if not records:
+                return None
+            return messages_to_batch(records, r.topic, r.partition,
+                                     self.settings.include_headers, first_offset=first)
         offsets = list(map(self.offset_of, records))
-        first, last = offsets[0], offsets[-1]
         if first < self.pos:  # never expected after a fresh assign; be safe
             cut = bisect.bisect_left(offsets, self.pos)
             records, offsets = records[cut:], offsets[cut:]

@@ -223,3 +223,34 @@ def test_consumer_pool_reuses_by_configuration_and_stays_bounded(monkeypatch):
         mod._release(c, b, reusable=True)
     assert len(mod._POOL) == mod.POOL_MAX_IDLE
     assert closed[1:] == others[:2]  # the oldest idle consumers were closed
+
+
+@pytest.mark.parametrize("offsets", [list(range(12)), [0, 2, 3, 5, 6, 8, 10, 11]])
+def test_a_batch_is_cut_to_the_range_with_and_without_consecutive_offsets(offsets):
+    settings = ReadSettings(params=(("bootstrap.servers", "x:1"),), group_id="g")
+    fetch = _RangeFetch(ScriptedConsumer(offsets), OffsetRange("t", 0, 3, 9), settings)
+    msgs = [Message(topic="t", partition=0, offset=o, key=None, value=b"v%d" % o,
+                    timestamp=(1, 1000 + o)) for o in offsets]
+    batch = fetch._take(msgs)
+    kept = [o for o in offsets if 3 <= o < 9]
+    assert batch.column("offset").to_pylist() == kept
+    assert batch.column("value").to_pylist() == [b"v%d" % o for o in kept]
+    assert fetch.pos == 9
+    # a consecutive batch that starts past the range's end (the range ends in a gap)
+    fetch = _RangeFetch(ScriptedConsumer([0, 10, 11]), OffsetRange("t", 0, 5, 8), settings)
+    assert fetch._take(msgs[-2:]) is None
+    assert fetch.pos == 8
+
+
+def test_arrow_conversion_without_numpy_is_the_same(monkeypatch):
+    import strom.spark.arrow as arrow
+
+    msgs = [Message(topic="t", partition=1, offset=o, key=b"k" if o % 2 else None,
+                    value=b"v%d" % o, timestamp=(o % 3, 1000 * o)) for o in range(5)]
+    with_numpy = [messages_to_batch(msgs, "t", 1, False, first_offset=0),
+                  messages_to_batch(msgs, "t", 1, False)]
+    monkeypatch.setattr(arrow, "_np", None)
+    without = [messages_to_batch(msgs, "t", 1, False, first_offset=0),
+               messages_to_batch(msgs, "t", 1, False, [0, 1, 2, 3, 4])]
+    assert all(b.equals(with_numpy[0]) for b in with_numpy + without)
+    assert with_numpy[0].column("timestampType").to_pylist() == [-1, 0, 1, -1, 0]
