@@ -41,7 +41,6 @@ DEFAULT_BATCH_ROWS = 20_000
 POLL_SLICE_S = 0.1  # one consume() call waits at most this long: a range ending in markers
 # (fewer records than offsets) ends after one slice, and deadlines are checked
 WATERMARK_TIMEOUT_S = 10.0
-_GC_PAUSE = True  # see _RangeFetch._poll
 POOL_MAX_IDLE = 4  # idle consumers kept by one worker process (the oldest are closed)
 
 # Settings that make a consumer do only what the driver planned (always applied).
@@ -222,7 +221,7 @@ class _RangeFetch:
         hold no cycles and are freed by reference counting before GC is resumed (which also
         takes them off the collector's count).
         """
-        resume = _GC_PAUSE and gc.isenabled()
+        resume = gc.isenabled()  # a caller that turned GC off keeps it off
         if resume:
             gc.disable()
         try:

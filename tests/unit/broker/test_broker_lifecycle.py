@@ -4,8 +4,9 @@ starting broker keeps trying; then it gives up (and `strom broker` exits, as Kaf
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from types import SimpleNamespace
 from typing import Any
 
@@ -38,21 +39,24 @@ class Controller:
         pass
 
 
-def lifecycle(controller: Controller, register_by: float) -> BrokerLifecycle:
+@contextlib.asynccontextmanager
+async def running(controller: Controller, register_by: float) -> AsyncIterator[BrokerLifecycle]:
+    """A started lifecycle with heartbeats every 20 ms, stopped afterwards."""
     loader = MetadataLoader(MetadataImage(cluster_id="c"), asyncio.get_running_loop())
-    return BrokerLifecycle(controller, BrokerInfo(1, "127.0.0.1", 9092), "c", {}, loader,  # type: ignore[arg-type]
+    life = BrokerLifecycle(controller, BrokerInfo(1, "127.0.0.1", 9092), "c", {}, loader,  # type: ignore[arg-type]
                            interval_ms=20, session_timeout_ms=9000, register_by=register_by)
+    life.start()
+    try:
+        yield life
+    finally:
+        await life.stop()
 
 
 def test_a_broker_that_cannot_register_in_time_gives_up() -> None:
     async def scenario() -> None:
         controller = Controller(accept=False)
-        life = lifecycle(controller, time.monotonic() + 0.2)
-        life.start()
-        try:
+        async with running(controller, time.monotonic() + 0.2) as life:
             await asyncio.wait_for(life.gave_up.wait(), DEADLINE_S)
-        finally:
-            await life.stop()
         assert not life.registered and life.epoch == -1
         assert "initial.broker.registration.timeout.ms" in life.gave_up_reason
         assert controller.asked.count(ApiKey.BROKER_REGISTRATION) >= 2  # it kept trying
@@ -63,17 +67,13 @@ def test_a_broker_that_cannot_register_in_time_gives_up() -> None:
 def test_a_registered_broker_keeps_going_past_the_deadline() -> None:
     async def scenario() -> None:
         controller = Controller(accept=True)
-        life = lifecycle(controller, time.monotonic() + 0.05)
-        life.start()
-        try:
+        async with running(controller, time.monotonic() + 0.05) as life:
             assert await life.wait_unfenced(DEADLINE_S)
             # heartbeats continue well past the deadline: it does not give up once registered
             beats = controller.asked.count(ApiKey.BROKER_HEARTBEAT)
             while controller.asked.count(ApiKey.BROKER_HEARTBEAT) < beats + 10:
                 await asyncio.sleep(0.02)  # poll interval
             assert not life.gave_up.is_set()
-        finally:
-            await life.stop()
         assert life.registered and life.epoch == 7
 
     asyncio.run(asyncio.wait_for(scenario(), DEADLINE_S))
