@@ -182,12 +182,12 @@ def env(tmp_path: Path) -> Env:
 
 
 class Reply:
-    """Collects what a `respond` callback receives."""
+    """Collects what a `respond` callback receives (a JoinReply or a SyncReply)."""
 
     def __init__(self) -> None:
-        self.values: list[dict[str, Any]] = []
+        self.values: list[Any] = []
 
-    def __call__(self, value: dict[str, Any]) -> None:
+    def __call__(self, value: Any) -> None:
         self.values.append(value)
 
     @property
@@ -195,7 +195,7 @@ class Reply:
         return bool(self.values)
 
     @property
-    def value(self) -> dict[str, Any]:
+    def value(self) -> Any:
         assert len(self.values) == 1, self.values
         return self.values[0]
 
@@ -236,13 +236,13 @@ def one_member(env: Env, h: SimpleNamespace, group: str) -> str:
     c = env.coordinator
     first = h.Reply()
     c.classic.join_group(h.join_req(group), first)
-    mid = first.value["member_id"]
+    mid = first.value.member_id
     join = h.Reply()
     c.classic.join_group(h.join_req(group, mid), join)
     env.loop.advance(0)
     s = h.Reply()
     c.classic.sync_group(group, 1, mid, None, None, None, [(mid, b"a")], s)
-    assert s.value["error_code"] == 0
+    assert s.value.error_code == 0
     return mid
 
 

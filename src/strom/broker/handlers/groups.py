@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from strom.broker.authz import Op, Res, allowed, authorized_operations, cluster_allowed, requires
 from strom.broker.context import RequestContext
@@ -34,12 +35,16 @@ from strom.broker.request_types import (
 from strom.broker.router import handles
 from strom.broker.share_persister import RoutingPersister
 from strom.coordinator.group.classic_groups import JoinRequest
+from strom.coordinator.group.replies import ClassicGroupDescription, JoinReply, SyncReply
 from strom.coordinator.group.share_state import ShareGroup
+from strom.coordinator.group.state import UNKNOWN_AUTHORIZED_OPERATIONS
 from strom.coordinator.share.coordinator import parse_coordinator_key
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode, KafkaError
 
 GROUP_KEY, TRANSACTION_KEY, SHARE_KEY = 0, 1, 2
+
+_Reply = TypeVar("_Reply")
 
 
 # --------------------------------------------------------------------------------------------
@@ -53,11 +58,11 @@ def client_host(ctx: RequestContext) -> str:
     return "/" + host.strip("[]")
 
 
-async def _wait(start: Any) -> dict[str, Any]:
+async def _wait(start: Callable[[Callable[[_Reply], None]], None]) -> _Reply:
     """Run a coordinator call that answers through a callback, and await the answer."""
-    fut: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+    fut: asyncio.Future[_Reply] = asyncio.get_running_loop().create_future()
 
-    def respond(result: dict[str, Any]) -> None:
+    def respond(result: _Reply) -> None:
         if not fut.done():
             fut.set_result(result)
 
@@ -182,15 +187,9 @@ async def join_group(broker: Broker, ctx: RequestContext,
         client_id=ctx.client_id or "", client_host=client_host(ctx),
         require_known_member_id=version >= 4, supports_skip_assignment=version >= 9,
         reason=request.reason)
-    result = await _wait(lambda respond: groups.classic.join_group(req, respond))
-    return _join_reply(version, result)
-
-
-def _join_reply(version: int, result: dict[str, Any]) -> dict[str, Any]:
-    out = {"throttle_time": 0, "generation_id": -1, "protocol_type": None,
-           "protocol_name": None, "leader": "", "skip_assignment": False, "members": [],
-           **result}
-    if version < 7 and out["protocol_name"] is None:
+    result: JoinReply = await _wait(lambda respond: groups.classic.join_group(req, respond))
+    out = {"throttle_time": 0, **result.fields()}
+    if version < 7 and out["protocol_name"] is None:  # not nullable before v7
         out["protocol_name"] = ""
     return out
 
@@ -201,11 +200,11 @@ async def sync_group(broker: Broker, ctx: RequestContext,
                      request: SyncGroupRequest) -> dict[str, Any]:
     groups = broker.groups
     assignments = [(a.member_id, bytes(a.assignment)) for a in request.assignments]
-    result = await _wait(lambda respond: groups.classic.sync_group(
+    result: SyncReply = await _wait(lambda respond: groups.classic.sync_group(
         request.group_id, request.generation_id, request.member_id,
         request.group_instance_id, request.protocol_type, request.protocol_name, assignments,
         respond))
-    return {"throttle_time": 0, **result}
+    return {"throttle_time": 0, **result.fields()}
 
 
 @handles(ApiKey.HEARTBEAT, 0, 4)
@@ -234,8 +233,9 @@ def leave_group(broker: Broker, ctx: RequestContext, request: LeaveGroupRequest)
     except KafkaError as exc:
         error, results = exc.code, []
     if version < 3 and not error and results:
-        error = results[0]["error_code"]
-    return {"throttle_time": 0, "error_code": int(error), "members": results}
+        error = results[0].error_code
+    return {"throttle_time": 0, "error_code": int(error),
+            "members": [r.fields() for r in results]}
 
 
 # --------------------------------------------------------------------------------------------
@@ -424,8 +424,8 @@ def list_groups(broker: Broker, ctx: RequestContext, request: ListGroupsRequest)
     except KafkaError as exc:
         error, groups = exc.code, []
     if broker.authorizer is not None and not cluster_allowed(broker, ctx, Op.DESCRIBE):
-        groups = [g for g in groups if allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g["group_id"])]
-    return {"throttle_time": 0, "error_code": int(error), "groups": groups}
+        groups = [g for g in groups if allowed(broker, ctx, Op.DESCRIBE, Res.GROUP, g.group_id)]
+    return {"throttle_time": 0, "error_code": int(error), "groups": [g.fields() for g in groups]}
 
 
 @handles(ApiKey.DESCRIBE_GROUPS, 0, 6)
@@ -438,22 +438,24 @@ def describe_groups(broker: Broker, ctx: RequestContext,
         described = broker.groups.classic.describe_groups(
             visible, include_authorized_operations=include, version=ctx.api_version)
     except KafkaError as exc:
-        described = [{"group_id": g, "error_code": int(exc.code), "group_state": "",
-                      "protocol_type": "", "protocol_data": "", "members": []}
-                     for g in visible]
-    by_name = {g["group_id"]: g for g in described}
+        described = [_undescribed(g, exc.code) for g in visible]
+    by_name = {g.group_id: g for g in described}
     groups = []
     for g in names:
         found = by_name.get(g)
         if found is None:
-            groups.append({"group_id": g, "error_code": int(ErrorCode.GROUP_AUTHORIZATION_FAILED),
-                           "group_state": "", "protocol_type": "", "protocol_data": "",
-                           "members": []})
+            groups.append(_undescribed(g, ErrorCode.GROUP_AUTHORIZATION_FAILED))
             continue
         if include and broker.authorizer is not None:
-            found["authorized_operations"] = authorized_operations(broker, ctx, Res.GROUP, g)
+            found = found.with_operations(authorized_operations(broker, ctx, Res.GROUP, g))
         groups.append(found)
-    return {"throttle_time": 0, "groups": groups}
+    return {"throttle_time": 0, "groups": [g.fields() for g in groups]}
+
+
+def _undescribed(group_id: str, code: int) -> ClassicGroupDescription:
+    """A group the handler answers for: no state (not even "Dead"), no message."""
+    return ClassicGroupDescription(group_id, UNKNOWN_AUTHORIZED_OPERATIONS, error_code=int(code),
+                                   group_state="")
 
 
 @handles(ApiKey.DELETE_GROUPS, 0, 2)

@@ -15,7 +15,7 @@ from strom.broker.handlers.consumer_groups import describe_authorized
 from strom.broker.handlers.groups import client_host
 from strom.broker.request_types import ShareGroupDescribeRequest, ShareGroupHeartbeatRequest
 from strom.broker.router import handles
-from strom.coordinator.group.replies import HeartbeatReply
+from strom.coordinator.group.replies import HeartbeatReply, ShareGroupDescription
 from strom.protocol.api_keys import ApiKey
 from strom.protocol.errors import ErrorCode
 
@@ -45,4 +45,4 @@ def share_group_describe(broker: Broker, ctx: RequestContext,
                          request: ShareGroupDescribeRequest) -> dict[str, Any]:
     return describe_authorized(broker, ctx, list(request.group_ids),
                                request.include_authorized_operations,
-                               broker.groups.share.describe)
+                               broker.groups.share.describe, ShareGroupDescription.failed)

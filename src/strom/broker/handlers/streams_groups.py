@@ -24,7 +24,7 @@ from strom.broker.handlers.consumer_groups import describe_authorized
 from strom.broker.handlers.groups import client_host
 from strom.broker.request_types import StreamsGroupDescribeRequest, StreamsGroupHeartbeatRequest
 from strom.broker.router import handles
-from strom.coordinator.group.replies import StreamsHeartbeatReply
+from strom.coordinator.group.replies import StreamsGroupDescription, StreamsHeartbeatReply
 from strom.coordinator.group.streams_groups import StreamsHeartbeat
 from strom.coordinator.group.streams_state import StreamsTopology, Tasks
 from strom.protocol.api_keys import ApiKey
@@ -101,10 +101,6 @@ def streams_group_heartbeat(broker: Broker, ctx: RequestContext,
 @handles(ApiKey.STREAMS_GROUP_DESCRIBE, 0, 0)
 def streams_group_describe(broker: Broker, ctx: RequestContext,
                            request: StreamsGroupDescribeRequest) -> dict[str, Any]:
-    def describe(group_ids: list[str], *,
-                 include_authorized_operations: bool) -> list[dict[str, Any]]:
-        return [g.fields() for g in broker.groups.streams.describe(
-            group_ids, include_authorized_operations=include_authorized_operations)]
-
     return describe_authorized(broker, ctx, list(request.group_ids),
-                               request.include_authorized_operations, describe)
+                               request.include_authorized_operations,
+                               broker.groups.streams.describe, StreamsGroupDescription.failed)

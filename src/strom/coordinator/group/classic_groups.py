@@ -18,6 +18,15 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from strom.coordinator.group import records as rec
+from strom.coordinator.group.replies import (
+    ClassicGroupDescription,
+    ClassicMemberDescription,
+    JoinReply,
+    JoinRespond,
+    LeaveResult,
+    SyncReply,
+    SyncRespond,
+)
 from strom.coordinator.group.shards import GroupShards, Shard
 from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
@@ -28,7 +37,6 @@ from strom.coordinator.group.state import (
     ClassicState,
     ConsumerGroup,
     Protocols,
-    Respond,
 )
 from strom.coordinator.group.streams_state import StreamsGroup
 from strom.protocol.errors import ErrorCode, KafkaError
@@ -52,17 +60,6 @@ class JoinRequest:
     reason: str | None = None
 
 
-def join_error(member_id: str, code: int) -> dict[str, Any]:
-    return {"error_code": int(code), "generation_id": -1, "protocol_type": None,
-            "protocol_name": None, "leader": "", "skip_assignment": False,
-            "member_id": member_id, "members": []}
-
-
-def sync_error(code: int) -> dict[str, Any]:
-    return {"error_code": int(code), "protocol_type": None, "protocol_name": None,
-            "assignment": b""}
-
-
 def validate_member(group: ClassicGroup, member_id: str, instance_id: str | None) -> int:
     """NONE, or the error for a request naming a member the group does not have (or a static
     member whose instance id now belongs to another member id)."""
@@ -83,18 +80,18 @@ class ClassicMembersOfConsumerGroups(Protocol):
     """Who serves the classic requests of a consumer group's members (`classic_members`)."""
 
     def join_group(self, shard: Shard, group: ConsumerGroup, req: JoinRequest,
-                   respond: Respond) -> None: ...
+                   respond: JoinRespond) -> None: ...
 
     def sync_group(self, group: ConsumerGroup, generation: int, member_id: str,
                    instance_id: str | None, protocol_type: str | None,
-                   protocol_name: str | None, respond: Respond) -> None: ...
+                   protocol_name: str | None, respond: SyncRespond) -> None: ...
 
     def heartbeat(self, group: ConsumerGroup, generation: int, member_id: str,
                   instance_id: str | None) -> int: ...
 
     def leave_group(self, shard: Shard, group: ConsumerGroup,
                     members: list[tuple[str, str | None, str | None]]
-                    ) -> tuple[int, list[dict[str, Any]]]: ...
+                    ) -> tuple[int, list[LeaveResult]]: ...
 
 
 class ClassicGroupManager:
@@ -148,14 +145,15 @@ class ClassicGroupManager:
     def on_unloading(self, group: ClassicGroup) -> None:
         """Parked JoinGroup/SyncGroup requests learn that this broker no longer coordinates."""
         for member in list(group.members.values()):
-            group.complete_join(member, join_error(member.member_id, ErrorCode.NOT_COORDINATOR))
-            group.complete_sync(member, sync_error(ErrorCode.NOT_COORDINATOR))
+            group.complete_join(member, JoinReply.failed(member.member_id,
+                                                         ErrorCode.NOT_COORDINATOR))
+            group.complete_sync(member, SyncReply.failed(ErrorCode.NOT_COORDINATOR))
 
     def abort_parked(self, group: ClassicGroup, error: int) -> None:
         """Answer every parked JoinGroup and SyncGroup with `error` (the group is converted)."""
         for member in list(group.members.values()):
-            group.complete_join(member, join_error(member.member_id, error))
-            group.complete_sync(member, sync_error(error))
+            group.complete_join(member, JoinReply.failed(member.member_id, error))
+            group.complete_sync(member, SyncReply.failed(error))
 
     def adopt(self, group: ClassicGroup, reason: str) -> None:
         """Take over a group a downgrade just made classic: arm its members' sessions and
@@ -180,18 +178,18 @@ class ClassicGroupManager:
     # JoinGroup
     # ========================================================================================
 
-    def join_group(self, req: JoinRequest, respond: Respond) -> None:
+    def join_group(self, req: JoinRequest, respond: JoinRespond) -> None:
         try:
             shard = self.state.serving(req.group_id)
         except KafkaError as exc:
-            respond(join_error(req.member_id, exc.code))
+            respond(JoinReply.failed(req.member_id, exc.code))
             return
         cfg = self.config
         if not cfg.min_session_timeout <= req.session_timeout <= cfg.max_session_timeout:
-            respond(join_error(req.member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
+            respond(JoinReply.failed(req.member_id, ErrorCode.INVALID_SESSION_TIMEOUT))
             return
         if "classic" not in cfg.rebalance_protocols:
-            respond(join_error(req.member_id, ErrorCode.UNSUPPORTED_VERSION))
+            respond(JoinReply.failed(req.member_id, ErrorCode.UNSUPPORTED_VERSION))
             return
         group = shard.groups.get(req.group_id)
         if isinstance(group, ConsumerGroup) and not group.is_empty and \
@@ -201,29 +199,29 @@ class ClassicGroupManager:
         if isinstance(group, StreamsGroup | ShareGroup):
             log.info("group %s: classic JoinGroup refused, the group is a %s group",
                      req.group_id, group.type)
-            respond(join_error(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            respond(JoinReply.failed(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         if isinstance(group, ConsumerGroup):
             if not group.is_empty:
                 log.info("group %s: classic JoinGroup refused, the group uses the consumer "
                          "protocol", req.group_id)
-                respond(join_error(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+                respond(JoinReply.failed(req.member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
                 return
             try:
                 self.state.delete_group_state(shard, group)
             except KafkaError as exc:
-                respond(join_error(req.member_id, exc.code))
+                respond(JoinReply.failed(req.member_id, exc.code))
                 return
             group = None
         unknown = req.member_id == ""
         if group is None:
             if not unknown:
-                respond(join_error(req.member_id, ErrorCode.UNKNOWN_MEMBER_ID))
+                respond(JoinReply.failed(req.member_id, ErrorCode.UNKNOWN_MEMBER_ID))
                 return
             group = self.state.new_classic_group(shard, req.group_id)
         if not self._accept_joining_member(group, req.member_id):
             group.remove(req.member_id)
-            respond(join_error("", ErrorCode.GROUP_MAX_SIZE_REACHED))
+            respond(JoinReply.failed("", ErrorCode.GROUP_MAX_SIZE_REACHED))
         elif unknown:
             self._join_new_member(group, req, respond)
         else:
@@ -238,12 +236,12 @@ class ClassicGroupManager:
             return (member is not None and member.awaiting_join) or group.num_awaiting_join < limit
         return member_id in group.members or len(group.members) < limit
 
-    def _join_new_member(self, group: ClassicGroup, req: JoinRequest, respond: Respond) -> None:
+    def _join_new_member(self, group: ClassicGroup, req: JoinRequest, respond: JoinRespond) -> None:
         if group.is_state(ClassicState.DEAD):
-            respond(join_error("", ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            respond(JoinReply.failed("", ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
         if not group.supports_protocols(req.protocol_type, {n for n, _ in req.protocols}):
-            respond(join_error("", ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            respond(JoinReply.failed("", ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         new_id = f"{req.instance_id or req.client_id}-{uuid.uuid4()}"
         if req.instance_id is not None:
@@ -259,25 +257,25 @@ class ClassicGroupManager:
             group.pending_members.add(new_id)
             self.timers.schedule(("hb", group.group_id, new_id), req.session_timeout,
                                  lambda: self._expire_heartbeat(group.group_id, new_id))
-            respond(join_error(new_id, ErrorCode.MEMBER_ID_REQUIRED))
+            respond(JoinReply.failed(new_id, ErrorCode.MEMBER_ID_REQUIRED))
         else:
             self._add_member_and_rebalance(group, req, new_id, respond)
 
     def _join_existing_member(self, group: ClassicGroup, req: JoinRequest,
-                              respond: Respond) -> None:
+                              respond: JoinRespond) -> None:
         member_id = req.member_id
         if group.is_state(ClassicState.DEAD):
-            respond(join_error(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            respond(JoinReply.failed(member_id, ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
         if not group.supports_protocols(req.protocol_type, {n for n, _ in req.protocols}):
-            respond(join_error(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
+            respond(JoinReply.failed(member_id, ErrorCode.INCONSISTENT_GROUP_PROTOCOL))
             return
         if member_id in group.pending_members:
             self._add_member_and_rebalance(group, req, member_id, respond)
             return
         error = validate_member(group, member_id, req.instance_id)
         if error:
-            respond(join_error(member_id, error))
+            respond(JoinReply.failed(member_id, error))
             return
         member = group.members[member_id]
         if group.is_state(ClassicState.PREPARING_REBALANCE):
@@ -294,19 +292,19 @@ class ClassicGroupManager:
             else:
                 respond(self._join_response(group, member_id, leader_view=False))
         else:
-            respond(join_error(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
+            respond(JoinReply.failed(member_id, ErrorCode.UNKNOWN_MEMBER_ID))
 
     def _join_response(self, group: ClassicGroup, member_id: str, *, leader_view: bool,
                        skip_assignment: bool = False, leader: str | None = None
-                       ) -> dict[str, Any]:
-        return {"error_code": 0, "generation_id": group.generation,
-                "protocol_type": group.protocol_type, "protocol_name": group.protocol_name,
-                "leader": (leader if leader is not None else group.leader_id) or "",
-                "skip_assignment": skip_assignment, "member_id": member_id,
-                "members": group.join_members() if leader_view else []}
+                       ) -> JoinReply:
+        return JoinReply(member_id=member_id, generation_id=group.generation,
+                         protocol_type=group.protocol_type, protocol_name=group.protocol_name,
+                         leader=(leader if leader is not None else group.leader_id) or "",
+                         skip_assignment=skip_assignment,
+                         members=group.join_members() if leader_view else ())
 
     def _add_member_and_rebalance(self, group: ClassicGroup, req: JoinRequest, member_id: str,
-                                  respond: Respond) -> None:
+                                  respond: JoinRespond) -> None:
         rebalance_timeout = req.rebalance_timeout if req.rebalance_timeout > 0 \
             else req.session_timeout
         member = ClassicMember(member_id, req.instance_id, req.client_id, req.client_host,
@@ -322,9 +320,9 @@ class ClassicGroupManager:
                    f"client reason: {req.reason or 'not provided'}")
 
     def _update_member_and_rebalance(self, group: ClassicGroup, member: ClassicMember,
-                                     req: JoinRequest, respond: Respond) -> None:
+                                     req: JoinRequest, respond: JoinRespond) -> None:
         if member.join_callback is not None:  # a duplicate join replaces the parked one
-            group.complete_join(member, join_error(member.member_id,
+            group.complete_join(member, JoinReply.failed(member.member_id,
                                                    ErrorCode.REBALANCE_IN_PROGRESS))
         rebalance_timeout = req.rebalance_timeout if req.rebalance_timeout > 0 \
             else req.session_timeout
@@ -335,7 +333,7 @@ class ClassicGroupManager:
                    f"client reason: {req.reason or 'not provided'}")
 
     def _update_static_member(self, group: ClassicGroup, req: JoinRequest, old_id: str,
-                              new_id: str, respond: Respond) -> None:
+                              new_id: str, respond: JoinRespond) -> None:
         old_leader = group.leader_id
         member = group.replace_static_member(req.instance_id or "", old_id, new_id)
         self.timers.cancel(("hb", group.group_id, old_id))
@@ -358,8 +356,8 @@ class ClassicGroupManager:
                     group.update_member(member, saved[0], saved[1], saved[2], None)
                     group.replace_static_member(req.instance_id or "", new_id, old_id)
                     self._reschedule_heartbeat(group, group.members[old_id])
-                    respond({**join_error("", exc.code), "generation_id": group.generation,
-                             "leader": old_leader or ""})
+                    respond(JoinReply(member_id="", error_code=int(exc.code),
+                                      generation_id=group.generation, leader=old_leader or ""))
                     return
                 leader = group.leader_id == new_id
                 if req.supports_skip_assignment:
@@ -495,10 +493,10 @@ class ClassicGroupManager:
     def _propagate_assignment(self, group: ClassicGroup, error: int) -> None:
         ok = error == ErrorCode.NONE
         for member in list(group.members.values()):
-            response = {"error_code": int(error),
-                        "protocol_type": group.protocol_type if ok else None,
-                        "protocol_name": group.protocol_name if ok else None,
-                        "assignment": member.assignment}
+            response = SyncReply(error_code=int(error),
+                                 protocol_type=group.protocol_type if ok else None,
+                                 protocol_name=group.protocol_name if ok else None,
+                                 assignment=member.assignment)
             if group.complete_sync(member, response):
                 self._reschedule_heartbeat(group, member)
 
@@ -529,7 +527,7 @@ class ClassicGroupManager:
 
     def _remove_member_and_update(self, group: ClassicGroup, member: ClassicMember,
                                   reason: str) -> None:
-        group.complete_join(member, join_error("", ErrorCode.UNKNOWN_MEMBER_ID))
+        group.complete_join(member, JoinReply.failed("", ErrorCode.UNKNOWN_MEMBER_ID))
         group.remove(member.member_id)
         if group.is_state(ClassicState.STABLE, ClassicState.COMPLETING_REBALANCE):
             self._maybe_prepare_rebalance_or_complete_join(group, reason)
@@ -542,11 +540,11 @@ class ClassicGroupManager:
 
     def sync_group(self, group_id: str, generation: int, member_id: str,
                    instance_id: str | None, protocol_type: str | None, protocol_name: str | None,
-                   assignments: list[tuple[str, bytes]], respond: Respond) -> None:
+                   assignments: list[tuple[str, bytes]], respond: SyncRespond) -> None:
         try:
             shard = self.state.serving(group_id)
         except KafkaError as exc:
-            respond(sync_error(exc.code))
+            respond(SyncReply.failed(exc.code))
             return
         group = shard.groups.get(group_id)
         if isinstance(group, ConsumerGroup) and not group.is_empty and \
@@ -555,10 +553,10 @@ class ClassicGroupManager:
                                                protocol_type, protocol_name, respond)
             return
         if not isinstance(group, ClassicGroup) or group.is_empty:
-            respond(sync_error(ErrorCode.UNKNOWN_MEMBER_ID))
+            respond(SyncReply.failed(ErrorCode.UNKNOWN_MEMBER_ID))
             return
         if group.is_state(ClassicState.DEAD):
-            respond(sync_error(ErrorCode.COORDINATOR_NOT_AVAILABLE))
+            respond(SyncReply.failed(ErrorCode.COORDINATOR_NOT_AVAILABLE))
             return
         error = validate_member(group, member_id, instance_id)
         if not error and generation != group.generation:
@@ -567,18 +565,18 @@ class ClassicGroupManager:
                           or (protocol_name is not None and protocol_name != group.protocol_name)):
             error = ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         if error:
-            respond(sync_error(error))
+            respond(SyncReply.failed(error))
             return
         member = group.members[member_id]
         if group.is_state(ClassicState.PREPARING_REBALANCE):
-            respond(sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
+            respond(SyncReply.failed(ErrorCode.REBALANCE_IN_PROGRESS))
         elif group.is_state(ClassicState.STABLE):
             self._remove_pending_sync(group, member_id)
-            respond({"error_code": 0, "protocol_type": group.protocol_type,
-                     "protocol_name": group.protocol_name, "assignment": member.assignment})
+            respond(SyncReply(protocol_type=group.protocol_type,
+                              protocol_name=group.protocol_name, assignment=member.assignment))
         else:  # CompletingRebalance
             if member.sync_callback is not None:
-                group.complete_sync(member, sync_error(ErrorCode.REBALANCE_IN_PROGRESS))
+                group.complete_sync(member, SyncReply.failed(ErrorCode.REBALANCE_IN_PROGRESS))
             member.sync_callback = respond
             self._remove_pending_sync(group, member_id)
             if group.leader_id == member_id:
@@ -652,7 +650,7 @@ class ClassicGroupManager:
         return ErrorCode.NONE
 
     def leave_group(self, group_id: str, members: list[tuple[str, str | None, str | None]]
-                    ) -> tuple[int, list[dict[str, Any]]]:
+                    ) -> tuple[int, list[LeaveResult]]:
         """members: (member id, instance id, reason). Returns (top-level error, per member)."""
         try:
             shard = self.state.serving(group_id)
@@ -665,7 +663,7 @@ class ClassicGroupManager:
             return ErrorCode.UNKNOWN_MEMBER_ID, []
         if group.is_state(ClassicState.DEAD):
             return ErrorCode.COORDINATOR_NOT_AVAILABLE, []
-        results = []
+        results: list[LeaveResult] = []
         left = []
         for member_id, instance_id, reason in members:
             error: int = ErrorCode.NONE
@@ -685,8 +683,7 @@ class ClassicGroupManager:
                 if not error:
                     self._remove_current_member(group, member_id, reason)
                     left.append(member_id)
-            results.append({"member_id": member_id, "group_instance_id": instance_id,
-                            "error_code": int(error)})
+            results.append(LeaveResult(member_id, instance_id, int(error)))
         if left:
             reason = f"explicit LeaveGroup request for members {left}"
             if group.is_state(ClassicState.STABLE, ClassicState.COMPLETING_REBALANCE):
@@ -701,44 +698,40 @@ class ClassicGroupManager:
         self.timers.cancel(("hb", group.group_id, member_id))
         log.info("group %s: member %s left (client reason: %s)", group.group_id, member_id,
                  reason or "not provided")
-        group.complete_join(member, join_error("", ErrorCode.UNKNOWN_MEMBER_ID))
+        group.complete_join(member, JoinReply.failed("", ErrorCode.UNKNOWN_MEMBER_ID))
         group.remove(member_id)
 
 
     def describe_groups(self, group_ids: list[str], *, include_authorized_operations: bool,
-                        version: int) -> list[dict[str, Any]]:
-        out = []
+                        version: int) -> list[ClassicGroupDescription]:
         ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations \
             else UNKNOWN_AUTHORIZED_OPERATIONS
-        for gid in group_ids:
-            entry: dict[str, Any] = {"group_id": gid, "error_code": 0, "error_message": None,
-                                     "group_state": "Dead", "protocol_type": "",
-                                     "protocol_data": "", "members": [],
-                                     "authorized_operations": ops}
-            out.append(entry)
-            try:
-                shard = self.state.serving(gid)
-            except KafkaError as exc:
-                entry.update(error_code=int(exc.code), error_message=exc.message)
-                continue
-            group = shard.groups.get(gid)
-            modern = isinstance(group, ConsumerGroup | StreamsGroup | ShareGroup)
-            if group is None or (modern and version >= 6):
-                if version >= 6:
-                    what = "not found" if group is None else "is not a classic group"
-                    entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                                 error_message=f"Group {gid} {what}.")
-                continue
-            if not isinstance(group, ClassicGroup):
-                continue  # Kafka: a consumer or streams group is Dead to DescribeGroups v0-v5
-            entry.update(group_state=group.state_name, protocol_type=group.protocol_type or "")
-            stable = group.is_state(ClassicState.STABLE)
-            if stable:
-                entry["protocol_data"] = group.protocol_name or ""
-            entry["members"] = [
-                {"member_id": m.member_id, "group_instance_id": m.instance_id,
-                 "client_id": m.client_id, "client_host": m.client_host,
-                 "member_metadata": m.metadata(group.protocol_name) if stable else b"",
-                 "member_assignment": m.assignment if stable else b""}
-                for m in group.members.values()]
-        return out
+        return [self._describe_group(gid, ops, version) for gid in group_ids]
+
+    def _describe_group(self, gid: str, ops: int, version: int) -> ClassicGroupDescription:
+        try:
+            shard = self.state.serving(gid)
+        except KafkaError as exc:
+            return ClassicGroupDescription(gid, ops, error_code=int(exc.code),
+                                           error_message=exc.message)
+        group = shard.groups.get(gid)
+        modern = isinstance(group, ConsumerGroup | StreamsGroup | ShareGroup)
+        if group is None or (modern and version >= 6):
+            if version >= 6:
+                what = "not found" if group is None else "is not a classic group"
+                return ClassicGroupDescription(gid, ops,
+                                               error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
+                                               error_message=f"Group {gid} {what}.")
+            return ClassicGroupDescription(gid, ops)
+        if not isinstance(group, ClassicGroup):
+            # Kafka: a consumer or streams group is Dead to DescribeGroups v0-v5
+            return ClassicGroupDescription(gid, ops)
+        stable = group.is_state(ClassicState.STABLE)
+        return ClassicGroupDescription(
+            gid, ops, group_state=group.state_name, protocol_type=group.protocol_type or "",
+            protocol_data=(group.protocol_name or "") if stable else "",
+            members=tuple(ClassicMemberDescription(
+                m.member_id, m.instance_id, m.client_id, m.client_host,
+                metadata=m.metadata(group.protocol_name) if stable else b"",
+                assignment=m.assignment if stable else b"")
+                for m in group.members.values()))

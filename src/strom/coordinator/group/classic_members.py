@@ -19,16 +19,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
 
 from strom.coordinator.group import consumer_protocol as cp
 from strom.coordinator.group import migration
 from strom.coordinator.group import records as rec
-from strom.coordinator.group.classic_groups import JoinRequest, join_error, sync_error
+from strom.coordinator.group.classic_groups import JoinRequest
 from strom.coordinator.group.consumer_groups import (
     ConsumerGroupManager,
     known_static_member,
     with_classic,
+)
+from strom.coordinator.group.replies import (
+    JoinReply,
+    JoinRespond,
+    LeaveResult,
+    SyncReply,
+    SyncRespond,
 )
 from strom.coordinator.group.shards import Shard
 from strom.coordinator.group.state import (
@@ -37,7 +43,6 @@ from strom.coordinator.group.state import (
     ConsumerGroup,
     ConsumerMember,
     MemberState,
-    Respond,
 )
 from strom.protocol.errors import ErrorCode, KafkaError, ProtocolError
 
@@ -58,7 +63,7 @@ class ClassicMemberManager:
     # -- JoinGroup ---------------------------------------------------------------------------
 
     def join_group(self, shard: Shard, group: ConsumerGroup, req: JoinRequest,
-                   respond: Respond) -> None:
+                   respond: JoinRespond) -> None:
         try:
             if self._downgrade_for_static_member(shard, group, req, respond):
                 return
@@ -66,9 +71,9 @@ class ClassicMemberManager:
         except KafkaError as exc:
             log.info("group %s: classic JoinGroup of %s refused: %s", group.group_id,
                      req.member_id or "a new member", exc.message or exc.code.name)
-            respond(join_error(req.member_id, exc.code))
+            respond(JoinReply.failed(req.member_id, exc.code))
 
-    def _join(self, shard: Shard, group: ConsumerGroup, req: JoinRequest) -> dict[str, Any]:
+    def _join(self, shard: Shard, group: ConsumerGroup, req: JoinRequest) -> JoinReply:
         gid = group.group_id
         if self.config.migration_policy == "disabled":
             raise KafkaError(ErrorCode.INCONSISTENT_GROUP_PROTOCOL,
@@ -88,7 +93,7 @@ class ClassicMemberManager:
         if unknown and req.require_known_member_id and req.instance_id is None:
             log.info("group %s: a dynamic classic member joins the consumer group; asking it "
                      "to rejoin with member id %s", gid, member_id)
-            return join_error(member_id, ErrorCode.MEMBER_ID_REQUIRED)
+            return JoinReply.failed(member_id, ErrorCode.MEMBER_ID_REQUIRED)
         try:
             subscription = cp.parse_subscription(req.protocols[0][1])
         except ProtocolError as exc:
@@ -130,13 +135,12 @@ class ClassicMemberManager:
                                                        "timeout"))
         log.info("group %s: classic member %s joined at epoch %d (%s)", gid, member_id,
                  updated.member_epoch, updated.state.name)
-        return {"error_code": 0, "generation_id": updated.member_epoch,
-                "protocol_type": CONSUMER_PROTOCOL_TYPE, "protocol_name": req.protocols[0][0],
-                "leader": "", "skip_assignment": False, "member_id": member_id,
-                "members": []}
+        return JoinReply(member_id=member_id, generation_id=updated.member_epoch,
+                         protocol_type=CONSUMER_PROTOCOL_TYPE,
+                         protocol_name=req.protocols[0][0])
 
     def _downgrade_for_static_member(self, shard: Shard, group: ConsumerGroup,
-                                     req: JoinRequest, respond: Respond) -> bool:
+                                     req: JoinRequest, respond: JoinRespond) -> bool:
         """A static classic member replacing the group's last consumer-protocol member (a
         rolling downgrade with group.instance.id): the group goes back to classic, the new
         instance takes the old one's place and joins the classic rebalance that follows."""
@@ -233,7 +237,7 @@ class ClassicMemberManager:
 
     def sync_group(self, group: ConsumerGroup, generation: int, member_id: str,
                    instance_id: str | None, protocol_type: str | None,
-                   protocol_name: str | None, respond: Respond) -> None:
+                   protocol_name: str | None, respond: SyncRespond) -> None:
         try:
             member = self._classic_member(group, member_id, instance_id)
             self._check_generation(member, generation)
@@ -256,13 +260,13 @@ class ClassicMemberManager:
                                  f"A new rebalance is triggered in group {group.group_id} and "
                                  f"member {member_id} should rejoin to catch up.")
         except KafkaError as exc:
-            respond(sync_error(exc.code))
+            respond(SyncReply.failed(exc.code))
             return
         self.timers.cancel(("classic-sync", group.group_id, member.member_id))
         self.consumer.schedule_session_timeout(group, member)
-        respond({"error_code": 0, "protocol_type": protocol_type, "protocol_name": protocol_name,
-                 "assignment": migration.serialized_assignment(
-                     member.classic.protocols, member.assigned, self.topics)})
+        respond(SyncReply(protocol_type=protocol_type, protocol_name=protocol_name,
+                          assignment=migration.serialized_assignment(
+                              member.classic.protocols, member.assigned, self.topics)))
 
     def heartbeat(self, group: ConsumerGroup, generation: int, member_id: str,
                   instance_id: str | None) -> int:
@@ -284,11 +288,11 @@ class ClassicMemberManager:
 
     def leave_group(self, shard: Shard, group: ConsumerGroup,
                     members: list[tuple[str, str | None, str | None]]
-                    ) -> tuple[int, list[dict[str, Any]]]:
+                    ) -> tuple[int, list[LeaveResult]]:
         """members: (member id, instance id, reason). Any member may be removed this way
         (kafka-consumer-groups removes members by instance id); then maybe a downgrade."""
         gid = group.group_id
-        results = []
+        results: list[LeaveResult] = []
         leaving: list[str] = []
         for member_id, instance_id, reason in members:
             error = ErrorCode.NONE
@@ -307,8 +311,7 @@ class ClassicMemberManager:
                          gid, member.member_id, reason or "not provided")
                 if member.member_id not in leaving:
                     leaving.append(member.member_id)
-            results.append({"member_id": member_id, "group_instance_id": instance_id,
-                            "error_code": int(error)})
+            results.append(LeaveResult(member_id, instance_id, int(error)))
         if leaving:
             self.consumer.fence_members(shard, group, leaving)
         return ErrorCode.NONE, results

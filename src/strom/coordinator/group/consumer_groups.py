@@ -32,7 +32,13 @@ from strom.coordinator.group import records as rec
 from strom.coordinator.group.assignors import ASSIGNORS
 from strom.coordinator.group.classic_groups import ClassicGroupManager
 from strom.coordinator.group.reconciliation import reconcile
-from strom.coordinator.group.replies import HeartbeatReply, reply_assignment
+from strom.coordinator.group.replies import (
+    ConsumerGroupDescription,
+    ConsumerMemberDescription,
+    HeartbeatReply,
+    described_assignment,
+    reply_assignment,
+)
 from strom.coordinator.group.shards import GroupShards, Shard, group_tombstones
 from strom.coordinator.group.share_state import ShareGroup
 from strom.coordinator.group.state import (
@@ -639,49 +645,39 @@ class ConsumerGroupManager:
     # ConsumerGroupDescribe
     # ========================================================================================
 
-    def consumer_group_describe(self, group_ids: list[str], *,
-                                include_authorized_operations: bool) -> list[dict[str, Any]]:
+    def consumer_group_describe(self, group_ids: list[str], *, include_authorized_operations: bool
+                                ) -> list[ConsumerGroupDescription]:
         ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations \
             else UNKNOWN_AUTHORIZED_OPERATIONS
-        out = []
-        for gid in group_ids:
-            entry: dict[str, Any] = {"group_id": gid, "error_code": 0, "error_message": None,
-                                     "group_state": "Dead", "group_epoch": 0,
-                                     "assignment_epoch": 0, "assignor_name": "", "members": [],
-                                     "authorized_operations": ops}
-            out.append(entry)
-            try:
-                shard = self.state.serving(gid)
-            except KafkaError as exc:
-                entry.update(error_code=int(exc.code), error_message=exc.message)
-                continue
-            group = shard.groups.get(gid)
-            if not isinstance(group, ConsumerGroup):
-                what = "not found" if group is None else "is not a consumer group"
-                entry.update(error_code=int(ErrorCode.GROUP_ID_NOT_FOUND),
-                             error_message=f"Group {gid} {what}.")
-                continue
-            entry.update(group_state=group.state_name, group_epoch=group.group_epoch,
-                         assignment_epoch=group.assignment_epoch,
-                         assignor_name=self._preferred_assignor(group))
-            entry["members"] = [self._describe_member(group, m) for m in group.members.values()]
-        return out
+        return [self._describe_group(gid, ops) for gid in group_ids]
 
-    def _describe_member(self, group: ConsumerGroup, m: ConsumerMember) -> dict[str, Any]:
-        def described(a: Assignment) -> dict[str, Any]:
-            return {"topic_partitions": [
-                {"topic_id": t, "topic_name": self.topics.topic_name(t) or "",
-                 "partitions": sorted(ps)} for t, ps in a.items() if ps]}
+    def _describe_group(self, gid: str, ops: int) -> ConsumerGroupDescription:
+        try:
+            shard = self.state.serving(gid)
+        except KafkaError as exc:
+            return ConsumerGroupDescription.failed(gid, ops, exc.code, exc.message, "Dead")
+        group = shard.groups.get(gid)
+        if not isinstance(group, ConsumerGroup):
+            what = "not found" if group is None else "is not a consumer group"
+            return ConsumerGroupDescription.failed(gid, ops, ErrorCode.GROUP_ID_NOT_FOUND,
+                                                   f"Group {gid} {what}.", "Dead")
+        return ConsumerGroupDescription(
+            gid, ops, group_state=group.state_name, group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor_name=self._preferred_assignor(group),
+            members=tuple(self._describe_member(group, m) for m in group.members.values()))
 
-        return {"member_id": m.member_id, "instance_id": m.instance_id, "rack_id": m.rack_id,
-                "member_epoch": m.member_epoch, "client_id": m.client_id,
-                "client_host": m.client_host,
-                "subscribed_topic_names": list(m.subscribed_topic_names),
-                "subscribed_topic_regex": m.subscribed_topic_regex,
-                "assignment": described(m.assigned),
-                "target_assignment": described(group.target.get(m.member_id, {})),
-                "member_type": MEMBER_TYPE_CLASSIC if m.uses_classic_protocol
-                else MEMBER_TYPE_CONSUMER}
+    def _describe_member(self, group: ConsumerGroup,
+                         m: ConsumerMember) -> ConsumerMemberDescription:
+        name = self.topics.topic_name
+        return ConsumerMemberDescription(
+            m.member_id, m.instance_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+            subscribed_topic_names=tuple(m.subscribed_topic_names),
+            subscribed_topic_regex=m.subscribed_topic_regex,
+            assignment=described_assignment(m.assigned, name),
+            target_assignment=described_assignment(group.target.get(m.member_id, {}), name),
+            member_type=MEMBER_TYPE_CLASSIC if m.uses_classic_protocol
+            else MEMBER_TYPE_CONSUMER)
 
     # ========================================================================================
     # Load

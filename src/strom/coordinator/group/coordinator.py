@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group.classic_groups import ClassicGroupManager
@@ -39,6 +38,7 @@ from strom.coordinator.group.config import GroupConfig
 from strom.coordinator.group.consumer_groups import ConsumerGroupManager
 from strom.coordinator.group.group_configs import GroupConfigs
 from strom.coordinator.group.offsets import OffsetManager, is_offset_record
+from strom.coordinator.group.replies import ListedGroup
 from strom.coordinator.group.shards import (
     Group,
     GroupShards,
@@ -177,11 +177,11 @@ class GroupCoordinator:
     # -- ListGroups and DeleteGroups: both protocols, and the offsets --------------------------
 
     def list_groups(self, states: Iterable[str] = (), types: Iterable[str] = ()
-                    ) -> tuple[int, list[dict[str, Any]]]:
+                    ) -> tuple[int, list[ListedGroup]]:
         states_filter = {s.lower() for s in states}
         types_filter = {t.lower() for t in types}
         error = ErrorCode.NONE
-        out = []
+        out: list[ListedGroup] = []
         for shard in self.state.shards.values():
             if shard.loading:
                 error = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
@@ -191,9 +191,8 @@ class GroupCoordinator:
                     continue
                 if types_filter and group.type not in types_filter:
                     continue
-                out.append({"group_id": group.group_id,
-                            "protocol_type": group.protocol_type or "",
-                            "group_state": group.state_name, "group_type": group.type})
+                out.append(ListedGroup(group.group_id, group.protocol_type or "",
+                                       group.state_name, group.type))
         return error, out
 
     def delete_groups(self, group_ids: list[str]) -> list[tuple[str, int]]:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, Protocol, Self
 
 from strom.coordinator.group.streams_state import TopicInfo
 
@@ -227,12 +227,314 @@ class StreamsGroupDescription:
                message: str | None) -> StreamsGroupDescription:
         return cls(group_id, authorized_operations, error_code=int(code), error_message=message)
 
+    def with_operations(self, authorized_operations: int) -> StreamsGroupDescription:
+        return replace(self, authorized_operations=authorized_operations)
+
     def fields(self) -> dict[str, Any]:
-        """The group entry's fields as the encoder takes them (a new dict each time: the
-        handler may set its authorized operations)."""
+        """The group entry's fields as the encoder takes them."""
         return {"group_id": self.group_id, "error_code": self.error_code,
                 "error_message": self.error_message, "group_state": self.group_state,
                 "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
                 "topology": None if self.topology is None else self.topology.fields(),
                 "members": [m.fields() for m in self.members],
                 "authorized_operations": self.authorized_operations}
+
+
+# --------------------------------------------------------------------------------------------
+# The classic protocol: JoinGroup, SyncGroup, LeaveGroup
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JoinMember:
+    """A member as the leader's JoinGroup answer lists it: its metadata for the chosen
+    protocol, from which the leader computes the assignment."""
+
+    member_id: str
+    instance_id: str | None
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class JoinReply:
+    """A JoinGroup response but its throttle time. Only the leader gets `members`; a failed
+    join still carries a member id (the one to rejoin with, for MEMBER_ID_REQUIRED)."""
+
+    member_id: str
+    error_code: int = 0
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    skip_assignment: bool = False
+    members: tuple[JoinMember, ...] = ()
+
+    @classmethod
+    def failed(cls, member_id: str, code: int) -> JoinReply:
+        return cls(member_id=member_id, error_code=int(code))
+
+    def fields(self) -> dict[str, Any]:
+        """The response's fields as the encoder takes them."""
+        return {"error_code": self.error_code, "generation_id": self.generation_id,
+                "protocol_type": self.protocol_type, "protocol_name": self.protocol_name,
+                "leader": self.leader, "skip_assignment": self.skip_assignment,
+                "member_id": self.member_id,
+                "members": [{"member_id": m.member_id, "group_instance_id": m.instance_id,
+                             "metadata": m.metadata} for m in self.members]}
+
+
+@dataclass(frozen=True, slots=True)
+class SyncReply:
+    """A SyncGroup response but its throttle time: the member's assignment (empty when the
+    sync failed)."""
+
+    error_code: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    assignment: bytes = b""
+
+    @classmethod
+    def failed(cls, code: int) -> SyncReply:
+        return cls(error_code=int(code))
+
+    def fields(self) -> dict[str, Any]:
+        """The response's fields as the encoder takes them."""
+        return {"error_code": self.error_code, "protocol_type": self.protocol_type,
+                "protocol_name": self.protocol_name, "assignment": self.assignment}
+
+
+# Who waits for a JoinGroup or SyncGroup answer (called exactly once, possibly right away).
+JoinRespond = Callable[[JoinReply], None]
+SyncRespond = Callable[[SyncReply], None]
+
+
+@dataclass(frozen=True, slots=True)
+class LeaveResult:
+    """What became of one member a LeaveGroup named (as it named it: by member id, or by
+    instance id with an empty member id)."""
+
+    member_id: str
+    instance_id: str | None
+    error_code: int = 0
+
+    def fields(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "group_instance_id": self.instance_id,
+                "error_code": self.error_code}
+
+
+# --------------------------------------------------------------------------------------------
+# DescribeGroups, ConsumerGroupDescribe, ShareGroupDescribe, ListGroups
+# --------------------------------------------------------------------------------------------
+
+
+class GroupDescription(Protocol):
+    """A group entry of a describe response, as the broker's handler filters it: the group's
+    id, whether describing it failed, and its authorized operations, which the handler
+    replaces when an authorizer decides them."""
+
+    @property
+    def group_id(self) -> str: ...
+
+    @property
+    def error_code(self) -> int: ...
+
+    def with_operations(self, authorized_operations: int) -> Self: ...
+
+    def fields(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicMemberDescription:
+    """A classic group member as DescribeGroups shows it (metadata and assignment only while
+    the group is stable)."""
+
+    member_id: str
+    instance_id: str | None
+    client_id: str
+    client_host: str
+    metadata: bytes = b""
+    assignment: bytes = b""
+
+    def fields(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "group_instance_id": self.instance_id,
+                "client_id": self.client_id, "client_host": self.client_host,
+                "member_metadata": self.metadata, "member_assignment": self.assignment}
+
+
+@dataclass(frozen=True, slots=True)
+class ClassicGroupDescription:
+    """A DescribeGroups group entry. A group the coordinator does not know as a classic group
+    is "Dead" without members (before v6, which answers GROUP_ID_NOT_FOUND)."""
+
+    group_id: str
+    authorized_operations: int
+    error_code: int = 0
+    error_message: str | None = None
+    group_state: str = "Dead"
+    protocol_type: str = ""
+    protocol_data: str = ""
+    members: tuple[ClassicMemberDescription, ...] = ()
+
+    def with_operations(self, authorized_operations: int) -> ClassicGroupDescription:
+        return replace(self, authorized_operations=authorized_operations)
+
+    def fields(self) -> dict[str, Any]:
+        """The group entry's fields as the encoder takes them."""
+        return {"group_id": self.group_id, "error_code": self.error_code,
+                "error_message": self.error_message, "group_state": self.group_state,
+                "protocol_type": self.protocol_type, "protocol_data": self.protocol_data,
+                "members": [m.fields() for m in self.members],
+                "authorized_operations": self.authorized_operations}
+
+
+@dataclass(frozen=True, slots=True)
+class DescribedTopic:
+    """A topic of a described assignment: its id, its name ("" once deleted), its partitions
+    sorted."""
+
+    topic_id: uuid.UUID
+    topic_name: str
+    partitions: tuple[int, ...]
+
+
+DescribedAssignment = tuple[DescribedTopic, ...]
+
+
+def described_assignment(assignment: Mapping[uuid.UUID, Collection[int]],
+                         topic_name: Callable[[uuid.UUID], str | None]) -> DescribedAssignment:
+    """The assignment's topics that have partitions, in its order."""
+    return tuple(DescribedTopic(t, topic_name(t) or "", tuple(sorted(ps)))
+                 for t, ps in assignment.items() if ps)
+
+
+def _assignment_fields(topics: DescribedAssignment) -> dict[str, Any]:
+    return {"topic_partitions": [{"topic_id": t.topic_id, "topic_name": t.topic_name,
+                                  "partitions": list(t.partitions)} for t in topics]}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerMemberDescription:
+    """A consumer group member as ConsumerGroupDescribe shows it; `member_type` tells a
+    classic member (of a group in migration) from a consumer-protocol one."""
+
+    member_id: str
+    instance_id: str | None
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    subscribed_topic_regex: str | None
+    assignment: DescribedAssignment
+    target_assignment: DescribedAssignment
+    member_type: int
+
+    def fields(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "instance_id": self.instance_id,
+                "rack_id": self.rack_id, "member_epoch": self.member_epoch,
+                "client_id": self.client_id, "client_host": self.client_host,
+                "subscribed_topic_names": list(self.subscribed_topic_names),
+                "subscribed_topic_regex": self.subscribed_topic_regex,
+                "assignment": _assignment_fields(self.assignment),
+                "target_assignment": _assignment_fields(self.target_assignment),
+                "member_type": self.member_type}
+
+
+@dataclass(frozen=True, slots=True)
+class ShareMemberDescription:
+    """A share group member as ShareGroupDescribe shows it."""
+
+    member_id: str
+    rack_id: str | None
+    member_epoch: int
+    client_id: str
+    client_host: str
+    subscribed_topic_names: tuple[str, ...]
+    assignment: DescribedAssignment
+
+    def fields(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "rack_id": self.rack_id,
+                "member_epoch": self.member_epoch, "client_id": self.client_id,
+                "client_host": self.client_host,
+                "subscribed_topic_names": list(self.subscribed_topic_names),
+                "assignment": _assignment_fields(self.assignment)}
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupDescription:
+    """A ConsumerGroupDescribe group entry. The defaults are the encoder's, which an entry the
+    handler refuses shows; the coordinator's failed entries say "Dead"."""
+
+    group_id: str
+    authorized_operations: int
+    error_code: int = 0
+    error_message: str | None = None
+    group_state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[ConsumerMemberDescription, ...] = ()
+
+    @classmethod
+    def failed(cls, group_id: str, authorized_operations: int, code: int,
+               message: str | None, group_state: str = "") -> ConsumerGroupDescription:
+        return cls(group_id, authorized_operations, error_code=int(code), error_message=message,
+                   group_state=group_state)
+
+    def with_operations(self, authorized_operations: int) -> ConsumerGroupDescription:
+        return replace(self, authorized_operations=authorized_operations)
+
+    def fields(self) -> dict[str, Any]:
+        """The group entry's fields as the encoder takes them."""
+        return _described_group_fields(self, [m.fields() for m in self.members])
+
+
+@dataclass(frozen=True, slots=True)
+class ShareGroupDescription:
+    """A ShareGroupDescribe group entry (ConsumerGroupDescribe's fields, other members)."""
+
+    group_id: str
+    authorized_operations: int
+    error_code: int = 0
+    error_message: str | None = None
+    group_state: str = ""
+    group_epoch: int = 0
+    assignment_epoch: int = 0
+    assignor_name: str = ""
+    members: tuple[ShareMemberDescription, ...] = ()
+
+    @classmethod
+    def failed(cls, group_id: str, authorized_operations: int, code: int,
+               message: str | None, group_state: str = "") -> ShareGroupDescription:
+        return cls(group_id, authorized_operations, error_code=int(code), error_message=message,
+                   group_state=group_state)
+
+    def with_operations(self, authorized_operations: int) -> ShareGroupDescription:
+        return replace(self, authorized_operations=authorized_operations)
+
+    def fields(self) -> dict[str, Any]:
+        """The group entry's fields as the encoder takes them."""
+        return _described_group_fields(self, [m.fields() for m in self.members])
+
+
+def _described_group_fields(g: ConsumerGroupDescription | ShareGroupDescription,
+                            members: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"group_id": g.group_id, "error_code": g.error_code,
+            "error_message": g.error_message, "group_state": g.group_state,
+            "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
+            "assignor_name": g.assignor_name, "members": members,
+            "authorized_operations": g.authorized_operations}
+
+
+@dataclass(frozen=True, slots=True)
+class ListedGroup:
+    """A ListGroups row."""
+
+    group_id: str
+    protocol_type: str
+    group_state: str
+    group_type: str
+
+    def fields(self) -> dict[str, Any]:
+        return {"group_id": self.group_id, "protocol_type": self.protocol_type,
+                "group_state": self.group_state, "group_type": self.group_type}

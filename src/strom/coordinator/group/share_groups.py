@@ -18,11 +18,16 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from strom.coordinator.group import records as rec
 from strom.coordinator.group import share_assignor
-from strom.coordinator.group.replies import HeartbeatReply, reply_assignment
+from strom.coordinator.group.replies import (
+    HeartbeatReply,
+    ShareGroupDescription,
+    ShareMemberDescription,
+    described_assignment,
+    reply_assignment,
+)
 from strom.coordinator.group.shards import GroupShards, Shard
 from strom.coordinator.group.share_state import (
     Assignment,
@@ -337,27 +342,22 @@ class ShareGroupManager:
     # ========================================================================================
 
     def describe(self, group_ids: list[str], *,
-                 include_authorized_operations: bool) -> list[dict[str, Any]]:
+                 include_authorized_operations: bool) -> list[ShareGroupDescription]:
         ops = GROUP_AUTHORIZED_OPERATIONS if include_authorized_operations \
             else UNKNOWN_AUTHORIZED_OPERATIONS
-        out = []
-        for gid in group_ids:
-            entry: dict[str, Any] = {"group_id": gid, "error_code": 0, "error_message": None,
-                                     "group_state": "Dead", "group_epoch": 0,
-                                     "assignment_epoch": 0, "assignor_name": "",
-                                     "members": [], "authorized_operations": ops}
-            out.append(entry)
-            try:
-                group = self.share_group(gid)
-            except KafkaError as exc:
-                entry.update(error_code=int(exc.code), error_message=exc.message)
-                continue
-            entry.update(group_state=group.state_name, group_epoch=group.group_epoch,
-                         assignment_epoch=group.assignment_epoch,
-                         assignor_name=self.config.share_assignors[0]
-                         if self.config.share_assignors else share_assignor.NAME)
-            entry["members"] = [self._describe_member(m) for m in group.members.values()]
-        return out
+        return [self._describe_group(gid, ops) for gid in group_ids]
+
+    def _describe_group(self, gid: str, ops: int) -> ShareGroupDescription:
+        try:
+            group = self.share_group(gid)
+        except KafkaError as exc:
+            return ShareGroupDescription.failed(gid, ops, exc.code, exc.message, "Dead")
+        return ShareGroupDescription(
+            gid, ops, group_state=group.state_name, group_epoch=group.group_epoch,
+            assignment_epoch=group.assignment_epoch,
+            assignor_name=self.config.share_assignors[0] if self.config.share_assignors
+            else share_assignor.NAME,
+            members=tuple(self._describe_member(m) for m in group.members.values()))
 
     def share_group(self, group_id: str) -> ShareGroup:
         """The share group, or KafkaError (NOT_COORDINATOR, GROUP_ID_NOT_FOUND, ...)."""
@@ -368,13 +368,11 @@ class ShareGroupManager:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"Group {group_id} {what}.")
         return group
 
-    def _describe_member(self, m: ShareMember) -> dict[str, Any]:
-        return {"member_id": m.member_id, "rack_id": m.rack_id, "member_epoch": m.member_epoch,
-                "client_id": m.client_id, "client_host": m.client_host,
-                "subscribed_topic_names": list(m.subscribed_topic_names),
-                "assignment": {"topic_partitions": [
-                    {"topic_id": t, "topic_name": self.topics.topic_name(t) or "",
-                     "partitions": sorted(ps)} for t, ps in m.assigned.items() if ps]}}
+    def _describe_member(self, m: ShareMember) -> ShareMemberDescription:
+        return ShareMemberDescription(
+            m.member_id, m.rack_id, m.member_epoch, m.client_id, m.client_host,
+            subscribed_topic_names=tuple(m.subscribed_topic_names),
+            assignment=described_assignment(m.assigned, self.topics.topic_name))
 
     # ========================================================================================
     # Load

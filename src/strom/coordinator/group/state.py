@@ -10,10 +10,17 @@ from __future__ import annotations
 import struct
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any
+
+from strom.coordinator.group.replies import (
+    JoinMember,
+    JoinReply,
+    JoinRespond,
+    SyncReply,
+    SyncRespond,
+)
 
 CONSUMER_PROTOCOL_TYPE = "consumer"
 CLASSIC = "classic"
@@ -58,7 +65,6 @@ _VALID_PREVIOUS = {
 }
 
 Protocols = list[tuple[str, bytes]]
-Respond = Callable[[dict[str, Any]], None]
 
 
 @dataclass
@@ -72,8 +78,8 @@ class ClassicMember:
     protocol_type: str
     protocols: Protocols
     assignment: bytes = b""
-    join_callback: Respond | None = None
-    sync_callback: Respond | None = None
+    join_callback: JoinRespond | None = None
+    sync_callback: SyncRespond | None = None
     is_new: bool = False
 
     @property
@@ -157,7 +163,7 @@ class ClassicGroup:
 
     # -- members -----------------------------------------------------------------------------
 
-    def add(self, member: ClassicMember, callback: Respond | None = None) -> None:
+    def add(self, member: ClassicMember, callback: JoinRespond | None = None) -> None:
         if member.instance_id is not None:
             self.static_members[member.instance_id] = member.member_id
         if not self.members:
@@ -188,7 +194,7 @@ class ClassicGroup:
         return member
 
     def update_member(self, member: ClassicMember, protocols: Protocols, rebalance_timeout: int,
-                      session_timeout: int, callback: Respond | None) -> None:
+                      session_timeout: int, callback: JoinRespond | None) -> None:
         for name, _ in member.protocols:
             self.supported_protocols[name] -= 1
         member.protocols = list(protocols)
@@ -206,11 +212,11 @@ class ClassicGroup:
         """Give a rejoining static member a new member id, keeping everything else."""
         member = self.members.pop(old_id)
         if member.join_callback is not None:
-            member.join_callback({"member_id": old_id, "error_code": 82})  # FENCED_INSTANCE_ID
+            member.join_callback(JoinReply.failed(old_id, 82))  # FENCED_INSTANCE_ID
             member.join_callback = None
             self.num_awaiting_join -= 1
         if member.sync_callback is not None:
-            member.sync_callback({"error_code": 82})
+            member.sync_callback(SyncReply.failed(82))
             member.sync_callback = None
         member.member_id = new_id
         self.members[new_id] = member
@@ -220,7 +226,7 @@ class ClassicGroup:
         self.pending_sync.discard(old_id)
         return member
 
-    def complete_join(self, member: ClassicMember, response: dict[str, Any]) -> bool:
+    def complete_join(self, member: ClassicMember, response: JoinReply) -> bool:
         if member.join_callback is None:
             return False
         callback, member.join_callback = member.join_callback, None
@@ -228,7 +234,7 @@ class ClassicGroup:
         callback(response)
         return True
 
-    def complete_sync(self, member: ClassicMember, response: dict[str, Any]) -> bool:
+    def complete_sync(self, member: ClassicMember, response: SyncReply) -> bool:
         if member.sync_callback is None:
             return False
         callback, member.sync_callback = member.sync_callback, None
@@ -315,9 +321,9 @@ class ClassicGroup:
             return topic in self.subscribed_topics
         return self.protocol_type == CONSUMER_PROTOCOL_TYPE and bool(self.members)
 
-    def join_members(self) -> list[dict[str, Any]]:
-        return [{"member_id": m.member_id, "group_instance_id": m.instance_id,
-                 "metadata": m.metadata(self.protocol_name)} for m in self.members.values()]
+    def join_members(self) -> tuple[JoinMember, ...]:
+        return tuple(JoinMember(m.member_id, m.instance_id, m.metadata(self.protocol_name))
+                     for m in self.members.values())
 
 
 def consumer_subscription_topics(metadata: bytes) -> list[str] | None:

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from strom.coordinator.group.coordinator import GroupCoordinator
 from strom.coordinator.group.group_configs import EffectiveGroupConfig, StaticGroupConfigs
-from strom.coordinator.group.replies import HeartbeatReply
+from strom.coordinator.group.replies import DescribedTopic, HeartbeatReply
 from strom.coordinator.group.state import ConsumerGroup, MemberState
 from strom.protocol.errors import ErrorCode as E
 from strom.protocol.errors import KafkaError
@@ -284,19 +284,18 @@ def test_describe_and_list(env):
     a.heartbeat()
     c = env.coordinator
     (d,) = c.consumer.consumer_group_describe(["g"], include_authorized_operations=False)
-    assert d["error_code"] == 0 and d["group_state"] == "Stable" and d["assignor_name"] == \
+    assert d.error_code == 0 and d.group_state == "Stable" and d.assignor_name == \
         "uniform"
-    (m,) = d["members"]
-    assert m["member_id"] == a.member_id and m["subscribed_topic_names"] == ["t"]
-    assert m["assignment"]["topic_partitions"] == [
-        {"topic_id": t, "topic_name": "t", "partitions": [0, 1]}]
+    (m,) = d.members
+    assert m.member_id == a.member_id and m.subscribed_topic_names == ("t",)
+    assert m.assignment == (DescribedTopic(t, "t", (0, 1)),)
     c.offsets.commit_offsets("classic", -1, "", None, -1, [("t", [(0, 1, -1, None)])], 9)
     missing, classic = c.consumer.consumer_group_describe(["nope", "classic"],
                                                           include_authorized_operations=False)
-    assert missing["error_code"] == classic["error_code"] == E.GROUP_ID_NOT_FOUND
-    groups = {g["group_id"]: g for g in c.list_groups()[1]}
-    assert groups["g"]["group_type"] == "consumer" and groups["g"]["protocol_type"] == "consumer"
-    assert [g["group_id"] for g in c.list_groups([], ["consumer"])[1]] == ["g"]
+    assert missing.error_code == classic.error_code == E.GROUP_ID_NOT_FOUND
+    groups = {g.group_id: g for g in c.list_groups()[1]}
+    assert groups["g"].group_type == "consumer" and groups["g"].protocol_type == "consumer"
+    assert [g.group_id for g in c.list_groups([], ["consumer"])[1]] == ["g"]
 
 
 def test_conversions_between_empty_classic_and_consumer_groups(env, h):
@@ -308,9 +307,9 @@ def test_conversions_between_empty_classic_and_consumer_groups(env, h):
     a.leave()
     join = h.Reply()
     c.classic.join_group(h.join_req("g"), join)  # the empty consumer group becomes classic again
-    assert join.value["error_code"] == E.MEMBER_ID_REQUIRED
+    assert join.value.error_code == E.MEMBER_ID_REQUIRED
     assert c.offsets.fetch_offsets("g", [("t", [0])]) == [("t", [(0, 3, -1, "")])]
-    mid = join.value["member_id"]
+    mid = join.value.member_id
     c.classic.join_group(h.join_req("g", mid), h.Reply())
     b = Client(env, "g", ["t"])
     assert b.heartbeat().error_code == E.GROUP_ID_NOT_FOUND  # a busy classic group

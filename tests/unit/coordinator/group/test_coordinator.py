@@ -5,6 +5,7 @@ DeleteGroups) plus DescribeGroups."""
 from __future__ import annotations
 
 from strom.coordinator.group import records as rec
+from strom.coordinator.group.replies import ListedGroup
 from strom.coordinator.group.state import ClassicState
 from strom.protocol.errors import ErrorCode as E
 
@@ -57,20 +58,20 @@ def test_list_and_describe_groups(env, h):
     h.commit(c, "simple", {("t", 0): 1})
     error, groups = c.list_groups()
     assert error == 0
-    by_id = {g["group_id"]: g for g in groups}
-    assert by_id["active"] == {"group_id": "active", "protocol_type": "consumer",
-                               "group_state": "Stable", "group_type": "classic"}
-    assert by_id["simple"]["protocol_type"] == "" and by_id["simple"]["group_state"] == "Empty"
-    assert [g["group_id"] for g in c.list_groups(["stable"])[1]] == ["active"]
-    assert [g["group_id"] for g in c.list_groups(["Empty"], ["classic"])[1]] == ["simple"]
+    by_id = {g.group_id: g for g in groups}
+    assert by_id["active"] == ListedGroup("active", protocol_type="consumer",
+                                          group_state="Stable", group_type="classic")
+    assert by_id["simple"].protocol_type == "" and by_id["simple"].group_state == "Empty"
+    assert [g.group_id for g in c.list_groups(["stable"])[1]] == ["active"]
+    assert [g.group_id for g in c.list_groups(["Empty"], ["classic"])[1]] == ["simple"]
     assert c.list_groups([], ["consumer"])[1] == []
     (d, missing) = c.classic.describe_groups(["active", "missing"],
                                              include_authorized_operations=True, version=6)
-    assert d["group_state"] == "Stable" and d["protocol_data"] == "range"
-    assert d["members"][0]["member_id"] == mid
-    assert d["members"][0]["member_assignment"] == b"a"
-    assert d["members"][0]["client_host"] == "/127.0.0.1"
-    assert d["authorized_operations"] > 0
-    assert missing["error_code"] == E.GROUP_ID_NOT_FOUND
+    assert d.group_state == "Stable" and d.protocol_data == "range"
+    assert d.members[0].member_id == mid
+    assert d.members[0].assignment == b"a"
+    assert d.members[0].client_host == "/127.0.0.1"
+    assert d.authorized_operations > 0
+    assert missing.error_code == E.GROUP_ID_NOT_FOUND
     (old,) = c.classic.describe_groups(["missing"], include_authorized_operations=False, version=5)
-    assert old["error_code"] == 0 and old["group_state"] == "Dead"
+    assert old.error_code == 0 and old.group_state == "Dead"

@@ -7,6 +7,7 @@ import uuid
 import pytest
 
 from strom.coordinator.group import consumer_protocol as cp
+from strom.coordinator.group.replies import LeaveResult
 from strom.coordinator.group.state import (
     ClassicGroup,
     ClassicState,
@@ -70,8 +71,8 @@ class ClassicClient:
         self.env.coordinator.classic.join_group(
             self.h.join_req(self.group, self.member_id, protocols=self.protocols(),
                             session=self.session), reply)
-        if reply.done and reply.value["error_code"] == E.MEMBER_ID_REQUIRED:
-            self.member_id = reply.value["member_id"]
+        if reply.done and reply.value.error_code == E.MEMBER_ID_REQUIRED:
+            self.member_id = reply.value.member_id
             reply = self.h.Reply()
             self.env.coordinator.classic.join_group(
                 self.h.join_req(self.group, self.member_id, protocols=self.protocols(),
@@ -80,8 +81,8 @@ class ClassicClient:
 
     def joined(self, reply):
         r = reply.value
-        assert r["error_code"] == 0, r
-        self.member_id, self.generation = r["member_id"], r["generation_id"]
+        assert r.error_code == 0, r
+        self.member_id, self.generation = r.member_id, r.generation_id
         return r
 
     def sync(self, assignments=()):
@@ -92,8 +93,8 @@ class ClassicClient:
 
     def synced(self, reply):
         r = reply.value
-        assert r["error_code"] == 0, r
-        self.owned = set(cp.parse_assignment(r["assignment"]).partitions.get(TOPIC, []))
+        assert r.error_code == 0, r
+        self.owned = set(cp.parse_assignment(r.assignment).partitions.get(TOPIC, []))
         return r
 
     def heartbeat(self):
@@ -161,7 +162,7 @@ def classic_group(env, h, group, n=2, partitions=6, **kw):
     env.loop.advance(0)
     for c, r in zip(clients, replies, strict=True):
         c.joined(r)
-    leader = next(c for c in clients if c.member_id == replies[0].value["leader"])
+    leader = next(c for c in clients if c.member_id == replies[0].value.leader)
     shares = {c.member_id: list(range(partitions))[i::n] for i, c in enumerate(clients)}
     plan = [(mid, cp.encode_assignment({TOPIC: ps}, 1)) for mid, ps in shares.items()]
     syncs = {c: c.sync(plan if c is leader else ()) for c in sorted(clients,
@@ -209,17 +210,17 @@ def test_first_consumer_member_upgrades_a_live_classic_group(env, h):
     assert a.heartbeat() == E.NONE
     described = env.coordinator.consumer.consumer_group_describe(
         ["g"], include_authorized_operations=False)
-    types = {m["member_id"]: m["member_type"] for m in described[0]["members"]}
+    types = {m.member_id: m.member_type for m in described[0].members}
     assert types == {a.member_id: 0, b.member_id: 0, c.member_id: 1}
     listed = env.coordinator.list_groups()[1]
-    assert [(g["group_type"], g["protocol_type"]) for g in listed] == [("consumer", "consumer")]
+    assert [(g.group_type, g.protocol_type) for g in listed] == [("consumer", "consumer")]
     # the classic DescribeGroups does not describe it any more (Kafka: not a classic group)
     (v6,) = env.coordinator.classic.describe_groups(["g"], include_authorized_operations=False,
                                                     version=6)
     (v5,) = env.coordinator.classic.describe_groups(["g"], include_authorized_operations=False,
                                                     version=5)
-    assert (v6["error_code"], v6["group_state"]) == (E.GROUP_ID_NOT_FOUND, "Dead")
-    assert (v5["error_code"], v5["group_state"], v5["members"]) == (0, "Dead", [])
+    assert (v6.error_code, v6.group_state) == (E.GROUP_ID_NOT_FOUND, "Dead")
+    assert (v5.error_code, v5.group_state, v5.members) == (0, "Dead", ())
 
 
 def test_classic_member_commits_with_its_member_epoch(env, h):
@@ -254,16 +255,16 @@ def test_classic_requests_to_the_consumer_group_are_validated(env, h):
     reply = h.Reply()
     coord.classic.sync_group("g", a.generation, a.member_id, None, "consumer", "roundrobin", [],
                              reply)
-    assert reply.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
+    assert reply.value.error_code == E.INCONSISTENT_GROUP_PROTOCOL
     # a stale member must rejoin before syncing
     reply = h.Reply()
     coord.classic.sync_group("g", a.generation, a.member_id, None, "consumer", "range", [], reply)
-    assert reply.value["error_code"] == E.REBALANCE_IN_PROGRESS
+    assert reply.value.error_code == E.REBALANCE_IN_PROGRESS
     # a joining member with another assignor cannot join
     other = h.Reply()
     coord.classic.join_group(
         h.join_req("g", protocols=[("roundrobin", cp.encode_subscription([TOPIC]))]), other)
-    assert other.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
+    assert other.value.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_a_cooperative_classic_member_revokes_before_the_new_owner_takes(env, h):
@@ -274,7 +275,7 @@ def test_a_cooperative_classic_member_revokes_before_the_new_owner_takes(env, h)
     old = a.generation
     assert a.heartbeat() == E.REBALANCE_IN_PROGRESS
     r = a.joined(a.join())  # still owns everything: must revoke first, epoch unchanged
-    assert r["generation_id"] == old
+    assert r.generation_id == old
     group = env.coordinator.group("g")
     assert group.members[a.member_id].state == MemberState.UNREVOKED_PARTITIONS
     kept = set(a.owned)
@@ -342,8 +343,8 @@ def test_last_consumer_member_leaving_downgrades_to_a_classic_group(env, h):
     # the classic members rejoin a classic rebalance with a leader
     ra, rb = a.join(), b.join()
     ra, rb = a.joined(ra), b.joined(rb)
-    assert ra["generation_id"] == rb["generation_id"] == epoch + 1
-    leader = a if ra["leader"] == a.member_id else b
+    assert ra.generation_id == rb.generation_id == epoch + 1
+    leader = a if ra.leader == a.member_id else b
     plan = [(a.member_id, cp.encode_assignment({TOPIC: [0, 1, 2]}, 1)),
             (b.member_id, cp.encode_assignment({TOPIC: [3, 4, 5]}, 1))]
     follower = b if leader is a else a
@@ -375,13 +376,12 @@ def test_classic_member_joins_a_consumer_group_and_leaving_it_removes_it(env, h)
     assert c.owned == {0, 1, 2, 3}
     a = ClassicClient(env, h, "g")
     r = a.joined(a.join())  # answered at once: no leader, no member list
-    assert r["leader"] == "" and r["members"] == [] and r["protocol_name"] == "range"
+    assert r.leader == "" and r.members == () and r.protocol_name == "range"
     a.synced(a.sync())
     drive([a, c])
     assert sorted(len(x.owned) for x in (a, c)) == [2, 2]
     left = env.coordinator.classic.leave_group("g", [(a.member_id, None, None)])
-    assert left == (E.NONE, [{"member_id": a.member_id, "group_instance_id": None,
-                              "error_code": 0}])
+    assert left == (E.NONE, [LeaveResult(a.member_id, None, error_code=0)])
     assert isinstance(env.coordinator.group("g"), ConsumerGroup)
     drive([c])
     assert c.owned == {0, 1, 2, 3}
@@ -393,7 +393,7 @@ def test_classic_join_refused_when_migration_is_disabled(env, h):
     env.topics.add(TOPIC, 2)
     ConsumerClient(env, "g").heartbeat()
     reply = ClassicClient(env, h, "g").join()
-    assert reply.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
+    assert reply.value.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_classic_member_that_never_rejoins_is_fenced(env, h):
@@ -435,8 +435,8 @@ def test_static_classic_member_replacing_the_last_consumer_member_downgrades(env
     assert group.static_member_id("i1") in group.members and len(group.members) == 2
     assert not reply.done  # parked in the classic rebalance
     other = a.join()
-    assert reply.value["error_code"] == 0 and other.value["error_code"] == 0
-    assert reply.value["generation_id"] == other.value["generation_id"]
+    assert reply.value.error_code == 0 and other.value.error_code == 0
+    assert reply.value.generation_id == other.value.generation_id
     env.restart()
     assert isinstance(env.coordinator.group("g"), ClassicGroup)
 
@@ -447,7 +447,7 @@ def test_upgrade_answers_parked_classic_requests_with_rebalance_in_progress(env,
     assert not parked.done
     c = ConsumerClient(env, "g")
     assert c.heartbeat().error_code == 0
-    assert parked.value["error_code"] == E.REBALANCE_IN_PROGRESS
+    assert parked.value.error_code == E.REBALANCE_IN_PROGRESS
     assert isinstance(env.coordinator.group("g"), ConsumerGroup)
     a.rejoin_and_sync()
     drive([a, b, c])

@@ -56,7 +56,7 @@ def test_commit_during_completing_rebalance_is_refused(env, h):
     c = env.coordinator
     first = h.Reply()
     c.classic.join_group(h.join_req("g"), first)
-    mid = first.value["member_id"]
+    mid = first.value.member_id
     c.classic.join_group(h.join_req("g", mid), h.Reply())
     env.loop.advance(0)
     assert c.group("g").state == ClassicState.COMPLETING_REBALANCE

@@ -108,13 +108,13 @@ def test_validation_against_the_group(env: Any, h: Any) -> None:
     c = env.coordinator
     first = h.Reply()
     c.classic.join_group(h.join_req("grp"), first)
-    mid = first.value["member_id"]
+    mid = first.value.member_id
     join = h.Reply()
     c.classic.join_group(h.join_req("grp", mid), join)
     env.loop.advance(0)
     sync = h.Reply()
     c.classic.sync_group("grp", 1, mid, None, None, None, [(mid, b"a")], sync)
-    assert sync.value["error_code"] == 0
+    assert sync.value.error_code == 0
     # old TxnOffsetCommit versions carry no member: accepted into a group with members
     assert txn_commit(c, "grp", {("t", 0): 1}) == {("t", 0): 0}
     assert txn_commit(c, "grp", {("t", 0): 2}, member=mid, generation=1) == {("t", 0): 0}

@@ -119,7 +119,7 @@ def test_not_coordinator_and_loading_through_the_coordinator(env, h):
     assert c.classic.heartbeat(gid, 1, "m", None) == E.NOT_COORDINATOR
     r = h.Reply()
     c.classic.join_group(h.join_req(gid), r)
-    assert r.value["error_code"] == E.NOT_COORDINATOR
+    assert r.value.error_code == E.NOT_COORDINATOR
     c.on_leadership(p, True, 1)  # the log is empty: loads at once
     assert c.classic.heartbeat(gid, 1, "m", None) == E.UNKNOWN_MEMBER_ID
     # with records in the log, the partition answers LOAD_IN_PROGRESS until replay is done

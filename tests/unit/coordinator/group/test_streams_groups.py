@@ -7,7 +7,11 @@ import uuid
 
 import pytest
 
-from strom.coordinator.group.replies import EndpointPartitions, StreamsHeartbeatReply
+from strom.coordinator.group.replies import (
+    EndpointPartitions,
+    ListedGroup,
+    StreamsHeartbeatReply,
+)
 from strom.coordinator.group.streams_groups import StreamsHeartbeat
 from strom.coordinator.group.streams_state import (
     StreamsGroup,
@@ -293,8 +297,8 @@ def test_list_describe_and_delete(env, creator) -> None:
     settle(a)
     c = env.coordinator
     _, listed = c.list_groups(types=["streams"])
-    assert listed == [{"group_id": GROUP, "protocol_type": "streams", "group_state": "Stable",
-                       "group_type": "streams"}]
+    assert listed == [ListedGroup(GROUP, protocol_type="streams", group_state="Stable",
+                                  group_type="streams")]
     [d] = c.streams.describe([GROUP], include_authorized_operations=False)
     assert d.error_code == 0 and d.group_state == "Stable" and d.topology is not None
     assert d.topology.subtopologies[1].state_changelog_topics[0].partitions == 4
@@ -303,7 +307,7 @@ def test_list_describe_and_delete(env, creator) -> None:
     [missing] = c.streams.describe(["nope"], include_authorized_operations=False)
     assert missing.error_code == E.GROUP_ID_NOT_FOUND
     [classic] = c.classic.describe_groups([GROUP], include_authorized_operations=False, version=6)
-    assert classic["error_code"] == E.GROUP_ID_NOT_FOUND
+    assert classic.error_code == E.GROUP_ID_NOT_FOUND
     assert c.delete_groups([GROUP]) == [(GROUP, E.NON_EMPTY_GROUP)]
     a.heartbeat(epoch=-1)
     assert c.delete_groups([GROUP]) == [(GROUP, E.NONE)]
@@ -321,7 +325,7 @@ def test_other_protocols_cannot_take_a_streams_group(env, creator, h) -> None:
     assert r.error_code == E.GROUP_ID_NOT_FOUND
     join = h.Reply()
     env.coordinator.classic.join_group(h.join_req(GROUP), join)
-    assert join.value["error_code"] == E.INCONSISTENT_GROUP_PROTOCOL
+    assert join.value.error_code == E.INCONSISTENT_GROUP_PROTOCOL
 
 
 def test_the_protocol_can_be_switched_off(env, creator) -> None:
@@ -351,7 +355,7 @@ def test_an_empty_classic_group_becomes_a_streams_group_and_keeps_its_offsets(en
     env.config.streams_max_size = 0
     assert Client(env).heartbeat().error_code == E.GROUP_MAX_SIZE_REACHED
     [d] = c.classic.describe_groups([GROUP], include_authorized_operations=False, version=5)
-    assert d["group_state"] == "Empty"  # the failed join changed nothing
+    assert d.group_state == "Empty"  # the failed join changed nothing
     env.config.streams_max_size = 10
     a = Client(env)
     a.heartbeat()
