@@ -4,7 +4,8 @@
   leader, from the metadata log), on its CONTROLLER listener; NOT_CONTROLLER or a lost
   connection means asking again once the quorum has (another) leader, until a deadline.
 - `BrokerLifecycle`: BrokerRegistration once, then BrokerHeartbeat every
-  ``broker.heartbeat.interval.ms`` with how far this broker has replayed the metadata log;
+  ``broker.heartbeat.interval.ms`` (every 10 ms until first unfenced, as Kafka's broker) with
+  how far this broker has replayed the metadata log;
   the controller unfences it once it has caught up, fences it when heartbeats stop, and
   answers "you may shut down" once a controlled shutdown moved its leaderships away. A broker
   whose registration the controller no longer knows (STALE_BROKER_EPOCH) registers again.
@@ -70,6 +71,12 @@ FORWARDED_APIS = frozenset({
 })
 # a stopping broker's heartbeats that went unanswered before it stops without the controller
 UNANSWERED_SHUTDOWN_ASKS = 2
+# Kafka's BrokerLifecycleManager: until the controller first unfences it, a starting broker
+# heartbeats every 10 ms (so a broker with nothing to recover serves as soon as it has caught
+# up, not a heartbeat interval later: 2 s by default); the first answer to a controlled
+# shutdown that is not yet "you may stop" brings the next heartbeat after 50 ms.
+STARTING_HEARTBEAT_S = 0.01
+FIRST_SHUTDOWN_RETRY_S = 0.05
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -167,6 +174,8 @@ class BrokerLifecycle:
         # asked to shut down, but no controller answers (a quorum stopping with this node)
         self._unanswered = asyncio.Event()
         self._failures_since_asked = 0
+        self._shutdown_answers = 0  # answers to the controlled shutdown that said "not yet"
+        self._answered = False  # whether the controller answered the last heartbeat
         self._unfenced = asyncio.Event()
         self._wake = asyncio.Event()
         # initial.broker.registration.timeout.ms: the monotonic time by which the first
@@ -231,6 +240,7 @@ class BrokerLifecycle:
             log.info("heartbeat refused: %s", ErrorCode(response.error_code).name)
             return
         self._last_answer = time.monotonic()
+        self._answered = True
         if self.fenced != bool(response.is_fenced):
             log.info("broker %d is %s", self.info.broker_id,
                      "fenced" if response.is_fenced else "unfenced")
@@ -239,9 +249,12 @@ class BrokerLifecycle:
             self._unfenced.set()
         if response.should_shut_down:
             self._may_shut_down.set()
+        elif self.want_shut_down:
+            self._shutdown_answers += 1
 
     async def _run(self) -> None:
         while True:
+            self._answered = False
             try:
                 if self.epoch < 0:
                     await self._register()
@@ -265,7 +278,18 @@ class BrokerLifecycle:
                 return
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+                await asyncio.wait_for(self._wake.wait(), self._next_heartbeat_s())
+
+    def _next_heartbeat_s(self) -> float:
+        """The wait before the next heartbeat, as Kafka's broker times it (see
+        STARTING_HEARTBEAT_S); after an error or no answer, the interval."""
+        if not self._answered:
+            return self.interval_s
+        if not self._unfenced.is_set() and not self.want_shut_down:
+            return STARTING_HEARTBEAT_S
+        if self.want_shut_down and self._shutdown_answers == 1:
+            return FIRST_SHUTDOWN_RETRY_S
+        return self.interval_s
 
     def current(self) -> bool:
         """Whether this broker's metadata can be trusted to answer for a leadership: the
