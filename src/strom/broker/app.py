@@ -389,10 +389,9 @@ async def serve(config: BrokerConfig) -> None:
     securities = listener_securities(config, lambda: broker.image.user_configs)
     cluster: ClusterParts | None = None
     kraft: KRaftParts | None = None
+    controller_servers: list[BrokerServer] = []  # a controller's CONTROLLER listener(s)
     if roles:
         from strom.broker.kraft_mode import build_kraft_broker
-
-        controller_servers: list[BrokerServer] = []
 
         async def serve_controller_listener(node: ControllerNode, names: set[str]) -> None:
             """The CONTROLLER listener serves before the broker is built: the other voters
@@ -530,7 +529,8 @@ async def serve(config: BrokerConfig) -> None:
         task.cancel()
     await _step("log cleaner", cleaner.stop())
     for server in servers:
-        await _step("listener", server.stop())
+        if server not in controller_servers:  # those answer until the raft node has stopped
+            await _step("listener", server.stop())
     if metrics is not None:
         await _step("metrics endpoint", asyncio.to_thread(metrics.stop))
     if registry is not None:
@@ -551,7 +551,11 @@ async def serve(config: BrokerConfig) -> None:
         if kraft_cluster.controller is not None:
             await _step("controller", kraft_cluster.controller.stop())
     if kraft is not None:
+        # a leader that resigns hears of its successor (Vote, BeginQuorumEpoch) on its
+        # CONTROLLER listener: closed earlier, it would wait out the whole shutdown timeout
         await _step("raft", kraft.controller_node.stop())
+        for server in controller_servers:
+            await _step("listener", server.stop())
     await _stop_leftover_tasks()
     try:
         logs.shutdown()

@@ -73,8 +73,11 @@ class RaftClient(ElectionHandlers, ReplicationHandlers, VoterChangeHandlers):
     def shutdown_complete(self, now_ms: int) -> bool:
         if self._shutdown is None:
             return False
-        if now_ms >= self._shutdown.deadline_ms:
-            return True
+        return now_ms >= self._shutdown.deadline_ms or self.handed_over()
+
+    def handed_over(self) -> bool:
+        """Whether a stopping node may go without leaving the quorum leaderless: it is no
+        voter, or the only one, or it knows another node leads."""
         q = self.quorum
         return (not q.is_voter() or q.is_only_voter()
                 or (q.leader_id is not None and q.leader_id != self.local.id))

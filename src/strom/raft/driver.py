@@ -135,6 +135,9 @@ class RaftDriver:
                 if await self.call(self.client.shutdown_complete, self.clock()):
                     break
                 await asyncio.sleep(0.02)  # a bounded wait for the hand-over, not a sync point
+            if self.fatal is None and not await self.call(self.client.handed_over):
+                log.info("raft %d: stopping with no successor known after %d ms",
+                         self.client.local.id, timeout_ms)
         self._stopped = True
         if self._task is not None:
             self._task.cancel()

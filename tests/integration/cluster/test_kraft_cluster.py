@@ -10,6 +10,7 @@ controller under acks=all load elects a new one and loses no acknowledged record
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 
@@ -266,6 +267,15 @@ def test_killing_the_active_controller_loses_no_acknowledged_write(make_kraft_cl
     got = read_all(cluster.bootstrap, name, 3)
     check_exactly_once_in_order(producer.acked, got)
     assert elected_after < 15
+
+    # A graceful stop of the active controller: it resigns and hears of its successor on its
+    # CONTROLLER listener, which stays open until its Raft node has stopped (closed first, the
+    # node waited out the whole shutdown timeout, blind to the election)
+    leader = cluster.broker(_active_controller(cluster))
+    assert leader.stop() == 0, leader.log_tail()
+    stopping = leader.log_text().rsplit("msg=shutting down", 1)[1]
+    assert "Resigned(" in stopping and "no successor known" not in stopping, stopping
+    assert re.search(r"raft \d+: Follower\(epoch=\d+, leader=\d+", stopping), stopping
 
 
 def test_a_broker_that_cannot_reach_the_quorum_gives_up_after_the_registration_timeout(
