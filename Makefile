@@ -8,7 +8,7 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: run test unit integration lint format bench system-deps clean bytecode
 .PHONY: fuzz fuzz-seeds
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
-.PHONY: jepsen jepsen-kafka java-on-kafka test-kraft test-zookeeper-cluster compat-registry test-iceberg-load
+.PHONY: jepsen jepsen-kafka java-on-kafka test-kraft test-zookeeper-cluster compat-registry test-iceberg-load issue-time
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -177,3 +177,11 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache .ruff_cache
+
+# What one issue's tests add to make test (tests/issue_tests.py): its files alone, run as make
+# test runs them. CPU_REPORT=<a STROM_TEST_CPU file> SUITE_WALL=<its pytest seconds> adds their
+# share of that full run.
+ISSUE ?=
+issue-time: $(STAMP) system-deps bytecode
+	$(BIN)/python tools/issue_time.py $(ISSUE) --workers $(PYTEST_WORKERS) \
+	  $(if $(CPU_REPORT),--cpu-report $(CPU_REPORT)) $(if $(SUITE_WALL),--suite-wall $(SUITE_WALL))
