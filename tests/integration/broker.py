@@ -101,6 +101,7 @@ class BrokerProcess:
         self.starts = 0
         self.kraft = os.environ.get(KRAFT_ENV) == "1" if kraft is None else kraft
         self.controller_port = free_port() if self.kraft else None
+        self.add_scram: list[str] = []  # `strom storage format --add-scram` arguments (KRaft)
 
     # ------------------------------------------------------------------ properties
 
@@ -185,7 +186,8 @@ class BrokerProcess:
         # cost a second of CPU each time a cluster starts
         from strom.cli.storage import FormatOptions, format_storage
 
-        format_storage(FormatOptions(config, KRAFT_TEST_CLUSTER_ID, ignore_formatted=True))
+        format_storage(FormatOptions(config, KRAFT_TEST_CLUSTER_ID, ignore_formatted=True,
+                                     add_scram=list(self.add_scram)))
 
     # ------------------------------------------------------------------ lifecycle
 

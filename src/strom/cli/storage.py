@@ -15,7 +15,10 @@ takes the node's server.properties and the cluster's id and writes, in every log
   ``--initial-controllers``. Its data batch holds one FeatureLevelRecord per feature whose level
   is not 0: ``metadata.version`` from ``--release-version`` (default Kafka 4.4's 4.4-IV2 = 33,
   short names such as ``4.0`` mean the last level of that release), then the other features at
-  the defaults Kafka gives that metadata version, overridden by ``--feature name=level``.
+  the defaults Kafka gives that metadata version, overridden by ``--feature name=level``;
+  then one UserScramCredentialRecord per ``--add-scram`` (strom.cluster.scram_records): the
+  cluster starts with those SCRAM users, so brokers can authenticate each other with SCRAM
+  from their first start.
 
 The FeatureLevelRecords use Kafka's own metadata record encoding (frame version 1, api key 12,
 version 0, then the flexible v0 body), not the JSON values of Strom's later metadata records
@@ -27,8 +30,6 @@ Where Strom differs from Kafka 4.4's tool, on purpose:
 - ``eligible.leader.replicas.version`` is not written (Strom does not implement ELR, so it
   does not advertise the feature: strom.cluster.features); ``--feature`` accepts only the
   features Strom supports, at levels it supports.
-- ``--add-scram`` is refused: Strom's controllers do not read SCRAM records from the bootstrap
-  snapshot yet; add SCRAM users after the cluster is up (``strom users add``).
 - the cluster id must be non-empty and made of base64url characters (Kafka takes any string,
   even an empty one, and the nodes then fail later).
 """
@@ -61,6 +62,11 @@ from strom.cli.kraft_layout import (
     read_meta,
 )
 from strom.cluster.features import feature_level_record, parse_feature_level_record
+from strom.cluster.scram_records import (
+    ScramArgumentError,
+    parse_add_scram,
+    user_scram_credential_record,
+)
 from strom.config.broker import BrokerConfig
 from strom.config.defs import ConfigError
 from strom.raft.config import QuorumConfig, parse_initial_controllers
@@ -133,11 +139,10 @@ def format_storage(opts: FormatOptions) -> list[str]:
     if len(dynamic_flags) > 1:
         raise UsageError(f"argument {dynamic_flags[1]}: not allowed with argument "
                          f"{dynamic_flags[0]}")
-    if opts.add_scram:
-        raise CliError("--add-scram is not supported by Strom yet: its controllers do not read "
-                       "SCRAM records from the bootstrap snapshot; add the users once the "
-                       "cluster runs (strom users add, or kafka-configs --alter "
-                       "--add-config SCRAM-SHA-256=...)")
+    try:
+        scram_users = [parse_add_scram(a) for a in opts.add_scram]
+    except ScramArgumentError as e:
+        raise CliError(str(e)) from None
     cluster_id = opts.cluster_id.strip()
     if not _CLUSTER_ID.fullmatch(cluster_id):
         raise CliError(f"Invalid cluster id {opts.cluster_id!r}: use a base64url UUID such as "
@@ -246,6 +251,7 @@ def format_storage(opts: FormatOptions) -> list[str]:
             values = [feature_level_record(METADATA_VERSION, mv)]
             values += [feature_level_record(name, level)
                        for name, level in sorted(levels.items()) if level != 0]
+            values += [user_scram_credential_record(u) for u in scram_users]
             now = int(time.time() * 1000)
             # The snapshot first: a crash in between leaves the dir unformatted, not half.
             write_snapshot(d / METADATA_DIR_NAME, BOOTSTRAP_SNAPSHOT_ID, values,
@@ -294,7 +300,10 @@ def format_command(
         "--feature", "-f", help="A feature level, name=level (repeatable).",
         show_default=False)] = None,
     add_scram: Annotated[list[str] | None, typer.Option(
-        "--add-scram", "-S", help="Not supported yet by Strom (refused).",
+        "--add-scram", "-S",
+        help="A SCRAM user the cluster starts with (repeatable), e.g. "
+             "'SCRAM-SHA-256=\\[name=alice,password=alice-secret]' or "
+             "'SCRAM-SHA-512=\\[name=alice,iterations=8192,salt=\"N3E=\",saltedpassword=\"YCE=\"]'.",
         show_default=False)] = None,
     ignore_formatted: Annotated[bool, typer.Option(
         "--ignore-formatted", "-g",

@@ -8,8 +8,10 @@ at a time. Nothing above the
 high watermark ever reaches the image: a change is visible once a majority has it.
 
 Values are Strom's JSON metadata records (`strom.cluster.records`), except the
-FeatureLevelRecords of the bootstrap snapshot `strom storage format` writes, which use
-Kafka's own encoding (`strom.cluster.features`); the levels are kept in `features`.
+FeatureLevelRecords and UserScramCredentialRecords of the bootstrap snapshot `strom storage
+format` writes, which use Kafka's own encoding (`strom.cluster.features`,
+`strom.cluster.scram_records`); the levels are kept in `features`, a SCRAM credential becomes
+the user config the other ways of adding one commit.
 
 A snapshot replaces the image in place (the broker's parts hold the image object) and is
 reported to `on_reset` callbacks; commits are reported as `Change`s to subscribers, as the
@@ -33,8 +35,10 @@ from strom.cluster import records as rec
 from strom.cluster.features import feature_level_record, parse_feature_level_record
 from strom.cluster.image import MetadataImage
 from strom.cluster.records import Change
+from strom.cluster.scram_records import parse_user_scram_credential_record
 from strom.raft.log import SnapshotContent
 from strom.raft.types import DataRecord, LeaderAndEpoch, RaftBatch
+from strom.security.scram_store import credential_to_config
 
 log = logging.getLogger("strom.controller.loader")
 
@@ -76,9 +80,15 @@ def decode_value(value: bytes) -> tuple[Record | None, tuple[str, int] | None]:
     try:
         return None, parse_feature_level_record(value)
     except ValueError:
+        pass
+    try:  # a SCRAM user of `strom storage format --add-scram`: its user config
+        user = parse_user_scram_credential_record(value)
+    except ValueError:
         log.warning("skipping a metadata record this version does not know: %s",
                     value[:32].hex())
         return None, None
+    return rec.config_record("user", user.name, user.mechanism,
+                             credential_to_config(user.credential)), None
 
 
 @dataclasses.dataclass(frozen=True)

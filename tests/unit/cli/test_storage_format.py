@@ -20,6 +20,7 @@ from strom.cli.storage import (
     metadata_version_level,
     parse_feature_level_record,
 )
+from strom.cluster.scram_records import parse_user_scram_credential_record
 from strom.raft.snapshot import load_snapshot
 from strom.storage.checkpoints import topic_id_from_str
 
@@ -29,6 +30,8 @@ CHECKPOINT = "__cluster_metadata-0/00000000000000000000-0000000000.checkpoint"
 KAFKA_LIBS = Path.home() / ".cache/strom-compat/kafka-4.4.0/libs"
 DIR_1 = "GCBT0Dg3TtWNIOT358XgEA"
 DIR_2 = "AJZ5lFWae5i3YH5t-XKHDg"
+FIXED_SCRAM = ('SCRAM-SHA-256=[name=alice,iterations=8192,salt="MWx2NHBkbnc0ZndxN25vdGN4bTB5eTFr'
+               'N3E=",saltedpassword="mT0yyUUxnlJaC99HXgRTSYlbuqa4FSGtJCJfTMvjYCE="]')
 
 
 def props(tmp: Path, *, roles: str = "controller", voters: str | None = None) -> Path:
@@ -49,7 +52,12 @@ def meta(d: Path) -> dict[str, str]:
 
 
 def features(snapshot_path: Path) -> dict[str, int]:
-    return dict(parse_feature_level_record(v) for v in load_snapshot(snapshot_path).values)
+    return dict(parse_feature_level_record(v) for v in load_snapshot(snapshot_path).values
+                if v[:3] == b"\x01\x0c\x00")  # FeatureLevelRecord v0
+
+
+def scram_values(snapshot_path: Path) -> list[bytes]:
+    return [v for v in load_snapshot(snapshot_path).values if v[:3] == b"\x01\x0b\x00"]
 
 
 def fmt(tmp: Path, *args: str, config: Path | None = None) -> tuple[int, str, str]:
@@ -149,8 +157,12 @@ def test_broker_gets_no_snapshot(tmp_path: Path) -> None:
     (("-N", "-f", "foo.version=1"), None, "controller", "Unsupported feature: foo.version."),
     (("-N", "-f", "group.version=9"), None, "controller", "No feature:group.version with"),
     (("-s", "-f", "kraft.version=0"), None, "controller", "Cannot set kraft.version to 0"),
-    (("-s", "--add-scram", "SCRAM-SHA-256=[name=a,password=b]"), None, "controller",
-     "--add-scram is not supported by Strom yet"),
+    (("-s", "--add-scram", "SCRAM-SHA-256=[name=a]"), None, "controller",
+     "You must supply one of 'password' or 'saltedpassword' to add-scram"),
+    (("-s", "-S", "SCRAM-SHA-1=[name=a,password=b]"), None, "controller",
+     "The add-scram mechanism SCRAM-SHA-1 is not supported."),
+    (("-s", "-S", "SCRAM-SHA-256=[name=a,password=b,iterations=100]"), None, "controller",
+     "The 'iterations' value must be >= 4096 for add-scram using SCRAM-SHA-256"),
     (("-I", "1@localhost:19093"), None, "controller", "Invalid value 1@localhost:19093"),
 ])
 def test_refusals_are_one_line(tmp_path: Path, args: tuple[str, ...], voters: str | None,
@@ -198,7 +210,8 @@ def test_same_files_as_kafkas_tool(tmp_path: Path) -> None:
     records and feature levels (Kafka also writes eligible.leader.replicas.version, which
     Strom does not implement)."""
     flags = ["-I", f"1@localhost:19093:{DIR_1},2@localhost:19094:{DIR_2}", "-r", "4.2",
-             "-f", "transaction.version=1"]
+             "-f", "transaction.version=1", "-S", FIXED_SCRAM, "-S",
+             "SCRAM-SHA-512=[name=bob,password=bob-secret]"]
     roots = {"kafka": tmp_path / "kafka", "strom": tmp_path / "strom"}
     for root in roots.values():
         root.mkdir()
@@ -225,3 +238,12 @@ def test_same_files_as_kafkas_tool(tmp_path: Path) -> None:
     k_features = features(roots["kafka"] / "meta" / CHECKPOINT)
     assert k_features.pop("eligible.leader.replicas.version") == 1
     assert k_features == features(roots["strom"] / "meta" / CHECKPOINT)
+    # the SCRAM users: byte for byte where salt and salted password are given; the other
+    # with a random salt of its own on each side
+    k_scram = scram_values(roots["kafka"] / "meta" / CHECKPOINT)
+    s_scram = scram_values(roots["strom"] / "meta" / CHECKPOINT)
+    assert k_scram[0] == s_scram[0]
+    k_bob, s_bob = (parse_user_scram_credential_record(v[1]) for v in (k_scram, s_scram))
+    assert (k_bob.name, k_bob.mechanism, k_bob.credential.iterations) == \
+        (s_bob.name, s_bob.mechanism, s_bob.credential.iterations) == \
+        ("bob", "SCRAM-SHA-512", 4096)
