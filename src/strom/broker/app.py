@@ -49,6 +49,7 @@ from strom.storage.errors import KafkaStorageError, StorageError
 if TYPE_CHECKING:
     from strom.broker.kraft_mode import KRaftParts
     from strom.broker.zk_mode import ClusterParts
+    from strom.cluster.image import MetadataImage
     from strom.controller.node import ControllerNode
 
 log = logging.getLogger("strom.broker")
@@ -386,7 +387,15 @@ async def serve(config: BrokerConfig) -> None:
         return
     roles = config.get("process.roles")
     precompile(_HOT_APIS, latest_only=True)
-    securities = listener_securities(config, lambda: broker.image.user_configs)
+    images: list[Callable[[], MetadataImage | None]] = []  # the broker's, once built
+
+    def user_configs() -> UserConfigs:
+        """SCRAM credentials from the metadata image: the controller node's while the broker
+        is being built (its CONTROLLER listener serves first), then the broker's."""
+        image = images[-1]() if images else None
+        return image.user_configs if image is not None else {}
+
+    securities = listener_securities(config, user_configs)
     cluster: ClusterParts | None = None
     kraft: KRaftParts | None = None
     controller_servers: list[BrokerServer] = []  # a controller's CONTROLLER listener(s)
@@ -396,6 +405,7 @@ async def serve(config: BrokerConfig) -> None:
         async def serve_controller_listener(node: ControllerNode, names: set[str]) -> None:
             """The CONTROLLER listener serves before the broker is built: the other voters
             need this one's vote to elect the leader the broker waits for."""
+            images.append(lambda: node.image)
             controller_servers.extend(make_servers(
                 node.router(), config, [s for s in securities if s.listener.name in names]))
             await _start_servers(controller_servers)
@@ -412,6 +422,7 @@ async def serve(config: BrokerConfig) -> None:
         broker, cluster = await build_cluster_broker(config)
     else:
         broker = build_broker(config, asyncio.get_running_loop())
+    images.append(lambda: broker.image)
     broker.start()
     kraft_cluster = kraft.cluster if kraft is not None else None
     if cluster is not None or kraft_cluster is not None:
