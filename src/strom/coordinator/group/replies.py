@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, Self
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 from strom.coordinator.group.streams_state import TopicInfo
 
@@ -460,10 +460,14 @@ class ShareMemberDescription:
                 "assignment": _assignment_fields(self.assignment)}
 
 
+_Member = TypeVar("_Member", "ConsumerMemberDescription", "ShareMemberDescription")
+
+
 @dataclass(frozen=True, slots=True)
-class ConsumerGroupDescription:
-    """A ConsumerGroupDescribe group entry. The defaults are the encoder's, which an entry the
-    handler refuses shows; the coordinator's failed entries say "Dead"."""
+class DescribedGroup(Generic[_Member]):
+    """A ConsumerGroupDescribe or ShareGroupDescribe group entry: the same fields, other
+    members. The defaults are the encoder's, which an entry the handler refuses shows; the
+    coordinator's failed entries say "Dead"."""
 
     group_id: str
     authorized_operations: int
@@ -473,57 +477,35 @@ class ConsumerGroupDescription:
     group_epoch: int = 0
     assignment_epoch: int = 0
     assignor_name: str = ""
-    members: tuple[ConsumerMemberDescription, ...] = ()
+    members: tuple[_Member, ...] = ()
 
     @classmethod
     def failed(cls, group_id: str, authorized_operations: int, code: int,
-               message: str | None, group_state: str = "") -> ConsumerGroupDescription:
+               message: str | None, group_state: str = "") -> Self:
         return cls(group_id, authorized_operations, error_code=int(code), error_message=message,
                    group_state=group_state)
 
-    def with_operations(self, authorized_operations: int) -> ConsumerGroupDescription:
+    def with_operations(self, authorized_operations: int) -> Self:
         return replace(self, authorized_operations=authorized_operations)
 
     def fields(self) -> dict[str, Any]:
         """The group entry's fields as the encoder takes them."""
-        return _described_group_fields(self, [m.fields() for m in self.members])
+        return {"group_id": self.group_id, "error_code": self.error_code,
+                "error_message": self.error_message, "group_state": self.group_state,
+                "group_epoch": self.group_epoch, "assignment_epoch": self.assignment_epoch,
+                "assignor_name": self.assignor_name,
+                "members": [m.fields() for m in self.members],
+                "authorized_operations": self.authorized_operations}
 
 
 @dataclass(frozen=True, slots=True)
-class ShareGroupDescription:
-    """A ShareGroupDescribe group entry (ConsumerGroupDescribe's fields, other members)."""
-
-    group_id: str
-    authorized_operations: int
-    error_code: int = 0
-    error_message: str | None = None
-    group_state: str = ""
-    group_epoch: int = 0
-    assignment_epoch: int = 0
-    assignor_name: str = ""
-    members: tuple[ShareMemberDescription, ...] = ()
-
-    @classmethod
-    def failed(cls, group_id: str, authorized_operations: int, code: int,
-               message: str | None, group_state: str = "") -> ShareGroupDescription:
-        return cls(group_id, authorized_operations, error_code=int(code), error_message=message,
-                   group_state=group_state)
-
-    def with_operations(self, authorized_operations: int) -> ShareGroupDescription:
-        return replace(self, authorized_operations=authorized_operations)
-
-    def fields(self) -> dict[str, Any]:
-        """The group entry's fields as the encoder takes them."""
-        return _described_group_fields(self, [m.fields() for m in self.members])
+class ConsumerGroupDescription(DescribedGroup[ConsumerMemberDescription]):
+    """A ConsumerGroupDescribe group entry."""
 
 
-def _described_group_fields(g: ConsumerGroupDescription | ShareGroupDescription,
-                            members: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"group_id": g.group_id, "error_code": g.error_code,
-            "error_message": g.error_message, "group_state": g.group_state,
-            "group_epoch": g.group_epoch, "assignment_epoch": g.assignment_epoch,
-            "assignor_name": g.assignor_name, "members": members,
-            "authorized_operations": g.authorized_operations}
+@dataclass(frozen=True, slots=True)
+class ShareGroupDescription(DescribedGroup[ShareMemberDescription]):
+    """A ShareGroupDescribe group entry."""
 
 
 @dataclass(frozen=True, slots=True)
