@@ -208,27 +208,36 @@ class StreamsMemberDescription:
 
 
 @dataclass(frozen=True, slots=True)
-class StreamsGroupDescription:
-    """A StreamsGroupDescribe group entry. `topology` None: the group has none (or the describe
-    failed)."""
+class _GroupEntry:
+    """What the group entry of every describe response has: the group, whether describing it
+    failed, its state, and the operations the caller may perform on it (which the handler
+    replaces when an authorizer decides them)."""
 
     group_id: str
     authorized_operations: int
     error_code: int = 0
     error_message: str | None = None
     group_state: str = ""
+
+    @classmethod
+    def failed(cls, group_id: str, authorized_operations: int, code: int,
+               message: str | None, group_state: str = "") -> Self:
+        return cls(group_id, authorized_operations, error_code=int(code), error_message=message,
+                   group_state=group_state)
+
+    def with_operations(self, authorized_operations: int) -> Self:
+        return replace(self, authorized_operations=authorized_operations)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamsGroupDescription(_GroupEntry):
+    """A StreamsGroupDescribe group entry. `topology` None: the group has none (or the describe
+    failed)."""
+
     group_epoch: int = 0
     assignment_epoch: int = 0
     topology: TopologyDescription | None = None
     members: tuple[StreamsMemberDescription, ...] = ()
-
-    @classmethod
-    def failed(cls, group_id: str, authorized_operations: int, code: int,
-               message: str | None) -> StreamsGroupDescription:
-        return cls(group_id, authorized_operations, error_code=int(code), error_message=message)
-
-    def with_operations(self, authorized_operations: int) -> StreamsGroupDescription:
-        return replace(self, authorized_operations=authorized_operations)
 
     def fields(self) -> dict[str, Any]:
         """The group entry's fields as the encoder takes them."""
@@ -362,21 +371,14 @@ class ClassicMemberDescription:
 
 
 @dataclass(frozen=True, slots=True)
-class ClassicGroupDescription:
+class ClassicGroupDescription(_GroupEntry):
     """A DescribeGroups group entry. A group the coordinator does not know as a classic group
     is "Dead" without members (before v6, which answers GROUP_ID_NOT_FOUND)."""
 
-    group_id: str
-    authorized_operations: int
-    error_code: int = 0
-    error_message: str | None = None
     group_state: str = "Dead"
     protocol_type: str = ""
     protocol_data: str = ""
     members: tuple[ClassicMemberDescription, ...] = ()
-
-    def with_operations(self, authorized_operations: int) -> ClassicGroupDescription:
-        return replace(self, authorized_operations=authorized_operations)
 
     def fields(self) -> dict[str, Any]:
         """The group entry's fields as the encoder takes them."""
@@ -464,29 +466,15 @@ _Member = TypeVar("_Member", "ConsumerMemberDescription", "ShareMemberDescriptio
 
 
 @dataclass(frozen=True, slots=True)
-class DescribedGroup(Generic[_Member]):
+class DescribedGroup(_GroupEntry, Generic[_Member]):
     """A ConsumerGroupDescribe or ShareGroupDescribe group entry: the same fields, other
     members. The defaults are the encoder's, which an entry the handler refuses shows; the
     coordinator's failed entries say "Dead"."""
 
-    group_id: str
-    authorized_operations: int
-    error_code: int = 0
-    error_message: str | None = None
-    group_state: str = ""
     group_epoch: int = 0
     assignment_epoch: int = 0
     assignor_name: str = ""
     members: tuple[_Member, ...] = ()
-
-    @classmethod
-    def failed(cls, group_id: str, authorized_operations: int, code: int,
-               message: str | None, group_state: str = "") -> Self:
-        return cls(group_id, authorized_operations, error_code=int(code), error_message=message,
-                   group_state=group_state)
-
-    def with_operations(self, authorized_operations: int) -> Self:
-        return replace(self, authorized_operations=authorized_operations)
 
     def fields(self) -> dict[str, Any]:
         """The group entry's fields as the encoder takes them."""
