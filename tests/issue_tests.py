@@ -13,6 +13,7 @@ relative to the repository root; a directory means every test file below it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -81,3 +82,23 @@ ISSUE_TESTS: dict[int, IssueTests] = {
         "tests/unit/bench/test_iceberg_scenario.py",
     )),
 }
+
+
+def _in_paths(path: str, paths: tuple[str, ...]) -> bool:
+    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
+
+
+def cpu_share(report: Path, paths: tuple[str, ...]) -> tuple[float, float, float]:
+    """(the issue's CPU, the run's CPU, the issue's files' wall times summed) from a
+    STROM_TEST_CPU file."""
+    mine = total = wall = 0.0
+    for line in report.read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) != 3:
+            continue
+        cpu, file_wall, path = float(parts[0]), float(parts[1]), parts[2]
+        total += cpu
+        if _in_paths(path, paths):
+            mine += cpu
+            wall += file_wall
+    return mine, total, wall

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.issue_tests import ISSUE_TESTS  # noqa: E402
+from tests.issue_tests import ISSUE_TESTS, cpu_share  # noqa: E402
 
 MARKS = "not confluent_suite and not iceberg_load_cluster"  # as the Makefile's test target
 
@@ -36,26 +36,6 @@ MARKS = "not confluent_suite and not iceberg_load_cluster"  # as the Makefile's 
 def _children_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
-
-
-def _in_paths(path: str, paths: tuple[str, ...]) -> bool:
-    return any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
-
-
-def cpu_share(report: Path, paths: tuple[str, ...]) -> tuple[float, float, float]:
-    """(the issue's CPU, the run's CPU, the issue's files' wall times summed) from a
-    STROM_TEST_CPU file."""
-    mine = total = wall = 0.0
-    for line in report.read_text().splitlines():
-        parts = line.split("\t")
-        if len(parts) != 3:
-            continue
-        cpu, file_wall, path = float(parts[0]), float(parts[1]), parts[2]
-        total += cpu
-        if _in_paths(path, paths):
-            mine += cpu
-            wall += file_wall
-    return mine, total, wall
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,22 +1,13 @@
-"""tests/issue_tests.py names test paths that exist, each under one issue only, and
-tools/issue_time.py reads a STROM_TEST_CPU report the way tests/conftest.py writes it."""
+"""tests/issue_tests.py names test paths that exist, each under one issue only, and reads a
+STROM_TEST_CPU report (for tools/issue_time.py) the way tests/conftest.py writes it."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
-from tests.issue_tests import ISSUE_TESTS
+from tests.issue_tests import ISSUE_TESTS, cpu_share
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _tool():
-    spec = importlib.util.spec_from_file_location("issue_time", ROOT / "tools" / "issue_time.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_every_path_exists_and_belongs_to_one_issue() -> None:
@@ -34,5 +25,5 @@ def test_the_cpu_share_counts_the_issues_files_only(tmp_path) -> None:
                       "5.0\t7.0\ttests/integration/restless/test_b.py\n"
                       "1.0\t2.0\ttests/unit/x.py\n"
                       "garbage\n")
-    mine, total, summed = _tool().cpu_share(report, ("tests/integration/rest", "tests/unit/x.py"))
+    mine, total, summed = cpu_share(report, ("tests/integration/rest", "tests/unit/x.py"))
     assert (mine, total, summed) == (11.0, 16.0, 22.0)
