@@ -11,6 +11,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.Optional;
 import java.util.Set;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import org.apache.kafka.clients.admin.AlterConfigOp;
@@ -62,12 +63,29 @@ class ClusterAdminTest extends CompatTest {
     }
   }
 
+  /**
+   * The partition as describeTopics shows it. The admin client asks any broker, and one that has
+   * not applied the topic's creation yet answers UnknownTopicOrPartition (Kafka's brokers too):
+   * asked again until the deadline.
+   */
   private TopicPartitionInfo partition(String topic, int p) {
-    try {
-      TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get(T, TimeUnit.SECONDS).get(topic);
-      return d.partitions().get(p);
-    } catch (Exception e) {
-      throw new IllegalStateException(e);
+    long end = System.nanoTime() + DEADLINE.toNanos();
+    while (true) {
+      try {
+        TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get(T, TimeUnit.SECONDS).get(topic);
+        return d.partitions().get(p);
+      } catch (ExecutionException e) {
+        if (!(e.getCause() instanceof UnknownTopicOrPartitionException) || System.nanoTime() > end) {
+          throw new IllegalStateException(e);
+        }
+      } catch (Exception e) {
+        throw new IllegalStateException(e);
+      }
+      try {
+        Thread.sleep(100); // poll interval, not synchronisation
+      } catch (InterruptedException e) {
+        throw new IllegalStateException(e);
+      }
     }
   }
 
