@@ -155,7 +155,8 @@ class BrokerLifecycle:
                  interval_ms: int, session_timeout_ms: int,
                  register_by: float = float("inf"),
                  log_dirs: Sequence[uuid.UUID] = (),
-                 offline_dirs: Callable[[], list[uuid.UUID]] = list) -> None:
+                 offline_dirs: Callable[[], list[uuid.UUID]] = list,
+                 incarnation: uuid.UUID | None = None) -> None:
         self.channel = channel
         self.session_s = session_timeout_ms / 1000
         self._last_answer = float("-inf")  # monotonic time of the last heartbeat answered
@@ -164,7 +165,7 @@ class BrokerLifecycle:
         self.protocols = dict(protocols)
         self.loader = loader
         self.interval_s = interval_ms / 1000
-        self.incarnation = uuid.uuid4()
+        self.incarnation = incarnation or uuid.uuid4()  # this process's
         self.log_dirs = list(log_dirs)  # the directory ids of its log dirs (KIP-858)
         self.offline_dirs = offline_dirs  # those offline now (a failed or full disk)
         self.epoch = -1

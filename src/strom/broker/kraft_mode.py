@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -249,8 +250,10 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
         logs = await _load_logs(config, replicated=True)
         partitions = PartitionManager(config.broker_id, config, image, logs)
         local = None
+        incarnation = uuid.uuid4()  # this broker process's, for its registrations
         if is_voter:
-            local = _cluster_controller(config, controller_node, loader, partitions)
+            local = _cluster_controller(config, controller_node, loader, partitions,
+                                        local_incarnation=str(incarnation))
             controller_node.cluster = local
             controller_node.feature_controller = local
         channel = ControllerChannel(
@@ -276,7 +279,8 @@ async def build_cluster_broker(config: BrokerConfig, controller_node: Controller
                                     log_dirs=[topic_id_from_str(d) for d in dir_ids.values()],
                                     offline_dirs=lambda: [topic_id_from_str(dir_ids[d])
                                                           for d in logs.offline_dirs
-                                                          if d in dir_ids])
+                                                          if d in dir_ids],
+                                    incarnation=incarnation)
         assignments = None
         if len(dir_ids) > 1:  # where each replica lives, for the controller (KIP-858)
             from strom.broker.dir_assignments import DirectoryAssignments
@@ -431,7 +435,7 @@ def _keep_registered(config: BrokerConfig, controller_node: ControllerNode,
 
 def _cluster_controller(config: BrokerConfig, controller_node: ControllerNode,
                         loader: MetadataLoader, partitions: PartitionManager,
-                        ) -> ClusterQuorumController:
+                        local_incarnation: str | None = None) -> ClusterQuorumController:
     """The controller a voter of a cluster runs: active while it leads the quorum."""
     from strom.controller.cluster_controller import ClusterQuorumController
 
@@ -443,7 +447,8 @@ def _cluster_controller(config: BrokerConfig, controller_node: ControllerNode,
         session_timeout_ms=config.get("broker.session.timeout.ms"),
         unclean_for=_unclean_from(partitions.resolve),
         rebalance_interval_s=rebalance_interval_s,
-        imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"))
+        imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"),
+        local_incarnation=local_incarnation)
     if not config.get("zookeeper.metadata.migration.enable"):
         return ClusterQuorumController(loader, controller_node.append, **args)
     from strom.config.listeners import inter_broker_listener_name, protocol_map

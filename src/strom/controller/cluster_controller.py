@@ -107,9 +107,12 @@ class ClusterQuorumController(QuorumController):
                  *, node_id: int, is_leader: Callable[[], bool], session_timeout_ms: int,
                  unclean_for: Callable[[TopicState], bool],
                  rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
-                 ) -> None:
+                 local_incarnation: str | None = None) -> None:
         super().__init__(loader, append, None)
         self.node_id = node_id
+        # the incarnation of the broker in this very process (a combined node), if any: a
+        # registration of this node id under another one is its previous process's, dead
+        self._local_incarnation = local_incarnation
         self.elections = ElectionCount()
         self._is_leader = is_leader
         self._session_s = session_timeout_ms / 1000
@@ -179,17 +182,55 @@ class ClusterQuorumController(QuorumController):
                 return current.epoch
             epoch = max(self._loader.applied_offset,
                         max((r.epoch for r in self.image.registrations.values()), default=0)) + 1
+            # (while a move from ZooKeeper is not finalized, ZooKeeper decides: zk_migration)
+            moves = [] if self.image.zk_migration == rec.ZK_MIGRATING else \
+                self._state_records(self._restart_moves(info.broker_id))
             self._registered_at[info.broker_id] = await self._commit_at(
-                [rec.register_broker_record(Registration(info, epoch, incarnation, fenced=True,
-                                                         features=features,
-                                                         log_dirs=list(log_dirs)))])
+                [rec.register_broker_record(Registration(
+                    info, epoch, incarnation, fenced=True, features=features,
+                    log_dirs=list(log_dirs))), *moves])
             self._last_seen[info.broker_id] = time.monotonic()
             self._shutting_down.discard(info.broker_id)
-            log.info("broker %d registered (epoch %d, incarnation %s)%s", info.broker_id,
+            log.info("broker %d registered (epoch %d, incarnation %s)%s%s", info.broker_id,
                      epoch, incarnation,
-                     "" if current is None else f"; its previous process had epoch {current.epoch}")
+                     "" if current is None else f"; its previous process had epoch {current.epoch}",
+                     f"; {len(moves)} partition(s) it led or was in sync for move on without it"
+                     if moves else "")
             self._wake.set()
             return epoch
+
+    def _restart_moves(self, broker_id: int) -> list[_Write]:
+        """What a new process of a broker changes, committed with its registration (Kafka's
+        unclean-shutdown handling): the partitions it leads get another leader from their ISR
+        and it leaves every ISR (never the last member), as if its old process had been fenced.
+        In the same commit, so no heartbeat can unfence the new process while the metadata
+        still names it the leader its previous process was."""
+        live = self._live() - {broker_id}
+        affected = [t for t in self.image.topics.values()
+                    if any(s.leader == broker_id or broker_id in s.isr
+                           for s in t.partitions.values())]
+        return [_Write(self.image.topics[d.topic], d.partition, d.write, d.expected_version)
+                for d in decide(affected, live, self._unclean_for,
+                                self.image.offline_dirs_check())
+                if d.topic in self.image.topics and self._involves(d.topic, d.partition,
+                                                                   broker_id)]
+
+    def _involves(self, topic: str, partition: int, broker_id: int) -> bool:
+        state = self.image.topics[topic].partitions[partition]
+        return state.leader == broker_id or broker_id in state.isr \
+            or (state.leader < 0 and broker_id in state.replicas)
+
+    def _live(self) -> set[int]:
+        """The brokers that may lead and join ISRs: the unfenced ones, less this node's own
+        broker id when its registration is an earlier process's (this process is the only one
+        with that id, so that one is dead; until the new one registers, its partitions, shown
+        leaderless to this process's broker, must not be handed back to it)."""
+        live = set(self.image.brokers)
+        if self._local_incarnation is not None:
+            reg = self.image.registrations.get(self.node_id)
+            if reg is not None and reg.incarnation != self._local_incarnation:
+                live.discard(self.node_id)
+        return live
 
     def _registration(self, broker_id: int, epoch: int) -> Registration:
         reg = self.image.registrations.get(broker_id)
@@ -364,7 +405,7 @@ class ClusterQuorumController(QuorumController):
     def _leads_movable(self, broker_id: int) -> bool:
         """True while the broker leads a partition another live in-sync replica, not shutting
         down itself, could lead."""
-        eligible = set(self.image.brokers) - self._shutting_down
+        eligible = self._live() - self._shutting_down
         return any(s.leader == broker_id and any(r != broker_id and r in eligible for r in s.isr)
                    for t in self.image.topics.values() for s in t.partitions.values())
 
@@ -448,7 +489,7 @@ class ClusterQuorumController(QuorumController):
         What it decides depends on the image, the live brokers and those shutting down only:
         while none of them changed since a pass, the next (every RECONCILE_INTERVAL_S) skips
         the walk over every partition (10 ms per 10,000 on the event loop)."""
-        live = set(self.image.brokers)
+        live = self._live()
         inputs = (self._loader.applied_offset, frozenset(live), frozenset(self._shutting_down))
         if inputs != self._reconciled:
             await self._decide_writes(live)
@@ -478,31 +519,36 @@ class ClusterQuorumController(QuorumController):
     async def _write_states(self, writes: list[_Write]) -> None:
         async with self._serial:
             self._require_active()
-            records: list[Record] = []
-            # one line per partition only for a few (each at DEBUG when a broker's failure
-            # moves a thousand: their log writes on the event loop would stall every client)
-            level = logging.INFO if len(writes) <= 3 else logging.DEBUG
-            for w in writes:
-                topic = self.image.topics_by_id.get(w.topic.topic_id)
-                state = topic.partitions.get(w.partition) if topic is not None else None
-                if state is None or state.partition_epoch != w.expected_epoch:
-                    continue  # changed meanwhile: decided again on the next pass
-                self.elections.count(state, w.write.leader)
-                new = dataclasses.replace(state, leader=w.write.leader,
-                                          leader_epoch=w.write.leader_epoch,
-                                          isr=list(w.write.isr),
-                                          partition_epoch=state.partition_epoch + 1)
-                records.append(rec.partition_record(w.topic.topic_id, new))
-                log.log(level, "%s-%d: leader %d, epoch %d, ISR %s", w.topic.name, w.partition,
-                        new.leader, new.leader_epoch, new.isr)
+            records = self._state_records(writes)
             if records:
-                if level == logging.DEBUG:
-                    leaders = Counter(int(r["leader"]) for r in records)
-                    log.info("%d partitions change leader or ISR (each at DEBUG); leaders now: "
-                             "%s", len(records), ", ".join(
-                                 f"{'none' if b < 0 else f'broker {b}'} x{n}"
-                                 for b, n in sorted(leaders.items())))
                 await self._commit(records)
+
+    def _state_records(self, writes: list[_Write]) -> list[Record]:
+        """The partition records of decided writes (under `_serial`), each checked against
+        the partition epoch it was decided on."""
+        records: list[Record] = []
+        # one line per partition only for a few (each at DEBUG when a broker's failure
+        # moves a thousand: their log writes on the event loop would stall every client)
+        level = logging.INFO if len(writes) <= 3 else logging.DEBUG
+        for w in writes:
+            topic = self.image.topics_by_id.get(w.topic.topic_id)
+            state = topic.partitions.get(w.partition) if topic is not None else None
+            if state is None or state.partition_epoch != w.expected_epoch:
+                continue  # changed meanwhile: decided again on the next pass
+            self.elections.count(state, w.write.leader)
+            new = dataclasses.replace(state, leader=w.write.leader,
+                                      leader_epoch=w.write.leader_epoch,
+                                      isr=list(w.write.isr),
+                                      partition_epoch=state.partition_epoch + 1)
+            records.append(rec.partition_record(w.topic.topic_id, new))
+            log.log(level, "%s-%d: leader %d, epoch %d, ISR %s", w.topic.name, w.partition,
+                    new.leader, new.leader_epoch, new.isr)
+        if records and level == logging.DEBUG:
+            leaders = Counter(int(r["leader"]) for r in records)
+            log.info("%d partitions change leader or ISR (each at DEBUG); leaders now: %s",
+                     len(records), ", ".join(f"{'none' if b < 0 else f'broker {b}'} x{n}"
+                                             for b, n in sorted(leaders.items())))
+        return records
 
     async def _finish_reassignments(self) -> None:
         records: list[Record] = []
@@ -521,7 +567,7 @@ class ClusterQuorumController(QuorumController):
 
     async def _maybe_rebalance(self) -> None:
         moves = self._rebalance.due(time.monotonic(), list(self.image.topics.values()),
-                                    set(self.image.brokers))
+                                    self._live())
         if moves:
             log.info("leader rebalance: moving %d partitions to their preferred replica",
                      len(moves))
@@ -554,7 +600,7 @@ class ClusterQuorumController(QuorumController):
             # a broker in a controlled shutdown may not join an ISR (Kafka's
             # INELIGIBLE_REPLICA): it would only have to leave it again
             # nor may a replica kept in a log dir that is offline
-            eligible = set(self.image.brokers) - self._shutting_down \
+            eligible = self._live() - self._shutting_down \
                 - self.image.in_offline_dirs(state)
             check_isr_update(state, leader_epoch, partition_epoch, isr, eligible)
             new = dataclasses.replace(state, isr=list(isr), partition_epoch=partition_epoch + 1)
@@ -583,7 +629,7 @@ class ClusterQuorumController(QuorumController):
                     if (topic, partition) in seen:
                         raise KafkaError(ErrorCode.INVALID_REQUEST,
                                          f"{topic}-{partition} is named twice")
-                    eligible = set(self.image.brokers) - self._shutting_down \
+                    eligible = self._live() - self._shutting_down \
                         - self.image.in_offline_dirs(state)
                     check_isr_update(state, leader_epoch, partition_epoch, isr, eligible)
                 except KafkaError as exc:
@@ -610,7 +656,7 @@ class ClusterQuorumController(QuorumController):
             self._require_active()
             wanted = partitions if partitions is not None else [
                 (t.name, p) for t in self.image.topics.values() for p in t.partitions]
-            live = set(self.image.brokers)
+            live = self._live()
             out: dict[Key, int] = {}
             records: list[Record] = []
             elected: list[tuple[str, int, int]] = []
@@ -656,7 +702,7 @@ class ClusterQuorumController(QuorumController):
                 t = self.image.topics.get(name)
                 outcome, moved = reassign_state(
                     t.partitions.get(p) if t is not None else None, name, p, target,
-                    set(self.image.brokers), allow_rf_change=allow_rf_change)
+                    self._live(), allow_rf_change=allow_rf_change)
                 out[(name, p)] = outcome
                 if t is None or moved is None:
                     continue

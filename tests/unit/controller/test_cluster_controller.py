@@ -105,6 +105,61 @@ def test_a_fenced_broker_loses_its_leaderships_and_leaves_the_isrs() -> None:
     run(main)
 
 
+def test_a_new_process_of_a_leader_registers_with_its_leaderships_moved() -> None:
+    """Kafka's unclean-shutdown handling, in the registration's own commit: no heartbeat of
+    the new process can unfence it while the metadata still names it the leader its previous
+    process was (the reconcile pass may not have run in between)."""
+    async def main() -> None:
+        s = Setup()
+        for b in (1, 2, 3):
+            await s.live_broker(b)
+        await s.controller.create_topic("t", 3, 3, None, {})
+        led = [p for p, st in s.image.topics["t"].partitions.items() if st.leader == 2]
+        before = {p: st.leader_epoch for p, st in s.image.topics["t"].partitions.items()}
+        commits = len(s.quorum.appended)
+        epoch = await s.controller.register_broker(info(2), "inc-2-again")
+        # no reconcile pass ran: the registration call itself wrote the moves
+        assert [r["type"] for r in s.quorum.appended[commits:]] == ["register_broker",
+                                                                    *["partition"] * 3]
+        for p, st in s.image.topics["t"].partitions.items():
+            assert st.leader in (1, 3) and 2 not in st.isr, st
+            if p in led:
+                assert st.leader_epoch > before[p]
+        # caught up at once: unfenced, it still leads nothing until elected again
+        await s.controller.heartbeat(2, epoch, s.loader.applied_offset, want_fence=False,
+                                     want_shut_down=False)
+        assert 2 in s.image.brokers
+        assert all(st.leader != 2 for st in s.image.topics["t"].partitions.values())
+
+    run(main)
+
+
+def test_the_controller_of_a_restarted_node_hands_nothing_to_its_old_registration() -> None:
+    """A combined node's controller active before its broker registered again: the broker
+    shows its old leaderships as leaderless; the registration of its node id is the previous
+    process's, so no decision may give them back to it (it is elected after a new one)."""
+    async def main() -> None:
+        s = Setup()
+        for b in (1, 2, 3):
+            await s.live_broker(b)
+        await s.controller.create_topic("t", 3, 3, None, {})
+        led = [p for p, st in s.image.topics["t"].partitions.items() if st.leader == 1]
+        assert led
+        s.controller._local_incarnation = "this-process"  # node 1 restarted, not registered
+        s.loader.hold_inherited_leaderships(1)  # what its broker does when it starts
+        await s.settle()
+        for p in led:
+            st = s.image.topics["t"].partitions[p]
+            assert st.leader in (2, 3) and 1 not in st.isr, st
+        assert s.controller._live() == {2, 3}
+        epoch = await s.controller.register_broker(info(1), "this-process")
+        await s.controller.heartbeat(1, epoch, s.loader.applied_offset, want_fence=False,
+                                     want_shut_down=False)
+        assert s.controller._live() == {1, 2, 3}
+
+    run(main)
+
+
 def test_a_controlled_shutdown_moves_leaderships_then_fences() -> None:
     async def main() -> None:
         s = Setup()
