@@ -77,6 +77,10 @@ UNANSWERED_SHUTDOWN_ASKS = 2
 # shutdown that is not yet "you may stop" brings the next heartbeat after 50 ms.
 STARTING_HEARTBEAT_S = 0.01
 FIRST_SHUTDOWN_RETRY_S = 0.05
+# a registration refused as a duplicate (another process of this broker id still heartbeats,
+# or did until a moment ago: a restart after kill -9) is asked again after 100 ms, doubling up
+# to the heartbeat interval
+DUPLICATE_RETRY_FIRST_S = 0.1
 PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 
 
@@ -179,6 +183,7 @@ class BrokerLifecycle:
         self._answered = False  # whether the controller answered the last heartbeat
         self._unfenced = asyncio.Event()
         self._wake = asyncio.Event()
+        self._duplicate_retry_s = 0.0  # the wait after a refusal as a duplicate; 0: none
         # initial.broker.registration.timeout.ms: the monotonic time by which the first
         # registration must have been accepted; after that the broker gives up and exits
         self.register_by = register_by
@@ -259,11 +264,22 @@ class BrokerLifecycle:
             try:
                 if self.epoch < 0:
                     await self._register()
+                    self._duplicate_retry_s = 0.0
                 await self._heartbeat()
             except asyncio.CancelledError:
                 raise
             except KafkaError as exc:  # no controller answers: keep serving, ask again
-                log.info("controller unreachable: %s", exc.message)
+                if exc.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION:
+                    self._duplicate_retry_s = min(self.interval_s, max(
+                        DUPLICATE_RETRY_FIRST_S, 2 * self._duplicate_retry_s))
+                    log.warning("the controller refused broker %d's registration "
+                                "(DUPLICATE_BROKER_REGISTRATION): another process with this "
+                                "node.id is registered and sends heartbeats, or did a moment "
+                                "ago (a restart after kill -9 waits for two heartbeats it "
+                                "misses); asking again in %.1f s", self.info.broker_id,
+                                self._duplicate_retry_s)
+                else:
+                    log.info("controller unreachable: %s", exc.message)
                 if self.want_shut_down:
                     self._failures_since_asked += 1
                     if self._failures_since_asked >= UNANSWERED_SHUTDOWN_ASKS:
@@ -284,6 +300,8 @@ class BrokerLifecycle:
     def _next_heartbeat_s(self) -> float:
         """The wait before the next heartbeat, as Kafka's broker times it (see
         STARTING_HEARTBEAT_S); after an error or no answer, the interval."""
+        if self._duplicate_retry_s and self.epoch < 0:
+            return self._duplicate_retry_s
         if not self._answered:
             return self.interval_s
         if not self._unfenced.is_set() and not self.want_shut_down:

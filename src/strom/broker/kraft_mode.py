@@ -448,7 +448,8 @@ def _cluster_controller(config: BrokerConfig, controller_node: ControllerNode,
         unclean_for=_unclean_from(partitions.resolve),
         rebalance_interval_s=rebalance_interval_s,
         imbalance_percentage=config.get("leader.imbalance.per.broker.percentage"),
-        local_incarnation=local_incarnation)
+        local_incarnation=local_incarnation,
+        heartbeat_interval_ms=config.get("broker.heartbeat.interval.ms"))
     if not config.get("zookeeper.metadata.migration.enable"):
         return ClusterQuorumController(loader, controller_node.append, **args)
     from strom.config.listeners import inter_broker_listener_name, protocol_map

@@ -107,7 +107,8 @@ class ClusterQuorumController(QuorumController):
                  *, node_id: int, is_leader: Callable[[], bool], session_timeout_ms: int,
                  unclean_for: Callable[[TopicState], bool],
                  rebalance_interval_s: float | None = None, imbalance_percentage: int = 10,
-                 local_incarnation: str | None = None) -> None:
+                 local_incarnation: str | None = None,
+                 heartbeat_interval_ms: int = 2000) -> None:
         super().__init__(loader, append, None)
         self.node_id = node_id
         # the incarnation of the broker in this very process (a combined node), if any: a
@@ -116,12 +117,16 @@ class ClusterQuorumController(QuorumController):
         self.elections = ElectionCount()
         self._is_leader = is_leader
         self._session_s = session_timeout_ms / 1000
+        # a registration under a new incarnation is refused while the current one heartbeats:
+        # it has been heard from within two heartbeat intervals (see `register_broker`)
+        self._duplicate_s = min(self._session_s, 2 * heartbeat_interval_ms / 1000)
         self._unclean_for = unclean_for
         self._rebalance = RebalanceSchedule(rebalance_interval_s, imbalance_percentage)
         self._last_seen: dict[int, float] = {}  # broker id -> monotonic time of its heartbeat
         # broker id -> the offset of its registration record, as this controller wrote it
         self._registered_at: dict[int, int] = {}
         self._shutting_down: set[int] = set()
+        self._stopped: set[int] = set()  # brokers told they may shut down (their process ends)
         # what the last full reconcile pass decided from: (applied offset, live, shutting down)
         self._reconciled: tuple[int, frozenset[int], frozenset[int]] | None = None
         self._was_leader = False
@@ -180,6 +185,16 @@ class ClusterQuorumController(QuorumController):
             if current is not None and current.incarnation == incarnation:
                 self._last_seen[info.broker_id] = time.monotonic()
                 return current.epoch
+            if current is not None and info.broker_id not in self._stopped:
+                silent = time.monotonic() - self._last_seen.get(info.broker_id, float("-inf"))
+                if silent < self._duplicate_s:
+                    log.info("broker %d's registration under a new incarnation is refused: "
+                             "its registration (epoch %d) sent a heartbeat %.1f s ago",
+                             info.broker_id, current.epoch, silent)
+                    raise KafkaError(ErrorCode.DUPLICATE_BROKER_REGISTRATION,
+                                     f"Another broker is registered with that broker id: "
+                                     f"broker {info.broker_id}'s registration (epoch "
+                                     f"{current.epoch}) sent a heartbeat {silent:.1f} s ago")
             epoch = max(self._loader.applied_offset,
                         max((r.epoch for r in self.image.registrations.values()), default=0)) + 1
             # (while a move from ZooKeeper is not finalized, ZooKeeper decides: zk_migration)
@@ -191,6 +206,7 @@ class ClusterQuorumController(QuorumController):
                     log_dirs=list(log_dirs))), *moves])
             self._last_seen[info.broker_id] = time.monotonic()
             self._shutting_down.discard(info.broker_id)
+            self._stopped.discard(info.broker_id)
             log.info("broker %d registered (epoch %d, incarnation %s)%s%s", info.broker_id,
                      epoch, incarnation,
                      "" if current is None else f"; its previous process had epoch {current.epoch}",
@@ -272,8 +288,10 @@ class ClusterQuorumController(QuorumController):
                 and not reg.in_controlled_shutdown:
             await self._set_state(reg, fenced=False)
         reg = self.image.registrations.get(broker_id, reg)
-        return HeartbeatAnswer(caught_up, reg.fenced,
-                               want_shut_down and reg.fenced and reg.epoch == epoch)
+        may_stop = want_shut_down and reg.fenced and reg.epoch == epoch
+        if may_stop:  # its next process need not wait for this one to fall silent
+            self._stopped.add(broker_id)
+        return HeartbeatAnswer(caught_up, reg.fenced, may_stop)
 
     async def _set_offline_dirs(self, reg: Registration, offline: list[str]) -> None:
         """A broker's log dirs went offline (or came back): the replicas the metadata places in
@@ -422,6 +440,7 @@ class ClusterQuorumController(QuorumController):
                         now = time.monotonic()
                         self._last_seen = {b: now for b in self.image.registrations}
                         self._shutting_down.clear()
+                        self._stopped.clear()
                         self._reconciled = None
                         self._was_leader = True
                     await self._expire_sessions()

@@ -49,6 +49,10 @@ class Setup:
         assert not answer.is_fenced
         return epoch
 
+    def silence(self, broker_id: int) -> None:
+        """As if the broker's process had stopped heartbeating a session ago (killed)."""
+        self.controller._last_seen[broker_id] -= 60.0
+
     async def settle(self) -> None:
         """Run the active controller's reconciliation until it writes nothing more."""
         for _ in range(10):
@@ -75,7 +79,12 @@ def test_a_new_registration_is_fenced_until_the_broker_caught_up() -> None:
         assert 2 in s.image.brokers
         # the same process registering again (a lost answer) keeps its epoch
         assert await s.controller.register_broker(info(2), "a") == epoch
-        # a new process gets a new epoch, and starts fenced again
+        # another process while this one heartbeats: refused (Kafka's duplicate check)
+        with pytest.raises(KafkaError) as duplicate:
+            await s.controller.register_broker(info(2), "b")
+        assert duplicate.value.code == ErrorCode.DUPLICATE_BROKER_REGISTRATION
+        # a new process once the old one fell silent gets a new epoch, and starts fenced again
+        s.silence(2)
         again = await s.controller.register_broker(info(2), "b")
         assert again > epoch and 2 not in s.image.brokers
         with pytest.raises(KafkaError) as stale:
@@ -117,6 +126,7 @@ def test_a_new_process_of_a_leader_registers_with_its_leaderships_moved() -> Non
         led = [p for p, st in s.image.topics["t"].partitions.items() if st.leader == 2]
         before = {p: st.leader_epoch for p, st in s.image.topics["t"].partitions.items()}
         commits = len(s.quorum.appended)
+        s.silence(2)  # killed: its heartbeats stopped
         epoch = await s.controller.register_broker(info(2), "inc-2-again")
         # no reconcile pass ran: the registration call itself wrote the moves
         assert [r["type"] for r in s.quorum.appended[commits:]] == ["register_broker",
@@ -152,6 +162,7 @@ def test_the_controller_of_a_restarted_node_hands_nothing_to_its_old_registratio
             st = s.image.topics["t"].partitions[p]
             assert st.leader in (2, 3) and 1 not in st.isr, st
         assert s.controller._live() == {2, 3}
+        s.silence(1)
         epoch = await s.controller.register_broker(info(1), "this-process")
         await s.controller.heartbeat(1, epoch, s.loader.applied_offset, want_fence=False,
                                      want_shut_down=False)
@@ -183,6 +194,8 @@ def test_a_controlled_shutdown_moves_leaderships_then_fences() -> None:
         done = await s.controller.heartbeat(2, epochs[2], s.loader.applied_offset,
                                             want_fence=False, want_shut_down=True)
         assert done.should_shut_down and done.is_fenced
+        # told it may stop: its next process need not wait for it to fall silent
+        assert await s.controller.register_broker(info(2), "inc-2-next") > epochs[2]
 
     run(main)
 
