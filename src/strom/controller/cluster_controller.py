@@ -123,6 +123,9 @@ class ClusterQuorumController(QuorumController):
         self._unclean_for = unclean_for
         self._rebalance = RebalanceSchedule(rebalance_interval_s, imbalance_percentage)
         self._last_seen: dict[int, float] = {}  # broker id -> monotonic time of its heartbeat
+        # the same, only what this controller heard itself (not the fresh session a new active
+        # controller gives every broker): the duplicate-registration check's
+        self._heard: dict[int, float] = {}
         # broker id -> the offset of its registration record, as this controller wrote it
         self._registered_at: dict[int, int] = {}
         self._shutting_down: set[int] = set()
@@ -183,10 +186,11 @@ class ClusterQuorumController(QuorumController):
                                      f"version between {lo} and {hi}, inclusive.")
             current = self.image.registrations.get(info.broker_id)
             if current is not None and current.incarnation == incarnation:
-                self._last_seen[info.broker_id] = time.monotonic()
+                self._last_seen[info.broker_id] = self._heard[info.broker_id] = time.monotonic()
                 return current.epoch
-            if current is not None and info.broker_id not in self._stopped:
-                silent = time.monotonic() - self._last_seen.get(info.broker_id, float("-inf"))
+            if current is not None and info.broker_id not in self._stopped \
+                    and incarnation != self._local_incarnation:  # (this process's own broker)
+                silent = time.monotonic() - self._heard.get(info.broker_id, float("-inf"))
                 if silent < self._duplicate_s:
                     log.info("broker %d's registration under a new incarnation is refused: "
                              "its registration (epoch %d) sent a heartbeat %.1f s ago",
@@ -204,7 +208,7 @@ class ClusterQuorumController(QuorumController):
                 [rec.register_broker_record(Registration(
                     info, epoch, incarnation, fenced=True, features=features,
                     log_dirs=list(log_dirs))), *moves])
-            self._last_seen[info.broker_id] = time.monotonic()
+            self._last_seen[info.broker_id] = self._heard[info.broker_id] = time.monotonic()
             self._shutting_down.discard(info.broker_id)
             self._stopped.discard(info.broker_id)
             log.info("broker %d registered (epoch %d, incarnation %s)%s%s", info.broker_id,
@@ -263,7 +267,7 @@ class ClusterQuorumController(QuorumController):
                         offline_dirs: Sequence[str] = ()) -> HeartbeatAnswer:
         self._require_active()
         reg = self._registration(broker_id, epoch)
-        self._last_seen[broker_id] = time.monotonic()
+        self._last_seen[broker_id] = self._heard[broker_id] = time.monotonic()
         if sorted(offline_dirs) != sorted(reg.offline_dirs):
             await self._set_offline_dirs(reg, sorted(offline_dirs))
             reg = self.image.registrations.get(broker_id, reg)
