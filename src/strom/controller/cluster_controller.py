@@ -161,7 +161,9 @@ class ClusterQuorumController(QuorumController):
                               features: Mapping[str, tuple[int, int]] | None = None,
                               log_dirs: Sequence[str] = ()) -> int:
         """A broker's registration: its broker epoch. The same process registering again (a
-        lost answer) keeps its epoch; a new process gets a new one and starts fenced. A broker
+        lost answer) keeps its epoch; a new process gets a new one and starts fenced, once the
+        previous one has fallen silent (else DUPLICATE_BROKER_REGISTRATION: two processes with
+        one node.id, or a restart quicker than two heartbeat intervals). A broker
         that does not support a finalized feature level is refused (UNSUPPORTED_VERSION); so
         is one naming a log dir twice, or another broker's (INVALID_REGISTRATION)."""
         async with self._serial:
