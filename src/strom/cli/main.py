@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import sys
+from importlib.machinery import ModuleSpec
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from types import ModuleType
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -15,11 +19,16 @@ if TYPE_CHECKING:  # the click that typer vendors: its error hook is called with
     from typer._click import ClickException
 
 
+_rich_format_error: Any = None  # typer's own, once typer.rich_utils is imported
+
+
 def _one_line_usage_error(self: ClickException) -> None:
     """Usage errors as one `Error: ...` line with a help hint, instead of typer's boxed panel.
     (It replaces typer's `rich_format_error(self)`, hence the parameter's name.)"""
     if type(self).__name__ == "NoArgsIsHelpError":
-        return _rich_format_error(self)
+        if _rich_format_error is not None:
+            _rich_format_error(self)
+        return
     message = " ".join(self.format_message().split())
     ctx = getattr(self, "ctx", None)
     hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
@@ -27,13 +36,43 @@ def _one_line_usage_error(self: ClickException) -> None:
     return None
 
 
-try:  # typer formats click usage errors through this hook when rich is installed
-    from typer import rich_utils as _rich_utils
+def _patch_rich_utils(module: ModuleType) -> None:
+    """typer formats click usage errors through `rich_utils.rich_format_error` when rich is
+    installed: ours instead."""
+    global _rich_format_error
+    original = getattr(module, "rich_format_error", None)
+    if original is not None and original is not _one_line_usage_error:
+        _rich_format_error = original
+        setattr(module, "rich_format_error", _one_line_usage_error)  # noqa: B010
 
-    _rich_format_error = _rich_utils.rich_format_error
-    _rich_utils.rich_format_error = _one_line_usage_error
-except (ImportError, AttributeError):  # pragma: no cover - other typer versions keep their format
-    pass
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Patches `typer.rich_utils` when typer imports it (only to show an error, help or
+    the version): importing it at every start costs 65 ms (rich's markdown and more), a tenth of what a
+    `strom` command or a broker start spends before it does anything."""
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> ModuleSpec | None:
+        if name != "typer.rich_utils":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:  # pragma: no cover - other typer versions
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def patched(module: ModuleType) -> None:
+            exec_module(module)
+            _patch_rich_utils(module)
+
+        loader.exec_module = patched  # type: ignore[method-assign]
+        return spec
+
+
+if "typer.rich_utils" in sys.modules:  # pragma: no cover - imported before us
+    _patch_rich_utils(sys.modules["typer.rich_utils"])
+else:
+    sys.meta_path.insert(0, _PatchOnImport())
 
 # Every command, by name: a sub-app (a group of commands) or a single command, and where it is.
 # A run imports only the one it names (the others cost tenths of a second at every start).
