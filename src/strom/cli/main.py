@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import importlib
 import importlib.abc
 import importlib.util
 import sys
+from collections.abc import Iterator
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from types import ModuleType
@@ -131,7 +134,22 @@ def _root() -> None:
 def main() -> None:
     """The console script: builds only the command the arguments name (all for --help)."""
     first = next((a for a in sys.argv[1:] if not a.startswith("-")), None)
-    build(first if first in _NAMES else None)()
+    with _no_gc_while_importing():
+        app = build(first if first in _NAMES else None)
+    app()
+
+
+@contextlib.contextmanager
+def _no_gc_while_importing() -> Iterator[None]:
+    """Imports make tens of thousands of objects that live as long as the process; the cyclic
+    collector's passes over them while they are made are wasted (40 ms of a broker's start)."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def __getattr__(name: str) -> typer.Typer:
@@ -163,7 +181,8 @@ def broker(
     if path is not None and not path.is_file():
         raise UsageError(f"broker config file not found: {path}")
     overrides = parse_kv_list(override, "override")
-    from strom.broker.app import run_broker  # lazy: client commands need no broker code
+    with _no_gc_while_importing():
+        from strom.broker.app import run_broker  # lazy: client commands need no broker code
 
     raise typer.Exit(run_broker(path, overrides))
 
