@@ -54,6 +54,7 @@ ISSUE_TESTS: dict[int, IssueTests] = {
         "tests/integration/cluster/test_kraft_combined.py",
         "tests/integration/cluster/test_kraft_quorum.py",
         "tests/integration/cluster/test_kraft_cli_and_bad_input.py",
+        "tests/integration/cluster/test_fuzz_controller_listener.py",
         "tests/integration/cluster/test_dynamic_quorum.py",
         "tests/integration/cluster/test_storage_format_quorum.py",
         "tests/integration/cluster/test_zookeeper_migration.py",

@@ -91,7 +91,9 @@ async def broker_heartbeat(node: BrokerFacingNode, ctx: RequestContext,
             int(request.broker_id), int(request.broker_epoch),
             int(request.current_metadata_offset), want_fence=bool(request.want_fence),
             want_shut_down=bool(request.want_shut_down),
-            offline_dirs=[topic_id_to_str(d) for d in request.offline_log_dirs])
+            # (v0 has no offline log dirs: Kafka 3.0's brokers)
+            offline_dirs=[topic_id_to_str(d)
+                          for d in getattr(request, "offline_log_dirs", None) or ()])
     except KafkaError as exc:
         return {"error_code": exc.code, "is_caught_up": False, "is_fenced": True,
                 "should_shut_down": False}
@@ -230,7 +232,7 @@ async def envelope(node: BrokerFacingNode, ctx: RequestContext, request: Struct)
         return {"error_code": ErrorCode.NOT_CONTROLLER, "response_data": None}
     try:
         principal = decode_principal(bytes(request.request_principal or b""))
-    except (ValueError, IndexError):
+    except ValueError:
         return {"error_code": ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE, "response_data": None}
     address = bytes(request.client_host_address)
     host = ".".join(str(b) for b in address) if len(address) == 4 else address.hex()

@@ -20,6 +20,7 @@ from typing import Any
 from kio.schema.default_principal_data.v0.data import DefaultPrincipalData
 
 from strom.protocol.codec import entity_codec
+from strom.protocol.errors import ProtocolError
 from strom.protocol.header import encode_request_header
 from strom.security.principal import KafkaPrincipal
 
@@ -34,10 +35,17 @@ def encode_principal(principal: KafkaPrincipal) -> bytes:
 
 
 def decode_principal(data: bytes) -> KafkaPrincipal:
+    """Raises ValueError for bytes that are not a principal (Envelope then answers
+    PRINCIPAL_DESERIALIZATION_FAILURE)."""
+    if len(data) < _VERSION.size:
+        raise ValueError(f"principal data of {len(data)} bytes")
     (version,) = _VERSION.unpack_from(data, 0)
     if version != 0:
         raise ValueError(f"principal data version {version} is not known")
-    value, _ = _PRINCIPAL.decode(memoryview(data), 2)
+    try:
+        value, _ = _PRINCIPAL.decode(memoryview(data), 2)
+    except (struct.error, IndexError, ProtocolError) as exc:
+        raise ValueError(f"malformed principal data: {exc}") from exc
     return KafkaPrincipal(value.type_, value.name)
 
 

@@ -88,6 +88,11 @@ def test_registrations_and_heartbeats_with_bad_input_change_nothing() -> None:
         assert info.registry_url == "http://127.0.0.1:8081"
         stale = await broker_apis.broker_heartbeat(node, Ctx(), heartbeat(2, ok["broker_epoch"] - 1))
         assert stale["error_code"] == ErrorCode.STALE_BROKER_EPOCH
+        # v0 has no offline log dirs (found by the CONTROLLER listener's fuzz test)
+        v0 = await broker_apis.broker_heartbeat(node, Ctx(), decoded(ApiKey.BROKER_HEARTBEAT, 0, {
+            "broker_id": 2, "broker_epoch": ok["broker_epoch"], "current_metadata_offset": 100,
+            "want_fence": False, "want_shut_down": False}))
+        assert v0["error_code"] == ErrorCode.NONE
 
         node.leading = False
         before = list(node.quorum.appended)
@@ -115,6 +120,13 @@ def test_an_envelope_whose_principal_cannot_be_read_is_refused() -> None:
                                            b"\x00\x07garbage", "client_host_address": b"\x7f\0\0\1"})
         answer = await broker_apis.envelope(node, Ctx(), bad)
         assert answer["error_code"] == ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE
+        # found by the CONTROLLER listener's fuzz test: no principal at all, a cut-off one
+        for principal in (b"", b"\x00", b"\x00\x00\x05"):
+            empty = decoded(ApiKey.ENVELOPE, 0, {"request_data": b"\x00\x13",
+                                                 "request_principal": principal,
+                                                 "client_host_address": b"\x7f\0\0\1"})
+            refused = await broker_apis.envelope(node, Ctx(), empty)
+            assert refused["error_code"] == ErrorCode.PRINCIPAL_DESERIALIZATION_FAILURE, principal
         assert called == []
         alice = KafkaPrincipal("User", "alice")
         assert decode_principal(encode_principal(alice)) == alice
