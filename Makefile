@@ -94,11 +94,13 @@ bench: $(STAMP)
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 # Fuzzing: `make test` runs a short derandomized sample of the fuzz tests; this draws random
-# examples for FUZZ_SECONDS (70% in-process decoders, 30% against a live broker).
+# examples for FUZZ_SECONDS (70% in-process decoders, 30% against a live broker), then 20% more
+# against the CONTROLLER listeners of a 3-node KRaft cluster.
 FUZZ_SECONDS ?= 600
 fuzz: $(STAMP)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) $(BIN)/pytest -q -s -p no:cacheprovider -o timeout=0 \
-	  tests/unit/protocol/test_fuzz_decoders.py tests/integration/test_fuzz_broker.py
+	  tests/unit/protocol/test_fuzz_decoders.py tests/integration/test_fuzz_broker.py \
+	  tests/integration/cluster/test_fuzz_controller_listener.py
 
 # Recapture the fuzz seed corpus (tests/fuzz/corpus) from real clients.
 fuzz-seeds: $(STAMP)
