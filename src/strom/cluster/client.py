@@ -50,7 +50,7 @@ class BrokerClient:
             self.close()
             raise BrokerConnectionError(f"cannot authenticate to {self.host}:{self.port}: "
                                         f"{exc}") from exc
-        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
             self.close()
             raise BrokerConnectionError(f"cannot connect to {self.host}:{self.port}: {exc}") from exc
 
@@ -58,6 +58,10 @@ class BrokerClient:
                       timeout_s: float | None = None) -> Struct:
         """Send one request and return its decoded response."""
         async with self._lock:
+            if self._writer is not None and (self._writer.is_closing()
+                                             or (self._reader is not None
+                                                 and self._reader.at_eof())):
+                self.close()  # the peer went away since the last request: connect again
             if self._writer is None:
                 await self._connect()
             assert self._reader is not None and self._writer is not None
@@ -73,7 +77,9 @@ class BrokerClient:
                 (size,) = _SIZE.unpack(size_bytes)
                 frame = await asyncio.wait_for(self._reader.readexactly(size),
                                                timeout_s or self.timeout_s)
-            except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            except (TimeoutError, OSError, asyncio.IncompleteReadError, RuntimeError) as exc:
+                # (uvloop raises RuntimeError writing to a transport closed meanwhile: kept
+                # open, every later request failed the same way and the peer was lost for good)
                 self.close()
                 raise BrokerConnectionError(
                     f"request to {self.host}:{self.port} failed: {exc!r}") from exc

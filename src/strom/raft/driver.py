@@ -329,6 +329,15 @@ class RaftDriver:
             log.debug("raft %d: %s to node %d failed: %s", self.client.local.id,
                       ApiKey(ob.api_key).name, ob.destination, e)
             return "failure", None
+        except Exception:
+            # anything else still fails this request (the client learns of it and retries)
+            # and drops the connection: a request task that died instead left the Raft
+            # client waiting for an answer that never came
+            conn.versions = None
+            conn.client.close()
+            log.exception("raft %d: %s to node %d failed", self.client.local.id,
+                          ApiKey(ob.api_key).name, ob.destination)
+            return "failure", None
         finally:
             conn.busy = False
 
