@@ -129,6 +129,9 @@ class Nemesis:
     moment: Callable[[str, str | int], None] | None = None
     events: list[Event] = field(default_factory=list)
     missed: list[str] = field(default_factory=list)  # faults whose victim could not be found
+    # faults after which the cluster was not whole again (every replica in its ISR) within
+    # HEALTHY_TIMEOUT: a liveness failure, which the run reports and the test fails on
+    unhealed: list[str] = field(default_factory=list)
     _isolated: set[int] = field(default_factory=set)
 
     def counts(self) -> Counter[str]:
@@ -210,7 +213,8 @@ class Nemesis:
                     "restarted at once" if quick else "did not move")
             self.events.append(Event(t0, fault, victim, note))
             self.log(f"nemesis: {fault} ({key}) on broker {victim}: {note}")
-            wait_healthy(self.target, HEALTHY_TIMEOUT, self.log)
+            if not wait_healthy(self.target, HEALTHY_TIMEOUT, self.log):
+                self.unhealed.append(f"{fault} on broker {victim} at {t0:.0f}")
             time.sleep(self.rng.uniform(*self.timing.calm))  # calm between faults
 
 

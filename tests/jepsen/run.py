@@ -20,7 +20,15 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from ..integration.cluster.faults import replica_records, wait_for
 from .checker import Result, check
 from .history import History
-from .nemesis import Nemesis, Target, Timing, fixed_plan, random_plan, wait_healthy
+from .nemesis import (
+    HEALTHY_TIMEOUT,
+    Nemesis,
+    Target,
+    Timing,
+    fixed_plan,
+    random_plan,
+    wait_healthy,
+)
 from .workload import (
     CLIENT,
     TXN_TIMEOUT_MS,
@@ -71,6 +79,7 @@ class Report:
     missed: list[str]
     client_errors: list[str]
     elapsed: float
+    unhealed: list[str] = field(default_factory=list)  # see Nemesis.unhealed
 
     @property
     def crashed(self) -> list[str]:
@@ -87,6 +96,9 @@ class Report:
                  f"{self.elapsed:.0f} s; faults: {faults} ({self.failovers} failed over)"]
         if self.missed:
             lines.append(f"faults skipped (no broker found for the role): {self.missed}")
+        if self.unhealed:
+            lines.append(f"faults after which the cluster was not whole again within "
+                         f"{HEALTHY_TIMEOUT:.0f} s: {self.unhealed}")
         lines.append(f"client errors seen (expected under faults): {len(self.client_errors)}")
         lines.append(self.result.summary())
         return "\n".join(lines)
@@ -201,7 +213,7 @@ def run(target: Target, settings: Settings, log: Callable[[str], None] = print,
         errors.append(f"input producer: {unanswered} records without a delivery report")
     failovers = sum(e.note.startswith("moved") for e in nemesis.events)
     return Report(target.name, settings, check(history), nemesis.counts(), failovers,
-                  nemesis.missed, errors, time.monotonic() - t0)
+                  nemesis.missed, errors, time.monotonic() - t0, nemesis.unhealed)
 
 
 def _after_a_commit(workers: list[Worker], rng: random.Random
