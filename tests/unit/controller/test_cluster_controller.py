@@ -49,6 +49,14 @@ class Setup:
         assert not answer.is_fenced
         return epoch
 
+    async def three_brokers_one_topic(self) -> dict[int, int]:
+        """Brokers 1-3 live, topic "t" of 3 partitions on all three: its partitions'
+        leaders by partition."""
+        for b in (1, 2, 3):
+            await self.live_broker(b)
+        topic = await self.controller.create_topic("t", 3, 3, None, {})
+        return {p: st.leader for p, st in topic.partitions.items()}
+
     def silence(self, broker_id: int) -> None:
         """As if the broker's process had stopped heartbeating a session ago (killed)."""
         self.controller._last_seen[broker_id] -= 60.0
@@ -121,10 +129,8 @@ def test_a_new_process_of_a_leader_registers_with_its_leaderships_moved() -> Non
     process was (the reconcile pass may not have run in between)."""
     async def main() -> None:
         s = Setup()
-        for b in (1, 2, 3):
-            await s.live_broker(b)
-        await s.controller.create_topic("t", 3, 3, None, {})
-        led = [p for p, st in s.image.topics["t"].partitions.items() if st.leader == 2]
+        leaders = await s.three_brokers_one_topic()
+        led = [p for p, leader in leaders.items() if leader == 2]
         before = {p: st.leader_epoch for p, st in s.image.topics["t"].partitions.items()}
         commits = len(s.quorum.appended)
         s.silence(2)  # killed: its heartbeats stopped
@@ -151,10 +157,8 @@ def test_the_controller_of_a_restarted_node_hands_nothing_to_its_old_registratio
     process's, so no decision may give them back to it (it is elected after a new one)."""
     async def main() -> None:
         s = Setup()
-        for b in (1, 2, 3):
-            await s.live_broker(b)
-        await s.controller.create_topic("t", 3, 3, None, {})
-        led = [p for p, st in s.image.topics["t"].partitions.items() if st.leader == 1]
+        leaders = await s.three_brokers_one_topic()
+        led = [p for p, leader in leaders.items() if leader == 1]
         assert led
         s.controller._local_incarnation = "this-process"  # node 1 restarted, not registered
         s.loader.hold_inherited_leaderships(1)  # what its broker does when it starts
