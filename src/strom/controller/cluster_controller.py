@@ -227,20 +227,16 @@ class ClusterQuorumController(QuorumController):
         and it leaves every ISR (never the last member), as if its old process had been fenced.
         In the same commit, so no heartbeat can unfence the new process while the metadata
         still names it the leader its previous process was."""
+        def involved(state: PartitionState) -> bool:
+            return state.leader == broker_id or broker_id in state.isr
+
         live = self._live() - {broker_id}
         affected = [t for t in self.image.topics.values()
-                    if any(s.leader == broker_id or broker_id in s.isr
-                           for s in t.partitions.values())]
+                    if any(map(involved, t.partitions.values()))]
         return [_Write(self.image.topics[d.topic], d.partition, d.write, d.expected_version)
                 for d in decide(affected, live, self._unclean_for,
                                 self.image.offline_dirs_check())
-                if d.topic in self.image.topics and self._involves(d.topic, d.partition,
-                                                                   broker_id)]
-
-    def _involves(self, topic: str, partition: int, broker_id: int) -> bool:
-        state = self.image.topics[topic].partitions[partition]
-        return state.leader == broker_id or broker_id in state.isr \
-            or (state.leader < 0 and broker_id in state.replicas)
+                if involved(self.image.topics[d.topic].partitions[d.partition])]
 
     def _live(self) -> set[int]:
         """The brokers that may lead and join ISRs: the unfenced ones, less this node's own

@@ -129,14 +129,14 @@ def test_every_role_works_and_admin_requests_reach_the_active_controller(
     twin.overrides = {**observer.overrides, "initial.broker.registration.timeout.ms": "3000"}
     _format(twin)
     request.addfinalizer(twin.kill)
-    epoch_before = observer.log_text().count("registered with the controller")
+    registrations_before = observer.log_text().count("registered with the controller")
     twin.start(wait=False)
     assert twin.proc is not None and twin.proc.wait(60) == 1, twin.log_tail()
     text = twin.log_text()
     assert "DUPLICATE_BROKER_REGISTRATION" in text, twin.log_tail()
     assert any(line.startswith("strom broker:") and "initial.broker.registration" in line
                for line in text.splitlines()), twin.log_tail()
-    assert observer.log_text().count("registered with the controller") == epoch_before
+    assert observer.log_text().count("registered with the controller") == registrations_before
     assert 4 in {b.id for b in _admin(bootstrap).list_topics(timeout=10).brokers.values()}
 
 
