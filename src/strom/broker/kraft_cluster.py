@@ -360,7 +360,7 @@ class ForwardingController:
         self._lifecycle = lifecycle
         self._forwarder = forwarder
         self._isr_changes = AlterPartitionBatcher(channel.request, lifecycle.info.broker_id,
-                                                  lambda: lifecycle.epoch)
+                                                  lambda: lifecycle.epoch, self._active)
 
     @property
     def leader_elections(self) -> int:
@@ -430,9 +430,6 @@ class ForwardingController:
 
     async def alter_isr(self, topic: str, partition: int, leader_epoch: int,
                         partition_epoch: int, isr: list[int]) -> PartitionState:
-        local = self._active()
-        if local is not None:
-            return await local.alter_isr(topic, partition, leader_epoch, partition_epoch, isr)
         t = self.image.topics.get(topic)
         if t is None:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")

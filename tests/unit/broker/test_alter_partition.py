@@ -81,3 +81,50 @@ def test_a_failed_request_fails_each_change() -> None:
     asyncio.run(main())
 
 
+
+
+class LocalController:
+    """This node's active controller: commits a batch at once, refusing partition 9."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[tuple[str, int, int, int, list[int]]]] = []
+
+    async def alter_isrs(self, changes: Any) -> list[Any]:
+        self.batches.append(list(changes))
+        await asyncio.sleep(0.01)  # a commit takes a while: later changes gather meanwhile
+        return [KafkaError(ErrorCode.FENCED_LEADER_EPOCH, "old") if p == 9 else
+                SimpleNamespace(partition=p, isr=isr, partition_epoch=pe + 1)
+                for _t, p, _le, pe, isr in changes]
+
+
+def test_an_active_controller_in_this_process_commits_each_batch_at_once() -> None:
+    """A combined node's own controller: no request, one commit per batch (it was one commit
+    per change, one at a time)."""
+    async def main() -> None:
+        remote, local = Controller(), LocalController()
+        batcher = AlterPartitionBatcher(remote.send, 1, lambda: 42, lambda: local)
+        first = [asyncio.ensure_future(batcher.submit(change(p))) for p in (0, 1, 9)]
+        await asyncio.sleep(0.001)  # the first batch is committing: these go in the next
+        second = [asyncio.ensure_future(batcher.submit(change(p))) for p in range(2, 6)]
+        results = await asyncio.gather(*first, *second, return_exceptions=True)
+        assert not remote.requests
+        assert [[c[1] for c in b] for b in local.batches] == [[0, 1, 9], [2, 3, 4, 5]]
+        assert local.batches[0][0] == ("t", 0, 5, 7, [1, 2])
+        assert isinstance(results[2], KafkaError)
+        assert results[2].code == ErrorCode.FENCED_LEADER_EPOCH
+        assert [r.partition_epoch for i, r in enumerate(results) if i != 2] == [8] * 6
+
+    asyncio.run(main())
+
+
+def test_a_controller_that_stopped_being_active_here_gets_requests_again() -> None:
+    async def main() -> None:
+        remote, local = Controller(), LocalController()
+        active: list[Any] = [local]
+        batcher = AlterPartitionBatcher(remote.send, 1, lambda: 42, lambda: active[0])
+        await batcher.submit(change(0))
+        active[0] = None  # another node's controller is active now
+        await batcher.submit(change(1))
+        assert len(local.batches) == 1 and len(remote.requests) == 1
+
+    asyncio.run(main())
