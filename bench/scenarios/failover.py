@@ -182,27 +182,34 @@ class FailoverStall(Scenario):
         probe = ProbeProducer(one.bootstrap, PROBE, PROBE_RATE)
         probe.start()
         windows: dict[str, tuple[float, float]] = {}
+        cpu = _PhaseCpu(cluster)
         try:
             time.sleep(SETTLE_S)  # the producer's connection and first batches
-            t0 = time.monotonic()
+            t0 = cpu.start()
             two.stop()
             view.wait(lambda s: s.all_led_by(1), "broker 1 leading all")
             windows["gain"] = (t0, _settle())
-            t0 = time.monotonic()
+            cpu.end("gain")
+            t0 = cpu.start()
             two.start()
             view.wait(lambda s: s.all_isr(2), "broker 2 back in every ISR")
             windows["restart"] = (t0, _settle())
-            t0 = time.monotonic()
+            cpu.end("restart")
+            t0 = cpu.start()
             parts = [TopicPartition(MOVING, p) for p in range(n)]
             admin.elect_leaders(ElectionType.PREFERRED, parts).result(60)
             view.wait(lambda s: s.all_led_by(2), "broker 2 leading all again")
             windows["elect"] = (t0, _settle())
-            t0 = time.monotonic()
+            cpu.end("elect")
+            t0 = cpu.start()
             admin.delete_topics([MOVING], operation_timeout=60)[MOVING].result(60)
             view.wait(lambda s: s.gone, "the topic gone")
             windows["delete"] = (t0, _settle())
+            cpu.end("delete")
         finally:
             probe.stop()
+        ctx.log("brokers' CPU per phase (s, brokers 1/2/3; a broker stopped or restarted in a "
+                "phase counts from its start in it): " + "; ".join(cpu.lines))
         if probe.failures:
             out.failed = f"probe: {len(probe.failures)} failed ({probe.failures[0]})"
             return
@@ -223,6 +230,38 @@ class FailoverStall(Scenario):
         cluster.check_alive()
         ctx.log("worst produce latency (ms): " + ", ".join(
             f"{p} {out.metrics[p + '_ms']:.1f}" for p in PHASES) + f"; p99 {out.metrics['p99_ms']:.1f}")
+
+
+class _PhaseCpu:
+    """CPU seconds each broker used in each phase: on 2 cores, what the other brokers do
+    decides how long broker 1 waits for a core."""
+
+    def __init__(self, cluster: clusters.Cluster) -> None:
+        self.cluster = cluster
+        self.before: list[float | None] = []
+        self.lines: list[str] = []
+
+    def _sample(self) -> list[float | None]:
+        out: list[float | None] = []
+        for node in self.cluster.nodes:
+            try:
+                out.append(node.cpu_sample().ticks_s if node.proc is not None
+                           and node.proc.poll() is None else None)
+            except (OSError, AssertionError):
+                out.append(None)
+        return out
+
+    def start(self) -> float:
+        self.before = self._sample()
+        return time.monotonic()
+
+    def end(self, phase: str) -> None:
+        after = self._sample()
+        cells = []
+        for b, a in zip(self.before, after, strict=True):
+            cells.append("-" if a is None else f"{a - (b or 0.0):.2f}" if b is not None
+                         and a >= b else f"{a:.2f}")
+        self.lines.append(f"{phase} {'/'.join(cells)}")
 
 
 def _settle() -> float:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 import time
@@ -51,3 +52,29 @@ def test_a_stall_is_logged_with_its_frames(monkeypatch, caplog) -> None:
     assert "_hold_the_loop" in line
     ms = int(line.split("stalled ")[1].split(" ms")[0])
     assert 100 <= ms < 10_000
+
+
+def test_a_long_collection_is_logged_with_its_generation(monkeypatch, caplog) -> None:
+    """A stall with one sample in it is often the cyclic GC (it holds the GIL, so the sampler
+    cannot look): the watchdog times collections and names the long ones."""
+    monkeypatch.setenv(stall_watch.ENV, "2")
+    caplog.set_level(logging.WARNING, logger="strom.stall")
+    callbacks_before = list(gc.callbacks)
+
+    async def scenario() -> None:
+        stall_watch.start_from_env(asyncio.get_running_loop())
+        heap = [[i] for i in range(300_000)]  # tracked objects a full collection walks
+        gc.collect()
+        del heap
+        deadline = time.monotonic() + DEADLINE_S
+        while not any("garbage collection" in r.getMessage() for r in caplog.records):
+            assert time.monotonic() < deadline, "no collection was logged"
+            await asyncio.sleep(0.005)
+
+    asyncio.run(scenario())
+    line = next(r.getMessage() for r in caplog.records if "garbage collection" in r.getMessage())
+    assert "generation 2" in line and "MainThread" in line
+    deadline = time.monotonic() + DEADLINE_S
+    while gc.callbacks != callbacks_before:  # the timer leaves with the watchdog
+        assert time.monotonic() < deadline, "the collection timer outlived its watchdog"
+        time.sleep(0.005)
