@@ -57,6 +57,11 @@ DEFAULTS = {
     "fetch.error.backoff.ms": 50,
     "fetch.queue.backoff.ms": 10,  # librdkafka's 1 s default stalls a consumer that keeps up
     "queued.max.messages.kbytes": 32768,
+    # 8 MiB a partition per fetch, not 1: a task reads one partition's range from end to end,
+    # and fewer, larger fetches cost less CPU in the task and in the broker (2M records of
+    # 100 B read in a Python worker: 0.85-0.90 us a record against 0.94, the broker 0.04
+    # against 0.08)
+    "max.partition.fetch.bytes": 8 << 20,
     "socket.nagle.disable": True,
 }
 

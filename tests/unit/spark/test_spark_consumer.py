@@ -254,3 +254,12 @@ def test_arrow_conversion_without_numpy_is_the_same(monkeypatch):
                messages_to_batch(msgs, "t", 1, False, [0, 1, 2, 3, 4])]
     assert all(b.equals(with_numpy[0]) for b in with_numpy + without)
     assert with_numpy[0].column("timestampType").to_pylist() == [-1, 0, 1, -1, 0]
+
+
+def test_fetches_are_large_unless_the_user_says_otherwise():
+    base = (("bootstrap.servers", "x:1"),)
+    conf = ReadSettings(params=base, group_id="g").consumer_config()
+    assert conf["max.partition.fetch.bytes"] == 8 << 20
+    mine = ReadSettings(params=(*base, ("max.partition.fetch.bytes", "1048576")),
+                        group_id="g").consumer_config()
+    assert str(mine["max.partition.fetch.bytes"]) == "1048576"
