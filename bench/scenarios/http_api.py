@@ -27,6 +27,8 @@ included. Kafka and Tansu have no HTTP API: every row is n/a for them.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 from bench.admin import create_topic
@@ -100,8 +102,13 @@ class HttpApi(Scenario):
             Metric("load_rps", "HTTP produce meanwhile (paced)", "records/s", 0),
             Metric("load_vs_http_max", "HTTP load held / HTTP produce maximum", "x", 2),
             Metric("load_rest_pct", "the HTTP process's CPU meanwhile", "% of a core", 0),
+            Metric("load_cpu_pct", "the HTTP process's and the HTTP load client's CPU "
+                   "meanwhile", "% of a core", 0),
             Metric("loaded_vs_alone", "Kafka-protocol produce, with HTTP load / alone", "x", 2,
                    HTTP_LOAD_COST_GOAL),
+            Metric("burned_vs_alone", "control: Kafka-protocol produce beside a busy loop using "
+                   "the CPU the HTTP load used / alone", "x", 2),
+            Metric("burn_pct", "the busy loop's CPU meanwhile", "% of a core", 0),
             Metric("rss_mb", "broker peak RSS, its HTTP process included", "MB", 0,
                    Target("max", RSS_LIMIT_MB)),
             Metric("rest_rss_mb", "the HTTP process's peak RSS", "MB", 0),
@@ -124,7 +131,7 @@ class HttpApi(Scenario):
         if url is None:
             out.failed = f"no 'HTTP API at' in the start-up line: {broker.log_tail(3)}"
             return
-        for phase in ("http", "native", "alone1", "loaded", "alone2", "load"):
+        for phase in ("http", "native", "alone1", "loaded", "alone2", "burned", "load"):
             create_topic(broker.bootstrap, self.topic(phase), PARTITIONS,
                          security=broker.security)
         os.sync()  # the warm-up's writes on disk, not during the first phase
@@ -211,10 +218,14 @@ class HttpApi(Scenario):
         try:
             load.ready(60 + LOAD_RAMP_S)  # READY: the load runs
             before, t0 = (cpu_sample(rest) if rest else None), time.monotonic()
+            client_before = cpu_sample(load.proc.pid)
             ok = self._native(broker, out, "loaded", "loaded", n)
+            elapsed = time.monotonic() - t0
+            client_used = cpu_delta(client_before, cpu_sample(load.proc.pid))
             if rest is not None and before is not None:
                 used = cpu_delta(before, cpu_sample(rest))
-                out.metrics["load_rest_pct"] = 100 * used / (time.monotonic() - t0)
+                out.metrics["load_rest_pct"] = 100 * used / elapsed
+                out.metrics["load_cpu_pct"] = 100 * (used + client_used) / elapsed
             load.go()  # GO: the load stops
             res = load.result(timeout)
         finally:
@@ -228,12 +239,61 @@ class HttpApi(Scenario):
             return
         m = out.metrics
         m["alone_rps"] = (m["alone1_rps"] + m["alone2_rps"]) / 2
+        if "load_cpu_pct" in m and not self._burned(broker, out, n, m["load_cpu_pct"] / 100):
+            return
         m["load_rps"] = res["window_rps"]
         m["load_vs_http_max"] = m["load_rps"] / m["http_produce_rps"]
         m["loaded_vs_alone"] = m["loaded_rps"] / m["alone_rps"]
         ctx.log(f"Kafka-protocol produce records/s: alone {m['alone1_rps']:,.0f} and "
                 f"{m['alone2_rps']:,.0f}, with HTTP load of {m['load_rps']:,.0f}/s "
-                f"{m['loaded_rps']:,.0f} ({m['loaded_vs_alone']:.2f}x)")
+                f"{m['loaded_rps']:,.0f} ({m['loaded_vs_alone']:.2f}x)"
+                + (f", beside a busy loop at {m['burn_pct']:.0f}% of a core "
+                   f"{m['burned_rps']:,.0f} ({m['burned_vs_alone']:.2f}x)"
+                   if "burned_vs_alone" in m else ""))
+
+    def _burned(self, broker: BrokerProcess, out: Outcome, n: int, cores: float) -> bool:
+        """The control: the same producer beside a plain busy loop that takes the CPU the HTTP
+        load took (its process and its client). If the ratio is the same as with the HTTP
+        load, the loaded row measures CPU taken on a full machine, not interference inside
+        the broker."""
+        burner = BusyLoop(cores)
+        try:
+            before, t0 = burner.cpu(), time.monotonic()
+            ok = self._native(broker, out, "burned", "burned", n)
+            out.metrics["burn_pct"] = 100 * (burner.cpu() - before) / (time.monotonic() - t0)
+        finally:
+            burner.stop()
+        if ok:
+            out.metrics["burned_vs_alone"] = out.metrics["burned_rps"] / out.metrics["alone_rps"]
+        return ok
+
+
+class BusyLoop:
+    """Processes that use ``cores`` of CPU: each spins whenever its CPU time falls behind its
+    share of the time since it started, and sleeps a millisecond otherwise. Like the HTTP
+    process with a backlog, it catches up on CPU the scheduler gave others meanwhile."""
+
+    PERIOD_S = 0.001
+    CODE = ("import sys, time\n"
+            "share, period = float(sys.argv[1]), float(sys.argv[2])\n"
+            "start, used = time.monotonic(), time.process_time()\n"
+            "while True:\n"
+            "    while time.process_time() - used < share * (time.monotonic() - start):\n"
+            "        pass\n"
+            "    time.sleep(period)\n")
+
+    def __init__(self, cores: float) -> None:
+        shares = [1.0] * int(cores) + ([cores - int(cores)] if cores % 1 else [])
+        self.procs = [subprocess.Popen([sys.executable, "-c", self.CODE, str(share),
+                                        str(self.PERIOD_S)]) for share in shares if share > 0]
+
+    def cpu(self) -> float:
+        return sum(cpu_sample(p.pid).ticks_s for p in self.procs)
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+            p.wait(10)
 
 
 def checked(problem: str | None, broker: BrokerProcess, topic: str, n: int) -> str | None:
