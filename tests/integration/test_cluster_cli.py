@@ -1,6 +1,6 @@
 """`strom cluster up|status|down` as a user runs them (the `strom` console script): a cluster of
 three combined KRaft nodes in a temporary directory serves a record through confluent-kafka,
-shows one quorum leader, and is gone after `down`.
+gets a node killed with -9 back from `up`, shows one quorum leader, and is gone after `down`.
 """
 
 from __future__ import annotations
@@ -87,6 +87,25 @@ def test_three_node_cluster_up_status_down(tmp_path: Path) -> None:
         admin.create_topics([NewTopic("first-look", 1, 3)])["first-look"].result(30)
         kc.wait_for_topic(bootstrap, "first-look", 1)
         kc.produce(bootstrap, "first-look", [kc.Msg(b"k", b"hello cluster")])
+        assert kc.contents(kc.read_partition(bootstrap, "first-look")) == \
+            kc.contents([kc.Msg(b"k", b"hello cluster")])
+
+        # a node that died comes back with `up`; the running ones are left alone
+        subprocess.run(["kill", "-9", str(pids[1])], check=True)
+        deadline = time.monotonic() + 30
+        while alive(pids[1]):
+            assert time.monotonic() < deadline, "node 2 outlived kill -9"
+            time.sleep(0.05)
+        refused = strom("cluster", "up", "--dir", root, "--override", "num.io.threads=4")
+        assert refused.returncode == 1
+        assert "has nodes running: `up` starts the stopped ones as they were" in refused.stderr
+        out = ok(strom("cluster", "up", "--dir", root, "--timeout", "60", timeout=90))
+        assert "started node 2 again" in out and "(2 kept running)" in out, out
+        record = json.loads((root / "cluster.json").read_text())
+        restarted = [n["pid"] for n in record["nodes"]]
+        assert restarted[0] == pids[0] and restarted[2] == pids[2] and restarted[1] != pids[1]
+        pids = restarted
+        assert all(alive(pid) for pid in pids)
         assert kc.contents(kc.read_partition(bootstrap, "first-look")) == \
             kc.contents([kc.Msg(b"k", b"hello cluster")])
 

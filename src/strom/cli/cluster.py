@@ -566,7 +566,8 @@ def up(
 ) -> None:
     """Start a cluster of N combined KRaft nodes on 127.0.0.1; print its bootstrap servers.
 
-    Its data and logs go into --dir; a stopped cluster in --dir starts again on its data."""
+    Its data and logs go into --dir; a stopped cluster in --dir starts again on its data, and
+    a cluster some of whose nodes stopped gets those started again."""
     overrides = parse_kv_list(override, "override")
     check_overrides(overrides)
     root = _resolve(directory)
@@ -592,11 +593,19 @@ def _up(root: Path, display: Path, nodes: int | None, base_port: int | None,
     record = read_record(root)
     if record is not None:
         running = running_nodes(root, record)
-        if running:
+        if running and len(running) == len(record.nodes):
             pids = ", ".join(f"node {n.node_id} pid {n.pid}" for n in running)
             raise CliError(f"{display} already has a running cluster ({pids}): strom cluster "
                            f"status --dir {display} shows it, strom cluster down --dir "
                            f"{display} stops it")
+        if running:
+            if (nodes is not None and nodes != len(record.nodes)) or base_port is not None \
+                    or controller_base_port is not None or overrides:
+                raise CliError(f"{display} has nodes running: `up` starts the stopped ones "
+                               "as they were, with no --nodes, ports or --override (strom "
+                               f"cluster down --dir {display} first to change them)")
+            _start_stopped(root, display, record, running, timeout)
+            return
         if nodes is not None and nodes != len(record.nodes):
             raise CliError(f"{display} holds a cluster of {len(record.nodes)} nodes: start it "
                            f"with --nodes {len(record.nodes)}, or remove it first (strom "
@@ -646,6 +655,39 @@ def _up(root: Path, display: Path, nodes: int | None, base_port: int | None,
         raise
     out.print(f"Strom cluster {cluster_id}: {count} node{'s' if count > 1 else ''} in "
               f"{display} (logs: {display}/node-*/{LOG_FILE})", markup=False, highlight=False)
+    out.print(f"bootstrap servers: {plan.bootstrap}", markup=False, highlight=False)
+
+
+def _start_stopped(root: Path, display: Path, record: ClusterRecord,
+                   running: Sequence[NodeRecord], timeout: float) -> None:
+    """A cluster some of whose nodes died or were killed: start those again, on their data
+    and with the properties they had, and wait until the whole cluster serves."""
+    up_ids = {n.node_id for n in running}
+    stopped = [n for n in record.nodes if n.node_id not in up_ids]
+    plan = record.plan()
+    busy = busy_ports(ClusterPlan(tuple(n for n in plan.nodes if n.node_id not in up_ids)))
+    if busy:
+        what = ", ".join(f"{port} ({name})" for port, name in busy)
+        raise CliError(f"port{'s' if len(busy) > 1 else ''} of the stopped nodes in use on "
+                       f"{HOST}: {what}")
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for n in stopped:
+            procs[n.node_id] = _start_node(root, n.node_id)
+            n.pid = procs[n.node_id].pid
+        write_record(root, record)  # before waiting: `down` can stop what runs
+        _wait_serving(root, display, plan, procs, timeout)
+    except BaseException:
+        _stop_children(procs)
+        for n in stopped:
+            n.pid = None
+        with contextlib.suppress(OSError):
+            write_record(root, record)
+        raise
+    names = ", ".join(str(n.node_id) for n in stopped)
+    out.print(f"Strom cluster {record.cluster_id}: started node{'s' if len(stopped) > 1 else ''}"
+              f" {names} again in {display} ({len(running)} kept running)", markup=False,
+              highlight=False)
     out.print(f"bootstrap servers: {plan.bootstrap}", markup=False, highlight=False)
 
 
