@@ -488,9 +488,11 @@ def registered_brokers(node: NodePlan, timeout: float) -> int:
 
 
 def _wait_serving(root: Path, display: Path, plan: ClusterPlan,
-                  procs: Mapping[int, subprocess.Popen[bytes]], timeout: float) -> None:
+                  procs: Mapping[int, subprocess.Popen[bytes]], timeout: float,
+                  stopped: str = "the nodes were stopped") -> None:
     """Poll until every node serves and lists every broker; CliError (after printing the end
-    of the node's log) when a node exits, or at the deadline."""
+    of the node's log) when a node exits, or at the deadline. ``stopped``: what the caller
+    then stops, for the message."""
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     deadline = time.monotonic() + timeout
@@ -505,7 +507,7 @@ def _wait_serving(root: Path, display: Path, plan: ClusterPlan,
                     _print_tail(node_dir(root, node_id) / LOG_FILE,
                                 node_dir(display, node_id) / LOG_FILE, node_id)
                     raise CliError(f"node {node_id} exited with code {p.returncode} while "
-                                   "starting (its log above); the other nodes were stopped")
+                                   f"starting (its log above); {stopped}")
             for node in plan.nodes:
                 if node.node_id not in serving and node_serves(node, 1.0):
                     serving.add(node.node_id)
@@ -523,8 +525,8 @@ def _wait_serving(root: Path, display: Path, plan: ClusterPlan,
             if time.monotonic() >= deadline:
                 progress.stop()
                 raise CliError(f"the cluster did not come up within {timeout:g} s ({what}; "
-                               f"the nodes' logs: {display}/node-*/{LOG_FILE}); the nodes were "
-                               "stopped", EXIT_UNREACHABLE)
+                               f"the nodes' logs: {display}/node-*/{LOG_FILE}); {stopped}",
+                               EXIT_UNREACHABLE)
             time.sleep(POLL_S)  # poll interval, not synchronisation
 
 
@@ -676,7 +678,8 @@ def _start_stopped(root: Path, display: Path, record: ClusterRecord,
             procs[n.node_id] = _start_node(root, n.node_id)
             n.pid = procs[n.node_id].pid
         write_record(root, record)  # before waiting: `down` can stop what runs
-        _wait_serving(root, display, plan, procs, timeout)
+        _wait_serving(root, display, plan, procs, timeout, "the nodes this `up` started were "
+                      "stopped, the others left running")
     except BaseException:
         _stop_children(procs)
         for n in stopped:

@@ -7,10 +7,11 @@ thread's Python stack. When the loop comes back, one WARN line names the stall's
 the frames seen most often. Off unless ``STROM_LOOP_STALL_MS`` is set (a developer's tool:
 sampling costs a little CPU and the GIL).
 
-A stall with one or two samples in it means the loop thread held the GIL without running
-Python (the sampler could not look), or the process was not running at all. The cyclic
-garbage collector is the usual first: it walks every tracked object with the GIL held. So the
-watchdog also times every automatic collection and logs those over half the threshold.
+A stall with one or two samples in it was not the loop's own Python: the sampler could not
+look because something held the GIL (a long garbage collection, another thread), or the
+process was not running at all (waiting for a core, or blocked in the kernel). So the watchdog
+also times every garbage collection, logging those over half the threshold, and names the
+other threads that were busy during a stall.
 """
 
 from __future__ import annotations
