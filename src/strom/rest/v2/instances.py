@@ -37,6 +37,7 @@ from strom.rest.v2.requests import (
     INVALID_CONFIG,
     KAFKA_TIMEOUT_S,
     MAX_INSTANCES,
+    PREFETCH_KIB,
     QUIET_ERRORS,
     SEEK_WAIT_S,
     InstanceConfig,
@@ -326,6 +327,11 @@ class Instances:
             "group.id": group,
             "enable.auto.offset.store": False,
             "isolation.level": "read_uncommitted",  # the Java consumer's default, as Confluent's
+            # records fetched ahead of reads, per instance: librdkafka's 64 MiB default times
+            # MAX_INSTANCES could hold 64 GB; 16 MiB covers a read of rest.max.records.per.request
+            # records of 1 KiB, refetched 10 ms after the queue drains (librdkafka waits 1 s)
+            "queued.max.messages.kbytes": PREFETCH_KIB,
+            "fetch.queue.backoff.ms": 10,
             # librdkafka leaves the group when not polled for this long: not before we expire
             "max.poll.interval.ms": min(max(300_000, int(self.timeout_s * 1000) + 30_000),
                                         86_400_000),

@@ -38,6 +38,7 @@ REQUEST_TIMEOUT_MS = 1000  # Confluent's consumer.request.timeout.ms default
 MAX_RESPONSE_BYTES = 64 * 1024 * 1024  # Confluent's consumer.request.max.bytes default
 FETCH_MIN_BYTES_MAX = 10_000_000  # the range Confluent accepts for fetch.min.bytes
 MAX_INSTANCES = 1000  # each holds a librdkafka consumer and threads: bound what clients can pin
+PREFETCH_KIB = 16 * 1024  # records an instance's consumer fetches ahead of reads, at most
 STEP_S = 0.1  # a waiting read gives its executor back this often
 SEEK_WAIT_S = 2.0  # a just-assigned partition accepts seeks once its fetcher started
 KAFKA_TIMEOUT_S = 10.0
