@@ -259,8 +259,10 @@ class _PhaseCpu:
         after = self._sample()
         cells = []
         for b, a in zip(self.before, after, strict=True):
-            cells.append("-" if a is None else f"{a - (b or 0.0):.2f}" if b is not None
-                         and a >= b else f"{a:.2f}")
+            if a is None:  # stopped in this phase
+                cells.append("-")
+            else:  # a broker (re)started in this phase counts from its start
+                cells.append(f"{a - b if b is not None and a >= b else a:.2f}")
         self.lines.append(f"{phase} {'/'.join(cells)}")
 
 

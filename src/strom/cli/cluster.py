@@ -489,7 +489,7 @@ def registered_brokers(node: NodePlan, timeout: float) -> int:
 
 def _wait_serving(root: Path, display: Path, plan: ClusterPlan,
                   procs: Mapping[int, subprocess.Popen[bytes]], timeout: float,
-                  stopped: str = "the nodes were stopped") -> None:
+                  stopped: str) -> None:
     """Poll until every node serves and lists every broker; CliError (after printing the end
     of the node's log) when a node exits, or at the deadline. ``stopped``: what the caller
     then stops, for the message."""
@@ -641,20 +641,7 @@ def _up(root: Path, display: Path, nodes: int | None, base_port: int | None,
     record = ClusterRecord(cluster_id, [NodeRecord(n.node_id, n.port, n.controller_port)
                                         for n in plan.nodes], overrides,
                            int(time.time() * 1000))
-    procs: dict[int, subprocess.Popen[bytes]] = {}
-    try:
-        for node in plan.nodes:
-            procs[node.node_id] = _start_node(root, node.node_id)
-            record.nodes[node.node_id - 1].pid = procs[node.node_id].pid
-        write_record(root, record)  # before waiting: `down` can stop what runs
-        _wait_serving(root, display, plan, procs, timeout)
-    except BaseException:
-        _stop_children(procs)
-        for n in record.nodes:
-            n.pid = None
-        with contextlib.suppress(OSError):
-            write_record(root, record)
-        raise
+    _start_nodes(root, display, record, record.nodes, timeout, "the nodes were stopped")
     out.print(f"Strom cluster {cluster_id}: {count} node{'s' if count > 1 else ''} in "
               f"{display} (logs: {display}/node-*/{LOG_FILE})", markup=False, highlight=False)
     out.print(f"bootstrap servers: {plan.bootstrap}", markup=False, highlight=False)
@@ -672,26 +659,34 @@ def _start_stopped(root: Path, display: Path, record: ClusterRecord,
         what = ", ".join(f"{port} ({name})" for port, name in busy)
         raise CliError(f"port{'s' if len(busy) > 1 else ''} of the stopped nodes in use on "
                        f"{HOST}: {what}")
-    procs: dict[int, subprocess.Popen[bytes]] = {}
-    try:
-        for n in stopped:
-            procs[n.node_id] = _start_node(root, n.node_id)
-            n.pid = procs[n.node_id].pid
-        write_record(root, record)  # before waiting: `down` can stop what runs
-        _wait_serving(root, display, plan, procs, timeout, "the nodes this `up` started were "
-                      "stopped, the others left running")
-    except BaseException:
-        _stop_children(procs)
-        for n in stopped:
-            n.pid = None
-        with contextlib.suppress(OSError):
-            write_record(root, record)
-        raise
+    _start_nodes(root, display, record, stopped, timeout,
+                 "the nodes this `up` started were stopped, the others left running")
     names = ", ".join(str(n.node_id) for n in stopped)
     out.print(f"Strom cluster {record.cluster_id}: started node{'s' if len(stopped) > 1 else ''}"
               f" {names} again in {display} ({len(running)} kept running)", markup=False,
               highlight=False)
     out.print(f"bootstrap servers: {plan.bootstrap}", markup=False, highlight=False)
+
+
+def _start_nodes(root: Path, display: Path, record: ClusterRecord,
+                 nodes: Sequence[NodeRecord], timeout: float, stopped: str) -> None:
+    """Start ``nodes`` of ``record`` (their PIDs recorded before waiting, so `down` can stop
+    what runs) and wait until the whole cluster serves; on failure stop them again and record
+    them stopped. ``stopped``: what the failure message says was stopped."""
+    procs: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for n in nodes:
+            procs[n.node_id] = _start_node(root, n.node_id)
+            n.pid = procs[n.node_id].pid
+        write_record(root, record)
+        _wait_serving(root, display, record.plan(), procs, timeout, stopped)
+    except BaseException:
+        _stop_children(procs)
+        for n in nodes:
+            n.pid = None
+        with contextlib.suppress(OSError):
+            write_record(root, record)
+        raise
 
 
 def _write_and_format(root: Path, plan: ClusterPlan, cluster_id: str,
