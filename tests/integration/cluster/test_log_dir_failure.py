@@ -71,7 +71,11 @@ def _run(cluster: Any, small: Path, filler: Path) -> None:
                                       replica_assignments={0: [1, 2, 3]})])
         wait_for(lambda: (p := _partition(admin)) and len(p["isr_nodes"]) == 3, 30,
                  "jbod-0 with 3 replicas in sync")
-        assert (small / f"{TOPIC}-0").is_dir(), "jbod-0 is not on the small disk"
+        # a new partition's ISR is all its replicas from the start: broker 1 may not have made
+        # its log yet, so wait for it to show up in one of the two dirs
+        dirs = {small: small / f"{TOPIC}-0", first.data_dir: first.data_dir / f"{TOPIC}-0"}
+        wait_for(lambda: any(p.is_dir() for p in dirs.values()), 30, "broker 1's log of jbod-0")
+        assert dirs[small].is_dir(), "jbod-0 is not on the small disk"
         assert _partition(admin)["leader_id"] == 1
         marks = {b: b.log_size() for b in cluster.brokers}
 
