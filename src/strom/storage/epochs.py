@@ -11,8 +11,10 @@ import logging
 import threading
 import weakref
 from bisect import bisect_left, bisect_right
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from strom.common.background import background_executor
 from strom.storage.checkpoints import read_leader_epoch_checkpoint, write_leader_epoch_checkpoint
 from strom.storage.errors import KafkaStorageError
 
@@ -252,6 +254,7 @@ class EpochCheckpointWriter:
     on the loop when its batch starts, so it carries every change made before."""
 
     THREADS = 4  # executor jobs per batch
+    _executor: ThreadPoolExecutor | None = None  # shared by every loop's writer
     _by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, EpochCheckpointWriter] = (
         weakref.WeakKeyDictionary())
 
@@ -285,6 +288,15 @@ class EpochCheckpointWriter:
                 self._loop.call_soon(self._start)
         return self._queued_done
 
+    @classmethod
+    def _threads(cls) -> ThreadPoolExecutor:
+        """The writer threads, made on first use at a lower priority than the event loop's
+        thread: on a busy machine a burst of checkpoint fsyncs (a leadership change of many
+        partitions) then waits for a core rather than the requests do."""
+        if cls._executor is None:
+            cls._executor = background_executor(cls.THREADS, "epoch-checkpoint")
+        return cls._executor
+
     def _start(self) -> None:
         if self._running or not self._queued:
             return
@@ -299,7 +311,8 @@ class EpochCheckpointWriter:
         self.batches += 1
         size = -(-len(jobs) // self.THREADS)
         parts = [jobs[i:i + size] for i in range(0, len(jobs), size)]
-        running = [self._loop.run_in_executor(None, _write_all, part) for part in parts]
+        running = [self._loop.run_in_executor(self._threads(), _write_all, part)
+                   for part in parts]
         gathered = asyncio.gather(*running)
 
         def finished(f: asyncio.Future[list[int]]) -> None:

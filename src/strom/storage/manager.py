@@ -40,10 +40,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from strom.common.background import background_executor
 from strom.common.slices import Slicer
 from strom.metrics.primitives import Histogram
 from strom.protocol.errors import ErrorCode
@@ -185,8 +185,9 @@ class LogManager:
         self._renames_lock = threading.Lock()
         # deletions' renames and removals, one job after another on one thread: a large
         # deletion reported in slices would otherwise run several Python threads at once,
-        # each taking the GIL from the event loop (issue 28)
-        self._removal_thread = ThreadPoolExecutor(1, thread_name_prefix="strom-log-removal")
+        # each taking the GIL from the event loop (issue 28); at a low priority, as its work
+        # can wait and the loop's cannot
+        self._removal_thread = background_executor(1, "strom-log-removal")
         self._moves: dict[tuple[str, int], Move] = {}  # partitions moving to another log dir
 
     # --- loading -------------------------------------------------------------------------------
