@@ -221,6 +221,10 @@ def _precompile_inter_broker_codecs() -> None:
         (ApiKey.BROKER_REGISTRATION, REGISTRATION_VERSION), (ApiKey.ALLOCATE_PRODUCER_IDS, 0),
         (ApiKey.ENVELOPE, 0), (ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION),
         (ApiKey.ELECT_LEADERS, None), (ApiKey.CREATE_TOPICS, None),
+        # the admin requests that move or remove many partitions at once: their first use on a
+        # long-running broker would add a codec's build (with imports) to that stall
+        (ApiKey.DELETE_TOPICS, None), (ApiKey.CREATE_PARTITIONS, None),
+        (ApiKey.ALTER_PARTITION_REASSIGNMENTS, None),
         (ApiKey.CONTROLLER_REGISTRATION, CONTROLLER_REGISTRATION), *produce)
 
     def build() -> None:
