@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -170,15 +172,36 @@ def test_jepsen(lab, tmp_path):  # noqa: F811  (the lab fixture)
                             min_committed=MIN_COMMITTED)
     print(f"jepsen seed {seed} (JEPSEN_SEED={seed} repeats this run)", flush=True)
     target = (StromKRaftInNamespaces if kraft_clusters() else StromInNamespaces)(lab, tmp_path)
-    with lab.entered():
-        try:
-            started = time.monotonic()
-            target.start()
-            print(f"cluster serving after {time.monotonic() - started:.1f} s", flush=True)
-            report = run(target, settings, history_path=tmp_path / "history.json")
-        finally:
-            target.close()
-    print(report.summary(), flush=True)
+    try:
+        with lab.entered():
+            try:
+                started = time.monotonic()
+                target.start()
+                print(f"cluster serving after {time.monotonic() - started:.1f} s", flush=True)
+                report = run(target, settings, history_path=tmp_path / "history.json")
+            finally:
+                target.close()
+        print(report.summary(), flush=True)
+        _check(report)
+    except Exception:  # a failed check, or the run itself
+        print(f"the brokers' logs and the history are kept in {_keep(target, tmp_path, seed)}",
+              flush=True)
+        raise
+
+
+def _keep(target: Any, tmp_path: Path, seed: int) -> Path:
+    """Copy a failed run's broker logs and history out of pytest's temporary directories
+    (only the last three sessions' are kept: a one-off failure was lost that way)."""
+    kept = Path(os.environ.get("JEPSEN_KEEP_DIR", "/tmp")) / f"strom-jepsen-{seed}-{os.getpid()}"
+    kept.mkdir(parents=True, exist_ok=True)
+    files = [(f"node-{i}-{b.log_path.name}", b.log_path) for i, b in target.brokers.items()]
+    for name, path in [*files, ("history.json", tmp_path / "history.json")]:
+        if path.exists():
+            shutil.copy2(path, kept / name)
+    return kept
+
+
+def _check(report: Any) -> None:
     assert not report.crashed, report.crashed
     if not LONG:
         assert all(report.faults[k] >= 3 for k in KILLS) and report.faults[PARTITION] >= 1, \
