@@ -184,8 +184,11 @@ def test_jepsen(lab, tmp_path):  # noqa: F811  (the lab fixture)
         print(report.summary(), flush=True)
         _check(report)
     except Exception:  # a failed check, or the run itself
-        print(f"the brokers' logs and the history are kept in {_keep(target, tmp_path, seed)}",
-              flush=True)
+        try:
+            print(f"the brokers' logs and the history are kept in "
+                  f"{_keep(target, tmp_path, seed)}", flush=True)
+        except OSError as e:  # never hide the failure itself
+            print(f"could not keep the brokers' logs: {e}", flush=True)
         raise
 
 
