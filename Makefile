@@ -10,7 +10,7 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
 .PHONY: jepsen jepsen-kafka java-on-kafka test-kraft test-zookeeper-cluster compat-registry test-iceberg-load issue-time
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py src/strom/record/_columns.c
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'

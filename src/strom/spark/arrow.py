@@ -119,6 +119,50 @@ def messages_to_batch(messages: Sequence[Any], topic: str, partition: int,
     return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
 
 
+def _binary_array(kind: pa.DataType, n: int, col: Any) -> pa.Array:
+    validity = None if col.validity is None else pa.py_buffer(col.validity)
+    return pa.Array.from_buffers(kind, n, [validity, pa.py_buffer(col.offsets),
+                                           pa.py_buffer(col.data)], null_count=col.nulls)
+
+
+def _header_keys(n: int, col: Any) -> pa.Array:
+    """Header keys as strings; bytes that are not UTF-8 become U+FFFD, as the Java consumer
+    decodes them."""
+    keys = _binary_array(pa.string(), n, col)
+    try:
+        keys.validate(full=True)
+    except pa.ArrowInvalid:
+        raw = _binary_array(pa.binary(), n, col).to_pylist()
+        keys = pa.array([k.decode("utf-8", "replace") for k in raw], pa.string())
+    return keys
+
+
+def columns_to_batch(cols: Any, topic: str, partition: int,
+                     include_headers: bool) -> pa.RecordBatch:
+    """One Arrow batch in the source schema from decoded columns (strom.record.columns), the
+    buffers shared, not copied."""
+    n = cols.rows
+    columns = [
+        _binary_array(pa.binary(), n, cols.keys),
+        _binary_array(pa.binary(), n, cols.values),
+        pa.repeat(pa.scalar(topic, pa.string()), n),
+        pa.repeat(pa.scalar(partition, pa.int32()), n),
+        pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(cols.offsets)]),
+        pa.Array.from_buffers(_UTC_US, n, [None, pa.py_buffer(cols.timestamps)]),
+        pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(cols.timestamp_types)]),
+    ]
+    if include_headers:
+        h = cols.headers
+        entries = len(h.keys.offsets) // 4 - 1
+        pairs = pa.StructArray.from_arrays(
+            [_header_keys(entries, h.keys), _binary_array(pa.binary(), entries, h.values)],
+            fields=list(HEADER_TYPE))
+        validity = None if h.validity is None else pa.py_buffer(h.validity)
+        columns.append(pa.Array.from_buffers(HEADERS_TYPE, n, [validity, pa.py_buffer(h.offsets)],
+                                             null_count=h.nulls, children=[pairs]))
+    return pa.RecordBatch.from_arrays(columns, schema=arrow_schema(include_headers))
+
+
 def headers_array(headers: Sequence[list[tuple[str, bytes | None]] | None]) -> pa.Array:
     """Spark's headers column: null for a record without headers, else [{key, value}, ...]."""
     rows = [[{"key": k, "value": v} for k, v in h] if h else None for h in headers]

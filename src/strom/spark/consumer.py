@@ -1,5 +1,8 @@
 """Executor side of the source: read one offset range of one partition as Arrow batches.
 
+Two clients can do it: Strom's own (strom.spark.fetcher, the default: batches decoded straight
+into Arrow) and, for settings only librdkafka implements, confluent-kafka (this module).
+
 The reader assigns the partition at the range's start offset (no group membership, no offset
 commits: Spark's checkpoint is the only record of progress) and stops when the consumer's
 position reaches the range's end. Position, not a count of records: compacted logs and
@@ -76,6 +79,7 @@ class ReadSettings:
     fail_on_data_loss: bool = True
     poll_timeout_ms: int = 120_000
     batch_rows: int = DEFAULT_BATCH_ROWS
+    native: bool = False  # read with strom.spark.fetcher instead of librdkafka
 
     def consumer_config(self) -> dict[str, Any]:
         conf: dict[str, Any] = dict(DEFAULTS)
@@ -149,6 +153,12 @@ def clear_pool() -> None:
 def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatch]:
     """Yield the records of ``r`` as Arrow batches in the source schema."""
     if r.size <= 0:
+        return
+    if settings.native:
+        from strom.spark.fetcher import NativeRangeFetch, session_for
+
+        yield from NativeRangeFetch(session_for(settings.params), r, settings,
+                                    report_data_loss).batches()
         return
     conf = settings.consumer_config()
     consumer = _acquire(conf)

@@ -48,6 +48,11 @@ INCLUDE_HEADERS = "includeheaders"
 TOPIC = "topic"
 # Strom's own: how often the driver re-reads topic metadata (new topics and partitions).
 METADATA_REFRESH = "metadatarefreshms"
+# Strom's own: which client executors read with: "native" (Strom's fetcher, decoding batches
+# straight into Arrow), "librdkafka" (confluent-kafka), or "auto" (native unless a kafka.*
+# setting needs librdkafka).
+FETCHER = "fetcher"
+FETCHERS = ("auto", "native", "librdkafka")
 # Strom's own sink options: exactly-once writes (``transactional`` is an alias).
 EXACTLY_ONCE_KEYS = ("exactlyonce", "transactional")
 TRANSACTIONAL_ID_PREFIX = "transactionalidprefix"
@@ -319,6 +324,7 @@ class SourceOptions:
     fetch_offset_retry_interval_ms: int = 10
     group_id_prefix: str = "spark-kafka-source"
     metadata_refresh_ms: int = DEFAULT_METADATA_REFRESH_MS
+    fetcher: str = "auto"
 
     @property
     def kafka(self) -> dict[str, str]:
@@ -443,6 +449,11 @@ def parse_source_options(opts: Mapping[str, str], *, streaming: bool) -> SourceO
             if key in opts:
                 log.warning("%s option ignored in batch queries", key)
 
+    fetcher = str(opts.get(FETCHER, "auto")).strip().lower()
+    if fetcher not in FETCHERS:
+        raise StromOptionError(f"option 'fetcher' must be one of {', '.join(FETCHERS)}, got "
+                               f"{opts[FETCHER]!r}")
+
     group_prefix = str(opts.get(GROUP_ID_PREFIX,
                                 "spark-kafka-source" if streaming else "spark-kafka-relation"))
     return SourceOptions(
@@ -467,6 +478,7 @@ def parse_source_options(opts: Mapping[str, str], *, streaming: bool) -> SourceO
         group_id_prefix=group_prefix,
         metadata_refresh_ms=parse_int(opts.get(METADATA_REFRESH, DEFAULT_METADATA_REFRESH_MS),
                                       "metadataRefreshMs"),
+        fetcher=fetcher,
     )
 
 

@@ -78,10 +78,31 @@ class RangePartition(InputPartition):
         self.range = offset_range
 
 
+def _native(opts: SourceOptions) -> bool:
+    """Whether executors read with Strom's fetcher (option ``fetcher``; auto: unless a kafka.*
+    setting needs librdkafka, or the C decoder was not built)."""
+    if opts.fetcher == "librdkafka":
+        return False
+    from strom.spark.fetcher import unsupported_setting
+
+    why = unsupported_setting(opts.kafka)
+    try:
+        import strom.record._columns  # noqa: F401
+    except ImportError as e:
+        why = why or f"the C decoder strom.record._columns is not built ({e})"
+    if why is None:
+        return True
+    if opts.fetcher == "native":
+        raise StromOptionError(f"option fetcher=native: {why}; use fetcher=auto or librdkafka")
+    log.info("reading through librdkafka: %s", why)
+    return False
+
+
 def _settings(opts: SourceOptions, group_id: str) -> ReadSettings:
     """Executors' settings. The group id only satisfies librdkafka: the consumers never join
     the group nor commit, so it is the same for every query and pooled consumers are shared."""
     return ReadSettings(
+        native=_native(opts),
         params=opts.params,
         group_id=group_id,
         include_headers=opts.include_headers,

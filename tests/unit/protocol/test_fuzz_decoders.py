@@ -32,6 +32,7 @@ from tests.fuzz.frames import (
 )
 
 from strom import record as R
+from strom.record.columns import decode_columns
 from strom.protocol.errors import ProtocolError
 from strom.protocol.header import decode_request_header, encode_request_header
 from strom.protocol.produce import decode_produce_request
@@ -240,11 +241,15 @@ def _produce_batches() -> list[bytes]:
 
 
 def _decode_batches(data: bytes) -> None:
-    """What the broker runs on produced batches: framing, key check, full decode."""
+    """What the broker runs on produced batches (framing, key check, full decode), then what
+    the Spark source's native reader runs on fetched ones (the C column decoder)."""
     for pos, h in R.iter_batches(data):
         batch = data[pos : pos + h.size]
         R.records_have_keys(batch)
         R.decode_records(batch)
+    first = R.read_header(data, 0) if len(data) >= R.RECORD_BATCH_OVERHEAD else None
+    aborted = [(first.producer_id, 0)] if first is not None else None  # skipping paths too
+    decode_columns(data, 0, 1 << 62, headers=True, aborted=aborted)
 
 
 def test_mutated_record_batches():
