@@ -6,18 +6,20 @@ topic, with the CPU time of the broker and of Spark, and where the time goes.
 
 Steps (a fresh broker with its own data directory; nothing else is measured in between):
   1. produce the records (not timed as part of Spark);
-  2. client only: read every partition's range with the source's own reader in this process,
-     once without Arrow (raw confluent-kafka fetch) and once with it: the per-record cost of
-     the client fetch and of the Arrow conversion, outside Spark;
+  2. client only: read every partition's range into Arrow batches with the source's own
+     readers in this process, the librdkafka one and the native one (the default): the
+     per-record cost of the client outside Spark;
   3. spark.read.format("strom") -> Parquet (batch);
   4. spark.readStream.format("strom") -> Parquet (Trigger.AvailableNow, one micro-batch),
      then as a long-running stream would see it: micro-batches of a fifth of the backlog
      (five, or six when the per-partition split rounds down), timed from the first batch's
-     start to the last one's end (query start and stop left out);
+     start to the last one's end (query start and stop left out), and its steady state: CPU
+     and time from the first batch's end to the last one's (bench/stream_cpu.py);
   5. Parquet -> df.write.format("strom") into a new topic (the sink);
   6. the same topic read, and the same Parquet written, by Spark's own Kafka connector
      (spark-sql-kafka-0-10, the Java client inside Spark's JVM): batch and stream reads into
-     Parquet, batch writes into a new topic. Maven Central serves no connector for PySpark 4.3,
+     Parquet (and the steady state of a stream in micro-batches, as in step 4), batch writes
+     into a new topic. Maven Central serves no connector for PySpark 4.3,
      so it runs at 4.2.0 in a driver process of its own from a cached virtualenv
      (compat/spark_kafka.py; the first run fetches it). --no-kafka-connector skips this step.
 CPU: the broker's process tree, and Spark's (this process's tree: driver JVM, Python workers,
@@ -39,6 +41,7 @@ from pathlib import Path
 
 from bench import procstat
 from bench.brokers import BrokerProcess, strom_spec
+from bench.stream_cpu import batch_cpu_listener, steady_cpu
 
 _SPARK_KAFKA = Path(__file__).resolve().parent.parent / "compat" / "spark_kafka.py"
 
@@ -100,34 +103,18 @@ def produce(bootstrap: str, topic: str, records: int, value_bytes: int, partitio
     return time.monotonic() - t0
 
 
-def client_only(bootstrap: str, topic: str, ends: dict[int, int], arrow: bool) -> int:
-    """Read every partition with the source's reader in this process."""
-    from confluent_kafka import Consumer, TopicPartition
-
+def client_only(bootstrap: str, topic: str, ends: dict[int, int], native: bool) -> int:
+    """Read every partition into Arrow batches with the source's reader in this process: the
+    native one (Strom's client and C decoder) or the librdkafka one (confluent-kafka)."""
     from strom.spark.consumer import ReadSettings, read_range
     from strom.spark.offsets import OffsetRange
 
-    settings = ReadSettings(params=(("bootstrap.servers", bootstrap),), group_id="bench")
+    settings = ReadSettings(params=(("bootstrap.servers", bootstrap),), group_id="bench",
+                            native=native)
     n = 0
-    if arrow:
-        for p, end in ends.items():
-            for batch in read_range(OffsetRange(topic, p, 0, end), settings):
-                n += batch.num_rows
-        return n
-    c = Consumer(settings.consumer_config())
-    try:
-        for p, end in ends.items():
-            c.assign([TopicPartition(topic, p, 0)])
-            pos = 0
-            while pos < end:
-                msgs = c.consume(min(settings.batch_rows, end - pos), 1.0)
-                records = [m for m in msgs if m.error() is None]
-                if records:
-                    pos = records[-1].offset() + 1
-                    n += len(records)
-            c.unassign()
-    finally:
-        c.close()
+    for p, end in ends.items():
+        for batch in read_range(OffsetRange(topic, p, 0, end), settings):
+            n += batch.num_rows
     return n
 
 
@@ -188,6 +175,16 @@ def kafka_connector_phases(args: argparse.Namespace, work: Path, bs: str, admin,
             phases.append(meter.phase(f"{label} topic -> Parquet (stream) #{run + 1}",
                                       args.records, before))
             assert answer["rows"] == args.records == pq.read_table(out).num_rows
+        out = work / "kc-parquet-stream-steady"
+        answer = driver.call("stream", source={"format": "kafka", "options": {
+            **source["options"], "startingOffsets": "earliest",
+            "maxOffsetsPerTrigger": str(max(1, args.records // 5))}},
+            checkpoint=str(work / "kc-checkpoint-steady"), batch_cpu=True,
+            sink={"format": "parquet", "path": str(out)})
+        assert answer["rows"] == args.records
+        records, cpu, seconds = steady_cpu([tuple(s) for s in answer["batch_cpu"]])
+        phases.append(Phase(f"{label} topic -> Parquet (stream, steady: batches 2-"
+                            f"{len(answer['batch_cpu'])})", records, seconds, 0.0, cpu))
         for run in range(args.repeat):
             topic = f"bench-kc-out-{run}"
             for f in admin.create_topics([NewTopic(topic, args.partitions, 1)]).values():
@@ -216,6 +213,7 @@ def comparison(phases: list[Phase]) -> list[str]:
              f"{'':26s} {'rec/s, Spark CPU us/rec':>24s} {'rec/s, Spark CPU us/rec':>24s}"]
     for title, kind in (("source, batch -> Parquet", "(batch)"),
                         ("source, stream -> Parquet", "(stream)"),
+                        ("stream, steady (batches 2-N)", "(stream, steady"),
                         ("sink, Parquet -> topic", "(sink)")):
         ours, theirs = best(False, kind), best(True, kind)
         if ours is None or theirs is None:
@@ -270,10 +268,10 @@ def main(argv: list[str] | None = None) -> int:
         ends = {p: args.records // args.partitions + (1 if p < args.records % args.partitions else 0)
                 for p in range(args.partitions)}
 
-        for arrow in (False, True):
+        for native in (False, True):
             before = meter.sample()
-            n = client_only(bs, "bench-in", ends, arrow)
-            label = "client fetch + Arrow (no Spark)" if arrow else "client fetch only (no Spark)"
+            n = client_only(bs, "bench-in", ends, native)
+            label = f"client read into Arrow, {'native' if native else 'librdkafka'} (no Spark)"
             phases.append(meter.phase(label, n, before))
 
         from strom.spark.session import local_session
@@ -311,6 +309,8 @@ def main(argv: list[str] | None = None) -> int:
         # first batch's start to the last one's end (the query's start and stop, 2-3 s of
         # fixed cost, left out: what a stream that keeps running sees).
         out_s, ck = work / "parquet-stream-steady", work / "checkpoint-steady"
+        listener = batch_cpu_listener(lambda: meter.sample()[2])
+        spark.streams.addListener(listener)
         before = meter.sample()
         q = (spark.readStream.format("strom").option("kafka.bootstrap.servers", bs)
              .option("subscribe", "bench-in").option("startingOffsets", "earliest")
@@ -319,6 +319,10 @@ def main(argv: list[str] | None = None) -> int:
              .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
         q.awaitTermination()
         whole = meter.phase("(stream query incl. start/stop)", args.records, before)
+        spark.streams.removeListener(listener)
+        records, cpu, seconds = steady_cpu(listener.samples)
+        phases.append(Phase(f"strom -> Spark -> Parquet (stream, steady: batches 2-"
+                            f"{len(listener.samples)})", records, seconds, 0.0, cpu))
         batches = [b for b in q.recentProgress if b["numInputRows"] > 0]
         assert sum(b["numInputRows"] for b in batches) == args.records
         first = _progress_start(batches[0])
@@ -354,18 +358,18 @@ def main(argv: list[str] | None = None) -> int:
     for p in phases:
         print(p.line())
     by = {p.name: p for p in phases}
-    fetch = by["client fetch only (no Spark)"]
-    arrow = by["client fetch + Arrow (no Spark)"]
+    native = by["client read into Arrow, native (no Spark)"]
+    librdkafka = by["client read into Arrow, librdkafka (no Spark)"]
     batch = min((p for p in phases if "(batch)" in p.name), key=lambda p: p.seconds)
     per = 1e6 / args.records
-    fetch_cpu = fetch.spark_cpu * per
-    arrow_cpu = max(0.0, arrow.spark_cpu - fetch.spark_cpu) * per
-    spark_cpu = max(0.0, batch.spark_cpu * per - fetch_cpu - arrow_cpu)
+    client_cpu = native.spark_cpu * per
+    spark_cpu = max(0.0, batch.spark_cpu * per - client_cpu)
     if not args.no_kafka_connector:
         print("\n" + "\n".join(comparison(phases)))
     print(f"\nwhere the CPU goes per record, best batch read ({batch.name}; us): broker "
-          f"{batch.broker_cpu * per:.2f}, client fetch {fetch_cpu:.2f}, Arrow conversion "
-          f"{arrow_cpu:.2f}, Spark (JVM, Arrow->rows, Parquet, task overhead) {spark_cpu:.2f}")
+          f"{batch.broker_cpu * per:.2f}, client read into Arrow {client_cpu:.2f} (through "
+          f"librdkafka: {librdkafka.spark_cpu * per:.2f}), Spark (JVM, Arrow->rows, Parquet, "
+          f"task overhead) {spark_cpu:.2f}")
     if args.json:
         args.json.write_text(json.dumps({
             "records": args.records, "value_bytes": args.value_bytes,

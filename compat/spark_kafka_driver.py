@@ -8,7 +8,9 @@ stdin, {"error": ...} when a command fails. Commands copy a source into a sink:
 
 - ``{"op": "batch", "source": S, "sink": K, "select": [expr, ...]}``
 - ``{"op": "stream", "source": S, "sink": K, "select": [...], "checkpoint": DIR}``: a streaming
-  query with Trigger.AvailableNow (it drains what the source holds and stops);
+  query with Trigger.AvailableNow (it drains what the source holds and stops); with
+  ``"batch_cpu": true`` the answer also holds the driver's process-tree CPU at the end of each
+  micro-batch with records (bench/stream_cpu.py);
 
 S is ``{"format": "kafka", "options": {...}}``, ``{"format": "parquet", "path": P}`` or
 ``{"range": N, "prefix": "v-"}`` (rows key = str(i), value = prefix + str(i)); K is
@@ -23,7 +25,10 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.stream_cpu
 
 
 def source_frame(spark: Any, src: dict[str, Any], stream: bool) -> Any:
@@ -78,16 +83,27 @@ def stream(spark: Any, cmd: dict[str, Any]) -> dict[str, Any]:
         writer = writer.format("parquet").option("path", sink["path"])
     else:
         writer = writer.format(sink["format"]).options(**sink.get("options", {}))
+    listener = None
+    if cmd.get("batch_cpu"):  # CPU at each batch's end: the stream's steady-state cost
+        from bench.stream_cpu import batch_cpu_listener
+
+        listener = batch_cpu_listener()
+        spark.streams.addListener(listener)
     query = writer.trigger(availableNow=True).start()
     query.awaitTermination(float(cmd.get("timeout", 600)))
+    if listener is not None:
+        spark.streams.removeListener(listener)
     if query.isActive:
         query.stop()
         raise RuntimeError("the streaming query did not finish in time")
     if query.exception() is not None:
         raise RuntimeError(str(query.exception()))
     progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
-    return {"rows": sum(p["numInputRows"] for p in progress), "batches": len(progress),
-            "seconds": time.monotonic() - t0}
+    answer = {"rows": sum(p["numInputRows"] for p in progress), "batches": len(progress),
+              "seconds": time.monotonic() - t0}
+    if listener is not None:
+        answer["batch_cpu"] = listener.samples
+    return answer
 
 
 def main(setup_json: str) -> int:

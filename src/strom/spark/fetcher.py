@@ -54,6 +54,7 @@ FETCH_VERSION = 13  # topic ids: a topic deleted and re-created is not read as t
 LIST_OFFSETS_VERSION = 7
 SESSIONS_MAX = 4  # clients kept by one Python worker process, one per distinct kafka.* config
 RETRY_BACKOFF_S = 0.1
+GONE_CHECKS = 3  # metadata answers in a row that must miss a partition before it is gone
 _FIRST_OFFSET = struct.Struct("=q")  # the decoder's columns are in native byte order
 
 # The Java client's settings this path implements (the rest of the source's options are
@@ -98,6 +99,11 @@ _FATAL = (ClientAuthenticationError, ssl.SSLCertVerificationError)
 _GONE = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID})
 _DENIED = frozenset({ErrorCode.TOPIC_AUTHORIZATION_FAILED, ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                      ErrorCode.SASL_AUTHENTICATION_FAILED})
+
+
+class ReadRefused(RuntimeError):
+    """The brokers refuse this reader (credentials, certificate, ACLs): waiting cures nothing,
+    so the task fails at once."""
 
 
 def _name(code: int) -> str:
@@ -224,7 +230,8 @@ class Session:
                     for key in [k for k in self.leaders if k[0] == topic]:
                         del self.leaders[key]
                 elif t.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED:
-                    raise PermissionError(f"not authorized to read topic {topic}")
+                    raise ReadRefused(f"not authorized to read topic {topic} "
+                                      "(TOPIC_AUTHORIZATION_FAILED)")
             return
         raise BrokerConnectionError(f"no bootstrap server answers ({last})")
 
@@ -282,6 +289,7 @@ class NativeRangeFetch:
         self.partition_max_bytes = int(p.get("max.partition.fetch.bytes",
                                              DEFAULT_PARTITION_MAX_BYTES))
         self.pos = r.start
+        self.topic_id: uuid.UUID | None = None  # the one this read started on
 
     @property
     def label(self) -> str:
@@ -295,9 +303,9 @@ class NativeRangeFetch:
             before = self.pos
             try:
                 batch = self.s.run(self._fetch_once())
-            except (BrokerConnectionError, OSError) as e:
+            except BrokerConnectionError as e:
                 if isinstance(e.__cause__, _FATAL):
-                    raise PermissionError(f"reading {self.label}: {e}") from e
+                    raise ReadRefused(f"reading {self.label}: {e}") from e
                 log.debug("reading %s at offset %d: %s", self.label, self.pos, e)
                 batch = None
                 self.s.leaders.pop((r.topic, r.partition), None)
@@ -320,9 +328,20 @@ class NativeRangeFetch:
         if found is None:
             await self.s.refresh(r.topic)
             found = self.s.leader_client(r.topic, r.partition)
-            if found is None and r.topic not in self.s.topic_ids:
-                self._gone("the topic does not exist")
+            if found is None and await self._confirmed_gone():
+                self._gone("the topic or partition does not exist")
         return found
+
+    async def _confirmed_gone(self) -> bool:
+        """True when the partition is missing from metadata GONE_CHECKS times in a row: a
+        broker that has not caught up with a new topic yet is not a deleted topic."""
+        r = self.r
+        for _ in range(GONE_CHECKS):
+            if r.topic in self.s.topic_ids and (r.topic, r.partition) in self.s.leaders:
+                return False
+            await asyncio.sleep(RETRY_BACKOFF_S)
+            await self.s.refresh(r.topic)
+        return r.topic not in self.s.topic_ids or (r.topic, r.partition) not in self.s.leaders
 
     def _gone(self, why: str) -> None:
         r = self.r
@@ -339,6 +358,11 @@ class NativeRangeFetch:
             return None
         client, leader = found
         topic_id = self.s.topic_ids[r.topic]
+        if self.topic_id is None:
+            self.topic_id = topic_id
+        elif topic_id != self.topic_id:
+            self._gone("deleted and re-created: it has a new topic id")
+            return None
         response = await client.request(ApiKey.FETCH, FETCH_VERSION, {
             "replica_id": -1, "max_wait": self.max_wait_ms, "min_bytes": self.min_bytes,
             "max_bytes": self.max_bytes, "isolation_level": 1 if self.committed else 0,
@@ -418,11 +442,11 @@ class NativeRangeFetch:
                 self.pos = r.end
             return
         if code in _DENIED:
-            raise RuntimeError(f"reading {self.label} at offset {self.pos} failed: "
+            raise ReadRefused(f"reading {self.label} at offset {self.pos} failed: "
                                f"{_name(code)}")
         if code in _GONE:
             await self.s.refresh(r.topic)
-            if r.topic not in self.s.topic_ids or (r.topic, r.partition) not in self.s.leaders:
+            if await self._confirmed_gone():
                 self._gone(_name(code))
                 return
         # a leader moving, a broker restarting: learn the new leader and try again (the poll

@@ -16,7 +16,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from strom.spark.consumer import ReadSettings, read_range
-from strom.spark.fetcher import close_sessions, unsupported_setting
+from strom.spark.fetcher import ReadRefused, close_sessions, unsupported_setting
 from strom.spark.offsets import OffsetRange
 from strom.spark.options import DataLossError
 
@@ -180,7 +180,7 @@ def test_sasl_over_tls(make_broker, unique_topic, tmp_path: Path) -> None:
     r = OffsetRange(topic, 0, 0, 50)
     rows = _read(r, _settings(f"{HOST}:{port}", True, **secure("alice-secret")))
     assert [row["value"] for row in rows] == [b"s%d" % j for j in range(50)]
-    with pytest.raises(PermissionError, match="authenticat"):
+    with pytest.raises(ReadRefused, match="authenticat"):
         _read(r, _settings(f"{HOST}:{port}", True, **secure("wrong")))
 
 

@@ -32,10 +32,10 @@ from tests.fuzz.frames import (
 )
 
 from strom import record as R
-from strom.record.columns import decode_columns
 from strom.protocol.errors import ProtocolError
 from strom.protocol.header import decode_request_header, encode_request_header
 from strom.protocol.produce import decode_produce_request
+from strom.record.columns import decode_columns
 
 # CPU seconds, not wall time (a loaded CI machine stalls a worker for longer than that): a decode
 # of a frame this small takes microseconds (a codec's first use compiles it: milliseconds); a
