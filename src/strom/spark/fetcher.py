@@ -12,7 +12,7 @@ epochs, so a stale leader or a re-created topic is noticed), ``read_uncommitted`
 ``read_committed`` (aborted transactions skipped per batch, by the Java consumer's rule), CRCs
 checked as the Java consumer does by default (``check.crcs``), TLS and SASL PLAIN/SCRAM from the
 Java client's settings. Settings it does not implement make the source use the librdkafka path
-instead (:func:`unsupported_setting`); nothing is silently ignored.
+instead (:func:`strom.spark.options.native_reader_unsupported`); nothing is silently ignored.
 
 The data-loss rules are the librdkafka path's (strom.spark.consumer), fed by the watermarks
 every Fetch response carries.
@@ -39,7 +39,6 @@ from strom.record.columns import decode_columns
 from strom.record.errors import CorruptRecordError
 from strom.security.client import (
     PLAINTEXT,
-    SUPPORTED,
     ClientAuthenticationError,
     ClientSecurity,
     SaslCredentials,
@@ -57,33 +56,6 @@ RETRY_BACKOFF_S = 0.1
 GONE_CHECKS = 3  # metadata answers in a row that must miss a partition before it is gone
 _FIRST_OFFSET = struct.Struct("=q")  # the decoder's columns are in native byte order
 
-# The Java client's settings this path implements (the rest of the source's options are
-# Spark's own). Defaults: the Java consumer's, except the two tuned for reading known ranges.
-_HANDLED = {
-    "bootstrap.servers", "client.id", "isolation.level", "check.crcs", "request.timeout.ms",
-    "fetch.max.wait.ms", "fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes",
-    "security.protocol", "sasl.mechanism", "sasl.jaas.config",
-    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
-    "ssl.truststore.certificates", "ssl.keystore.location", "ssl.keystore.type",
-    "ssl.keystore.password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
-    "ssl.key.password", "ssl.endpoint.identification.algorithm", "ssl.enabled.protocols",
-    "ssl.cipher.suites",
-}
-# Settings that only tune a client's sockets, retries, metadata or consumer-group machinery,
-# none of which changes what a range read returns: accepted and not needed here.
-_NOT_NEEDED = {
-    "receive.buffer.bytes", "send.buffer.bytes", "socket.receive.buffer.bytes",
-    "socket.send.buffer.bytes", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
-    "retry.backoff.ms", "retry.backoff.max.ms", "metadata.max.age.ms",
-    "connections.max.idle.ms", "default.api.timeout.ms", "client.dns.lookup",
-    "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
-    "session.timeout.ms", "heartbeat.interval.ms", "max.poll.records", "max.poll.interval.ms",
-    "group.id", "enable.auto.commit", "auto.commit.interval.ms", "partition.assignment.strategy",
-    "exclude.internal.topics", "allow.auto.create.topics", "client.rack", "group.instance.id",
-    "interceptor.classes", "metrics.recording.level", "metrics.num.samples",
-    "metrics.sample.window.ms", "metric.reporters", "auto.include.jmx.reporter",
-    "enable.metrics.push",
-}
 DEFAULT_MAX_WAIT_MS = 100  # (Java: 500) a task waits for data only at a range's very end
 DEFAULT_PARTITION_MAX_BYTES = 8 << 20  # (Java: 1 MiB) fewer, larger fetches cost less CPU
 
@@ -111,24 +83,6 @@ def _name(code: int) -> str:
         return ErrorCode(code).name
     except ValueError:
         return f"error {code}"
-
-
-def unsupported_setting(params: Mapping[str, str]) -> str | None:
-    """Why the native path cannot read with these ``kafka.*`` settings (None: it can)."""
-    for key in sorted(params):
-        if key not in _HANDLED and key not in _NOT_NEEDED:
-            return f"kafka.{key} is not implemented by the native reader"
-    protocol = params.get("security.protocol", "PLAINTEXT").upper()
-    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-        return f"kafka.security.protocol={protocol}"
-    if protocol.startswith("SASL"):
-        mechanism = params.get("sasl.mechanism", "GSSAPI").upper()
-        if mechanism not in SUPPORTED:
-            return f"kafka.sasl.mechanism={mechanism}"
-    if params.get("ssl.truststore.type", "PEM").upper() not in ("PEM", "PKCS12") or \
-            params.get("ssl.keystore.type", "PEM").upper() not in ("PEM", "PKCS12"):
-        return "JKS key or trust stores"
-    return None
 
 
 def _security(params: Mapping[str, str]) -> ClientSecurity:

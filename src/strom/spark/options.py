@@ -298,6 +298,57 @@ def librdkafka_config(params: Mapping[str, str]) -> dict[str, str]:
     return conf
 
 
+# The Java client's settings the native reader (strom.spark.fetcher) implements; its defaults
+# are the Java consumer's, except two tuned for reading known ranges (docs/spark.md).
+_HANDLED = {
+    "bootstrap.servers", "client.id", "isolation.level", "check.crcs", "request.timeout.ms",
+    "fetch.max.wait.ms", "fetch.min.bytes", "fetch.max.bytes", "max.partition.fetch.bytes",
+    "security.protocol", "sasl.mechanism", "sasl.jaas.config",
+    "ssl.truststore.location", "ssl.truststore.type", "ssl.truststore.password",
+    "ssl.truststore.certificates", "ssl.keystore.location", "ssl.keystore.type",
+    "ssl.keystore.password", "ssl.keystore.key", "ssl.keystore.certificate.chain",
+    "ssl.key.password", "ssl.endpoint.identification.algorithm", "ssl.enabled.protocols",
+    "ssl.cipher.suites",
+}
+# Settings that only tune a client's sockets, retries, metadata or consumer-group machinery,
+# none of which changes what a range read returns: accepted and not needed here.
+_NOT_NEEDED = {
+    "receive.buffer.bytes", "send.buffer.bytes", "socket.receive.buffer.bytes",
+    "socket.send.buffer.bytes", "reconnect.backoff.ms", "reconnect.backoff.max.ms",
+    "retry.backoff.ms", "retry.backoff.max.ms", "metadata.max.age.ms",
+    "connections.max.idle.ms", "default.api.timeout.ms", "client.dns.lookup",
+    "socket.connection.setup.timeout.ms", "socket.connection.setup.timeout.max.ms",
+    "session.timeout.ms", "heartbeat.interval.ms", "max.poll.records", "max.poll.interval.ms",
+    "group.id", "enable.auto.commit", "auto.commit.interval.ms", "partition.assignment.strategy",
+    "exclude.internal.topics", "allow.auto.create.topics", "client.rack", "group.instance.id",
+    "interceptor.classes", "metrics.recording.level", "metrics.num.samples",
+    "metrics.sample.window.ms", "metric.reporters", "auto.include.jmx.reporter",
+    "enable.metrics.push",
+}
+# what strom.security.client authenticates with (a unit test keeps the two equal)
+NATIVE_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def native_reader_unsupported(params: Mapping[str, str]) -> str | None:
+    """Why the native reader cannot read with these ``kafka.*`` settings (None: it can).
+
+    Here, not in strom.spark.fetcher, so that the driver decides without importing the client."""
+    for key in sorted(params):
+        if key not in _HANDLED and key not in _NOT_NEEDED:
+            return f"kafka.{key} is not implemented by the native reader"
+    protocol = params.get("security.protocol", "PLAINTEXT").upper()
+    if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
+        return f"kafka.security.protocol={protocol}"
+    if protocol.startswith("SASL"):
+        mechanism = params.get("sasl.mechanism", "GSSAPI").upper()
+        if mechanism not in NATIVE_SASL_MECHANISMS:
+            return f"kafka.sasl.mechanism={mechanism}"
+    if params.get("ssl.truststore.type", "PEM").upper() not in ("PEM", "PKCS12") or \
+            params.get("ssl.keystore.type", "PEM").upper() not in ("PEM", "PKCS12"):
+        return "JKS key or trust stores"
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # source options
 # --------------------------------------------------------------------------------------------

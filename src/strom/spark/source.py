@@ -60,6 +60,7 @@ from strom.spark.options import (
     INCLUDE_HEADERS,
     SourceOptions,
     StromOptionError,
+    native_reader_unsupported,
     parse_bool,
     parse_source_options,
 )
@@ -83,9 +84,7 @@ def _native(opts: SourceOptions) -> bool:
     setting needs librdkafka, or the C decoder was not built)."""
     if opts.fetcher == "librdkafka":
         return False
-    from strom.spark.fetcher import unsupported_setting
-
-    why = unsupported_setting(opts.kafka)
+    why = native_reader_unsupported(opts.kafka)
     try:
         import strom.record._columns  # noqa: F401
     except ImportError as e:

@@ -16,9 +16,9 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient
 
 from strom.spark.consumer import ReadSettings, read_range
-from strom.spark.fetcher import ReadRefused, close_sessions, unsupported_setting
+from strom.spark.fetcher import ReadRefused, close_sessions
 from strom.spark.offsets import OffsetRange
-from strom.spark.options import DataLossError
+from strom.spark.options import DataLossError, native_reader_unsupported
 
 from ..broker import HOST, free_port
 from .conftest import create_topic, wait_for
@@ -176,20 +176,9 @@ def test_sasl_over_tls(make_broker, unique_topic, tmp_path: Path) -> None:
                                     f'required username="alice" password="{password}";',
                 "ssl.truststore.type": "PEM", "ssl.truststore.location": str(ca.path)}
 
-    assert unsupported_setting(secure("x")) is None
+    assert native_reader_unsupported(secure("x")) is None
     r = OffsetRange(topic, 0, 0, 50)
     rows = _read(r, _settings(f"{HOST}:{port}", True, **secure("alice-secret")))
     assert [row["value"] for row in rows] == [b"s%d" % j for j in range(50)]
     with pytest.raises(ReadRefused, match="authenticat"):
         _read(r, _settings(f"{HOST}:{port}", True, **secure("wrong")))
-
-
-def test_settings_only_librdkafka_implements() -> None:
-    assert unsupported_setting({"bootstrap.servers": "h:1"}) is None
-    assert unsupported_setting({"fetch.max.wait.ms": "10", "receive.buffer.bytes": "1"}) is None
-    assert "sasl.mechanism=GSSAPI" in (unsupported_setting(
-        {"security.protocol": "SASL_PLAINTEXT"}) or "")
-    assert "OAUTHBEARER" in (unsupported_setting(
-        {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}) or "")
-    assert "kafka.ssl.ca.location" in (unsupported_setting({"ssl.ca.location": "/ca"}) or "")
-    assert "JKS" in (unsupported_setting({"ssl.truststore.type": "JKS"}) or "")

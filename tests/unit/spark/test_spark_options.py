@@ -10,8 +10,10 @@ from strom.spark.options import (
     EARLIEST,
     EXACTLY_ONCE,
     LATEST,
+    NATIVE_SASL_MECHANISMS,
     StromOptionError,
     librdkafka_config,
+    native_reader_unsupported,
     parse_partition_offsets_json,
     parse_partitions_json,
     parse_sink_options,
@@ -211,3 +213,17 @@ def test_java_names_are_translated():
                               "default.api.timeout.ms": "1000", "security.protocol": "SSL"})
     assert conf == {"fetch.wait.max.ms": "50", "socket.receive.buffer.bytes": "65536",
                     "security.protocol": "SSL"}
+
+
+def test_settings_only_librdkafka_implements() -> None:
+    assert native_reader_unsupported({"bootstrap.servers": "h:1"}) is None
+    assert native_reader_unsupported({"fetch.max.wait.ms": "10", "receive.buffer.bytes": "1"}) is None
+    assert "sasl.mechanism=GSSAPI" in (native_reader_unsupported(
+        {"security.protocol": "SASL_PLAINTEXT"}) or "")
+    assert "OAUTHBEARER" in (native_reader_unsupported(
+        {"security.protocol": "SASL_SSL", "sasl.mechanism": "OAUTHBEARER"}) or "")
+    assert "kafka.ssl.ca.location" in (native_reader_unsupported({"ssl.ca.location": "/ca"}) or "")
+    assert "JKS" in (native_reader_unsupported({"ssl.truststore.type": "JKS"}) or "")
+    from strom.security.client import SUPPORTED
+
+    assert NATIVE_SASL_MECHANISMS == SUPPORTED
