@@ -89,6 +89,29 @@ class ReadSettings:
         return conf
 
 
+class ProgressDeadline:
+    """``kafkaConsumer.pollTimeoutMs``: a read that makes no progress for that long fails
+    (both readers)."""
+
+    def __init__(self, r: OffsetRange, timeout_ms: int, label: str) -> None:
+        self.r, self.timeout_ms, self.label = r, timeout_ms, label
+        self.deadline = time.monotonic() + timeout_ms / 1000.0
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def check(self, before: int, pos: int) -> None:
+        """After one step of the read, from offset ``before`` to ``pos``."""
+        if pos > before:
+            self.deadline = time.monotonic() + self.timeout_ms / 1000.0
+        elif time.monotonic() >= self.deadline:
+            r = self.r
+            raise TimeoutError(
+                f"Cannot fetch record for offset {pos} of {self.label} in {self.timeout_ms} "
+                f"milliseconds (range [{r.start}, {r.end})); set the source option "
+                "kafkaConsumer.pollTimeoutMs to wait longer")
+
+
 def report_data_loss(message: str, fail: bool) -> None:
     if fail:
         raise DataLossError(f"{message}. {FAIL_ON_DATA_LOSS_TRUE_HINT}")
@@ -203,10 +226,9 @@ class _RangeFetch:
     def batches(self) -> Iterator[pa.RecordBatch]:
         r, s = self.r, self.settings
         self._assign(self.pos)
-        timeout_s = s.poll_timeout_ms / 1000.0
-        deadline = time.monotonic() + timeout_s
+        progress = ProgressDeadline(r, s.poll_timeout_ms, self.label)
         while self.pos < r.end:
-            wait = min(POLL_SLICE_S, max(0.0, deadline - time.monotonic()))
+            wait = min(POLL_SLICE_S, progress.remaining())
             before = self.pos
             batch, errors = self._poll(min(s.batch_rows, r.end - self.pos), wait)
             if batch is not None:
@@ -218,13 +240,7 @@ class _RangeFetch:
                 position = self.consumer.position([self.tp_cls(r.topic, r.partition)])[0].offset
                 if position is not None and position > self.pos:
                     self.pos = min(position, r.end)
-            if self.pos > before:
-                deadline = time.monotonic() + timeout_s
-            elif time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"Cannot fetch record for offset {self.pos} of {self.label} in "
-                    f"{s.poll_timeout_ms} milliseconds (range [{r.start}, {r.end})); set the "
-                    "source option kafkaConsumer.pollTimeoutMs to wait longer")
+            progress.check(before, self.pos)
 
     def _poll(self, n: int, wait: float) -> tuple[pa.RecordBatch | None, list[Any]]:
         """Consume up to ``n`` messages: the Arrow batch of their records (None if none is

@@ -44,6 +44,7 @@ from strom.security.client import (
     SaslCredentials,
 )
 from strom.spark.arrow import columns_to_batch
+from strom.spark.consumer import ProgressDeadline
 from strom.spark.offsets import OffsetRange
 
 log = logging.getLogger("strom.spark")
@@ -251,8 +252,7 @@ class NativeRangeFetch:
 
     def batches(self) -> Iterator[pa.RecordBatch]:
         r, s = self.r, self.settings
-        timeout_s = s.poll_timeout_ms / 1000.0
-        deadline = time.monotonic() + timeout_s
+        progress = ProgressDeadline(r, s.poll_timeout_ms, self.label)
         while self.pos < r.end:
             before = self.pos
             try:
@@ -268,13 +268,7 @@ class NativeRangeFetch:
                 rows = s.batch_rows
                 for i in range(0, batch.num_rows, rows):
                     yield batch.slice(i, rows)
-            if self.pos > before:
-                deadline = time.monotonic() + timeout_s
-            elif time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"Cannot fetch record for offset {self.pos} of {self.label} in "
-                    f"{s.poll_timeout_ms} milliseconds (range [{r.start}, {r.end})); set the "
-                    "source option kafkaConsumer.pollTimeoutMs to wait longer")
+            progress.check(before, self.pos)
 
     async def _leader(self) -> tuple[BrokerClient, _Leader] | None:
         r = self.r
