@@ -80,6 +80,7 @@ class ReadSettings:
     poll_timeout_ms: int = 120_000
     batch_rows: int = DEFAULT_BATCH_ROWS
     native: bool = False  # read with strom.spark.fetcher instead of librdkafka
+    require_native: bool = False  # fetcher=native: no fallback when the C decoder is missing
 
     def consumer_config(self) -> dict[str, Any]:
         conf: dict[str, Any] = dict(DEFAULTS)
@@ -177,7 +178,7 @@ def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatc
     """Yield the records of ``r`` as Arrow batches in the source schema."""
     if r.size <= 0:
         return
-    if settings.native:
+    if settings.native and _decoder_built(settings.require_native):
         from strom.spark.fetcher import NativeRangeFetch, session_for
 
         yield from NativeRangeFetch(session_for(settings.params), r, settings,
@@ -191,6 +192,29 @@ def read_range(r: OffsetRange, settings: ReadSettings) -> Iterator[pa.RecordBatc
         finished = True
     finally:
         _release(consumer, conf, reusable=finished)
+
+
+_decoder_missing_logged = False
+
+
+def _decoder_built(required: bool) -> bool:
+    """Whether this process has the native reader's C decoder (``pip install`` builds it;
+    a machine without a C compiler has none): without it a read goes through librdkafka,
+    logged once, unless the query asked for fetcher=native."""
+    global _decoder_missing_logged
+    try:
+        import strom.record._columns  # noqa: F401
+    except ImportError as e:
+        if required:
+            raise RuntimeError(f"fetcher=native: the C decoder strom.record._columns is not "
+                               f"built on this executor ({e}); reinstall Strom with a C "
+                               "compiler, or use fetcher=auto") from e
+        if not _decoder_missing_logged:
+            _decoder_missing_logged = True
+            log.warning("the native reader's C decoder is not built here (%s): reading "
+                        "through librdkafka", e)
+        return False
+    return True
 
 
 class _RangeFetch:

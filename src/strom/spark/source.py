@@ -81,14 +81,11 @@ class RangePartition(InputPartition):
 
 def _native(opts: SourceOptions) -> bool:
     """Whether executors read with Strom's fetcher (option ``fetcher``; auto: unless a kafka.*
-    setting needs librdkafka, or the C decoder was not built)."""
+    setting needs librdkafka). Decided from the settings alone: an executor without the C
+    decoder falls back by itself (strom.spark.consumer), and the driver imports no client."""
     if opts.fetcher == "librdkafka":
         return False
     why = native_reader_unsupported(opts.kafka)
-    try:
-        import strom.record._columns  # noqa: F401
-    except ImportError as e:
-        why = why or f"the C decoder strom.record._columns is not built ({e})"
     if why is None:
         return True
     if opts.fetcher == "native":
@@ -102,6 +99,7 @@ def _settings(opts: SourceOptions, group_id: str) -> ReadSettings:
     the group nor commit, so it is the same for every query and pooled consumers are shared."""
     return ReadSettings(
         native=_native(opts),
+        require_native=opts.fetcher == "native",
         params=opts.params,
         group_id=group_id,
         include_headers=opts.include_headers,

@@ -263,3 +263,15 @@ def test_fetches_are_large_unless_the_user_says_otherwise():
     mine = ReadSettings(params=(*base, ("max.partition.fetch.bytes", "1048576")),
                         group_id="g").consumer_config()
     assert str(mine["max.partition.fetch.bytes"]) == "1048576"
+
+
+def test_an_executor_without_the_c_decoder_reads_through_librdkafka(monkeypatch) -> None:
+    import sys
+
+    from strom.spark import consumer
+
+    assert consumer._decoder_built(required=True)
+    monkeypatch.setitem(sys.modules, "strom.record._columns", None)  # import now fails
+    assert not consumer._decoder_built(required=False)
+    with pytest.raises(RuntimeError, match="fetcher=native: the C decoder"):
+        consumer._decoder_built(required=True)
