@@ -10,7 +10,22 @@ STAMP := $(VENV)/.stamp-install
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
 .PHONY: jepsen jepsen-kafka java-on-kafka test-kraft test-zookeeper-cluster compat-registry test-iceberg-load issue-time
 
+# pip builds Strom's one C extension (the Spark source's record decoder, setup.py): a C compiler
+# and Python's headers, installed here when missing (Debian's gcc, python3-dev). Without them
+# Strom installs without the decoder and its Spark source reads through confluent-kafka.
 $(STAMP): pyproject.toml setup.py src/strom/record/_columns.c
+	@headers=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	  missing=""; command -v cc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	  test -f "$$headers/Python.h" || missing="$$missing python3-dev"; \
+	  if [ -n "$$missing" ]; then \
+	    if command -v apt-get >/dev/null 2>&1; then \
+	      SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	      $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	        $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	    else \
+	      echo "make: no$$missing here: Strom installs without its C record decoder (the Spark source then reads through confluent-kafka)" >&2; \
+	    fi; \
+	  fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
