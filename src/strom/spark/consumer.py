@@ -22,7 +22,6 @@ from __future__ import annotations
 import bisect
 import gc
 import logging
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, cast
@@ -37,6 +36,7 @@ from strom.spark.options import (
     DataLossError,
     librdkafka_config,
 )
+from strom.spark.progress import ProgressDeadline
 
 log = logging.getLogger("strom.spark")
 
@@ -88,29 +88,6 @@ class ReadSettings:
         conf.setdefault("group.id", self.group_id)  # required by librdkafka; never joined
         conf.update(FORCED)
         return conf
-
-
-class ProgressDeadline:
-    """``kafkaConsumer.pollTimeoutMs``: a read that makes no progress for that long fails
-    (both readers)."""
-
-    def __init__(self, r: OffsetRange, timeout_ms: int, label: str) -> None:
-        self.r, self.timeout_ms, self.label = r, timeout_ms, label
-        self.deadline = time.monotonic() + timeout_ms / 1000.0
-
-    def remaining(self) -> float:
-        return max(0.0, self.deadline - time.monotonic())
-
-    def check(self, before: int, pos: int) -> None:
-        """After one step of the read, from offset ``before`` to ``pos``."""
-        if pos > before:
-            self.deadline = time.monotonic() + self.timeout_ms / 1000.0
-        elif time.monotonic() >= self.deadline:
-            r = self.r
-            raise TimeoutError(
-                f"Cannot fetch record for offset {pos} of {self.label} in {self.timeout_ms} "
-                f"milliseconds (range [{r.start}, {r.end})); set the source option "
-                "kafkaConsumer.pollTimeoutMs to wait longer")
 
 
 def report_data_loss(message: str, fail: bool) -> None:

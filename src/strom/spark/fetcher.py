@@ -44,8 +44,8 @@ from strom.security.client import (
     SaslCredentials,
 )
 from strom.spark.arrow import columns_to_batch
-from strom.spark.consumer import ProgressDeadline
 from strom.spark.offsets import OffsetRange
+from strom.spark.progress import ProgressDeadline
 
 log = logging.getLogger("strom.spark")
 
