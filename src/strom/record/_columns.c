@@ -314,7 +314,8 @@ static int decode_records(Out *o, const uint8_t *buf, Py_ssize_t p, Py_ssize_t e
         if (vlen > 0) p += (Py_ssize_t)vlen;
         if (read_varint(buf, rend, &p, &nh) < 0 || nh < 0 || nh > (rend - p) / 2)
             return corrupt("bad header count", p), -1;
-        int64_t offset = base_offset + off_delta;
+        /* (unsigned: hostile deltas must not overflow a signed sum) */
+        int64_t offset = (int64_t)((uint64_t)base_offset + (uint64_t)off_delta);
         int keep = offset >= lo && offset < hi;
         for (int64_t h = 0; h < nh; h++) {
             int64_t hklen, hvlen;
@@ -417,9 +418,10 @@ static PyObject *decode(PyObject *self, PyObject *args) {
         next = pos + LOG_OVERHEAD + be32(buf + pos + 8);
         int64_t base_offset = be64(buf + pos);
         int16_t attrs = be16(buf + pos + 21);
-        int64_t last_offset = base_offset + be32(buf + pos + 23);
+        int64_t last_offset =
+            (int64_t)((uint64_t)base_offset + (uint64_t)(int64_t)be32(buf + pos + 23));
         int64_t pid = be64(buf + pos + 43);
-        next_offset = last_offset + 1;
+        next_offset = (int64_t)((uint64_t)last_offset + 1u);
         if (ab.pairs != NULL && (attrs & TRANSACTIONAL_MASK)) {
             aborts_advance(&ab, last_offset);
             if (attrs & CONTROL_MASK) {

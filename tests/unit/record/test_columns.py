@@ -168,3 +168,14 @@ def test_random_bytes(buf: bytes) -> None:
     with contextlib.suppress(CorruptRecordError):
         decode_columns(b"\0" * 8 + struct.pack(">i", len(buf) + 49) + buf, 0, 2**62,
                        headers=True, aborted=[(1, 0)])
+
+
+def test_offsets_at_the_end_of_the_int64_range_do_not_overflow() -> None:
+    """Hostile base offsets near 2^63 (a signed overflow in C is undefined behaviour): a batch
+    whose offsets run past the int64 range is skipped, the one before it is decoded."""
+    top = 2**63 - 2
+    buf = (build_batch([Record(top, 1, None, b"v")], base_offset=top)
+           + build_batch([Record(top + 1 + i, 1, None, b"w") for i in range(3)],
+                         base_offset=top + 1))
+    got = decode_columns(buf, 0, 2**63 - 1)
+    assert struct.unpack(f"={got.rows}q", got.offsets) == (top,)
