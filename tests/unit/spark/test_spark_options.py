@@ -227,3 +227,16 @@ def test_settings_only_librdkafka_implements() -> None:
     from strom.security.client import SUPPORTED
 
     assert NATIVE_SASL_MECHANISMS == SUPPORTED
+
+
+def test_the_fetcher_option() -> None:
+    from strom.spark.source import _native
+
+    assert src(subscribe="t").fetcher == "auto"
+    with pytest.raises(StromOptionError, match="fetcher"):
+        src(subscribe="t", fetcher="turbo")
+    assert _native(src(subscribe="t"))
+    assert not _native(src(subscribe="t", fetcher="LIBRDKAFKA"))
+    assert not _native(src(subscribe="t", **{"kafka.ssl.ca.location": "/ca"}))
+    with pytest.raises(StromOptionError, match=r"fetcher=native: kafka\.ssl\.ca\.location"):
+        _native(src(subscribe="t", fetcher="native", **{"kafka.ssl.ca.location": "/ca"}))
