@@ -54,6 +54,7 @@ FETCH_VERSION = 13  # topic ids: a topic deleted and re-created is not read as t
 LIST_OFFSETS_VERSION = 7
 SESSIONS_MAX = 4  # clients kept by one Python worker process, one per distinct kafka.* config
 RETRY_BACKOFF_S = 0.1
+SHORT_GRACE_S = 10.0  # a partition ending before a planned range must stay so this long
 GONE_CHECKS = 3  # metadata answers in a row that must miss a partition before it is gone
 _FIRST_OFFSET = struct.Struct("=q")  # the decoder's columns are in native byte order
 
@@ -245,6 +246,8 @@ class NativeRangeFetch:
                                              DEFAULT_PARTITION_MAX_BYTES))
         self.pos = r.start
         self.topic_id: uuid.UUID | None = None  # the one this read started on
+        self._short_since: float | None = None  # see _short_for_long
+        self._short_end = -1
 
     @property
     def label(self) -> str:
@@ -351,10 +354,11 @@ class NativeRangeFetch:
             # nothing complete: at the end of what the leader offers, or one batch too big
             end_of_log = part.last_stable_offset if self.committed else part.high_watermark
             if self.pos >= end_of_log and part.high_watermark < r.end:
-                self.report(f"Cannot fetch records in [{self.pos}, {r.end}) of {self.label}: "
-                            f"the partition now ends at offset {part.high_watermark}",
-                            s.fail_on_data_loss)
-                self.pos = r.end
+                if self._short_for_long(part.high_watermark):
+                    self.report(f"Cannot fetch records in [{self.pos}, {r.end}) of "
+                                f"{self.label}: the partition now ends at offset "
+                                f"{part.high_watermark}", s.fail_on_data_loss)
+                    self.pos = r.end
             elif records is not None and len(records) >= self.partition_max_bytes:
                 self.partition_max_bytes *= 2  # (brokers send a first batch whole anyway)
             return None
@@ -365,9 +369,26 @@ class NativeRangeFetch:
         elif cols.next_offset > self.pos and part.log_start_offset > self.pos:
             self._lost_before(part.log_start_offset, cols.next_offset)
         self.pos = max(self.pos, min(cols.next_offset, r.end))
+        self._short_since = None
         if not cols.rows:
             return None
         return columns_to_batch(cols, r.topic, r.partition, s.include_headers)
+
+    def _short_for_long(self, end: int) -> bool:
+        """True once the partition has ended (at ``end``) before the range for SHORT_GRACE_S.
+
+        A leader elected a moment ago can report a high watermark below the one the range was
+        planned from (it learns the last one from its followers' next fetches) although it
+        holds every acknowledged record; only a shortfall that lasts is lost data (an unclean
+        election, a topic re-created smaller). Until then the read retries."""
+        now = time.monotonic()
+        if self._short_since is None or end != self._short_end:
+            self._short_since, self._short_end = now, end
+        grace = min(SHORT_GRACE_S, self.settings.poll_timeout_ms / 2000)
+        if now - self._short_since >= grace:
+            return True
+        time.sleep(RETRY_BACKOFF_S)
+        return False
 
     def _lost_before(self, low: int, first: int) -> None:
         self.report(f"Cannot fetch records in [{self.pos}, {min(first, low)}) of {self.label}: "
@@ -383,7 +404,7 @@ class NativeRangeFetch:
                     f"{min(low, r.end)}) were deleted or aged out (earliest offset is now {low})",
                     fail)
                 self.pos = min(low, r.end)
-            elif self.pos >= high:
+            elif self.pos >= high and self._short_for_long(high):
                 self.report(
                     f"Cannot fetch offset {self.pos} of {self.label}: the partition ends at "
                     f"offset {high}, before the range [{r.start}, {r.end})", fail)
