@@ -74,11 +74,14 @@ ISSUE_TESTS: dict[int, IssueTests] = {
         "tests/unit/http",
         "tests/unit/bench/test_http_scenario.py",
     )),
-    # Iceberg: topics as tables, the Spark read of them
+    # Iceberg: topics as tables, the Spark read of them; the Spark source's native reader
     33: IssueTests(120, (
         "tests/integration/lake",
         "tests/integration/spark/test_iceberg_spark_read.py",
+        "tests/integration/spark/test_spark_fetcher.py",
+        "tests/integration/cluster/test_spark_fetcher_failover.py",
         "tests/unit/lake",
+        "tests/unit/record/test_columns.py",
         "tests/unit/spark/test_iceberg_load_parts.py",
         "tests/unit/bench/test_iceberg_scenario.py",
     )),
