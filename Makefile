@@ -5,27 +5,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.stamp-install
 
-.PHONY: run test unit integration lint format bench system-deps clean bytecode
+.PHONY: run test unit integration lint format bench system-deps c-decoder clean bytecode
 .PHONY: fuzz fuzz-seeds
 .PHONY: compat-java compat-kafka compat-java-cluster compat-kafka-cluster compat-kafka-libs
 .PHONY: jepsen jepsen-kafka java-on-kafka test-kraft test-zookeeper-cluster compat-registry test-iceberg-load issue-time
 
-# pip builds Strom's one C extension (the Spark source's record decoder, setup.py): a C compiler
-# and Python's headers, installed here when missing (Debian's gcc, python3-dev). Without them
-# Strom installs without the decoder and its Spark source reads through confluent-kafka.
+# pip builds Strom's one C extension (the Spark source's record decoder, setup.py) when a C
+# compiler and Python's headers are there, and installs Strom without it otherwise (the Spark
+# source then reads through confluent-kafka): `make run` needs neither.
 $(STAMP): pyproject.toml setup.py src/strom/record/_columns.c
-	@headers=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
-	  missing=""; command -v cc >/dev/null 2>&1 || missing="$$missing gcc"; \
-	  test -f "$$headers/Python.h" || missing="$$missing python3-dev"; \
-	  if [ -n "$$missing" ]; then \
-	    if command -v apt-get >/dev/null 2>&1; then \
-	      SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
-	      $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	        $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
-	    else \
-	      echo "make: no$$missing here: Strom installs without its C record decoder (the Spark source then reads through confluent-kafka)" >&2; \
-	    fi; \
-	  fi
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
@@ -35,7 +23,8 @@ $(STAMP): pyproject.toml setup.py src/strom/record/_columns.c
 # network-namespace partition test; Chromium for the web console's browser test, driven by
 # Playwright, which never downloads a browser of its own; a JDK 17+ and Maven for Kafka's own
 # tools, the Java clients, Streams/Connect/MirrorMaker 2 and Spark's connector; Node.js and npm
-# for Confluent's JavaScript schema-registry client). Installed only when missing; the cluster
+# for Confluent's JavaScript schema-registry client; gcc and Python's headers for the Spark
+# source's C record decoder, which the tests need). Installed only when missing; the cluster
 # tests start their own private ZooKeeper server. Without apt-get, one line says what to install.
 system-deps:
 	@missing=""; command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
@@ -47,15 +36,24 @@ system-deps:
 	  command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	  command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
 	  command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
+	  command -v cc >/dev/null 2>&1 || missing="$$missing gcc"; \
+	  headers=$$($(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])'); \
+	  test -f "$$headers/Python.h" || missing="$$missing python3-dev"; \
 	  if [ -n "$$missing" ]; then \
 	    if ! command -v apt-get >/dev/null 2>&1; then \
-	      echo "make: no apt-get on this machine: install$$missing (Debian's names: a JDK 17+, Maven, kcat, ZooKeeper's jar at /usr/share/java/zookeeper.jar, iproute2, Chromium at /usr/bin/chromium, nodejs, npm), then run make again" >&2; \
+	      echo "make: no apt-get on this machine: install$$missing (Debian's names: a JDK 17+, Maven, kcat, ZooKeeper's jar at /usr/share/java/zookeeper.jar, iproute2, Chromium at /usr/bin/chromium, nodejs, npm, a C compiler and Python's headers), then run make again" >&2; \
 	      exit 1; \
 	    fi; \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && \
 	    DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	  fi
+
+# The Spark source's C record decoder, built again when the venv was installed without it (by
+# `make run` on a machine that had no C compiler yet; system-deps installs one).
+c-decoder: $(STAMP) system-deps
+	@$(BIN)/python -c 'import strom.record._columns' 2>/dev/null || \
+	  $(BIN)/python -m pip install --quiet --no-deps -e .
 
 # The first run formats ./data for the KRaft node of config/server.properties (a directory
 # formatted before, or kept from a single node of an earlier Strom, is left as it is).
@@ -86,7 +84,7 @@ XDIST = -n $(PYTEST_WORKERS) --dist loadfile
 # Each worker collects every test file: pytest rewrites their asserts and compiles them, 22 s of CPU
 # per worker here, 7 s when __pycache__ holds the rewritten files already. So one collection with
 # bytecode writing on runs beside lint (mypy keeps one core busy) and leaves them there first.
-test: $(STAMP) system-deps bytecode
+test: $(STAMP) system-deps c-decoder bytecode
 	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -p no:cacheprovider --collect-only tests \
 	  >/dev/null 2>&1 & collecting=$$!; \
 	  $(MAKE) --no-print-directory lint || { kill $$collecting; exit 1; }; \
@@ -102,7 +100,7 @@ test-iceberg-load: $(STAMP) system-deps
 unit: $(STAMP) bytecode
 	$(BIN)/pytest -q tests/unit
 
-integration: $(STAMP) system-deps bytecode
+integration: $(STAMP) system-deps c-decoder bytecode
 	$(BIN)/pytest -q $(XDIST) tests/integration
 
 bench: $(STAMP)
