@@ -61,13 +61,6 @@ _FIRST_OFFSET = struct.Struct("=q")  # the decoder's columns are in native byte 
 DEFAULT_MAX_WAIT_MS = 100  # (Java: 500) a task waits for data only at a range's very end
 DEFAULT_PARTITION_MAX_BYTES = 8 << 20  # (Java: 1 MiB) fewer, larger fetches cost less CPU
 
-_RETRIABLE = frozenset({
-    ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-    ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-    ErrorCode.REPLICA_NOT_AVAILABLE, ErrorCode.KAFKA_STORAGE_ERROR,
-    ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.NOT_COORDINATOR, ErrorCode.REQUEST_TIMED_OUT,
-    ErrorCode.NETWORK_EXCEPTION, ErrorCode.CORRUPT_MESSAGE,
-})
 # connection failures that waiting does not cure: wrong credentials, an untrusted certificate
 _FATAL = (ClientAuthenticationError, ssl.SSLCertVerificationError)
 _GONE = frozenset({ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.UNKNOWN_TOPIC_ID})
@@ -332,7 +325,10 @@ class NativeRangeFetch:
                     part = p
                     code = code or p.error_code
         if code == ErrorCode.NONE and part is not None:
-            return self._records(part)
+            batch = self._records(part)
+            if batch is None and self._short_since is not None:
+                await asyncio.sleep(RETRY_BACKOFF_S)  # waiting out a lagging high watermark
+            return batch
         await self._on_error(code)
         return None
 
@@ -385,10 +381,7 @@ class NativeRangeFetch:
         if self._short_since is None or end != self._short_end:
             self._short_since, self._short_end = now, end
         grace = min(SHORT_GRACE_S, self.settings.poll_timeout_ms / 2000)
-        if now - self._short_since >= grace:
-            return True
-        time.sleep(RETRY_BACKOFF_S)
-        return False
+        return now - self._short_since >= grace
 
     def _lost_before(self, low: int, first: int) -> None:
         self.report(f"Cannot fetch records in [{self.pos}, {min(first, low)}) of {self.label}: "
@@ -404,7 +397,10 @@ class NativeRangeFetch:
                     f"{min(low, r.end)}) were deleted or aged out (earliest offset is now {low})",
                     fail)
                 self.pos = min(low, r.end)
-            elif self.pos >= high and self._short_for_long(high):
+            elif self.pos >= high:
+                if not self._short_for_long(high):
+                    await asyncio.sleep(RETRY_BACKOFF_S)
+                    return
                 self.report(
                     f"Cannot fetch offset {self.pos} of {self.label}: the partition ends at "
                     f"offset {high}, before the range [{r.start}, {r.end})", fail)

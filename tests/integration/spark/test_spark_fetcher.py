@@ -68,7 +68,6 @@ def _fill(bootstrap: str, topic: str) -> int:
     p = Producer({"bootstrap.servers": bootstrap})
     p.produce(topic, b"last", partition=0)
     assert p.flush(30) == 0
-    admin = AdminClient({"bootstrap.servers": bootstrap})
     from confluent_kafka import Consumer, TopicPartition
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "ends"})
@@ -76,7 +75,6 @@ def _fill(bootstrap: str, topic: str) -> int:
         return int(c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)[1])
     finally:
         c.close()
-        del admin
 
 
 def test_native_reads_what_librdkafka_reads(strom_broker, unique_topic) -> None:
@@ -129,7 +127,7 @@ def test_data_loss_is_reported_as_on_the_librdkafka_path(strom_broker, unique_to
         _read(OffsetRange(topic, 0, 0, 20), _settings(bs, True))
 
 
-def test_a_read_survives_a_broker_restart(make_broker, unique_topic, tmp_path: Path) -> None:
+def test_a_read_survives_a_broker_restart(make_broker, unique_topic) -> None:
     broker = make_broker()
     bs = broker.bootstrap
     topic = unique_topic("restart")
